@@ -1,0 +1,664 @@
+"""The worker pool: one fresh OS process per run, with warm spares started ahead.
+
+Children come from a multiprocess fork server with the heavy modules preloaded, so a
+start costs a fork of a warm interpreter rather than a new one. A child serves one run
+and is never reused. Each child has a private socketpair pipe to the parent; its death
+is read from its process sentinel (authoritative) and its pipe's EOF is only a hint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import enum
+import itertools
+import logging
+import signal
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import multiprocess
+import multiprocess.forkserver
+import multiprocess.process
+
+from orchestrator._outcome import ChildOutcome, OutcomeKind, describe_exit
+from protocol import (
+    PROTOCOL_VERSION,
+    ChannelClosed,
+    Control,
+    ControlAction,
+    Failure,
+    Frame,
+    Heartbeat,
+    Hello,
+    PipeChannel,
+    ProtocolError,
+    Result,
+)
+from worker import _proc
+from worker._child import ChildBoot, child_main
+from worker._preload import BOOT_MODULE, PRELOAD_MODULES
+
+log = logging.getLogger("agentcell.pool")
+
+
+class PoolError(Exception):
+    """The pool cannot provide a child (closed, or children fail to start)."""
+
+
+class WorkerStartError(PoolError):
+    """Children die before their handshake: the installation or environment is broken."""
+
+
+class WorkerState(enum.Enum):
+    # Launched, handshake pending. Left on its Hello (→ IDLE) or on death (→ DEAD).
+    STARTING = "starting"
+    # Handshake done: a warm spare. Left when leased (→ BUSY), or on kill/death.
+    IDLE = "idle"
+    # Serving one run for a lease. Left when the child ends (→ DEAD) or is killed (→ STOPPING).
+    BUSY = "busy"
+    # We sent a kill (deadline, heartbeat, protocol error, shutdown). Left when reaped (→ DEAD).
+    STOPPING = "stopping"
+    # Reaped; its outcome is final. Terminal.
+    DEAD = "dead"
+
+
+class _Worker:
+    """Parent-side record of one child process."""
+
+    def __init__(self, pool: WorkerPool, process: Any, channel: PipeChannel) -> None:
+        self.pool = pool
+        self.process = process
+        self.pid: int = process.pid
+        self.channel = channel
+        self.state = WorkerState.STARTING
+        self.started_at = pool._loop.time()
+        self.last_seen = self.started_at
+        self.hello: Hello | None = None
+        self.result: Result | None = None
+        self.failure: Failure | None = None
+        self.peak_rss = 0
+        self.kill_kind: OutcomeKind | None = None
+        self.kill_detail = ""
+        self.outcome: ChildOutcome | None = None
+        self.dead = pool._loop.create_future()
+        self.lease: Lease | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+
+    # -- incoming frames (called from the event loop, once per received chunk) -----------
+    def on_channel_activity(self) -> None:
+        channel = self.channel
+        while True:
+            try:
+                frame = channel.poll()
+            except ChannelClosed:
+                return  # EOF is only a hint: the sentinel decides when the child is dead
+            except ProtocolError as exc:
+                self.kill(OutcomeKind.PROTOCOL_ERROR, f"protocol error: {exc}")
+                return
+            if frame is None:
+                return
+            self.on_frame(frame)
+
+    def on_frame(self, frame: Frame) -> None:
+        self.last_seen = self.pool._loop.time()
+        if isinstance(frame, Heartbeat):
+            self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
+            return
+        if self.state is WorkerState.STARTING:
+            self._on_hello(frame)
+            return
+        if self.lease is None:
+            self.kill(
+                OutcomeKind.PROTOCOL_ERROR,
+                f"protocol error: idle child sent {type(frame).__name__}",
+            )
+            return
+        if isinstance(frame, Result):
+            self.result = frame
+            self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
+        elif isinstance(frame, Failure):
+            self.failure = frame
+        self.lease._deliver(frame)
+
+    def _on_hello(self, frame: Frame) -> None:
+        if not isinstance(frame, Hello):
+            self.kill(
+                OutcomeKind.PROTOCOL_ERROR,
+                f"protocol error: expected Hello, got {type(frame).__name__}",
+            )
+            return
+        if frame.protocol_version != PROTOCOL_VERSION:
+            detail = (
+                f"protocol mismatch: the child speaks v{frame.protocol_version}, the parent "
+                f"v{PROTOCOL_VERSION}; install one agentcell version for both"
+            )
+            self.kill(OutcomeKind.PROTOCOL_ERROR, detail)
+            self.pool._start_failed(detail, fatal=True)
+            return
+        if not frame.preload_ok and not self.pool._preload_warned:
+            self.pool._preload_warned = True
+            log.warning(
+                "fork server preload incomplete (missing: %s): children start slower",
+                ", ".join(frame.missing_preload),
+            )
+        self.hello = frame
+        self.state = WorkerState.IDLE
+        self.pool._on_ready(self)
+
+    # -- ending --------------------------------------------------------------------------
+    def kill(self, kind: OutcomeKind, detail: str, sig: int = signal.SIGKILL) -> None:
+        """End the child (and everything it started) for the given reason."""
+        if self.state is WorkerState.DEAD:
+            return
+        if self.kill_kind is None:
+            self.kill_kind, self.kill_detail = kind, detail
+        self.state = WorkerState.STOPPING
+        if sig == signal.SIGKILL:
+            _proc.kill_session(self.pid, sig)
+        else:
+            _proc.kill_group(self.pid, sig)
+
+    def escalate(
+        self, kind: OutcomeKind, detail: str, cancel_grace: float, term_grace: float
+    ) -> None:
+        """Cancel politely, then SIGTERM the group, then SIGKILL the whole session."""
+        if self.state is WorkerState.DEAD or self.kill_kind is not None:
+            return
+        self.kill_kind, self.kill_detail = kind, detail
+        self.state = WorkerState.STOPPING
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send_nowait(Control(action=ControlAction.CANCEL))
+        loop = self.pool._loop
+        self._timers.append(
+            loop.call_later(cancel_grace, _proc.kill_group, self.pid, signal.SIGTERM)
+        )
+        self._timers.append(
+            loop.call_later(cancel_grace + term_grace, _proc.kill_session, self.pid)
+        )
+
+    def on_sentinel(self) -> None:
+        loop = self.pool._loop
+        loop.remove_reader(self.process.sentinel)
+        exit_code = self.process._popen.poll()
+        if exit_code is None:  # spurious wake-up
+            loop.add_reader(self.process.sentinel, self.on_sentinel)
+            return
+        for timer in self._timers:
+            timer.cancel()
+        # Its last frames are in the socket already; read them before deciding anything.
+        self.channel.read_remaining()
+        self.on_channel_activity()
+        clean = self.result is not None and exit_code == 0 and self.kill_kind is None
+        if clean:
+            _proc.kill_group(self.pid)  # anything left in its own group
+        else:
+            _proc.kill_session(self.pid)  # anything it left anywhere in its session
+        self.channel.close()
+        self.outcome = self._outcome(exit_code)
+        self.state = WorkerState.DEAD
+        self.dead.set_result(self.outcome)
+        if self.lease is not None:
+            self.lease._deliver(None)
+        self.pool._on_dead(self)
+
+    def _outcome(self, exit_code: int) -> ChildOutcome:
+        code, sig, exit_text = describe_exit(exit_code)
+        result = self.result.result if self.result is not None else None
+        common = {
+            "pid": self.pid,
+            "exit_code": code,
+            "signal": sig,
+            "result": result,
+            "failure": self.failure,
+            "peak_rss_bytes": self.peak_rss,
+        }
+        if self.kill_kind is not None:
+            return ChildOutcome(kind=self.kill_kind, detail=self.kill_detail, **common)  # type: ignore[arg-type]
+        if result is not None:
+            detail = result.status.value
+            return ChildOutcome(kind=OutcomeKind.RESULT, detail=detail, **common)  # type: ignore[arg-type]
+        if self.failure is not None:
+            detail = f"{self.failure.error_type}: {self.failure.message}"
+            return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)  # type: ignore[arg-type]
+        kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
+        return ChildOutcome(kind=kind, detail=exit_text, **common)  # type: ignore[arg-type]
+
+
+class Lease:
+    """Exclusive use of one ready child for one run.
+
+    ``send`` frames to it, ``recv`` its frames (heartbeats are absorbed) until ``None``,
+    which means the child has ended; ``outcome`` then says how.
+    """
+
+    def __init__(self, worker: _Worker) -> None:
+        self._worker = worker
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self._worker.pid
+
+    @property
+    def state(self) -> WorkerState:
+        return self._worker.state
+
+    @property
+    def outcome(self) -> ChildOutcome | None:
+        return self._worker.outcome
+
+    @property
+    def hello(self) -> Hello | None:
+        return self._worker.hello
+
+    def _deliver(self, frame: Frame | None) -> None:
+        if frame is None:
+            self._ended = True
+        else:
+            self._frames.append(frame)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def send(self, frame: Frame) -> None:
+        """Send a frame; raises ``ChannelClosed`` if the child is gone."""
+        await self._worker.channel.send(frame)
+
+    def send_nowait(self, frame: Frame) -> None:
+        self._worker.channel.send_nowait(frame)
+
+    async def recv(self) -> Frame | None:
+        """The child's next frame, or None once it has ended and every frame was read."""
+        while not self._frames:
+            if self._ended:
+                return None
+            self._waiter = self._worker.pool._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._frames.popleft()
+
+    async def __aiter__(self) -> AsyncIterator[Frame]:
+        while (frame := await self.recv()) is not None:
+            yield frame
+
+    async def wait(self) -> ChildOutcome:
+        """Wait until the child has ended (frames not yet read stay readable)."""
+        return await asyncio.shield(self._worker.dead)
+
+    def set_deadline(
+        self, seconds: float, *, cancel_grace: float = 2.0, term_grace: float = 2.0
+    ) -> None:
+        """After ``seconds``: cancel frame, then SIGTERM, then SIGKILL to the session."""
+        worker = self._worker
+        detail = f"deadline of {seconds:g} s passed"
+        worker._timers.append(
+            worker.pool._loop.call_later(
+                seconds,
+                worker.escalate,
+                OutcomeKind.DEADLINE,
+                detail,
+                cancel_grace,
+                term_grace,
+            )
+        )
+
+    def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
+        """Ask the child to stop, escalating to signals if it does not within ``grace``."""
+        self._worker.escalate(OutcomeKind.KILLED, reason, grace, grace)
+
+    def kill(self, reason: str = "killed by the caller") -> None:
+        self._worker.kill(OutcomeKind.KILLED, reason)
+
+    async def release(self) -> ChildOutcome:
+        """Make sure the child is gone; returns its outcome."""
+        worker = self._worker
+        if worker.state is not WorkerState.DEAD:
+            if worker.result is None and worker.failure is None:
+                worker.kill(OutcomeKind.KILLED, "lease released before the child finished")
+            else:
+                # It has reported and is exiting: give it a moment, then make sure. A slow
+                # exit does not change the outcome of a run that was delivered.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
+                if not worker.dead.done():
+                    _proc.kill_session(worker.pid)
+        return await asyncio.shield(worker.dead)
+
+
+class WorkerPool:
+    """Processes for sub-agent runs: ``async with WorkerPool() as pool: lease = ...``.
+
+    ``max_workers`` bounds live children (a lease waits for room); ``warm`` spares are
+    kept started so that a lease does not wait for a process start.
+    """
+
+    _forkserver_users = 0
+    _forkserver_lock = threading.Lock()
+
+    def __init__(
+        self,
+        *,
+        max_workers: int = 32,
+        warm: int = 2,
+        heartbeat_timeout: float = 30.0,
+        start_timeout: float = 60.0,
+        exit_grace: float = 5.0,
+        boot: ChildBoot | None = None,
+        preload: list[str] | None = None,
+        target: Callable[..., None] = child_main,
+    ) -> None:
+        if max_workers < 1:
+            raise ValueError("max_workers must be at least 1")
+        if warm < 0:
+            raise ValueError("warm must be 0 or more")
+        self.max_workers = max_workers
+        self.warm = min(warm, max_workers)
+        self.heartbeat_timeout = heartbeat_timeout
+        self.start_timeout = start_timeout
+        self.exit_grace = exit_grace
+        self.boot = boot or ChildBoot()
+        self._extra_preload = list(preload or [])
+        self._target = target
+        self._workers: dict[int, _Worker] = {}
+        self._spawning = 0
+        self._idle: collections.deque[_Worker] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
+        self._start_failures = 0
+        self._ready = asyncio.Event()
+        self._preload_warned = False
+        self._open = False
+        self._closed = False
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._watchdog: asyncio.Task[None] | None = None
+        self._spawner: concurrent.futures.ThreadPoolExecutor | None = None
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._ctx = multiprocess.get_context("forkserver")
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> WorkerPool:
+        if self._open:
+            return self
+        if self._closed:
+            raise PoolError("this pool is closed; create a new one")
+        self._loop = asyncio.get_running_loop()
+        self._spawner = concurrent.futures.ThreadPoolExecutor(1, "agentcell-spawn")
+        await self._loop.run_in_executor(self._spawner, self._ensure_forkserver)
+        self._open = True
+        self._watchdog = asyncio.create_task(self._watch())
+        self._replenish()
+        return self
+
+    def _ensure_forkserver(self) -> None:
+        with WorkerPool._forkserver_lock:
+            fs = multiprocess.forkserver._forkserver
+            if fs._forkserver_pid is None:
+                modules = [*PRELOAD_MODULES, *self._extra_preload, BOOT_MODULE]
+                self._ctx.set_forkserver_preload(modules)
+            _skip_main_in_children()
+            fs.ensure_running()
+            WorkerPool._forkserver_users += 1
+
+    async def __aenter__(self) -> WorkerPool:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Kill every child (and what it started), reap them, stop the fork server."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._open:
+            return
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_exception(PoolError("the pool was closed"))
+        self._waiters.clear()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        # Spawns in flight finish first (each kills its child on seeing the pool closed),
+        # so that no process appears after the kill below.
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        workers = list(self._workers.values())
+        for worker in workers:
+            worker.kill(OutcomeKind.KILLED, "the pool was closed")
+        if workers:
+            await asyncio.wait([w.dead for w in workers], timeout=30)
+        assert self._spawner is not None
+        self._spawner.shutdown(wait=True)
+        await self._loop.run_in_executor(None, self._release_forkserver)
+
+    @staticmethod
+    def _release_forkserver() -> None:
+        with WorkerPool._forkserver_lock:
+            WorkerPool._forkserver_users -= 1
+            if WorkerPool._forkserver_users == 0:
+                multiprocess.forkserver._forkserver._stop()
+                from multiprocess import resource_tracker
+
+                stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+                if stop is not None:
+                    stop()
+
+    # -- leasing ------------------------------------------------------------------------
+    async def acquire(self) -> Lease:
+        """Wait for a ready child and take it. Prefer ``async with pool.lease()``."""
+        if not self._open or self._closed:
+            raise PoolError("the pool is not running (use 'async with WorkerPool() as pool')")
+        worker: _Worker | None = None
+        while self._idle:
+            candidate = self._idle.popleft()
+            if candidate.state is WorkerState.IDLE:
+                worker = candidate
+                break
+        if worker is None:
+            waiter: asyncio.Future[_Worker] = self._loop.create_future()
+            self._waiters.append(waiter)
+            self._replenish()
+            try:
+                worker = await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                    self._on_ready(waiter.result())  # hand it to the next in line
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+                raise
+        worker.state = WorkerState.BUSY
+        lease = Lease(worker)
+        worker.lease = lease
+        worker.last_seen = self._loop.time()
+        self._replenish()
+        return lease
+
+    @contextlib.asynccontextmanager
+    async def lease(self) -> AsyncIterator[Lease]:
+        """A ready child for one run; on exit the child is ended and reaped."""
+        lease = await self.acquire()
+        try:
+            yield lease
+        finally:
+            await lease.release()
+
+    # -- bookkeeping --------------------------------------------------------------------
+    @property
+    def live(self) -> int:
+        """Children alive or being started (the quantity ``max_workers`` bounds)."""
+        return len(self._workers) + self._spawning
+
+    @property
+    def waiting(self) -> int:
+        """Callers queued in ``acquire`` for a child."""
+        return sum(1 for w in self._waiters if not w.done())
+
+    @property
+    def idle(self) -> int:
+        return sum(1 for w in self._idle if w.state is WorkerState.IDLE)
+
+    def pids(self) -> list[int]:
+        return list(self._workers)
+
+    def _replenish(self) -> None:
+        if not self._open or self._closed:
+            return
+        starting = self._spawning + sum(
+            1 for w in self._workers.values() if w.state is WorkerState.STARTING
+        )
+        want = self.warm + len(self._waiters) - self.idle - starting
+        room = self.max_workers - self.live
+        for _ in range(max(0, min(want, room))):
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self._spawning += 1
+        future = asyncio.ensure_future(self._launch())
+        self._tasks.add(future)
+        future.add_done_callback(self._tasks.discard)
+
+    async def _launch(self) -> None:
+        assert self._spawner is not None
+        if self._closed:
+            self._spawning -= 1
+            return
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=self._target,
+            args=(child_conn, self.boot),
+            name=f"{_CHILD_NAME}{next(self._ids)}",
+        )
+        try:
+            await self._loop.run_in_executor(self._spawner, _start_process, process)
+        except BaseException as exc:
+            self._spawning -= 1
+            child_conn.close()
+            parent_conn.close()
+            self._start_failed(f"could not start a child process: {exc}")
+            return
+        finally:
+            child_conn.close()
+        try:
+            channel = await PipeChannel.open(parent_conn, max_frame_bytes=self.boot.max_frame_bytes)
+        except BaseException:
+            self._spawning -= 1
+            _proc.kill_session(process.pid)
+            raise
+        self._spawning -= 1
+        worker = _Worker(self, process, channel)
+        self._workers[worker.pid] = worker
+        channel.set_frame_callback(worker.on_channel_activity)
+        self._loop.add_reader(process.sentinel, worker.on_sentinel)
+        worker.on_channel_activity()  # its Hello may be here already
+        if self._closed:
+            worker.kill(OutcomeKind.KILLED, "the pool was closed")
+
+    def _on_ready(self, worker: _Worker) -> None:
+        self._start_failures = 0
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(worker)
+                return
+        self._idle.append(worker)
+        self._ready.set()
+
+    async def warmed(self) -> None:
+        """Wait until ``warm`` spares are started and idle (a benchmark's starting line)."""
+        while self.idle < self.warm:
+            self._ready.clear()
+            await self._ready.wait()
+
+    def _on_dead(self, worker: _Worker) -> None:
+        del self._workers[worker.pid]
+        if worker.hello is None and worker.kill_kind is None:
+            self._start_failed(f"a child died before its handshake: {worker.outcome}")
+        self._replenish()
+
+    def _start_failed(self, detail: str, *, fatal: bool = False) -> None:
+        self._start_failures += 1
+        log.error("%s", detail)
+        if fatal or self._start_failures >= 3:
+            # Something is wrong with the installation: fail callers rather than loop.
+            error = WorkerStartError(
+                detail
+                if fatal
+                else f"{self._start_failures} children in a row failed to start; last: {detail}"
+            )
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_exception(error)
+            self._start_failures = 0
+            return
+
+    async def _watch(self) -> None:
+        """Kill children that went silent (no frame for ``heartbeat_timeout``)."""
+        period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
+        while True:
+            await asyncio.sleep(period)
+            now = self._loop.time()
+            for worker in list(self._workers.values()):
+                silent = now - worker.last_seen
+                if worker.state is WorkerState.BUSY and silent > self.heartbeat_timeout:
+                    worker.kill(
+                        OutcomeKind.HEARTBEAT,
+                        f"no heartbeat for {silent:.1f} s (limit {self.heartbeat_timeout:g} s); "
+                        "the child was killed",
+                    )
+                elif worker.state is WorkerState.STARTING and silent > self.start_timeout:
+                    worker.kill(OutcomeKind.KILLED, f"no handshake within {self.start_timeout:g} s")
+
+
+_CHILD_NAME = "agentcell-child-"
+
+
+def _skip_main_in_children() -> None:
+    """Children do not re-import the parent's ``__main__``.
+
+    multiprocess re-runs the main module in every child it starts so that pickled
+    references into it resolve. Our process target lives in ``worker``, and closures
+    from ``__main__`` travel by value (dill), so a child has no use for the parent's
+    main module; re-running it (a CLI, a test runner, a user script) would cost every
+    child an import of everything the parent uses.
+    """
+    from multiprocess import spawn
+
+    original = spawn.get_preparation_data
+    if getattr(original, "_agentcell", False):
+        return
+
+    def get_preparation_data(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = original(name)
+        if name.startswith(_CHILD_NAME):
+            data.pop("init_main_from_name", None)
+            data.pop("init_main_from_path", None)
+        return data
+
+    get_preparation_data._agentcell = True  # type: ignore[attr-defined]
+    spawn.get_preparation_data = get_preparation_data
+
+
+def _start_process(process: Any) -> None:
+    """Start ``process`` (in the spawner thread) and take it out of multiprocess's registry.
+
+    multiprocess polls every registered child from ``Process.start``; our exit codes are
+    read from the event loop instead, and two readers of one sentinel would race.
+    """
+    process.start()
+    multiprocess.process._children.discard(process)
+
+
+def forkserver_pid() -> int | None:
+    """The fork server's pid while one runs in this process (tests check it goes away)."""
+    pid: int | None = multiprocess.forkserver._forkserver._forkserver_pid
+    return pid

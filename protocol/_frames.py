@@ -1,0 +1,167 @@
+"""Every frame that crosses a parent/child pipe, as one tagged union.
+
+Direction is noted on each frame. A child speaks first (``Hello``); the parent answers
+with ``Start``; the child then streams ``Event``/``Heartbeat`` frames, may ask questions
+(``ApprovalRequest``, ``DelegateRequest``) that the parent answers, obeys ``Control``
+frames, and ends with exactly one ``Result`` or ``Failure``.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import msgspec
+
+from protocol._events import AgentEvent
+from protocol._messages import Message, RunResult
+
+PROTOCOL_VERSION = 1
+
+
+class Limits(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Per-run resource limits a child applies to itself before it starts working."""
+
+    address_space_bytes: int | None = None  # RLIMIT_AS
+    cpu_seconds: int | None = None  # RLIMIT_CPU
+    max_tool_calls: int | None = None
+    max_tool_output_bytes: int | None = None
+
+
+class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
+
+    agent_id: str
+    agent_type: str
+    prompt: str
+    system_prompt: str = ""
+    history: list[Message] = msgspec.field(default_factory=list)  # context: fork
+    tools: list[str] = msgspec.field(default_factory=list)
+    model: str = ""
+    model_options: dict[str, Any] = msgspec.field(default_factory=dict)
+    max_turns: int | None = None
+    max_tokens: int | None = None
+    timeout_s: float | None = None
+    permission_mode: str = "default"
+    allow_rules: list[str] = msgspec.field(default_factory=list)
+    deny_rules: list[str] = msgspec.field(default_factory=list)
+    ask_rules: list[str] = msgspec.field(default_factory=list)
+    workdir: str = "."
+    run_dir: str = ""
+    depth: int = 1
+    max_depth: int = 1
+    background: bool = False
+    bash_env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
+    """child → parent, first frame: who I am and which protocol I speak."""
+
+    protocol_version: int
+    pid: int
+    preload_ok: bool = True
+    missing_preload: list[str] = msgspec.field(default_factory=list)
+
+
+class Start(msgspec.Struct, tag="start", tag_field="t", kw_only=True, omit_defaults=True):
+    """parent → child: the run request. ``handler`` is ``module:function`` in the child."""
+
+    protocol_version: int
+    run_id: str
+    handler: str
+    spec: AgentSpec | None = None
+    args: dict[str, Any] = msgspec.field(default_factory=dict)
+    limits: Limits | None = None
+    heartbeat_s: float = 1.0
+    objects: bytes | None = None  # dill blob: custom tools/models (closures) for this run
+
+
+class Event(msgspec.Struct, tag="event", tag_field="t", kw_only=True):
+    """child → parent: one progress event of the run."""
+
+    event: AgentEvent
+
+
+class ApprovalRequest(msgspec.Struct, tag="approval_request", tag_field="t", kw_only=True):
+    """child → parent: may this tool call run? The parent answers with ``ApprovalReply``."""
+
+    request_id: int
+    call_id: str
+    tool: str
+    arguments: str
+    reason: str = ""
+
+
+class ApprovalReply(msgspec.Struct, tag="approval_reply", tag_field="t", kw_only=True):
+    """parent → child: the answer to one ``ApprovalRequest``."""
+
+    request_id: int
+    approved: bool
+    reason: str = ""
+
+
+class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_only=True):
+    """child → parent: run a sub-agent for me (nesting; only honoured when depth allows)."""
+
+    request_id: int
+    call_id: str
+    arguments: str  # the task tool's JSON arguments, validated by the parent
+
+
+class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only=True):
+    """parent → child: the tool result of a ``DelegateRequest``."""
+
+    request_id: int
+    content: str
+    is_error: bool = False
+
+
+class ControlAction(enum.StrEnum):
+    CANCEL = "cancel"  # stop now; the child ends with status cancelled
+    PAUSE = "pause"  # stop at the next turn boundary until resume
+    RESUME = "resume"
+    STEER = "steer"  # add ``text`` as a user message at the next turn boundary
+
+
+class Control(msgspec.Struct, tag="control", tag_field="t", kw_only=True):
+    """parent → child: change the course of the running task."""
+
+    action: ControlAction
+    text: str = ""
+
+
+class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="t", kw_only=True):
+    """child → parent: I am alive and my event loop is turning."""
+
+    seq: int
+    peak_rss_bytes: int = 0
+
+
+class Result(msgspec.Struct, tag="result", tag_field="t", kw_only=True):
+    """child → parent, terminal: the run ended (in any ``RunStatus``)."""
+
+    result: RunResult
+    peak_rss_bytes: int = 0
+
+
+class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
+    """child → parent, terminal: the child failed but could still say why."""
+
+    error_type: str
+    message: str
+    traceback: str = ""
+
+
+Frame = (
+    Hello
+    | Start
+    | Event
+    | ApprovalRequest
+    | ApprovalReply
+    | DelegateRequest
+    | DelegateReply
+    | Control
+    | Heartbeat
+    | Result
+    | Failure
+)

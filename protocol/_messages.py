@@ -1,0 +1,92 @@
+"""The chat data model shared by the engine, the providers and the wire.
+
+These structs cross the parent/child pipe as they are: the engine in a child appends
+them to its session and the parent can decode them without any conversion step.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+
+class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Token counts of one model call, or a sum of several."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class ToolCall(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A tool call requested by the model. ``arguments`` is the JSON text as produced."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class SystemMessage(msgspec.Struct, tag="system", tag_field="role", kw_only=True):
+    content: str
+
+
+class UserMessage(msgspec.Struct, tag="user", tag_field="role", kw_only=True):
+    content: str
+
+
+class AssistantMessage(
+    msgspec.Struct, tag="assistant", tag_field="role", kw_only=True, omit_defaults=True
+):
+    content: str = ""
+    tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+
+
+class ToolMessage(msgspec.Struct, tag="tool", tag_field="role", kw_only=True, omit_defaults=True):
+    """The observation for one tool call; ``is_error`` marks a failed or refused call."""
+
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
+
+
+class RunStatus(enum.StrEnum):
+    """How an agent run ended. Every run ends in exactly one of these."""
+
+    COMPLETED = "completed"  # the model gave a final answer
+    ERROR = "error"  # the model or the runtime failed (provider error, bad request, ...)
+    CANCELLED = "cancelled"  # cancelled by the caller (Ctrl-C, task_control, parent turn)
+    TIMEOUT = "timeout"  # the run's wall-clock deadline passed
+    MAX_TURNS = "max_turns"  # the turn limit was reached before a final answer
+    BUDGET = "budget"  # a token/turn/tool-call budget was exhausted
+    DENIED = "denied"  # the run could not start or go on because permission was refused
+    CRASHED = "crashed"  # the child process died (set by the parent, never by a child)
+
+
+class RunResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The terminal payload of one run, produced by the engine (or a fixture handler)."""
+
+    status: RunStatus
+    text: str = ""
+    error: str = ""
+    usage: Usage = msgspec.field(default_factory=Usage)
+    turns: int = 0
+    tool_calls: int = 0
+    data: dict[str, object] = msgspec.field(default_factory=dict)

@@ -1,0 +1,86 @@
+"""Shared test set-up: a fixed hypothesis profile, process-leak checks, pool helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
+
+import psutil
+import pytest
+from hypothesis import HealthCheck, settings
+
+from orchestrator import _pool
+from worker import _proc
+
+# CI is deterministic: the same examples every run. HYPOTHESIS_PROFILE=dev explores.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", deadline=None, max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+class SpawnRecorder:
+    """Records every child pid a pool starts, so teardown can prove they are all gone."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.forkservers: set[int] = set()
+
+    def leftovers(self) -> list[str]:
+        found = []
+        for pid in sorted(self.pids):
+            if _proc.is_alive(pid):
+                found.append(f"child {pid} is alive")
+            for member in _proc.session_members(pid):
+                if member != pid:
+                    found.append(f"process {member} of child {pid}'s session is alive")
+        for pid in self.forkservers:
+            if _proc.is_alive(pid):
+                found.append(f"fork server {pid} is alive")
+        if _pool.forkserver_pid() is None:
+            for proc in psutil.Process().children(recursive=True):
+                try:
+                    if proc.status() != psutil.STATUS_ZOMBIE:
+                        found.append(f"descendant {proc.pid} ({proc.name()}) is alive")
+                except psutil.NoSuchProcess:
+                    pass
+        return found
+
+    def kill_all(self) -> None:
+        for pid in self.pids:
+            _proc.kill_session(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def spawned(monkeypatch: pytest.MonkeyPatch) -> Iterator[SpawnRecorder]:
+    """Track the children of every pool made in the test; fail if any outlives it."""
+    recorder = SpawnRecorder()
+    original = _pool._Worker.__init__
+
+    def recording_init(self: _pool._Worker, *args: object, **kwargs: object) -> None:
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+        recorder.pids.add(self.pid)
+        fs = _pool.forkserver_pid()
+        if fs is not None:
+            recorder.forkservers.add(fs)
+
+    monkeypatch.setattr(_pool._Worker, "__init__", recording_init)
+    try:
+        yield recorder
+        leftovers = recorder.leftovers()
+        assert not leftovers, leftovers
+    finally:
+        recorder.kill_all()
+
+
+@pytest.fixture
+async def pool(spawned: SpawnRecorder) -> AsyncIterator[_pool.WorkerPool]:
+    """A small pool whose children (and fork server) are checked gone afterwards."""
+    async with _pool.WorkerPool(max_workers=8, warm=2, heartbeat_timeout=30) as p:
+        yield p

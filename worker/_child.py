@@ -1,0 +1,383 @@
+"""The child side of a sub-agent process: bootstrap, handshake, serve one run, exit.
+
+``child_main`` is the ``multiprocess.Process`` target. A child serves exactly one run: it
+says ``Hello``, waits for ``Start``, runs the handler named there, streams what the
+handler emits, sends exactly one ``Result`` (or ``Failure``) and exits. It is never
+reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import faulthandler
+import importlib
+import os
+import resource
+import signal
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from protocol import (
+    PROTOCOL_VERSION,
+    AgentEvent,
+    ApprovalReply,
+    ApprovalRequest,
+    ChannelClosed,
+    Control,
+    ControlAction,
+    DelegateReply,
+    DelegateRequest,
+    Event,
+    Failure,
+    Frame,
+    Heartbeat,
+    Hello,
+    Limits,
+    PipeChannel,
+    ProtocolError,
+    Result,
+    RunResult,
+    RunStatus,
+    Start,
+)
+from worker import _proc
+
+#: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_PROTOCOL = 2
+EXIT_ORPHANED = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ChildBoot:
+    """Process-wide settings, fixed when the spare process is started."""
+
+    oom_score_adj: int = 500
+    max_frame_bytes: int = 16 * 1024 * 1024
+    stdio_path: str | None = None  # where the child's fd 1 and 2 go (None: inherited)
+
+
+#: The modules this process had when it started (inherited from the fork server).
+INHERITED_MODULES: frozenset[str] = frozenset()
+
+Handler = Callable[[Start, "ChildLink"], Awaitable[RunResult]]
+
+
+class ChildLink:
+    """What a handler running in a child uses to talk to the parent."""
+
+    def __init__(self, channel: PipeChannel, start: Start) -> None:
+        self.channel = channel
+        self.start = start
+        self._next_id = 0
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._steering: list[str] = []
+        self.steered = asyncio.Event()
+        self.cancel_requested = asyncio.Event()
+        self.on_cancel: Callable[[], object] | None = None
+
+    # -- outgoing ---------------------------------------------------------------------
+    def emit(self, event: AgentEvent) -> None:
+        """Send a progress event (no waiting: events are small and the parent is quick)."""
+        self.channel.send_nowait(Event(event=event))
+
+    async def request_approval(
+        self, call_id: str, tool: str, arguments: str, reason: str = ""
+    ) -> tuple[bool, str]:
+        request_id = self._new_request()
+        await self.channel.send(
+            ApprovalRequest(
+                request_id=request_id,
+                call_id=call_id,
+                tool=tool,
+                arguments=arguments,
+                reason=reason,
+            )
+        )
+        reply: ApprovalReply = await self._pending[request_id]
+        return reply.approved, reply.reason
+
+    async def delegate(self, call_id: str, arguments: str) -> tuple[str, bool]:
+        request_id = self._new_request()
+        await self.channel.send(
+            DelegateRequest(request_id=request_id, call_id=call_id, arguments=arguments)
+        )
+        reply: DelegateReply = await self._pending[request_id]
+        return reply.content, reply.is_error
+
+    def _new_request(self) -> int:
+        self._next_id += 1
+        self._pending[self._next_id] = asyncio.get_running_loop().create_future()
+        return self._next_id
+
+    # -- turn-boundary controls ----------------------------------------------------------
+    async def wait_if_paused(self) -> None:
+        await self._resumed.wait()
+
+    @property
+    def paused(self) -> bool:
+        return not self._resumed.is_set()
+
+    def take_steering(self) -> list[str]:
+        texts, self._steering = self._steering, []
+        self.steered.clear()
+        return texts
+
+    # -- incoming ---------------------------------------------------------------------
+    def dispatch(self, frame: Frame) -> None:
+        if isinstance(frame, ApprovalReply | DelegateReply):
+            future = self._pending.pop(frame.request_id, None)
+            if future is not None and not future.done():
+                future.set_result(frame)
+        elif isinstance(frame, Control):
+            self._control(frame)
+        else:
+            raise ProtocolError(f"unexpected {type(frame).__name__} frame from the parent")
+
+    def _control(self, frame: Control) -> None:
+        if frame.action is ControlAction.CANCEL:
+            self.cancel_requested.set()
+            self._resumed.set()
+            if self.on_cancel is not None:
+                self.on_cancel()
+        elif frame.action is ControlAction.PAUSE:
+            self._resumed.clear()
+        elif frame.action is ControlAction.RESUME:
+            self._resumed.set()
+        elif frame.action is ControlAction.STEER:
+            self._steering.append(frame.text)
+            self.steered.set()
+
+    def fail_pending(self, exc: BaseException) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._pending.clear()
+
+
+def child_main(conn: Any, boot: ChildBoot) -> None:
+    """Process target: harden the process, then serve one run over ``conn``."""
+    global INHERITED_MODULES
+    INHERITED_MODULES = frozenset(sys.modules)
+    _harden(boot)
+    code = asyncio.run(_serve(conn, boot))
+    _reap_descendants()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _harden(boot: ChildBoot) -> None:
+    from worker import _forkserver_boot  # inherited from the fork server, not re-imported
+
+    os.setsid()
+    _proc.set_parent_death_signal(signal.SIGKILL)
+    # The parent may have died between fork and prctl: then nobody would kill us.
+    if os.getppid() != _forkserver_boot.BOOT_PID and os.getpid() != _forkserver_boot.BOOT_PID:
+        os._exit(EXIT_ORPHANED)
+    _proc.set_child_subreaper()
+    _proc.raise_oom_score(boot.oom_score_adj)
+    _release_multiprocess_fds()
+    if boot.stdio_path is not None:
+        fd = os.open(boot.stdio_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+    faulthandler.enable(all_threads=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+
+
+def _release_multiprocess_fds() -> None:
+    """Drop the fork server's "alive" pipe and the resource tracker's pipe.
+
+    Every forkserver child inherits the write end of the pipe whose EOF tells the fork
+    server that its owner is gone. Holding it would keep the fork server alive after
+    the orchestrator is killed, and with it this child.
+    """
+    from multiprocess import forkserver, resource_tracker
+
+    fs = forkserver._forkserver
+    if fs._forkserver_alive_fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fs._forkserver_alive_fd)
+        fs._forkserver_alive_fd = None
+    tracker = resource_tracker._resource_tracker
+    if getattr(tracker, "_fd", None) is not None:
+        with contextlib.suppress(OSError):
+            os.close(tracker._fd)
+        tracker._fd = None
+
+
+def _preload_status() -> tuple[bool, list[str]]:
+    from worker import _forkserver_boot
+
+    if os.getpid() == _forkserver_boot.BOOT_PID:
+        return False, ["worker._forkserver_boot"]
+    missing = list(_forkserver_boot.MISSING_PRELOAD)
+    return not missing, missing
+
+
+def _resolve_handler(name: str) -> Handler:
+    module_name, _, attr = name.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"handler must be 'module:function', got {name!r}")
+    handler: Handler = getattr(importlib.import_module(module_name), attr)
+    return handler
+
+
+def _apply_limits(limits: Limits | None) -> None:
+    if limits is None:
+        return
+    if limits.address_space_bytes is not None:
+        n = limits.address_space_bytes
+        resource.setrlimit(resource.RLIMIT_AS, (n, n))
+    if limits.cpu_seconds is not None:
+        n = limits.cpu_seconds
+        resource.setrlimit(resource.RLIMIT_CPU, (n, n + 1))
+
+
+async def _serve(conn: Any, boot: ChildBoot) -> int:
+    channel = await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)
+    ok, missing = _preload_status()
+    channel.send_nowait(
+        Hello(
+            protocol_version=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            preload_ok=ok,
+            missing_preload=missing,
+        )
+    )
+    try:
+        first = await channel.recv()
+    except ChannelClosed:
+        return EXIT_OK  # an idle spare dismissed by the pool
+    except ProtocolError as exc:
+        return await _fail(channel, "ProtocolError", str(exc), EXIT_PROTOCOL)
+    if not isinstance(first, Start):
+        return await _fail(
+            channel, "ProtocolError", f"expected Start, got {type(first).__name__}", EXIT_PROTOCOL
+        )
+    if first.protocol_version != PROTOCOL_VERSION:
+        return await _fail(
+            channel,
+            "ProtocolMismatch",
+            f"the parent speaks protocol v{first.protocol_version}, this child "
+            f"v{PROTOCOL_VERSION}: install the same agentcell version for both",
+            EXIT_PROTOCOL,
+        )
+    try:
+        _apply_limits(first.limits)
+        handler = _resolve_handler(first.handler)
+    except Exception as exc:
+        return await _fail(channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc)
+    return await _run(channel, first, handler)
+
+
+class _Exit(Exception):
+    """A handler called ``sys.exit``: leave with that code and no result."""
+
+    def __init__(self, code: int) -> None:
+        self.code = code
+
+
+async def _call(handler: Handler, start: Start, link: ChildLink) -> RunResult:
+    try:
+        return await handler(start, link)
+    except SystemExit as exc:
+        # Caught here, inside the task: a SystemExit escaping a task would unwind the
+        # whole event loop, and asyncio.run's clean-up would then look like a cancel.
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        raise _Exit(code) from None
+
+
+async def _run(channel: PipeChannel, start: Start, handler: Handler) -> int:
+    link = ChildLink(channel, start)
+    task = asyncio.create_task(_call(handler, start, link))
+    link.on_cancel = task.cancel
+    reader = asyncio.create_task(_read_parent(channel, link, task))
+    beat = asyncio.create_task(_heartbeat(channel, start.heartbeat_s))
+    try:
+        result = await task
+    except asyncio.CancelledError:
+        result = RunResult(status=RunStatus.CANCELLED, error="cancelled by the parent")
+    except _Exit as exc:
+        with contextlib.suppress(Exception):
+            await channel.aclose()  # what it emitted before exiting still arrives
+        channel.close()
+        return exc.code
+    except BaseException as exc:  # MemoryError included: report it if we still can
+        return await _fail(channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc)
+    finally:
+        beat.cancel()
+        reader.cancel()
+    try:
+        await channel.send(Result(result=result, peak_rss_bytes=peak_rss_bytes()))
+        await channel.aclose()  # an exiting process drops what is still buffered
+    except ChannelClosed:
+        return EXIT_FAILURE
+    finally:
+        channel.close()
+    return EXIT_OK
+
+
+async def _read_parent(channel: PipeChannel, link: ChildLink, task: asyncio.Task[Any]) -> None:
+    try:
+        while True:
+            link.dispatch(await channel.recv())
+    except (ChannelClosed, ProtocolError) as exc:
+        # The parent is gone or talks nonsense: nothing we produce can be delivered.
+        link.fail_pending(ChannelClosed(str(exc)))
+        task.cancel()
+
+
+async def _heartbeat(channel: PipeChannel, interval: float) -> None:
+    seq = 0
+    with contextlib.suppress(ChannelClosed):
+        while True:
+            await asyncio.sleep(interval)
+            seq += 1
+            channel.send_nowait(Heartbeat(seq=seq, peak_rss_bytes=peak_rss_bytes()))
+
+
+async def _fail(
+    channel: PipeChannel,
+    error_type: str,
+    message: str,
+    code: int,
+    exc: BaseException | None = None,
+) -> int:
+    text = "".join(traceback.format_exception(exc)) if exc is not None else ""
+    with contextlib.suppress(Exception):
+        await channel.send(Failure(error_type=error_type, message=message, traceback=text))
+        await channel.aclose()
+    channel.close()
+    return code
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _reap_descendants() -> None:
+    """Kill and reap whatever tools left behind.
+
+    This child is a subreaper, so every live descendant is in its subtree and "no child
+    at all" (one cheap ``waitpid``) means nothing was left behind.
+    """
+    try:
+        os.waitpid(-1, os.WNOHANG)
+    except ChildProcessError:
+        return
+    _proc.kill_session(os.getpid())
+    _proc.kill_descendants(os.getpid())
+    with contextlib.suppress(ChildProcessError):
+        while True:
+            os.waitpid(-1, 0)
