@@ -46,6 +46,7 @@ from protocol._frames import (
     Heartbeat,
     Hello,
     Limits,
+    RemoteTool,
     Result,
     Start,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "MemoryChannel",
     "Message",
     "Notice",
+    "RemoteTool",
     "PipeChannel",
     "ProtocolError",
     "Result",

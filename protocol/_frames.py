@@ -28,6 +28,15 @@ class Limits(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_tool_output_bytes: int | None = None
 
 
+class RemoteTool(msgspec.Struct, kw_only=True, frozen=True):
+    """A tool a child may call but the parent runs (over ``DelegateRequest``)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    concurrency_safe: bool = True
+
+
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
 
@@ -37,6 +46,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     system_prompt: str = ""
     history: list[Message] = msgspec.field(default_factory=list)  # context: fork
     tools: list[str] = msgspec.field(default_factory=list)
+    remote_tools: list[RemoteTool] = msgspec.field(default_factory=list)
     model: str = ""
     model_options: dict[str, Any] = msgspec.field(default_factory=dict)
     max_turns: int | None = None
@@ -101,11 +111,12 @@ class ApprovalReply(msgspec.Struct, tag="approval_reply", tag_field="t", kw_only
 
 
 class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_only=True):
-    """child → parent: run a sub-agent for me (nesting; only honoured when depth allows)."""
+    """child → parent: run one of my parent-side tools (``task`` when nesting is allowed)."""
 
     request_id: int
     call_id: str
-    arguments: str  # the task tool's JSON arguments, validated by the parent
+    tool: str
+    arguments: str  # the tool's JSON arguments, validated by the parent
 
 
 class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only=True):

@@ -37,6 +37,7 @@ from protocol import (
     Heartbeat,
     Hello,
     Limits,
+    Notice,
     PipeChannel,
     ProtocolError,
     Result,
@@ -104,10 +105,11 @@ class ChildLink:
         reply: ApprovalReply = await self._pending[request_id]
         return reply.approved, reply.reason
 
-    async def delegate(self, call_id: str, arguments: str) -> tuple[str, bool]:
+    async def delegate(self, call_id: str, tool: str, arguments: str) -> tuple[str, bool]:
+        """Have the parent run one of its tools for us (see ``AgentSpec.remote_tools``)."""
         request_id = self._new_request()
         await self.channel.send(
-            DelegateRequest(request_id=request_id, call_id=call_id, arguments=arguments)
+            DelegateRequest(request_id=request_id, call_id=call_id, tool=tool, arguments=arguments)
         )
         reply: DelegateReply = await self._pending[request_id]
         return reply.content, reply.is_error
@@ -142,6 +144,8 @@ class ChildLink:
             raise ProtocolError(f"unexpected {type(frame).__name__} frame from the parent")
 
     def _control(self, frame: Control) -> None:
+        # Each control is acknowledged with a notice, so the parent (and whoever watches
+        # its events) knows it arrived; pause, resume and steer act at the next turn.
         if frame.action is ControlAction.CANCEL:
             self.cancel_requested.set()
             self._resumed.set()
@@ -149,11 +153,14 @@ class ChildLink:
                 self.on_cancel()
         elif frame.action is ControlAction.PAUSE:
             self._resumed.clear()
+            self.emit(Notice(message="pause received: pausing at the next turn boundary"))
         elif frame.action is ControlAction.RESUME:
             self._resumed.set()
+            self.emit(Notice(message="resumed"))
         elif frame.action is ControlAction.STEER:
             self._steering.append(frame.text)
             self.steered.set()
+            self.emit(Notice(message="steering message received: it joins the next turn"))
 
     def fail_pending(self, exc: BaseException) -> None:
         for future in self._pending.values():
@@ -167,11 +174,20 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     global INHERITED_MODULES
     INHERITED_MODULES = frozenset(sys.modules)
     _harden(boot)
-    code = asyncio.run(_serve(conn, boot))
-    _reap_descendants()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    asyncio.run(_serve_then_exit(conn, boot))
+
+
+async def _serve_then_exit(conn: Any, boot: ChildBoot) -> None:
+    code = EXIT_FAILURE
+    try:
+        code = await _serve(conn, boot)
+    finally:
+        # Leave at once, from inside the loop: the result is delivered, and a tool thread
+        # stuck in a blocking call must not hold the process (asyncio.run would join it).
+        _reap_descendants()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _harden(boot: ChildBoot) -> None:

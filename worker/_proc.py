@@ -70,27 +70,34 @@ def session_members(sid: int) -> list[int]:
     return members
 
 
-def kill_session(sid: int, sig: int = signal.SIGKILL) -> int:
-    """Send ``sig`` to every process of session ``sid`` but the caller; returns the count."""
-    count = 0
+def kill_session(sid: int, sig: int = signal.SIGKILL) -> list[int]:
+    """Send ``sig`` to every process of session ``sid`` but the caller.
+
+    Returns the pids signalled (the leader included when it was still there), so the
+    caller can wait for them to be gone.
+    """
+    signalled: list[int] = []
     me = os.getpid()
     if os.getpgid(0) != sid:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, sig)
     if sid != me:
         # The leader itself, even if it never got as far as becoming a leader.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.kill(sid, sig)
+            signalled.append(sid)
+        except (ProcessLookupError, PermissionError):
+            pass
     for pid in session_members(sid):
-        if pid == me:
+        if pid in (me, sid):
             continue
         try:
             os.kill(pid, sig)
-            count += 1
+            signalled.append(pid)
         except OSError as exc:
             if exc.errno not in (errno.ESRCH, errno.EPERM):
                 raise
-    return count
+    return signalled
 
 
 def kill_descendants(pid: int, sig: int = signal.SIGKILL) -> int:

@@ -1,0 +1,211 @@
+"""The agent handler a child runs for a ``Start`` with an ``AgentSpec``.
+
+It builds the sub-agent from the spec — fresh session (seeded only for ``context: fork``),
+narrowed tool registry, permission hooks, the model — runs the engine, and streams its
+events to the parent. Approvals and parent-side tools travel over the pipe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import dill
+import msgspec
+
+from protocol import (
+    AgentEvent,
+    AgentSpec,
+    Message,
+    RemoteTool,
+    RunResult,
+    RunStatus,
+    Start,
+    TextDelta,
+    ToolCall,
+    UserMessage,
+)
+from worker._child import ChildLink
+from worker._engine import Engine, Limits
+from worker._hooks import DenyTools, Hook, PermissionPolicy
+from worker._session import Session
+from worker.models import Model, ModelError, resolve_model
+from worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
+from worker.tools._builtin import builtin_tools
+
+#: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
+#: ``task`` only as a parent-side tool, and only when its depth allows.
+COORDINATION_TOOLS = frozenset({"task", "task_status", "task_wait", "task_control"})
+
+_FLUSH_SECONDS = 0.02
+_FLUSH_CHARS = 4096
+
+
+async def run_agent(start: Start, link: ChildLink) -> RunResult:
+    spec = start.spec
+    if spec is None:
+        return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
+    # The blob comes from our own parent over a private pipe: trusted like the code itself.
+    objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
+    try:
+        model: Model = objects.get("model") or resolve_model(spec.model, spec.model_options)
+    except ModelError as exc:
+        return RunResult(status=RunStatus.ERROR, error=str(exc))
+    engine = build_engine(spec, start, link, model, objects.get("tools", []))
+    link.on_cancel = engine.cancel
+    sink = CoalescingSink(link)
+    try:
+        result = await engine.run(spec.prompt, Session(spec.history), on_event=sink)
+    finally:
+        sink.flush()
+        await model.aclose()
+    export = getattr(model, "export_record", None)
+    if export is not None:
+        result.data["test_model"] = export()
+    return result
+
+
+def build_engine(
+    spec: AgentSpec, start: Start, link: ChildLink, model: Model, custom_tools: Sequence[Tool]
+) -> Engine:
+    registry = child_registry(spec, custom_tools, link)
+    remote = {tool.name for tool in spec.remote_tools}
+    hooks: list[Hook] = [
+        PermissionPolicy(
+            spec.permission_mode, allow=spec.allow_rules, deny=spec.deny_rules, ask=spec.ask_rules
+        ),
+        # Second, independent layer: whatever the registry holds, coordination tools the
+        # parent did not hand over as remote tools are refused by name.
+        DenyTools(
+            COORDINATION_TOOLS - remote,
+            f"sub-agents at depth {spec.depth} cannot delegate (max depth {spec.max_depth})",
+        ),
+    ]
+    limits = start.limits
+    engine_limits = Limits(
+        max_turns=spec.max_turns,
+        max_tokens=spec.max_tokens,
+        timeout_s=spec.timeout_s,
+        max_tool_calls=limits.max_tool_calls if limits else None,
+    )
+    if limits is not None and limits.max_tool_output_bytes is not None:
+        engine_limits.max_tool_output_chars = limits.max_tool_output_bytes
+
+    async def approve(call: ToolCall, reason: str) -> tuple[bool, str]:
+        return await link.request_approval(call.id, call.name, call.arguments, reason)
+
+    return Engine(
+        model,
+        registry,
+        system_prompt=spec.system_prompt,
+        hooks=hooks,
+        approver=approve,
+        limits=engine_limits,
+        workdir=spec.workdir,
+        run_dir=spec.run_dir or None,
+        agent_id=spec.agent_id,
+        env=spec.bash_env or None,
+        turn_hooks=[TurnControls(link)],
+    )
+
+
+def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLink) -> ToolRegistry:
+    """Exactly the tools the parent resolved for this child, coordination tools excluded."""
+    wanted = [name for name in spec.tools if name not in COORDINATION_TOOLS]
+    available = {tool.name: tool for tool in builtin_tools()}
+    available.update((tool.name, tool) for tool in custom_tools)
+    registry = ToolRegistry(available[name] for name in wanted if name in available)
+    for remote in spec.remote_tools:
+        registry.add(ParentTool(remote, link))
+    return registry
+
+
+class ParentTool(Tool):
+    """A tool that runs in the parent: the call crosses the pipe and the result comes back."""
+
+    Args = msgspec.Struct  # unused: arguments are checked by the parent
+
+    def __init__(self, remote: RemoteTool, link: ChildLink) -> None:
+        self.name = remote.name  # type: ignore[misc]
+        self.description = remote.description  # type: ignore[misc]
+        self.concurrency_safe = remote.concurrency_safe  # type: ignore[misc]
+        self._parameters = remote.parameters
+        self._link = link
+
+    def spec(self) -> Any:
+        from worker.models import ToolSpec
+
+        return ToolSpec(name=self.name, description=self.description, parameters=self._parameters)
+
+    def parse_args(self, arguments: str) -> Any:
+        try:
+            decoded = msgspec.json.decode(arguments or "{}")
+        except msgspec.DecodeError as exc:
+            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        return _RawArgs(arguments or "{}", decoded)
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
+        content, is_error = await self._link.delegate(ctx.call_id, self.name, args.text)
+        return ToolOutput(content, is_error)
+
+
+class _RawArgs:
+    """Arguments passed through as JSON text, with the decoded fields for permission rules."""
+
+    def __init__(self, text: str, fields: dict[str, Any]) -> None:
+        self.text = text
+        for key, value in fields.items():
+            if isinstance(value, str) and key.isidentifier():
+                setattr(self, key, value)
+
+
+class TurnControls:
+    """Pause, resume and steer, applied at turn boundaries."""
+
+    def __init__(self, link: ChildLink) -> None:
+        self.link = link
+
+    async def __call__(self, session: Session) -> Sequence[Message]:
+        await self.link.wait_if_paused()
+        return [UserMessage(content=text) for text in self.link.take_steering()]
+
+
+class CoalescingSink:
+    """Forwards events to the parent, merging bursts of text deltas into one frame.
+
+    Streaming models send a delta every few tokens; one frame per delta would make the
+    parent — shared by every child — do most of the work. Text is held for at most
+    ``_FLUSH_SECONDS`` (or ``_FLUSH_CHARS``) and any other event flushes it first, so order
+    is kept.
+    """
+
+    def __init__(self, link: ChildLink) -> None:
+        self.link = link
+        self._text: list[str] = []
+        self._size = 0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, event: AgentEvent) -> None:
+        if isinstance(event, TextDelta):
+            self._text.append(event.text)
+            self._size += len(event.text)
+            if self._size >= _FLUSH_CHARS:
+                self.flush()
+            elif self._timer is None:
+                self._timer = asyncio.get_running_loop().call_later(_FLUSH_SECONDS, self.flush)
+            return
+        self.flush()
+        self.link.emit(event)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._text:
+            text = "".join(self._text)
+            self._text.clear()
+            self._size = 0
+            self.link.emit(TextDelta(text=text))

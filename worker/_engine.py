@@ -1,0 +1,384 @@
+"""The agent engine: one ReAct loop for the main agent and for every sub-agent.
+
+build request → stream the model → run the requested tools → append the observations →
+repeat, until a final answer or a stop condition. The same class runs in the parent (the
+main agent) and in each child process; only the session, the tool registry, the hooks
+and where events and approvals go differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from protocol import (
+    AgentEvent,
+    ApprovalNeeded,
+    AssistantMessage,
+    Message,
+    RunFinished,
+    RunResult,
+    RunStatus,
+    SystemMessage,
+    TextDelta,
+    ToolCall,
+    ToolFinished,
+    ToolMessage,
+    ToolStarted,
+    TurnStarted,
+    Usage,
+    UsageUpdate,
+    UserMessage,
+)
+from worker._hooks import Approver, Decision, Hook, decide
+from worker._session import Session
+from worker.models import Model, ModelError, ModelRequest, ModelResponse, StopReason, TextPart
+from worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, truncate_output
+
+#: Called at each turn boundary, before the model is asked again, or (as a finish hook)
+#: when the model has answered; returns messages to add (steering text, background
+#: results) and may wait (pause). Messages from a finish hook mean one more turn.
+TurnHook = Callable[[Session], Awaitable[Sequence[Message]]]
+EventSink = Callable[[AgentEvent], None]
+
+_PREVIEW_CHARS = 200
+
+
+@dataclasses.dataclass(slots=True)
+class Limits:
+    """Stop conditions of one run. ``None`` means no limit."""
+
+    max_turns: int | None = 50  # model calls
+    max_tokens: int | None = None  # input + output tokens over the whole run
+    timeout_s: float | None = None  # wall clock for the whole run
+    max_tool_calls: int | None = None
+    tool_timeout_s: float | None = None  # per tool call, approval waiting excluded
+    max_output_tokens: int | None = None  # per model call
+    max_tool_output_chars: int = 30_000
+
+
+class _Stop(Exception):
+    """Ends the loop with a terminal status (max turns, budget, model trouble)."""
+
+    def __init__(self, status: RunStatus, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error
+
+
+class Engine:
+    """Runs one agent. Create one per run; ``run`` may be called once."""
+
+    def __init__(
+        self,
+        model: Model,
+        tools: ToolRegistry | Iterable[Tool] = (),
+        *,
+        system_prompt: str = "",
+        hooks: Iterable[Hook] = (),
+        approver: Approver | None = None,
+        limits: Limits | None = None,
+        workdir: str | Path = ".",
+        run_dir: str | Path | None = None,
+        agent_id: str = "main",
+        env: dict[str, str] | None = None,
+        turn_hooks: Iterable[TurnHook] = (),
+        finish_hooks: Iterable[TurnHook] = (),
+    ) -> None:
+        self.model = model
+        self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
+        self.system_prompt = system_prompt
+        self.hooks = list(hooks)
+        self.approver = approver
+        self.limits = limits or Limits()
+        self.workdir = Path(workdir).resolve()
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.agent_id = agent_id
+        self.env = env
+        self.turn_hooks = list(turn_hooks)
+        self.finish_hooks = list(finish_hooks)
+        self.usage = Usage()
+        self.turns = 0
+        self.tool_calls = 0
+        self._emit: EventSink = _ignore
+        self._task: asyncio.Task[Any] | None = None
+        self._cancel_requested = False
+        self._session: Session | None = None
+
+    # -- public API ------------------------------------------------------------------------
+    async def run(
+        self,
+        prompt: str | None,
+        session: Session | None = None,
+        *,
+        on_event: EventSink | None = None,
+    ) -> RunResult:
+        """Run to a terminal state. ``prompt`` (if given) is added as the user's message.
+
+        Never raises for anything the run itself can go through (model errors, tool
+        failures, limits, ``cancel()``); cancelling the *calling* task still propagates
+        ``CancelledError`` after the session has been left consistent.
+        """
+        if self._task is not None:
+            raise RuntimeError("an Engine runs once; create a new one for the next run")
+        self._task = asyncio.current_task()
+        self._emit = on_event or _ignore
+        self._session = session = session if session is not None else Session()
+        if prompt is not None:
+            session.add(UserMessage(content=prompt))
+        try:
+            if self.limits.timeout_s is not None:
+                async with asyncio.timeout(self.limits.timeout_s):
+                    result = await self._loop(session)
+            else:
+                result = await self._loop(session)
+        except TimeoutError:
+            self._settle(session, "the run's time limit was reached")
+            result = self._result(
+                RunStatus.TIMEOUT, f"the run timed out after {self.limits.timeout_s:g} s"
+            )
+        except asyncio.CancelledError:
+            self._settle(session, "the run was cancelled")
+            task = asyncio.current_task()
+            if not self._cancel_requested or task is None:
+                raise
+            task.uncancel()  # our own cancel(): report it instead of propagating
+            result = self._result(RunStatus.CANCELLED, "the run was cancelled")
+        except _Stop as stop:
+            self._settle(session, stop.error)
+            result = self._result(stop.status, stop.error, text=_last_text(session))
+        self._emit(RunFinished(result=result))
+        return result
+
+    def cancel(self) -> None:
+        """Stop the run promptly; ``run`` then returns a ``cancelled`` result."""
+        if self._task is not None and not self._task.done() and not self._cancel_requested:
+            self._cancel_requested = True
+            self._task.cancel()
+
+    # -- the loop --------------------------------------------------------------------------
+    async def _loop(self, session: Session) -> RunResult:
+        limits = self.limits
+        system = [SystemMessage(content=self.system_prompt)] if self.system_prompt else []
+        while True:
+            for hook in self.turn_hooks:
+                session.extend(await hook(session))
+            if limits.max_turns is not None and self.turns >= limits.max_turns:
+                raise _Stop(
+                    RunStatus.MAX_TURNS,
+                    f"stopped after {self.turns} turns (max_turns is {limits.max_turns}) "
+                    "without a final answer",
+                )
+            self.turns += 1
+            self._emit(TurnStarted(turn=self.turns))
+            request = ModelRequest(
+                messages=system + session.messages,
+                tools=self.tools.specs(),
+                max_output_tokens=limits.max_output_tokens,
+            )
+            response = await self._call_model(request)
+            session.add(AssistantMessage(content=response.text, tool_calls=response.tool_calls))
+            if not response.tool_calls:
+                if response.stop_reason is StopReason.MAX_TOKENS:
+                    raise _Stop(
+                        RunStatus.ERROR,
+                        "the model hit its output token limit before finishing its answer",
+                    )
+                if response.stop_reason is StopReason.REFUSAL:
+                    raise _Stop(RunStatus.ERROR, "the model declined the task")
+                # Last word to the finish hooks: news the model has not seen yet (results
+                # of background work) means one more turn rather than an answer without it.
+                news: list[Message] = []
+                for hook in self.finish_hooks:
+                    news.extend(await hook(session))
+                if not news:
+                    return self._result(RunStatus.COMPLETED, "", text=response.text)
+                session.extend(news)
+                continue
+            self._check_budget()  # a final answer is kept; going on for more is not
+            await self._run_tools(session, response.tool_calls)
+
+    async def _call_model(self, request: ModelRequest) -> ModelResponse:
+        emit = self._emit
+        response: ModelResponse | None = None
+        try:
+            async for item in self.model.stream(request):
+                if isinstance(item, TextPart):
+                    if item.text:
+                        emit(TextDelta(text=item.text))
+                else:
+                    response = item
+        except ModelError as exc:
+            raise _Stop(RunStatus.ERROR, str(exc)) from None
+        except Exception as exc:  # a broken provider fails this run, not the process
+            raise _Stop(
+                RunStatus.ERROR, f"{self.model.name}: {type(exc).__name__}: {exc}"
+            ) from None
+        if response is None:
+            raise _Stop(RunStatus.ERROR, f"{self.model.name}: the stream ended without a response")
+        self.usage = self.usage + response.usage
+        emit(UsageUpdate(usage=response.usage, model=response.model or self.model.name))
+        return response
+
+    def _check_budget(self) -> None:
+        budget = self.limits.max_tokens
+        if budget is not None and self.usage.total_tokens > budget:
+            raise _Stop(
+                RunStatus.BUDGET,
+                f"token budget exceeded: {self.usage.total_tokens} tokens used, "
+                f"max_tokens is {budget}",
+            )
+
+    # -- tools -----------------------------------------------------------------------------
+    async def _run_tools(self, session: Session, calls: list[ToolCall]) -> None:
+        """Run one assistant message's tool calls, adding results to ``session`` in call order.
+
+        Consecutive calls to concurrency-safe tools run side by side; any other call runs
+        alone, in order.
+        """
+        batch: list[ToolCall] = []
+        for call in calls:
+            tool = self.tools.get(call.name)
+            if tool is not None and tool.concurrency_safe:
+                batch.append(call)
+                continue
+            await self._run_batch(session, batch)
+            batch = []
+            await self._run_batch(session, [call])
+        await self._run_batch(session, batch)
+
+    async def _run_batch(self, session: Session, batch: list[ToolCall]) -> None:
+        if not batch:
+            return
+        limit = self.limits.max_tool_calls
+        allowed = len(batch) if limit is None else max(0, limit - self.tool_calls)
+        admitted = batch[:allowed]
+        self.tool_calls += len(admitted)
+        if len(admitted) == 1:
+            session.add(await self._run_one(admitted[0]))
+        elif admitted:
+            session.extend(await asyncio.gather(*(self._run_one(c) for c in admitted)))
+        if len(admitted) < len(batch):
+            raise _Stop(RunStatus.BUDGET, f"tool call limit reached: max_tool_calls is {limit}")
+
+    async def _run_one(self, call: ToolCall) -> ToolMessage:
+        self._emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
+        started = time.perf_counter()
+        tool = self.tools.get(call.name)
+        if tool is None:
+            available = ", ".join(self.tools.names) or "none"
+            output = ToolOutput(
+                f"unknown tool {call.name!r}; the tools you can call are: {available}", True
+            )
+        else:
+            output = await self._execute(call, tool)
+        duration_ms = (time.perf_counter() - started) * 1000
+        self._emit(
+            ToolFinished(
+                call_id=call.id,
+                name=call.name,
+                is_error=output.is_error,
+                preview=output.content[:_PREVIEW_CHARS],
+                duration_ms=duration_ms,
+            )
+        )
+        return ToolMessage(
+            tool_call_id=call.id, name=call.name, content=output.content, is_error=output.is_error
+        )
+
+    async def _execute(self, call: ToolCall, tool: Tool) -> ToolOutput:
+        try:
+            args = tool.parse_args(call.arguments)
+        except ToolError as exc:
+            return ToolOutput(str(exc), True)
+        verdict = await decide(self.hooks, call, tool, args)
+        if verdict.decision is Decision.DENY:
+            return ToolOutput(f"permission denied: {verdict.reason}", True)
+        if verdict.decision is Decision.ASK:
+            self._emit(
+                ApprovalNeeded(
+                    call_id=call.id, tool=call.name, arguments=call.arguments, reason=verdict.reason
+                )
+            )
+            if self.approver is None:
+                return ToolOutput(
+                    f"permission denied: {verdict.reason}, and no one can approve it here", True
+                )
+            approved, why = await self.approver(call, verdict.reason)
+            if not approved:
+                return ToolOutput(f"permission denied: {why or 'the request was refused'}", True)
+        ctx = ToolContext(
+            workdir=self.workdir,
+            run_dir=self.run_dir,
+            agent_id=self.agent_id,
+            call_id=call.id,
+            env=self.env,
+            max_output_chars=self.limits.max_tool_output_chars,
+        )
+        try:
+            if self.limits.tool_timeout_s is not None and not getattr(tool, "long_running", False):
+                async with asyncio.timeout(self.limits.tool_timeout_s):
+                    raw = await tool.execute(args, ctx)
+            else:
+                raw = await tool.execute(args, ctx)
+        except ToolError as exc:
+            output = ToolOutput(str(exc), True)
+        except TimeoutError:
+            output = ToolOutput(
+                f"{tool.name} timed out after {self.limits.tool_timeout_s:g} s", True
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broken tool is the model's problem to route around
+            output = ToolOutput(f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
+        else:
+            output = raw if isinstance(raw, ToolOutput) else ToolOutput(raw)
+        if len(output.content) > ctx.max_output_chars:
+            output = ToolOutput(truncate_output(output.content, ctx), output.is_error)
+        for hook in self.hooks:
+            output = await hook.after_tool(call, tool, output)
+        return output
+
+    # -- endings ---------------------------------------------------------------------------
+    def _settle(self, session: Session, why: str) -> None:
+        """Answer every tool call left without a result, so the history stays valid."""
+        messages = session.messages
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        for message in reversed(messages):
+            if isinstance(message, AssistantMessage):
+                for call in message.tool_calls:
+                    if call.id not in answered:
+                        session.add(
+                            ToolMessage(
+                                tool_call_id=call.id,
+                                name=call.name,
+                                content=f"not run: {why}",
+                                is_error=True,
+                            )
+                        )
+                break
+
+    def _result(self, status: RunStatus, error: str, *, text: str = "") -> RunResult:
+        return RunResult(
+            status=status,
+            text=text,
+            error=error,
+            usage=self.usage,
+            turns=self.turns,
+            tool_calls=self.tool_calls,
+        )
+
+
+def _ignore(event: AgentEvent) -> None:
+    return None
+
+
+def _last_text(session: Session) -> str:
+    for message in reversed(session.messages):
+        if isinstance(message, AssistantMessage) and message.content:
+            return message.content
+    return ""

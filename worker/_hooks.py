@@ -1,0 +1,181 @@
+"""Hooks around tool execution, and the default permission policy.
+
+A before-hook sees each tool call (with validated arguments) and may allow it, deny it
+(the reason becomes the tool result) or ask for approval; the first deny wins, then any
+ask. An after-hook may rewrite a tool's output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fnmatch
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from protocol import ToolCall
+from worker.tools import Tool, ToolOutput
+
+
+class Decision(enum.StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+    ASK = "ask"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Verdict:
+    decision: Decision
+    reason: str = ""
+
+
+ALLOW = Verdict(Decision.ALLOW)
+
+
+class Hook:
+    """Base class: override either or both methods."""
+
+    async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
+        """Return None for "no opinion"."""
+        return None
+
+    async def after_tool(self, call: ToolCall, tool: Tool, output: ToolOutput) -> ToolOutput:
+        return output
+
+
+#: Asked when a hook says ASK: (call, reason) → (approved, reason).
+Approver = Callable[[ToolCall, str], Awaitable[tuple[bool, str]]]
+
+
+class PermissionMode(enum.StrEnum):
+    DEFAULT = "default"  # read-only tools run; anything that changes things asks
+    ACCEPT_EDITS = "accept_edits"  # file edits run too; shell commands still ask
+    BYPASS = "bypass"  # everything runs (deny rules still apply)
+    PLAN = "plan"  # read-only: anything that changes things is denied
+
+    @classmethod
+    def parse(cls, value: str) -> PermissionMode:
+        aliases = {"acceptedits": "accept_edits", "bypasspermissions": "bypass"}
+        key = value.strip().lower().replace("-", "_")
+        try:
+            return cls(aliases.get(key.replace("_", ""), key))
+        except ValueError:
+            choices = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown permission mode {value!r}: use one of {choices}") from None
+
+
+_EDIT_TOOLS = frozenset({"write_file", "edit_file"})
+_RULE = re.compile(r"^\s*([A-Za-z0-9_.:-]+)\s*(?:\((.*)\))?\s*$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rule:
+    """``tool`` or ``tool(pattern)``; the pattern is a glob on the call's main argument."""
+
+    tool: str
+    pattern: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Rule:
+        match = _RULE.match(text)
+        if match is None:
+            raise ValueError(
+                f"bad permission rule {text!r}: write 'tool' or 'tool(pattern)', e.g. 'bash(git *)'"
+            )
+        tool, pattern = match.group(1), match.group(2)
+        return cls(tool, pattern.strip() if pattern is not None else None)
+
+    def matches(self, call: ToolCall, args: Any) -> bool:
+        if not fnmatch.fnmatchcase(call.name, self.tool):
+            return False
+        if self.pattern is None:
+            return True
+        subject = main_argument(args)
+        return subject is not None and fnmatch.fnmatchcase(subject, self.pattern)
+
+
+def main_argument(args: Any) -> str | None:
+    """What a rule pattern is matched against: the command, the path, or the pattern."""
+    for field in ("command", "path", "file_path", "pattern", "url", "subagent_type"):
+        value = getattr(args, field, None)
+        if isinstance(value, str):
+            return value
+    return None
+
+
+class PermissionPolicy(Hook):
+    """Mode plus rules. Precedence: deny rules, ask rules, allow rules, then the mode."""
+
+    def __init__(
+        self,
+        mode: PermissionMode | str = PermissionMode.DEFAULT,
+        *,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        ask: Iterable[str] = (),
+    ) -> None:
+        self.mode = mode if isinstance(mode, PermissionMode) else PermissionMode.parse(mode)
+        self.allow = [Rule.parse(r) for r in allow]
+        self.deny = [Rule.parse(r) for r in deny]
+        self.ask = [Rule.parse(r) for r in ask]
+
+    async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
+        for rule in self.deny:
+            if rule.matches(call, args):
+                return Verdict(Decision.DENY, f"denied by the rule {_show(rule)}")
+        if self.mode is PermissionMode.PLAN and not tool.read_only:
+            return Verdict(Decision.DENY, f"{tool.name} changes things and plan mode is read-only")
+        for rule in self.ask:
+            if rule.matches(call, args):
+                return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
+        for rule in self.allow:
+            if rule.matches(call, args):
+                return ALLOW
+        if tool.read_only or self.mode is PermissionMode.BYPASS:
+            return ALLOW
+        if self.mode is PermissionMode.ACCEPT_EDITS and tool.name in _EDIT_TOOLS:
+            return ALLOW
+        return Verdict(Decision.ASK, f"{tool.name} may change files or run commands")
+
+
+def _show(rule: Rule) -> str:
+    return rule.tool if rule.pattern is None else f"{rule.tool}({rule.pattern})"
+
+
+class DenyTools(Hook):
+    """Deny calls to the named tools whatever the registry holds (a second, independent layer)."""
+
+    def __init__(self, names: Iterable[str], reason: str) -> None:
+        self.names = frozenset(names)
+        self.reason = reason
+
+    async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
+        if call.name in self.names:
+            return Verdict(Decision.DENY, self.reason)
+        return None
+
+
+async def decide(hooks: Iterable[Hook], call: ToolCall, tool: Tool, args: Any) -> Verdict:
+    """Combine before-hooks: the first deny wins, else the first ask, else allow."""
+    asked: Verdict | None = None
+    for hook in hooks:
+        verdict = await hook.before_tool(call, tool, args)
+        if verdict is None:
+            continue
+        if verdict.decision is Decision.DENY:
+            return verdict
+        if verdict.decision is Decision.ASK and asked is None:
+            asked = verdict
+    return asked or ALLOW
+
+
+def describe_arguments(arguments: str, limit: int = 300) -> str:
+    """A short, readable rendering of a call's JSON arguments for approval prompts."""
+    try:
+        text = msgspec.json.encode(msgspec.json.decode(arguments)).decode()
+    except msgspec.DecodeError:
+        text = arguments
+    return text if len(text) <= limit else text[: limit - 1] + "…"

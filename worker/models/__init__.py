@@ -1,0 +1,29 @@
+"""Model providers behind one streaming interface."""
+
+from worker.models._base import (
+    Model,
+    ModelError,
+    ModelErrorKind,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    StreamItem,
+    TextPart,
+    ToolSpec,
+    complete,
+)
+from worker.models._resolve import resolve_model
+
+__all__ = [
+    "Model",
+    "ModelError",
+    "ModelErrorKind",
+    "ModelRequest",
+    "ModelResponse",
+    "StopReason",
+    "StreamItem",
+    "TextPart",
+    "ToolSpec",
+    "complete",
+    "resolve_model",
+]

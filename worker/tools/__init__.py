@@ -1,0 +1,40 @@
+"""Tools: the interface, the registry, and the built-in file and shell tools."""
+
+from worker.tools._base import (
+    FunctionTool,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolRegistry,
+    args_schema,
+    function_tool,
+    parse_args,
+    truncate_output,
+)
+from worker.tools._bash import Bash
+from worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools
+from worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
+from worker.tools._paths import resolve_inside
+
+__all__ = [
+    "BUILTIN_TOOL_NAMES",
+    "Bash",
+    "EditFile",
+    "Glob",
+    "Grep",
+    "ReadFile",
+    "WriteFile",
+    "builtin_tools",
+    "resolve_inside",
+    "FunctionTool",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolOutput",
+    "ToolRegistry",
+    "args_schema",
+    "function_tool",
+    "parse_args",
+    "truncate_output",
+]

@@ -1,0 +1,276 @@
+"""The tool interface, argument validation, and the registry an agent sees.
+
+A tool declares its arguments as a ``msgspec.Struct``: the JSON schema the model sees is
+generated from it, and the model's JSON arguments are parsed and validated against it in
+one step before ``execute`` runs. Tools made from typed functions (``function_tool``)
+get a struct built from their signature.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any, ClassVar, get_type_hints
+
+import msgspec
+
+from worker.models._base import ToolSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolOutput:
+    content: str
+    is_error: bool = False
+
+
+class ToolError(Exception):
+    """Raised by a tool for a failure the model should see (and may recover from)."""
+
+
+@dataclasses.dataclass(slots=True)
+class ToolContext:
+    """What a tool may know about where it runs."""
+
+    workdir: Path  # file tools are confined to this directory
+    run_dir: Path | None = None  # where long outputs are saved (None: not saved)
+    agent_id: str = "main"
+    call_id: str = ""
+    env: dict[str, str] | None = None  # environment for subprocesses (None: inherit)
+    max_output_chars: int = 30_000  # longer outputs are truncated (see truncate_output)
+
+
+class Tool(abc.ABC):
+    """One capability an agent can call.
+
+    Subclasses set ``name``, ``description`` and ``Args`` (a ``msgspec.Struct``), and
+    implement ``execute``. ``concurrency_safe`` tools may run side by side with other
+    safe calls of the same assistant message; ``read_only`` tools never change anything
+    (the default permission policy allows them without asking).
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[msgspec.Struct]]
+    concurrency_safe: ClassVar[bool] = False
+    read_only: ClassVar[bool] = False
+    #: Exempt from the engine's per-tool timeout (a foreground sub-agent outlives it).
+    long_running: ClassVar[bool] = False
+
+    @abc.abstractmethod
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        """Run with validated ``args`` (an instance of ``Args``)."""
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(
+            name=self.name, description=self.description, parameters=args_schema(self.Args)
+        )
+
+    def parse_args(self, arguments: str) -> Any:
+        """Parse and validate the model's JSON arguments; raises ``ToolError`` with the cause."""
+        return parse_args(self.name, self.Args, arguments)
+
+
+_decoders: dict[type, msgspec.json.Decoder[Any]] = {}
+
+
+def parse_args(tool_name: str, args_type: type[msgspec.Struct], arguments: str) -> Any:
+    decoder = _decoders.get(args_type)
+    if decoder is None:
+        decoder = _decoders[args_type] = msgspec.json.Decoder(args_type)
+    try:
+        return decoder.decode(arguments or "{}")
+    except msgspec.ValidationError as exc:
+        raise ToolError(f"invalid arguments for {tool_name}: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise ToolError(f"arguments for {tool_name} are not valid JSON: {exc}") from None
+
+
+_schemas: dict[type, dict[str, Any]] = {}
+
+
+def args_schema(args_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """The JSON schema of an ``Args`` struct, inlined at the top level (no ``$ref``)."""
+    cached = _schemas.get(args_type)
+    if cached is not None:
+        return cached
+    schema = msgspec.json.schema(args_type)
+    defs: dict[str, Any] = schema.pop("$defs", {})
+    ref = schema.get("$ref", "")
+    top = dict(defs.pop(ref.rsplit("/", 1)[-1], schema)) if ref else schema
+    top.pop("title", None)
+    top.setdefault("properties", {})
+    if defs:
+        top["$defs"] = defs
+    _schemas[args_type] = top
+    return top
+
+
+class FunctionTool(Tool):
+    """A tool made from a typed (async or sync) function; see ``function_tool``."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        concurrency_safe: bool = False,
+        read_only: bool = False,
+    ) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__  # type: ignore[misc]
+        self.description = description or inspect.getdoc(fn) or self.name  # type: ignore[misc]
+        self.concurrency_safe = concurrency_safe  # type: ignore[misc]
+        self.read_only = read_only  # type: ignore[misc]
+        self.Args = _struct_from_signature(fn, self.name)  # type: ignore[misc]
+        self._wants_ctx = "ctx" in inspect.signature(fn).parameters
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The Args struct is built at run time and cannot be pickled; rebuild it from the
+        # function on the other side (custom tools travel into child processes).
+        options = dict(
+            name=self.name,
+            description=self.description,
+            concurrency_safe=self.concurrency_safe,
+            read_only=self.read_only,
+        )
+        return (_rebuild_function_tool, (self.fn, options))
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        kwargs = msgspec.structs.asdict(args)
+        if self._wants_ctx:
+            kwargs["ctx"] = ctx
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(**kwargs)
+        else:
+            # A plain function may block (files, sockets, CPU): keep the event loop, and
+            # with it heartbeats and control frames, turning.
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        if isinstance(result, ToolOutput):
+            return result
+        return result if isinstance(result, str) else msgspec.json.encode(result).decode()
+
+
+def _rebuild_function_tool(fn: Callable[..., Any], options: dict[str, Any]) -> FunctionTool:
+    return FunctionTool(fn, **options)
+
+
+def _struct_from_signature(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
+    hints = get_type_hints(fn)
+    fields: list[Any] = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.name == "ctx":
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name}: *args/**kwargs cannot be described to a model")
+        annotation = hints.get(param.name, Any)
+        if param.default is inspect.Parameter.empty:
+            fields.append((param.name, annotation))
+        else:
+            fields.append((param.name, annotation, param.default))
+    struct: type[msgspec.Struct] = msgspec.defstruct(
+        f"{name}_args", fields, kw_only=True, forbid_unknown_fields=True
+    )
+    return struct
+
+
+def function_tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    concurrency_safe: bool = False,
+    read_only: bool = False,
+) -> Any:
+    """Make a ``Tool`` from a typed function (usable bare or with options)::
+
+    @function_tool(read_only=True)
+    async def word_count(path: str) -> str:
+        "Count the words in a file."
+    """
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            concurrency_safe=concurrency_safe,
+            read_only=read_only,
+        )
+
+    return wrap(fn) if fn is not None else wrap
+
+
+class ToolRegistry:
+    """The tools one agent may call, by name, in a stable order."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"a tool named {tool.name!r} is already registered")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Any:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def narrowed(self, names: Iterable[str]) -> ToolRegistry:
+        """A copy holding only ``names`` (in this registry's order); unknown names ignored."""
+        wanted = set(names)
+        return ToolRegistry(t for t in self._tools.values() if t.name in wanted)
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec() for tool in self._tools.values()]
+
+
+def truncate_output(text: str, ctx: ToolContext) -> str:
+    """Keep long tool output within ``ctx.max_output_chars``.
+
+    The head and tail are kept; the full text is saved under the run directory and the
+    result says where, so the agent can read the rest with ``read_file``.
+    """
+    limit = ctx.max_output_chars
+    if len(text) <= limit:
+        return text
+    head = text[: limit * 2 // 3]
+    tail = text[-(limit // 3) :]
+    omitted = len(text) - len(head) - len(tail)
+    where = ""
+    if ctx.run_dir is not None:
+        out_dir = ctx.run_dir / "tool-outputs"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / f"{ctx.agent_id}-{ctx.call_id or 'output'}.txt"
+        path.write_text(text)
+        shown = _relative_or_absolute(path, ctx.workdir)
+        where = f"; the full output ({len(text)} chars) is saved at {shown}"
+    return f"{head}\n\n[... {omitted} characters omitted{where} ...]\n\n{tail}"
+
+
+def _relative_or_absolute(path: Path, base: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        return str(path)
+
+
+ToolFactory = Callable[[], Awaitable[Tool]]

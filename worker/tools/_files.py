@@ -1,0 +1,651 @@
+"""The built-in file tools: read_file, write_file, edit_file, glob and grep.
+
+Every path goes through ``resolve_inside`` first, so these tools only ever touch files
+under the working directory. Blocking file IO runs in a worker thread so the agent's
+event loop (heartbeats, other tool calls, cancellation) keeps turning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import stat
+import threading
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
+from worker.tools._paths import real_root, relative_to_root, resolve_inside, walk_files
+
+#: read_file cuts a line longer than this (minified code would otherwise flood the output).
+MAX_LINE_CHARS = 2000
+#: grep shows at most this much of a matching line.
+GREP_LINE_CHARS = 500
+#: glob lists at most this many files.
+GLOB_MAX_RESULTS = 500
+#: A file with a NUL byte in its first 8 KiB is treated as binary.
+BINARY_SNIFF_BYTES = 8192
+
+_T = TypeVar("_T")
+
+
+async def _in_thread(fn: Callable[[threading.Event], _T]) -> _T:
+    """Run a long scan in a worker thread; if the caller is cancelled, tell it to stop.
+
+    A thread cannot be interrupted, so the scan checks the event between files: a
+    cancelled glob or grep stops soon instead of scanning the whole tree for nobody.
+    """
+    stop = threading.Event()
+    try:
+        return await asyncio.to_thread(fn, stop)
+    finally:
+        stop.set()
+
+
+async def finish_output(text: str, ctx: ToolContext) -> str:
+    """``truncate_output``, off the event loop when it has to save the full text."""
+    if len(text) <= ctx.max_output_chars:
+        return text
+    return await asyncio.to_thread(truncate_output, text, ctx)
+
+
+def _stat(path: Path, shown: str, *, missing_hint: str = "") -> os.stat_result:
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        raise ToolError(f"file not found: {shown}{missing_hint}") from None
+    except OSError as exc:
+        raise ToolError(f"cannot access {shown}: {exc.strerror}") from None
+
+
+def _require_regular(st: os.stat_result, shown: str) -> None:
+    if stat.S_ISDIR(st.st_mode):
+        raise ToolError(f"{shown} is a directory, not a file; use glob to list the files in it")
+    if not stat.S_ISREG(st.st_mode):
+        # A FIFO or device would block or never end: refuse rather than hang.
+        raise ToolError(f"{shown} is not a regular file (it is a device, FIFO or socket)")
+
+
+def _looks_binary(head: bytes) -> bool:
+    return b"\0" in head
+
+
+# --- read_file ----------------------------------------------------------------------
+
+
+class ReadFileArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: Annotated[
+        str,
+        Meta(description="File to read: relative to the working directory, or absolute."),
+    ]
+    offset: Annotated[
+        int, Meta(ge=1, description="1-based line number to start reading at (default 1).")
+    ] = 1
+    limit: Annotated[
+        int, Meta(ge=1, description="Maximum number of lines to return (default 2000).")
+    ] = 2000
+
+
+class ReadFile(Tool):
+    name = "read_file"
+    description = (
+        "Read a text file. Lines are numbered like `cat -n` (number, tab, text); the "
+        "numbers are not part of the file. Reads up to `limit` lines from `offset`; "
+        f"lines longer than {MAX_LINE_CHARS} characters are cut. Binary files are refused."
+    )
+    Args = ReadFileArgs
+    concurrency_safe = True
+    read_only = True
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        text = await asyncio.to_thread(
+            _read_numbered, ctx.workdir, args.path, args.offset, args.limit
+        )
+        return await finish_output(text, ctx)
+
+
+def _number_line(lineno: int, raw: bytes) -> str:
+    text = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+    if len(text) > MAX_LINE_CHARS:
+        extra = len(text) - MAX_LINE_CHARS
+        text = f"{text[:MAX_LINE_CHARS]} [... line cut: {extra} more characters]"
+    return f"{lineno:>6}\t{text}"
+
+
+def _read_numbered(workdir: Path, shown: str, offset: int, limit: int) -> str:
+    path = resolve_inside(workdir, shown)
+    st = _stat(path, shown, missing_hint=" (use glob to find files)")
+    _require_regular(st, shown)
+    if st.st_size == 0:
+        return f"{shown} is empty (0 bytes)."
+    last_wanted = offset + limit - 1
+    out: list[str] = []
+    try:
+        with open(path, "rb") as f:
+            if _looks_binary(f.read(BINARY_SNIFF_BYTES)):
+                raise ToolError(
+                    f"{shown} looks like a binary file (it contains NUL bytes); "
+                    "read_file only shows text"
+                )
+            f.seek(0)
+            seen = 0
+            for raw in f:
+                seen += 1
+                if seen >= offset:
+                    out.append(_number_line(seen, raw))
+                if seen >= last_wanted:
+                    break
+            # Count the remaining lines in big chunks rather than line by line: the
+            # footer should give the length of a huge log without decoding all of it.
+            rest_newlines, last_byte = 0, b"\n"
+            while chunk := f.read(1 << 20):
+                rest_newlines += chunk.count(b"\n")
+                last_byte = chunk[-1:]
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
+    total = seen + rest_newlines + (0 if last_byte == b"\n" else 1)
+    if offset > total:
+        raise ToolError(
+            f"offset {offset} is past the end of {shown}, which has {total} "
+            f"line{'s' if total != 1 else ''}"
+        )
+    shown_last = offset + len(out) - 1
+    if shown_last < total:
+        out.append(
+            f"\n[showing lines {offset}-{shown_last} of {total}; "
+            f"call read_file with offset={shown_last + 1} to read more]"
+        )
+    return "\n".join(out)
+
+
+# --- write_file ---------------------------------------------------------------------
+
+
+class WriteFileArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: Annotated[
+        str,
+        Meta(description="File to write: relative to the working directory, or absolute."),
+    ]
+    content: Annotated[str, Meta(description="The complete new content of the file.")]
+
+
+class WriteFile(Tool):
+    name = "write_file"
+    description = (
+        "Create a file or replace its whole content. Missing parent directories are "
+        "created. To change part of an existing file, prefer edit_file."
+    )
+    Args = WriteFileArgs
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        try:
+            data = args.content.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"content is not valid Unicode text: {exc.reason}") from None
+        return await asyncio.to_thread(_write, ctx.workdir, args.path, data)
+
+
+def _write(workdir: Path, shown: str, data: bytes) -> str:
+    path = resolve_inside(workdir, shown)
+    try:
+        st: os.stat_result | None = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        st = None
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
+    if st is not None:
+        _require_regular(st, shown)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ToolError(
+            f"cannot create {shown}: part of its parent path is a file, not a directory"
+        ) from None
+    except OSError as exc:
+        raise ToolError(f"cannot create the directory for {shown}: {exc.strerror}") from None
+    try:
+        with open(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
+    if st is None:
+        return f"Created {shown} ({len(data)} bytes)."
+    return f"Overwrote {shown} ({len(data)} bytes; it had {st.st_size} bytes)."
+
+
+# --- edit_file ----------------------------------------------------------------------
+
+
+class EditFileArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    path: Annotated[
+        str,
+        Meta(description="File to edit: relative to the working directory, or absolute."),
+    ]
+    old_string: Annotated[
+        str,
+        Meta(
+            description="Exact text to replace, including whitespace and indentation. "
+            "Must occur exactly once unless replace_all is true."
+        ),
+    ]
+    new_string: Annotated[str, Meta(description="Text to put in its place.")]
+    replace_all: Annotated[
+        bool, Meta(description="Replace every occurrence instead of exactly one.")
+    ] = False
+
+
+class EditFile(Tool):
+    name = "edit_file"
+    description = (
+        "Replace exact text in an existing file. old_string must match the file exactly "
+        "(copy it from read_file output without the line numbers) and occur exactly once, "
+        "unless replace_all is true."
+    )
+    Args = EditFileArgs
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        if not args.old_string:
+            raise ToolError(
+                "old_string is empty: give the exact text to replace "
+                "(to create a file or replace all of it, use write_file)"
+            )
+        if args.old_string == args.new_string:
+            raise ToolError("old_string and new_string are identical: there is nothing to change")
+        return await asyncio.to_thread(
+            _edit, ctx.workdir, args.path, args.old_string, args.new_string, args.replace_all
+        )
+
+
+def _edit(workdir: Path, shown: str, old: str, new: str, replace_all: bool) -> str:
+    path = resolve_inside(workdir, shown)
+    st = _stat(path, shown, missing_hint=" (use write_file to create a file)")
+    _require_regular(st, shown)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Decoding leniently and writing back would corrupt the bytes that did not decode.
+        raise ToolError(f"{shown} is not UTF-8 text; edit_file only edits text files") from None
+    count = text.count(old)
+    if count == 0 and "\n" in old and "\r\n" in text:
+        # read_file shows CRLF lines without the \r, so the model's text has bare \n.
+        crlf_old = old.replace("\r\n", "\n").replace("\n", "\r\n")
+        if text.count(crlf_old):
+            old, new = crlf_old, new.replace("\r\n", "\n").replace("\n", "\r\n")
+            count = text.count(old)
+    if count == 0:
+        raise ToolError(
+            f"old_string not found in {shown}; read the file again and copy the exact text, "
+            "including whitespace and indentation"
+        )
+    if count > 1 and not replace_all:
+        raise ToolError(
+            f"old_string occurs {count} times in {shown}; "
+            "give more context to make it unique or set replace_all"
+        )
+    updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
+    try:
+        with open(path, "wb") as f:
+            f.write(updated.encode("utf-8"))
+    except OSError as exc:
+        raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
+    replaced = count if replace_all else 1
+    return f"Replaced {replaced} occurrence{'s' if replaced != 1 else ''} in {shown}."
+
+
+# --- glob patterns ------------------------------------------------------------------
+
+_MAGIC = re.compile(r"[*?[{]")
+_MAX_BRACE_ALTERNATIVES = 256
+
+
+def _expand_braces(pattern: str) -> list[str]:
+    """``"*.{ts,tsx}"`` → ``["*.ts", "*.tsx"]`` (nested groups too; ``{x}`` stays literal)."""
+    depth, start = 0, -1
+    for i, ch in enumerate(pattern):
+        if ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                options = _split_top_level_commas(pattern[start + 1 : i])
+                head, tail = pattern[:start], pattern[i + 1 :]
+                if len(options) < 2:
+                    return [head + pattern[start : i + 1] + rest for rest in _expand_braces(tail)]
+                expanded: list[str] = []
+                for option in options:
+                    expanded.extend(_expand_braces(head + option + tail))
+                    if len(expanded) > _MAX_BRACE_ALTERNATIVES:
+                        raise ToolError(
+                            f"a {{a,b}} group in {pattern!r} expands to more than "
+                            f"{_MAX_BRACE_ALTERNATIVES} alternatives; use fewer groups"
+                        )
+                return expanded
+    return [pattern]
+
+
+def _split_top_level_commas(body: str) -> list[str]:
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
+    for ch in body:
+        if ch == "," and depth == 0:
+            parts.append("".join(current))
+            current = []
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def _segment_regex(segment: str) -> str:
+    """One path segment of a glob: ``*`` and ``?`` never match ``/``."""
+    out: list[str] = []
+    i, n = 0, len(segment)
+    while i < n:
+        ch = segment[i]
+        if ch == "*":
+            while i + 1 < n and segment[i + 1] == "*":
+                i += 1
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        elif ch == "[":
+            j = i + 1
+            if j < n and segment[j] in "!^":
+                j += 1
+            if j < n and segment[j] == "]":
+                j += 1  # a leading ] is a member, not the end
+            while j < n and segment[j] != "]":
+                j += 1
+            if j >= n:
+                out.append(re.escape(ch))  # unclosed: a literal [
+            else:
+                body = segment[i + 1 : j]
+                negate = body[:1] in ("!", "^")
+                if negate:
+                    body = body[1:]
+                # Escape all but '-' (ranges): keeps [, &, ~, | from meaning set operations.
+                members = "".join(c if c == "-" else re.escape(c) for c in body)
+                out.append(f"[^/{members}]" if negate else f"[{members}]")
+                i = j
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    return "".join(out)
+
+
+def _glob_regex(pattern: str, label: str) -> tuple[str, int | None]:
+    """The regex for one brace-free glob, and its depth (None when ``**`` makes it any)."""
+    segments = [s for s in pattern.split("/") if s not in ("", ".")]
+    if ".." in segments:
+        raise ToolError(
+            f"pattern {label!r} uses '..' after a wildcard; "
+            "to search another directory pass it as path"
+        )
+    parts: list[str] = []
+    for index, segment in enumerate(segments):
+        last = index == len(segments) - 1
+        if segment == "**":
+            parts.append(".*" if last else "(?:[^/]+/)*")
+        else:
+            parts.append(_segment_regex(segment) + ("" if last else "/"))
+    depth = None if "**" in segments else len(segments)
+    return "".join(parts), depth
+
+
+class GlobMatcher:
+    """A glob (``*``, ``?``, ``[...]``, ``{a,b}``, ``**`` for any depth) over relative paths."""
+
+    def __init__(self, pattern: str, *, label: str | None = None) -> None:
+        """``label``: how errors name the pattern (the model's whole pattern, say)."""
+        self.pattern = pattern
+        label = pattern if label is None else label
+        compiled = [_glob_regex(p, label) for p in _expand_braces(pattern)]
+        if not any(regex for regex, _ in compiled):
+            raise ToolError(
+                f"pattern {label!r} does not name any files: give a glob such as "
+                "'**/*.py' or 'src/*'"
+            )
+        self.regex = re.compile("|".join(f"(?:{regex})" for regex, _ in compiled), re.DOTALL)
+        depths = [depth for _, depth in compiled]
+        # How deep a walk must go: files at most this many segments below the start.
+        self.max_depth = None if None in depths else max(d for d in depths if d is not None)
+
+    def matches(self, relpath: str) -> bool:
+        return self.regex.fullmatch(relpath) is not None
+
+
+def _split_literal_prefix(pattern: str) -> tuple[str, str]:
+    """``"src/app/**/*.ts"`` → ``("src/app", "**/*.ts")``: the walk can start at the prefix."""
+    segments = pattern.split("/")
+    literal: list[str] = []
+    for segment in segments[:-1]:
+        if _MAGIC.search(segment):
+            break
+        literal.append(segment)
+    prefix = "/".join(literal)
+    if pattern.startswith("/") and not prefix:
+        prefix = "/"
+    return prefix, "/".join(segments[len(literal) :])
+
+
+# --- glob ---------------------------------------------------------------------------
+
+
+class GlobArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pattern: Annotated[
+        str,
+        Meta(
+            description="Glob relative to the search directory, e.g. '**/*.py' (any depth), "
+            "'src/*.ts' (one level), '*.{js,jsx}'."
+        ),
+    ]
+    path: Annotated[
+        str | None,
+        Meta(description="Directory to search from (default: the working directory)."),
+    ] = None
+
+
+class Glob(Tool):
+    name = "glob"
+    description = (
+        "Find files by name pattern. `*` and `?` stay within one directory, `**` spans any "
+        "number of directories, `{a,b}` gives alternatives; `*` also matches names starting "
+        "with a dot. Returns file paths relative to the working directory, sorted by path, "
+        f"at most {GLOB_MAX_RESULTS}. Version-control directories such as .git are skipped."
+    )
+    Args = GlobArgs
+    concurrency_safe = True
+    read_only = True
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        prefix, rest = _split_literal_prefix(args.pattern.strip())
+        matcher = GlobMatcher(rest, label=args.pattern)
+        found = await _in_thread(
+            lambda stop: _glob_scan(ctx.workdir, args.path, prefix, matcher, stop)
+        )
+        where = f" under {args.path}" if args.path else ""
+        if not found:
+            return f"No files match {args.pattern!r}{where}."
+        lines = found[:GLOB_MAX_RESULTS]
+        if len(found) > GLOB_MAX_RESULTS:
+            lines.append(
+                f"\n[showing the first {GLOB_MAX_RESULTS} of {len(found)} matching files; "
+                "narrow the pattern or path to see the rest]"
+            )
+        return await finish_output("\n".join(lines), ctx)
+
+
+def _glob_scan(
+    workdir: Path, path: str | None, prefix: str, matcher: GlobMatcher, stop: threading.Event
+) -> list[str]:
+    """Files under ``path``/``prefix`` whose path below that start matches, sorted."""
+    base = resolve_inside(workdir, path or ".")
+    if not base.is_dir():
+        what = "is a file, not a directory" if base.exists() else "does not exist"
+        raise ToolError(f"path {path!r} {what}; glob searches a directory")
+    # The literal prefix is a path like any other: confined, and possibly absent.
+    # Joined to the model's own path, not ``base``, so a refusal quotes what it wrote.
+    start = resolve_inside(workdir, os.path.join(path or "", prefix)) if prefix else base
+    if not start.is_dir():
+        return []
+    root = real_root(workdir)
+    found = []
+    for full in walk_files(root, str(start), stop, matcher.max_depth):
+        if matcher.matches(relative_to_root(str(start), full)):
+            found.append(relative_to_root(root, full))
+    return sorted(found)
+
+
+# --- grep ---------------------------------------------------------------------------
+
+
+class GrepArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pattern: Annotated[
+        str, Meta(description="Python regular expression to search for, line by line.")
+    ]
+    path: Annotated[
+        str | None,
+        Meta(description="File or directory to search (default: the working directory)."),
+    ] = None
+    include: Annotated[
+        str | None,
+        Meta(
+            description="Only search files whose name matches this glob, e.g. '*.py' or "
+            "'*.{ts,tsx}' (a glob with '/' is matched against the path below `path`)."
+        ),
+    ] = None
+    ignore_case: Annotated[bool, Meta(description="Match case-insensitively.")] = False
+    max_results: Annotated[
+        int, Meta(ge=1, le=5000, description="Stop after this many matching lines (default 100).")
+    ] = 100
+
+
+class Grep(Tool):
+    name = "grep"
+    description = (
+        "Search file contents with a Python regular expression. Prints one line per match "
+        "as `path:line_number:line`, paths relative to the working directory. Binary files "
+        "and version-control directories are skipped."
+    )
+    Args = GrepArgs
+    concurrency_safe = True
+    read_only = True
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        regex = _compile_regex(args.pattern, args.ignore_case)
+        include = GlobMatcher(args.include) if args.include else None
+        shown = args.path or "the working directory"
+        matches, capped = await _in_thread(
+            lambda stop: _grep_scan(
+                ctx.workdir, args.path, regex, include, limit=args.max_results, stop=stop
+            )
+        )
+        if not matches:
+            return f"No matches for {args.pattern!r} in {shown}."
+        if capped:
+            matches.append(
+                f"\n[stopped after {args.max_results} matches; narrow the pattern, path or "
+                "include, or raise max_results]"
+            )
+        return await finish_output("\n".join(matches), ctx)
+
+
+def _grep_scan(
+    workdir: Path,
+    path: str | None,
+    regex: re.Pattern[str],
+    include: GlobMatcher | None,
+    *,
+    limit: int,
+    stop: threading.Event,
+) -> tuple[list[str], bool]:
+    """Matching lines as ``relpath:lineno:line``, and whether ``limit`` cut the search."""
+    target = resolve_inside(workdir, path or ".")
+    root = real_root(workdir)
+    matches: list[str] = []
+    if not target.is_dir():
+        # One file named explicitly: searched whatever its name (include does not apply).
+        st = _stat(target, str(path), missing_hint=" (use glob to find files)")
+        _require_regular(st, str(path))
+        if _is_binary_file(target, str(path)):
+            raise ToolError(f"{path} is a binary file; grep only searches text")
+        shown = relative_to_root(root, str(target))
+        capped = _grep_file(str(target), shown, regex, matches=matches, limit=limit, stop=stop)
+        return matches, capped
+    by_path = include is not None and "/" in include.pattern
+    for full in walk_files(root, str(target), stop):
+        if include is not None:
+            rel = relative_to_root(str(target), full) if by_path else os.path.basename(full)
+            if not include.matches(rel):
+                continue
+        shown = relative_to_root(root, full)
+        if _grep_file(full, shown, regex, matches=matches, limit=limit, stop=stop):
+            return matches, True
+    return matches, False
+
+
+def _is_binary_file(path: Path, shown: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return _looks_binary(f.read(BINARY_SNIFF_BYTES))
+    except OSError as exc:
+        raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
+
+
+def _compile_regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
+    try:
+        with warnings.catch_warnings():
+            # Some odd patterns only warn (e.g. a possible nested set); that is not the
+            # model's concern and must not escape as an exception under strict filters.
+            warnings.simplefilter("ignore")
+            return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as exc:
+        raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
+
+
+def _grep_file(
+    path: str,
+    shown: str,
+    regex: re.Pattern[str],
+    *,
+    matches: list[str],
+    limit: int,
+    stop: threading.Event,
+) -> bool:
+    """Append ``shown:lineno:line`` for each match; True once ``limit`` is reached."""
+    try:
+        with open(path, "rb") as f:
+            if _looks_binary(f.read(BINARY_SNIFF_BYTES)):
+                return False  # skipped in a directory search, like grep -I
+            f.seek(0)
+            for lineno, raw in enumerate(f, 1):
+                if lineno % 10_000 == 0 and stop.is_set():
+                    return False  # cancelled in the middle of a big file
+                line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+                if regex.search(line) is None:
+                    continue
+                if len(line) > GREP_LINE_CHARS:
+                    line = f"{line[:GREP_LINE_CHARS]} [... line cut]"
+                matches.append(f"{shown}:{lineno}:{line}")
+                if len(matches) >= limit:
+                    return True
+    except OSError:
+        pass  # unreadable (permissions, vanished): skip it like grep -s
+    return False
