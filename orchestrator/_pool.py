@@ -15,6 +15,7 @@ import contextlib
 import enum
 import itertools
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -192,12 +193,25 @@ class _Worker:
         # Its last frames are in the socket already; read them before deciding anything.
         self.channel.read_remaining()
         self.on_channel_activity()
-        clean = self.result is not None and exit_code == 0 and self.kill_kind is None
-        if clean:
-            _proc.kill_group(self.pid)  # anything left in its own group
-        else:
-            _proc.kill_session(self.pid)  # anything it left anywhere in its session
         self.channel.close()
+        clean = self.result is not None and exit_code == 0 and self.kill_kind is None
+        # A clean child reaped its own descendants (it is their subreaper): one cheap
+        # signal to its group suffices. Otherwise, everything left in its session goes.
+        if not clean or _proc.kill_group(self.pid):
+            leftovers = [p for p in _proc.kill_session(self.pid) if p != self.pid]
+            if leftovers:
+                task = asyncio.ensure_future(self._finish_after(leftovers, exit_code))
+                self.pool._tasks.add(task)
+                task.add_done_callback(self.pool._tasks.discard)
+                return
+        self._finish(exit_code)
+
+    async def _finish_after(self, pids: list[int], exit_code: int) -> None:
+        """Declare the child dead only once what it left behind is gone too."""
+        await wait_gone(pids, within=10.0)
+        self._finish(exit_code)
+
+    def _finish(self, exit_code: int) -> None:
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -617,6 +631,38 @@ class WorkerPool:
                     )
                 elif worker.state is WorkerState.STARTING and silent > self.start_timeout:
                     worker.kill(OutcomeKind.KILLED, f"no handshake within {self.start_timeout:g} s")
+
+
+async def wait_gone(pids: list[int], within: float) -> None:
+    """Wait until every pid has exited (not just been signalled), via pidfds.
+
+    A pidfd becomes readable when its process exits, whoever its parent is — these are
+    not our children, so waitpid cannot tell us.
+    """
+    loop = asyncio.get_running_loop()
+    waiters = []
+    fds = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # already gone
+        fds.append(fd)
+        done = loop.create_future()
+        loop.add_reader(fd, _resolve, done)
+        waiters.append(done)
+    try:
+        if waiters:
+            await asyncio.wait(waiters, timeout=within)
+    finally:
+        for fd in fds:
+            loop.remove_reader(fd)
+            os.close(fd)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 _CHILD_NAME = "agentcell-child-"

@@ -1,0 +1,134 @@
+"""The parent's approval channel: one place where a person (or a policy) says yes or no.
+
+Requests from the main agent and from foreground sub-agents are tagged with the agent and
+the tool call and answered one at a time, in arrival order. A background sub-agent's
+request is denied without asking (fail-closed) unless the operator chose to bubble them
+up to the channel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import Protocol, TextIO
+
+from worker._hooks import describe_arguments
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalQuery:
+    agent_id: str
+    agent_type: str
+    tool: str
+    arguments: str  # JSON text
+    reason: str
+    call_id: str = ""
+    background: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ApprovalAnswer:
+    approved: bool
+    reason: str = ""
+
+
+class ApprovalChannel(Protocol):
+    async def ask(self, query: ApprovalQuery) -> ApprovalAnswer: ...
+
+
+class AllowAll:
+    async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
+        return ApprovalAnswer(True)
+
+
+class DenyAll:
+    def __init__(self, reason: str = "approvals are set to deny (--approve deny)") -> None:
+        self.reason = reason
+
+    async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
+        return ApprovalAnswer(False, self.reason)
+
+
+class CallbackChannel:
+    """Answers with a function (sync or async) of the query: handy in tests and scripts."""
+
+    def __init__(self, decide: Callable[[ApprovalQuery], object]) -> None:
+        self.decide = decide
+
+    async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
+        answer = self.decide(query)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if isinstance(answer, ApprovalAnswer):
+            return answer
+        return ApprovalAnswer(bool(answer), "" if answer else "refused")
+
+
+class TerminalPrompt:
+    """Asks on the terminal: yes, no, or always (for this tool, for the rest of the session)."""
+
+    def __init__(
+        self,
+        *,
+        read_line: Callable[[str], str] | None = None,
+        out: TextIO | None = None,
+    ) -> None:
+        self._read_line = read_line or _read_tty_line
+        self._out = out or sys.stderr
+        self.always: set[str] = set()
+
+    async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
+        if query.tool in self.always:
+            return ApprovalAnswer(True, "always allowed this session")
+        who = "main agent" if query.agent_id == "main" else f"{query.agent_type} ({query.agent_id})"
+        prompt = (
+            f"\n{who} wants to run {query.tool}: {describe_arguments(query.arguments)}\n"
+            f"  why it asks: {query.reason}\n"
+            f"  allow? [y]es / [n]o / [a]lways for {query.tool}: "
+        )
+        while True:
+            try:
+                line = await asyncio.to_thread(self._read_line, prompt)
+            except EOFError:
+                return ApprovalAnswer(False, "no answer (input closed)")
+            choice = line.strip().lower()
+            if choice in ("y", "yes"):
+                return ApprovalAnswer(True)
+            if choice in ("n", "no", ""):
+                return ApprovalAnswer(False, "the user said no")
+            if choice in ("a", "always"):
+                self.always.add(query.tool)
+                return ApprovalAnswer(True)
+            print("  please answer y, n or a", file=self._out)
+
+
+def _read_tty_line(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
+class ApprovalBroker:
+    """Serialises questions to one channel and applies the background policy."""
+
+    def __init__(self, channel: ApprovalChannel, *, bubble_background: bool = False) -> None:
+        self.channel = channel
+        self.bubble_background = bubble_background
+        self.asked: list[ApprovalQuery] = []
+        self._turn = asyncio.Lock()  # FIFO: waiters are woken in arrival order
+
+    async def decide(self, query: ApprovalQuery) -> ApprovalAnswer:
+        if query.background and not self.bubble_background:
+            return ApprovalAnswer(
+                False,
+                "background sub-agents cannot ask for approval (fail-closed); run it in the "
+                "foreground, or start agentcell with --approve bubble",
+            )
+        async with self._turn:
+            self.asked.append(query)
+            return await self.channel.ask(query)

@@ -1,0 +1,62 @@
+"""Settings: what an orchestrator run is allowed to do, and with which models."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Price(BaseModel):
+    """US dollars per million tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(default=0.0, ge=0)
+    cache_write: float = Field(default=0.0, ge=0)
+
+
+class Budgets(BaseModel):
+    """Limits over a whole run (main agent and every sub-agent together)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_turns: int | None = Field(default=None, ge=1)
+    max_subagents: int | None = Field(default=None, ge=0)
+
+
+DEFAULT_ALIASES = {
+    "sonnet": "anthropic:claude-sonnet-4-5",
+    "opus": "anthropic:claude-opus-4-1",
+    "haiku": "anthropic:claude-haiku-4-5",
+}
+
+ApprovalMode = Literal["ask", "allow", "deny", "bubble"]
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    model: str | None = None  # the main agent's model; sub-agents inherit it by default
+    aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALIASES))
+    model_options: dict[str, dict[str, object]] = Field(default_factory=dict)  # per provider
+    max_workers: int = Field(default=16, ge=1)
+    warm_spares: int = Field(default=2, ge=0)
+    approval: ApprovalMode = "ask"
+    permission_mode: str = "default"
+    allow_rules: list[str] = Field(default_factory=list)
+    deny_rules: list[str] = Field(default_factory=list)
+    ask_rules: list[str] = Field(default_factory=list)
+    max_depth: int = Field(default=1, ge=1)
+    max_turns: int = Field(default=50, ge=1)  # main agent
+    subagent_max_turns: int = Field(default=50, ge=1)  # when a definition sets none
+    subagent_timeout_s: float | None = Field(default=None, gt=0)
+    # After a sub-agent's own timeout the parent waits this long for its report, then kills.
+    timeout_grace_s: float = Field(default=5.0, ge=0)
+    heartbeat_timeout_s: float = Field(default=60.0, gt=0)
+    background_wait_s: float = Field(default=600.0, ge=0)
+    budgets: Budgets = Field(default_factory=Budgets)
+    prices: dict[str, Price] = Field(default_factory=dict)

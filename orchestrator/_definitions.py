@@ -1,0 +1,345 @@
+"""What a sub-agent is: `AgentDefinition`, model-string rules, and readable validation errors.
+
+A definition comes from a Markdown file (see `_loader`), from the built-ins, or from code.
+Every field validator raises a ValueError whose text completes a sentence that starts with
+the field's name ("must be a whole number ≥ 1, got 'ten'"), so `validation_messages` can
+name the key exactly as the user wrote it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+from orchestrator._tool_policy import KNOWN_TOOLS, means_all_tools, normalize_tool_names
+from worker import PermissionMode
+
+#: The model aliases that configuration maps to PROVIDER:NAME strings.
+MODEL_ALIASES: tuple[str, ...] = ("sonnet", "opus", "haiku")
+INHERIT = "inherit"
+
+# Prefixes of bare model ids whose provider is unambiguous.
+_ANTHROPIC_PREFIXES = ("claude-",)
+_OPENAI_PREFIXES = ("gpt-", "chatgpt-", "o1", "o3", "o4")
+_PROVIDER_MODEL = re.compile(r"^[A-Za-z][\w.-]*:\S+$")
+
+# Names are what the main agent types to pick a sub-agent, so no spaces or punctuation that
+# would need quoting; '.' is allowed because real names use it ("powershell-5.1-expert").
+NAME_MAX = 64
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+_MODES = ", ".join(m.value for m in PermissionMode)
+
+
+def normalize_model(value: object) -> str:
+    """The canonical model string: 'inherit', an alias, or PROVIDER:NAME (else as given).
+
+    None/''/'inherit' → 'inherit'; sonnet/opus/haiku in any case → the lower-case alias;
+    'claude-…' → 'anthropic:claude-…'; 'gpt-…', 'chatgpt-…', 'o1…', 'o3…', 'o4…' →
+    'openai:…'; 'provider:name' is kept. Anything else is kept as given: `model_problem`
+    says what is wrong with it, and the loader reports that as a warning.
+    """
+    if value is None:
+        return INHERIT
+    if not isinstance(value, str):
+        raise ValueError(f"must be a model name such as sonnet or openai:gpt-4o, got {value!r}")
+    text = value.strip()
+    lowered = text.lower()
+    if lowered in ("", INHERIT):
+        return INHERIT
+    if lowered in MODEL_ALIASES:
+        return lowered
+    if _PROVIDER_MODEL.match(text):
+        return text
+    if lowered.startswith(_ANTHROPIC_PREFIXES):
+        return f"anthropic:{text}"
+    if lowered.startswith(_OPENAI_PREFIXES):
+        return f"openai:{text}"
+    return text
+
+
+def model_problem(model: str) -> str | None:
+    """Why a normalised model string will not resolve, or None when it is well-formed."""
+    if model == INHERIT or model in MODEL_ALIASES or _PROVIDER_MODEL.match(model):
+        return None
+    return (
+        f"model {model!r} is not PROVIDER:NAME (e.g. openai:gpt-4o-mini), an alias "
+        f"({', '.join(MODEL_ALIASES)}) or inherit; it is kept as given and must be configured "
+        "as a model alias to run"
+    )
+
+
+def resolve_model_alias(model: str, *, parent_model: str, aliases: Mapping[str, str]) -> str:
+    """The PROVIDER:NAME string to run: inherit → parent_model, alias → aliases[alias].
+
+    Any key of `aliases` works as an alias, not only sonnet/opus/haiku. Raises ValueError
+    naming the alias and how to configure it when a built-in alias has no mapping.
+    """
+    model = normalize_model(model)
+    if model == INHERIT:
+        model = normalize_model(parent_model)
+        if model == INHERIT:
+            raise ValueError("the parent's model is 'inherit': the main agent needs a real model")
+    target = aliases.get(model, aliases.get(model.lower()))
+    if target is None:
+        if model in MODEL_ALIASES:
+            raise ValueError(
+                f"model alias {model!r} is not configured: map it to a PROVIDER:NAME string in "
+                "the model aliases (e.g. sonnet → anthropic:claude-sonnet-4-5), or give the "
+                "agent a full model string"
+            )
+        return model
+    resolved = normalize_model(target)
+    if resolved == INHERIT or resolved in MODEL_ALIASES or resolved in aliases:
+        raise ValueError(
+            f"model alias {model!r} maps to {target!r}, another alias: map it to a "
+            "PROVIDER:NAME string instead"
+        )
+    return resolved
+
+
+def _whole(value: object, minimum: int) -> int | None:
+    """An int ≥ minimum from an int, an integral float, or a string of digits."""
+    if value is None:
+        return None
+    number: int | None = None
+    if isinstance(value, bool):
+        number = None  # True is an int to Python, not a count to a person
+    elif isinstance(value, int):
+        number = value
+    elif (isinstance(value, float) and value.is_integer()) or (
+        isinstance(value, str) and re.fullmatch(r"\s*[+-]?\d+\s*", value)
+    ):
+        number = int(value)
+    if number is None or number < minimum:
+        raise ValueError(f"must be a whole number ≥ {minimum}, got {value!r}")
+    return number
+
+
+def _tool_list(value: object, *, allow_all: bool) -> list[str] | None:
+    """A comma string, a list of names, or (allowlist only) '*'/'all' for "inherit all"."""
+    if value is None:
+        return None
+    hint = "a comma-separated string or a list of tool names (e.g. Read, Grep)"
+    if isinstance(value, str):
+        # A flow list that strict YAML could not read arrives as its raw text: "[Read, 'Bash'".
+        items = value.strip().removeprefix("[").removesuffix("]").split(",")
+    elif isinstance(value, list | tuple):
+        for position, item in enumerate(value, 1):
+            if not isinstance(item, str):
+                raise ValueError(f"must be {hint}; item {position} is {item!r}")
+        items = list(value)
+    else:
+        raise ValueError(f"must be {hint}, got {value!r}")
+    names = [item.strip() for item in items if item.strip()]
+    if isinstance(value, str):
+        names = [name.strip("'\"").strip() for name in names]
+    if any(means_all_tools(name) for name in names):
+        if not allow_all:
+            raise ValueError(
+                f"cannot be {value!r}: to take every tool away write 'tools: []' instead"
+            )
+        if len(names) > 1:
+            raise ValueError(
+                f"'*' means all of the parent's tools and must stand alone, got {value!r}: "
+                "remove '*' or the other names"
+            )
+        return None
+    return normalize_tool_names(names)
+
+
+class AgentDefinition(BaseModel):
+    """One sub-agent.
+
+    `tools` is an allowlist applied to the parent's tools: None inherits all of them, an
+    empty list gives the agent NO tools (it can only answer from its prompt), and names are
+    mapped from Claude Code spellings (Read → read_file). `disallowed_tools` always wins.
+    `source` is "builtin", the definition file's path, or "programmatic" for code.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    description: str = ""
+    system_prompt: str = ""
+    tools: list[str] | None = None
+    disallowed_tools: list[str] = []
+    model: str = INHERIT
+    max_turns: int | None = None
+    background: bool = False
+    permission_mode: str | None = None
+    timeout_s: float | None = None
+    context: Literal["fresh", "fork"] = "fresh"
+    max_depth: int | None = None
+    isolation: Literal["none", "worktree"] = "none"
+    memory_limit_mb: int | None = None
+    cpu_limit_s: int | None = None
+    max_tool_calls: int | None = None
+    max_tool_output_bytes: int | None = None
+    extra: dict[str, Any] = {}
+    source: str = "programmatic"
+
+    @property
+    def unknown_tools(self) -> list[str]:
+        """Names in tools/disallowed_tools that are none of ours (MCP tools, WebFetch, …)."""
+        names = [*(self.tools or []), *self.disallowed_tools]
+        return [name for name in dict.fromkeys(names) if name not in KNOWN_TOOLS]
+
+    @field_validator("name", mode="before")
+    @classmethod
+    def _name(cls, value: object) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)  # `name: 404` is the text the person wrote
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"must be a non-empty text such as 'code-reviewer', got {value!r}")
+        name = value.strip()
+        if len(name) > NAME_MAX or not _NAME.match(name):
+            suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:NAME_MAX].lower()
+            fix = f": try {suggestion!r}" if suggestion else ""
+            raise ValueError(
+                f"must be 1–{NAME_MAX} letters, digits, '-', '_' or '.', starting with a letter "
+                f"or digit, got {name!r}{fix}"
+            )
+        return name
+
+    @field_validator("description", "system_prompt", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> str:
+        if value is None:
+            return ""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        if not isinstance(value, str):
+            raise ValueError(f"must be text, got {type(value).__name__} {value!r}")
+        return value
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _tools(cls, value: object) -> list[str] | None:
+        return _tool_list(value, allow_all=True)
+
+    @field_validator("disallowed_tools", mode="before")
+    @classmethod
+    def _disallowed(cls, value: object) -> list[str]:
+        return _tool_list(value, allow_all=False) or []
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model(cls, value: object) -> str:
+        return normalize_model(value)
+
+    @field_validator(
+        "max_turns",
+        "memory_limit_mb",
+        "cpu_limit_s",
+        "max_tool_calls",
+        "max_tool_output_bytes",
+        mode="before",
+    )
+    @classmethod
+    def _at_least_one(cls, value: object) -> int | None:
+        return _whole(value, 1)
+
+    @field_validator("max_depth", mode="before")
+    @classmethod
+    def _depth(cls, value: object) -> int | None:
+        return _whole(value, 0)
+
+    @field_validator("background", mode="before")
+    @classmethod
+    def _flag(cls, value: object) -> bool:
+        if value is None:
+            return False
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.strip().lower() in ("false", "no", "off"):
+            return False
+        raise ValueError(f"must be true or false, got {value!r}")
+
+    @field_validator("permission_mode", mode="before")
+    @classmethod
+    def _permission_mode(cls, value: object) -> str | None:
+        if value is None:
+            return None
+        try:
+            if not isinstance(value, str):
+                raise ValueError
+            return PermissionMode.parse(value).value
+        except ValueError:
+            raise ValueError(
+                f"must be one of {_MODES} (or Claude's acceptEdits, bypassPermissions), "
+                f"got {value!r}"
+            ) from None
+
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _seconds(cls, value: object) -> float | None:
+        if value is None:
+            return None
+        seconds: float | None = None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            seconds = float(value)
+        elif isinstance(value, str):
+            try:
+                seconds = float(value.strip().removesuffix("s"))
+            except ValueError:
+                seconds = None
+        if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"must be a number of seconds > 0, got {value!r}")
+        return seconds
+
+    @field_validator("context", mode="before")
+    @classmethod
+    def _context(cls, value: object) -> str:
+        return _choice(value, ("fresh", "fork"))
+
+    @field_validator("isolation", mode="before")
+    @classmethod
+    def _isolation(cls, value: object) -> str:
+        return _choice(value, ("none", "worktree"))
+
+    @field_validator("extra", mode="before")
+    @classmethod
+    def _extra(cls, value: object) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise ValueError(f"must be a mapping of extra keys, got {value!r}")
+        return {str(key): item for key, item in value.items()}
+
+
+def _choice(value: object, choices: tuple[str, ...]) -> str:
+    if value is None:
+        return choices[0]
+    if isinstance(value, str) and value.strip().lower() in choices:
+        return value.strip().lower()
+    options = " or ".join(repr(c) for c in choices)
+    raise ValueError(f"must be {options}, got {value!r}")
+
+
+def validation_messages(
+    error: ValidationError, *, keys: Mapping[str, str] | None = None
+) -> list[str]:
+    """One line per problem, starting with the key as the user wrote it (`keys` maps each
+    field name to that spelling), e.g. "maxTurns must be a whole number ≥ 1, got 'ten'"."""
+    lines = []
+    for item in error.errors():
+        field = ".".join(str(part) for part in item["loc"]) or "definition"
+        top = str(item["loc"][0]) if item["loc"] else field
+        label = (keys or {}).get(top, top) + field[len(top) :]
+        cause = item.get("ctx", {}).get("error")
+        if item["type"] == "value_error" and cause is not None:
+            lines.append(f"{label} {cause}")
+        elif item["type"] == "missing":
+            lines.append(f"{label} is required")
+        elif item["type"] == "extra_forbidden":
+            lines.append(f"{label} is not a field of an agent definition: remove it")
+        else:
+            lines.append(f"{label}: {item['msg']}")
+    return lines

@@ -1,0 +1,354 @@
+"""Agent definition files: Markdown with a YAML frontmatter, the Claude Code format.
+
+    ---
+    name: code-reviewer
+    description: Reviews a diff for bugs.
+    tools: Read, Grep, Glob
+    model: sonnet
+    ---
+    You are a careful code reviewer. ...
+
+The frontmatter holds the fields, the body is the system prompt. We accept what real files
+contain (a BOM, CRLF, blank lines or indentation around the delimiters, camelCase or
+snake_case keys) and read frontmatter that strict YAML rejects but a person can read
+(an unquoted "Triggers on: 'x'" inside a description) with a tolerant line-based fallback.
+A file that still cannot become a definition is skipped with one diagnostic line per
+problem; loading never stops because of one file.
+
+A directory is searched recursively (Claude Code reads subfolders of .claude/agents/, and
+real collections nest agents by category) for ``*.md`` files, in sorted path order, without
+following symlinked directories.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import textwrap
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from orchestrator._definitions import AgentDefinition, model_problem, validation_messages
+
+Level = Literal["error", "warning", "info"]
+
+# libyaml when present (same YAML, ~10x faster on a big agents folder).
+_SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+# Fields a frontmatter may set; the rest (system_prompt, extra, source) come from elsewhere.
+_SETTABLE = frozenset(AgentDefinition.model_fields) - {"system_prompt", "extra", "source"}
+# Files that commonly sit in an agents folder and are not agents.
+_NOT_AGENTS = frozenset({"readme", "changelog", "license", "contributing", "index"})
+_TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(?:\s|$)")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """One line about one file or source: what happened, and what to do about it."""
+
+    level: Level
+    path: str
+    message: str
+
+    def __post_init__(self) -> None:
+        # One line, whatever the file held (a tool name with a newline in it, say).
+        if "\n" in self.message or "\r" in self.message:
+            object.__setattr__(self, "message", " ".join(self.message.splitlines()))
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+@dataclasses.dataclass(slots=True)
+class LoadResult:
+    """The definitions that loaded, in file order, and everything worth telling the user."""
+
+    definitions: list[AgentDefinition] = dataclasses.field(default_factory=list)
+    diagnostics: list[Diagnostic] = dataclasses.field(default_factory=list)
+
+
+class _Skip(Exception):
+    """The file is not a definition; each message says why (one line per problem)."""
+
+    def __init__(self, *messages: str, level: Level = "error") -> None:
+        super().__init__(*messages)
+        self.messages = messages
+        self.level: Level = level
+
+
+def field_for_key(key: str) -> str | None:
+    """The AgentDefinition field a frontmatter key sets (maxTurns, max-turns, max_turns)."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key.strip())
+    snake = snake.replace("-", "_").lower()
+    return snake if snake in _SETTABLE else None
+
+
+def load_agent_file(path: Path) -> LoadResult:
+    """Read one file; never raises for anything about the file itself."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        return _skipped(path, f"cannot read the file ({reason}): check that it is a readable file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return _skipped(
+            path,
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}): "
+            "save the file as UTF-8",
+        )
+    return parse_agent_text(text, path=str(path))
+
+
+def parse_agent_text(text: str, *, path: str) -> LoadResult:
+    """Turn a file's text into a definition, or diagnostics saying why it is not one."""
+    result = LoadResult()
+    try:
+        frontmatter, body, first_line = _split(text.removeprefix("\ufeff"), path)
+        fields, notes = _parse_frontmatter(frontmatter, first_line)
+        result.diagnostics.extend(Diagnostic("info", path, note) for note in notes)
+        definition = _build(fields, body, path, result.diagnostics)
+    except _Skip as skip:
+        result.diagnostics.extend(
+            Diagnostic(skip.level, path, f"{m} (file skipped)") for m in skip.messages
+        )
+        return result
+    result.definitions.append(definition)
+    return result
+
+
+def load_agents_dir(directory: Path) -> LoadResult:
+    """Every ``*.md`` under `directory` (recursively, sorted); a missing folder is empty."""
+    result = LoadResult()
+    if not directory.is_dir():
+        return result
+    problems: list[OSError] = []
+    files: list[Path] = []
+    for root, _dirs, names in os.walk(directory, onerror=problems.append):
+        files.extend(Path(root, name) for name in names if name.lower().endswith(".md"))
+    for error in problems:
+        where = error.filename or str(directory)
+        reason = error.strerror or type(error).__name__
+        result.diagnostics.append(
+            Diagnostic("warning", str(where), f"folder cannot be read ({reason}): skipped")
+        )
+    for file in sorted(files, key=lambda p: p.relative_to(directory).as_posix()):
+        loaded = load_agent_file(file)
+        result.definitions.extend(loaded.definitions)
+        result.diagnostics.extend(loaded.diagnostics)
+    return result
+
+
+def _skipped(path: Path, message: str) -> LoadResult:
+    return LoadResult(diagnostics=[Diagnostic("error", str(path), f"{message} (file skipped)")])
+
+
+def _split(text: str, path: str) -> tuple[str, str, int]:
+    """(frontmatter, body, the file line the frontmatter starts on).
+
+    Delimiters are '---' lines; blank lines before, indentation and trailing spaces are
+    allowed."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    start = 0
+    while start < len(lines) and not lines[start].strip():
+        start += 1
+    if start == len(lines) or lines[start].strip() != "---":
+        stem = Path(path).stem.lower()
+        if stem in _NOT_AGENTS or start == len(lines):
+            raise _Skip("not an agent definition: no '---' frontmatter", level="info")
+        raise _Skip(
+            "no frontmatter: an agent file starts with a '---' line, then name and description "
+            "keys, then a closing '---' line"
+        )
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    # A closing line indented deeper than the opening one may sit inside a block scalar
+    # (an example in `description: |`), so prefer one that is not; then take any.
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].strip() == "---" and len(lines[i]) - len(lines[i].lstrip()) <= indent
+        ),
+        None,
+    )
+    if end is None:
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() == "---"), None)
+    if end is None:
+        raise _Skip(
+            f"no closing '---' for the frontmatter opened on line {start + 1}: "
+            "add a '---' line after the last key"
+        )
+    # Ends with a newline, as it would mid-file, so a final `key: |` keeps its line break.
+    frontmatter = textwrap.dedent("".join(line + "\n" for line in lines[start + 1 : end]))
+    body = lines[end + 1 :]
+    while body and not body[0].strip():
+        body.pop(0)
+    while body and not body[-1].strip():
+        body.pop()
+    return frontmatter, "\n".join(body), start + 2
+
+
+def _parse_frontmatter(text: str, first_line: int) -> tuple[dict[Any, Any], list[str]]:
+    """The frontmatter mapping, and notes (the tolerant parser was needed)."""
+    try:
+        data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as exc:
+        strict_error = _yaml_problem(exc, first_line)
+        fields = _tolerant(text)
+        if fields is None:
+            raise _Skip(
+                f"frontmatter is not valid YAML ({strict_error}): fix or quote it"
+            ) from None
+        return fields, [
+            f"frontmatter is not strict YAML ({strict_error}); read with the tolerant parser "
+            "— quote that value to silence this"
+        ]
+    if data is None:
+        return {}, []
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise _Skip(f"frontmatter is {kind}, not a mapping: write one 'key: value' line per field")
+    return data, []
+
+
+def _yaml_problem(exc: yaml.YAMLError, first_line: int) -> str:
+    """PyYAML's message in one line: the problem and the file line it is on."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = f", line {mark.line + first_line}" if mark is not None else ""
+        return f"{exc.problem or exc.context or 'syntax error'}{where}"
+    return " ".join(str(exc).split())
+
+
+def _tolerant(text: str) -> dict[str, Any] | None:
+    """Top-level `key: value` entries, each parsed by YAML alone where it can be.
+
+    An entry is a key line plus the lines that continue it (indented lines, list items,
+    blank lines). An entry YAML still rejects is a plain scalar: the text after the key,
+    its continuation lines folded with spaces, as a person reads it. None when the text has
+    no key line or something before the first key.
+    """
+    entries: list[list[str]] = []
+    for line in text.split("\n"):
+        if _TOP_KEY.match(line):
+            entries.append([line])
+        elif line.startswith("#"):
+            continue  # a top-level comment
+        elif entries:
+            entries[-1].append(line)
+        elif line.strip():
+            return None
+    if not entries:
+        return None
+    fields: dict[str, Any] = {}
+    for entry in entries:
+        key_match = _TOP_KEY.match(entry[0])
+        assert key_match is not None
+        key = key_match.group(1).strip()
+        chunk = "".join(line + "\n" for line in entry)
+        parsed = _yaml_or_none(chunk)
+        if parsed is None:  # YAML forbids tabs for indentation; people use them
+            parsed = _yaml_or_none(chunk.expandtabs(2))
+        if isinstance(parsed, dict) and len(parsed) == 1:
+            fields.update({str(k): v for k, v in parsed.items()})
+            continue
+        first = entry[0][key_match.end() :]
+        words = " ".join(part.strip() for part in [first, *entry[1:]] if part.strip())
+        fields[key] = _unquote(words)
+    return fields
+
+
+def _yaml_or_none(text: str) -> Any:
+    try:
+        return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
+    except yaml.YAMLError:
+        return None
+
+
+def _unquote(text: str) -> str:
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _build(
+    fields: dict[Any, Any], body: str, path: str, diagnostics: list[Diagnostic]
+) -> AgentDefinition:
+    values: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    extra: dict[str, Any] = {}
+    if not {field_for_key(str(key)) for key in fields} & {"name", "description"}:
+        # Docs pages carry frontmatter too (title, layout); an agent has a name or description.
+        raise _Skip(
+            "not an agent definition: the frontmatter has neither name nor description; "
+            "add them if this is meant to be an agent",
+            level="warning",
+        )
+    for raw_key, value in fields.items():
+        key = str(raw_key)
+        field = field_for_key(key)
+        if field is None:
+            extra[key] = value
+            continue
+        if field in values and values[field] != value:
+            diagnostics.append(
+                Diagnostic(
+                    "warning",
+                    path,
+                    f"both {spelled[field]!r} and {key!r} are given; using {key!r} "
+                    "(the later one): remove one",
+                )
+            )
+        values[field] = value
+        spelled[field] = key
+    if values.get("name") in (None, ""):
+        values["name"] = Path(path).stem
+        spelled["name"] = "name (from the file name)"
+    description = values.get("description")
+    if isinstance(description, str):
+        # Real files write "\n" for a line break inside a plain one-line description.
+        values["description"] = description.replace("\\n", "\n")
+    try:
+        definition = AgentDefinition(**values, system_prompt=body, extra=extra, source=path)
+    except ValidationError as exc:
+        lines = validation_messages(exc, keys=spelled)
+        raise _Skip(*lines) from None
+    diagnostics.extend(Diagnostic(level, path, note) for level, note in _notes(definition))
+    return definition
+
+
+def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
+    """Things that load but may not do what the author meant."""
+    found: list[tuple[Level, str]] = []
+    if not definition.description.strip():
+        found.append(
+            ("warning", "no description: the main agent cannot tell when to use this agent")
+        )
+    problem = model_problem(definition.model)
+    if problem is not None:
+        found.append(("warning", problem))
+    allowed = set(definition.tools or [])
+    unknown_allowed = [name for name in definition.unknown_tools if name in allowed]
+    unknown_denied = [name for name in definition.unknown_tools if name not in allowed]
+    if unknown_allowed:
+        found.append(
+            (
+                "warning",
+                f"unknown tools {', '.join(unknown_allowed)}: the agent gets them only if its "
+                "parent has tools of those names",
+            )
+        )
+    if unknown_denied:
+        found.append(
+            (
+                "info",
+                f"unknown disallowed tools {', '.join(unknown_denied)}: denied should a parent "
+                "have them",
+            )
+        )
+    return found

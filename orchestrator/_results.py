@@ -1,0 +1,48 @@
+"""What a sub-agent run produced, as the parent records it and as the model reads it."""
+
+from __future__ import annotations
+
+import msgspec
+
+from protocol import RunStatus, Usage
+
+
+class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The terminal record of one sub-agent run (exactly one per run)."""
+
+    agent_id: str
+    agent_type: str
+    description: str = ""
+    status: RunStatus
+    text: str = ""
+    error: str = ""  # for anything but completed: the cause, in one line
+    usage: Usage = msgspec.field(default_factory=Usage)
+    cost_usd: float | None = None
+    model: str = ""
+    duration_ms: float = 0.0
+    turns: int = 0
+    tool_calls: int = 0
+    pid: int | None = None
+    peak_rss_bytes: int = 0
+    exit_code: int | None = None
+    signal: str | None = None
+    background: bool = False
+    depth: int = 1
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.COMPLETED
+
+    def render(self) -> str:
+        """The tool result the parent model sees: the terminal state first, then the text."""
+        head = f"[{self.status.value}] {self.agent_type}"
+        if self.description:
+            head += f' "{self.description}"'
+        head += f" (agent {self.agent_id}, {self.turns} turns, {self.tool_calls} tool calls, "
+        head += f"{self.duration_ms / 1000:.1f} s)"
+        if self.ok:
+            return f"{head}\n{self.text}"
+        body = f"{head}: {self.error or self.status.value}"
+        if self.text:
+            body += f"\nPartial output (not a completed answer):\n{self.text}"
+        return body

@@ -1,0 +1,538 @@
+"""The runner: one sub-agent run, from its definition to its ``SubAgentResult``.
+
+It resolves what the child may do (tools, model, limits), leases a fresh process from the
+pool, sends the run, relays the child's events (tagged with the agent id and the parent's
+tool call), answers the child's questions (approvals, nested delegation) and turns
+however the child ended into exactly one result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import dill
+
+from orchestrator._approvals import ApprovalBroker, ApprovalQuery
+from orchestrator._config import Settings
+from orchestrator._definitions import AgentDefinition, resolve_model_alias
+from orchestrator._events import (
+    AgentActivity,
+    EventBus,
+    SubAgentEnded,
+    SubAgentProcess,
+    SubAgentStarted,
+)
+from orchestrator._outcome import ChildOutcome, OutcomeKind
+from orchestrator._pool import Lease, WorkerPool
+from orchestrator._registry import AgentRegistry
+from orchestrator._results import SubAgentResult
+from orchestrator._tool_policy import resolve_tools
+from orchestrator._usage import BudgetExceeded, UsageLedger
+from protocol import (
+    PROTOCOL_VERSION,
+    AgentSpec,
+    ApprovalReply,
+    ApprovalRequest,
+    ChannelClosed,
+    Control,
+    ControlAction,
+    DelegateReply,
+    DelegateRequest,
+    Event,
+    Limits,
+    Message,
+    RemoteTool,
+    RunStatus,
+    Start,
+    TurnStarted,
+    Usage,
+    UsageUpdate,
+)
+from worker.models import ToolSpec
+from worker.tools import Tool
+
+AGENT_HANDLER = "worker._agent:run_agent"
+
+
+@dataclasses.dataclass(slots=True)
+class DelegationRequest:
+    agent_type: str
+    prompt: str
+    description: str = ""
+    background: bool = False
+    model: str | None = None  # may only narrow: see Runner._narrow
+    max_turns: int | None = None
+    call_id: str = ""  # the parent's tool call
+
+
+@dataclasses.dataclass(slots=True)
+class Scope:
+    """Who delegates: the main agent (depth 0) or a sub-agent (nesting)."""
+
+    agent_id: str
+    tools: Sequence[str]  # the delegating agent's own tools: a child never gets more
+    model: str  # what ``inherit`` means
+    depth: int = 0
+    background: bool = False  # a background agent's descendants are background too
+    history: Callable[[], list[Message]] | None = None  # completed turns, for context: fork
+
+
+class RunHandle:
+    """Controls of a run in flight (cancel, pause, resume, steer), usable before it has a
+    process: what arrives early is sent once the child is there."""
+
+    def __init__(self) -> None:
+        self.lease: Lease | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.result: SubAgentResult | None = None
+        self.cancelled = False
+        self._queued: list[Control] = []
+
+    def attach(self, lease: Lease) -> None:
+        self.lease = lease
+        for control in self._queued:
+            self._send(control)
+        self._queued.clear()
+
+    def cancel(self) -> None:
+        if self.cancelled:
+            return
+        self.cancelled = True
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def pause(self) -> None:
+        self._control(Control(action=ControlAction.PAUSE))
+
+    def resume(self) -> None:
+        self._control(Control(action=ControlAction.RESUME))
+
+    def steer(self, text: str) -> None:
+        self._control(Control(action=ControlAction.STEER, text=text))
+
+    def _control(self, control: Control) -> None:
+        if self.lease is None:
+            self._queued.append(control)
+        else:
+            self._send(control)
+
+    def _send(self, control: Control) -> None:
+        assert self.lease is not None
+        with contextlib.suppress(ChannelClosed):
+            self.lease.send_nowait(control)
+
+
+@dataclasses.dataclass(slots=True)
+class _Progress:
+    """What the relay keeps about a child while it runs."""
+
+    turns: int = 0
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    model: str = ""
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        pool: WorkerPool,
+        registry: AgentRegistry,
+        settings: Settings,
+        broker: ApprovalBroker,
+        ledger: UsageLedger,
+        bus: EventBus,
+        workdir: str,
+        run_dir: str = "",
+        model_objects: dict[str, Any] | None = None,
+        custom_tools: Sequence[Tool] = (),
+        task_tool_spec: Callable[[], ToolSpec] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.settings = settings
+        self.broker = broker
+        self.ledger = ledger
+        self.bus = bus
+        self.workdir = workdir
+        self.run_dir = run_dir
+        self.model_objects = model_objects or {}
+        self.custom_tools = {tool.name: tool for tool in custom_tools}
+        self.task_tool_spec = task_tool_spec
+        self._ids = itertools.count(1)
+        self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
+
+    def new_agent_id(self) -> str:
+        return f"a{next(self._ids)}"
+
+    async def run(
+        self,
+        request: DelegationRequest,
+        scope: Scope,
+        *,
+        handle: RunHandle | None = None,
+        agent_id: str | None = None,
+        task_id: str = "",
+    ) -> SubAgentResult:
+        """Run one sub-agent to its end. Cancelling the caller cancels the child (and
+        propagates after the child is gone); the result is then on ``handle.result``."""
+        agent_id = agent_id or self.new_agent_id()
+        handle = handle or RunHandle()
+        handle.task = asyncio.current_task()
+        started = time.perf_counter()
+        background = request.background or scope.background
+        base = dict(
+            agent_id=agent_id,
+            agent_type=request.agent_type,
+            description=request.description,
+            background=background,
+            depth=scope.depth + 1,
+        )
+        definition = self.registry.get(request.agent_type)
+        if definition is None:
+            names = ", ".join(self.registry.names())
+            return self._refused(
+                base,
+                RunStatus.ERROR,
+                f"unknown agent type {request.agent_type!r}; available: {names}",
+            )
+        base["agent_type"] = definition.name
+        try:
+            spec, limits, model = self._prepare(definition, request, scope, agent_id, background)
+            self.ledger.reserve_subagent()
+        except (ValueError, BudgetExceeded) as exc:
+            status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
+            return self._refused(base, status, str(exc))
+
+        self.bus.publish(
+            SubAgentStarted(
+                agent_id=agent_id,
+                agent_type=definition.name,
+                description=request.description,
+                background=background,
+                depth=scope.depth + 1,
+                parent_id=scope.agent_id,
+                task_id=task_id,
+            )
+        )
+        progress = _Progress(model=model)
+        lease: Lease | None = None
+        outcome: ChildOutcome | None = None
+        try:
+            lease = await self.pool.acquire()
+            handle.attach(lease)
+            self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid))
+            await lease.send(
+                Start(
+                    protocol_version=PROTOCOL_VERSION,
+                    run_id=agent_id,
+                    handler=AGENT_HANDLER,
+                    spec=spec,
+                    limits=limits,
+                    objects=self._objects_blob(model, spec.tools),
+                )
+            )
+            if spec.timeout_s is not None:
+                # The child's engine stops itself at the timeout and reports; the parent's
+                # deadline, a little later, is the backstop for a child that cannot.
+                lease.set_deadline(
+                    spec.timeout_s + self.settings.timeout_grace_s, cancel_grace=1.0, term_grace=1.0
+                )
+            await self._relay(
+                lease=lease,
+                spec=spec,
+                request=request,
+                scope=scope,
+                progress=progress,
+                background=background,
+            )
+            outcome = await lease.wait()
+        except asyncio.CancelledError:
+            if lease is not None:
+                lease.cancel("cancelled by the parent")
+                outcome = await asyncio.shield(lease.release())
+            handle.result = self._result(base, outcome, progress, started, cancelled=True)
+            self._finish(handle.result, model)
+            raise
+        finally:
+            if lease is not None and outcome is None:
+                outcome = await asyncio.shield(lease.release())
+            elif lease is not None:
+                await asyncio.shield(lease.release())
+        handle.result = result = self._result(
+            base, outcome, progress, started, cancelled=handle.cancelled
+        )
+        self._finish(result, model, outcome)
+        return result
+
+    def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
+        """A run that never got a process (unknown agent, refused override, budget)."""
+        result = SubAgentResult(**base, status=status, error=error)
+        self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+        return result
+
+    # -- preparing a run -----------------------------------------------------------------
+    def _prepare(
+        self,
+        definition: AgentDefinition,
+        request: DelegationRequest,
+        scope: Scope,
+        agent_id: str,
+        background: bool,
+    ) -> tuple[AgentSpec, Limits, str]:
+        settings = self.settings
+        model = self._narrow_model(definition, request, scope)
+        max_turns = definition.max_turns or settings.subagent_max_turns
+        if request.max_turns is not None:
+            if request.max_turns > max_turns:
+                raise ValueError(
+                    f"max_turns {request.max_turns} is more than {definition.name} allows "
+                    f"({max_turns}); overrides may only narrow a definition"
+                )
+            max_turns = request.max_turns
+        resolved = resolve_tools(definition.tools, definition.disallowed_tools, list(scope.tools))
+        depth = scope.depth + 1
+        max_depth = settings.max_depth
+        if definition.max_depth is not None:
+            max_depth = min(max_depth, definition.max_depth)
+        remote: list[RemoteTool] = []
+        may_delegate = (definition.tools is None or "task" in definition.tools) and (
+            "task" not in definition.disallowed_tools
+        )
+        if depth < max_depth and may_delegate and self.task_tool_spec is not None:
+            task = self.task_tool_spec()
+            remote.append(
+                RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
+            )
+        history = scope.history() if definition.context == "fork" and scope.history else []
+        mode = definition.permission_mode or settings.permission_mode
+        spec = AgentSpec(
+            agent_id=agent_id,
+            agent_type=definition.name,
+            prompt=request.prompt,
+            system_prompt=_system_prompt(definition, self.workdir),
+            history=history,
+            tools=resolved.tools,
+            remote_tools=remote,
+            model=model,
+            model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
+            max_turns=max_turns,
+            timeout_s=definition.timeout_s or settings.subagent_timeout_s,
+            permission_mode=mode,
+            allow_rules=list(settings.allow_rules),
+            deny_rules=list(settings.deny_rules),
+            ask_rules=list(settings.ask_rules),
+            workdir=self.workdir,
+            run_dir=self.run_dir,
+            depth=depth,
+            max_depth=max_depth,
+            background=background,
+        )
+        limits = Limits(
+            address_space_bytes=definition.memory_limit_mb * 1024 * 1024
+            if definition.memory_limit_mb
+            else None,
+            cpu_seconds=definition.cpu_limit_s,
+            max_tool_calls=definition.max_tool_calls,
+            max_tool_output_bytes=definition.max_tool_output_bytes,
+        )
+        return spec, limits, model
+
+    def _narrow_model(
+        self, definition: AgentDefinition, request: DelegationRequest, scope: Scope
+    ) -> str:
+        aliases = self.settings.aliases
+        pinned = resolve_model_alias(definition.model, parent_model=scope.model, aliases=aliases)
+        if request.model is None:
+            return pinned
+        wanted = resolve_model_alias(request.model, parent_model=scope.model, aliases=aliases)
+        if definition.model != "inherit" and wanted != pinned:
+            raise ValueError(
+                f"{definition.name} runs on {pinned}; a model override may only narrow a "
+                f"definition, so {request.model!r} is refused"
+            )
+        return wanted
+
+    def _objects_blob(self, model: str, tools: Sequence[str]) -> bytes | None:
+        """Custom objects the child needs (a model object, custom tools), pickled once."""
+        custom = tuple(name for name in tools if name in self.custom_tools)
+        key = (model, custom)
+        if key not in self._blobs:
+            objects: dict[str, Any] = {}
+            if model in self.model_objects:
+                objects["model"] = self.model_objects[model]
+            if custom:
+                objects["tools"] = [self.custom_tools[name] for name in custom]
+            self._blobs[key] = dill.dumps(objects, recurse=True) if objects else None
+        return self._blobs[key]
+
+    # -- while it runs -------------------------------------------------------------------
+    async def _relay(
+        self,
+        *,
+        lease: Lease,
+        spec: AgentSpec,
+        request: DelegationRequest,
+        scope: Scope,
+        progress: _Progress,
+        background: bool,
+    ) -> None:
+        agent_id = spec.agent_id
+        agent_type = spec.agent_type
+        publish = self.bus.publish
+        ledger = self.ledger
+        call_id = request.call_id
+        async with asyncio.TaskGroup() as side:
+            while (frame := await lease.recv()) is not None:
+                if isinstance(frame, Event):
+                    event = frame.event
+                    if isinstance(event, UsageUpdate):
+                        progress.usage = progress.usage + event.usage
+                        progress.model = event.model or progress.model
+                        ledger.add_usage(agent_id, agent_type, event.model, event.usage)
+                    elif isinstance(event, TurnStarted):
+                        progress.turns = event.turn
+                        ledger.add_turn(agent_id, agent_type)
+                    publish(AgentActivity(agent_id=agent_id, event=event, call_id=call_id))
+                elif isinstance(frame, ApprovalRequest):
+                    query = ApprovalQuery(
+                        agent_id=agent_id,
+                        agent_type=agent_type,
+                        tool=frame.tool,
+                        arguments=frame.arguments,
+                        reason=frame.reason,
+                        call_id=frame.call_id,
+                        background=background,
+                    )
+                    side.create_task(self._answer_approval(lease, frame.request_id, query))
+                elif isinstance(frame, DelegateRequest):
+                    side.create_task(self._answer_delegation(lease, frame, spec, scope, background))
+
+    async def _answer_approval(self, lease: Lease, request_id: int, query: ApprovalQuery) -> None:
+        answer = await self.broker.decide(query)
+        with contextlib.suppress(ChannelClosed):
+            await lease.send(
+                ApprovalReply(request_id=request_id, approved=answer.approved, reason=answer.reason)
+            )
+
+    async def _answer_delegation(
+        self, lease: Lease, frame: DelegateRequest, spec: AgentSpec, scope: Scope, background: bool
+    ) -> None:
+        if frame.tool != "task" or spec.depth >= spec.max_depth:
+            reply = DelegateReply(
+                request_id=frame.request_id,
+                content=f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
+                f"{frame.tool} (max depth {spec.max_depth})",
+                is_error=True,
+            )
+        else:
+            from orchestrator._task_tool import parse_task_arguments
+
+            try:
+                nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
+            except ValueError as exc:
+                reply = DelegateReply(request_id=frame.request_id, content=str(exc), is_error=True)
+            else:
+                # A grandchild's tools are resolved against its parent's — never the root's.
+                child_scope = Scope(
+                    agent_id=spec.agent_id,
+                    tools=spec.tools,
+                    model=spec.model,
+                    depth=spec.depth,
+                    background=background,
+                )
+                nested.background = False  # nested runs block their parent's tool call
+                result = await self.run(nested, child_scope)
+                reply = DelegateReply(
+                    request_id=frame.request_id, content=result.render(), is_error=not result.ok
+                )
+        with contextlib.suppress(ChannelClosed):
+            await lease.send(reply)
+
+    # -- after it ended ------------------------------------------------------------------
+    def _result(
+        self,
+        base: dict[str, Any],
+        outcome: ChildOutcome | None,
+        progress: _Progress,
+        started: float,
+        *,
+        cancelled: bool,
+    ) -> SubAgentResult:
+        duration_ms = (time.perf_counter() - started) * 1000
+        usage = progress.usage
+        common = dict(
+            base,
+            usage=usage,
+            model=progress.model,
+            duration_ms=duration_ms,
+            turns=progress.turns,
+            cost_usd=self.ledger.agents[base["agent_id"]].cost_usd
+            if base["agent_id"] in self.ledger.agents
+            else None,
+        )
+        if outcome is None:
+            return SubAgentResult(
+                **common,
+                status=RunStatus.CANCELLED,
+                error="cancelled before it got a process",
+            )
+        common.update(
+            pid=outcome.pid,
+            peak_rss_bytes=outcome.peak_rss_bytes,
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+        )
+        run = outcome.result
+        if run is not None:
+            common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
+            if run.usage.total_tokens >= usage.total_tokens:
+                common["usage"] = run.usage
+        kind = outcome.kind
+        if kind is OutcomeKind.RESULT and run is not None:
+            return SubAgentResult(**common, status=run.status, text=run.text, error=run.error)
+        if cancelled or kind is OutcomeKind.KILLED:
+            return SubAgentResult(
+                **common,
+                status=RunStatus.CANCELLED,
+                text=run.text if run else "",
+                error="cancelled: " + (outcome.detail or "by the parent"),
+            )
+        if kind is OutcomeKind.DEADLINE:
+            return SubAgentResult(
+                **common,
+                status=RunStatus.TIMEOUT,
+                text=run.text if run else "",
+                error=f"timeout: {outcome.detail}",
+            )
+        if kind is OutcomeKind.FAILURE:
+            return SubAgentResult(
+                **common, status=RunStatus.ERROR, error=f"error: {outcome.detail}"
+            )
+        return SubAgentResult(
+            **common, status=RunStatus.CRASHED, error=f"crashed: {outcome.detail}"
+        )
+
+    def _finish(
+        self, result: SubAgentResult, model: str, outcome: ChildOutcome | None = None
+    ) -> None:
+        if outcome is not None and outcome.result is not None:
+            # A test double's copy in the child recorded its calls there: hand them back
+            # to the parent's object so assertions see every child's calls.
+            record = outcome.result.data.get("test_model")
+            absorb = getattr(self.model_objects.get(model), "absorb_record", None)
+            if record is not None and absorb is not None:
+                absorb(record)
+        self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+
+
+def _system_prompt(definition: AgentDefinition, workdir: str) -> str:
+    prompt = definition.system_prompt.strip()
+    return (
+        f"{prompt}\n\nWorking directory: {workdir}" if prompt else f"Working directory: {workdir}"
+    )

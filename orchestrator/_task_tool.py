@@ -1,0 +1,327 @@
+"""The main agent's coordination tools: ``task``, ``task_status``, ``task_wait``, ``task_control``.
+
+``task`` is an ordinary tool: the engine runs it like any other (several calls in one
+message run side by side). Its schema is rebuilt from the registry on every request, so
+the ``subagent_type`` enum always lists exactly what is registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from orchestrator._registry import AgentRegistry
+from orchestrator._results import SubAgentResult
+from orchestrator._runner import DelegationRequest, RunHandle, Runner, Scope
+from orchestrator._tracker import TaskRecord, TaskTracker
+from protocol import Message, RunStatus, UserMessage
+from worker._session import Session
+from worker.models import ToolSpec
+from worker.tools import Tool, ToolContext, ToolError, ToolOutput, args_schema, parse_args
+
+
+class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    subagent_type: Annotated[str, msgspec.Meta(description="The sub-agent type to run")]
+    prompt: Annotated[
+        str,
+        msgspec.Meta(
+            description="The complete task for the sub-agent. It cannot see this conversation: "
+            "include every file path, fact and requirement it needs."
+        ),
+    ]
+    description: Annotated[
+        str, msgspec.Meta(description="A short title for the task (3-5 words), for display")
+    ] = ""
+    background: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Run in the background: returns a task id at once; the result is "
+            "delivered to you later (or use task_wait)."
+        ),
+    ] = False
+    model: Annotated[
+        str | None,
+        msgspec.Meta(description="Optional model override (only for agents that inherit one)"),
+    ] = None
+    max_turns: (
+        Annotated[
+            int, msgspec.Meta(ge=1, description="Optional lower turn limit than the agent's own")
+        ]
+        | None
+    ) = None
+
+
+def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
+    try:
+        args: TaskArgs = parse_args("task", TaskArgs, text)
+    except ToolError as exc:
+        raise ValueError(str(exc)) from None
+    if not args.prompt.strip():
+        raise ValueError("task needs a non-empty prompt: the sub-agent sees nothing else")
+    return DelegationRequest(
+        agent_type=args.subagent_type,
+        prompt=args.prompt,
+        description=args.description,
+        background=args.background,
+        model=args.model,
+        max_turns=args.max_turns,
+        call_id=call_id,
+    )
+
+
+def task_tool_spec(registry: AgentRegistry) -> ToolSpec:
+    """The task tool as the model sees it, built from what is registered right now."""
+    definitions = registry.definitions()
+    lines = [
+        "Delegate a well-bounded task to a sub-agent. Each sub-agent runs in its own process "
+        "with its own context and a restricted tool set, and returns one final report.",
+        "The sub-agent cannot see this conversation: the prompt is all it knows.",
+        "Independent tasks can be issued together in one message: they run in parallel.",
+        "",
+        "Available sub-agents:",
+    ]
+    forking = False
+    for definition in definitions:
+        note = ""
+        if definition.context == "fork":
+            note = " (sees this conversation's completed turns)"
+            forking = True
+        lines.append(f"- {definition.name}: {definition.description.strip()}{note}")
+    if forking:
+        lines.append("Agents marked as seeing this conversation get its completed turns too.")
+    schema = dict(args_schema(TaskArgs))
+    properties = dict(schema["properties"])
+    properties["subagent_type"] = dict(
+        properties["subagent_type"], enum=[d.name for d in definitions]
+    )
+    schema["properties"] = properties
+    return ToolSpec(name="task", description="\n".join(lines), parameters=schema)
+
+
+class TaskTool(Tool):
+    name = "task"
+    description = "Delegate a task to a sub-agent"
+    Args = TaskArgs
+    concurrency_safe = True
+    read_only = True  # the sub-agent asks for its own risky actions
+    long_running = True  # a foreground sub-agent outlives the per-tool timeout
+
+    def __init__(
+        self,
+        *,
+        registry: AgentRegistry,
+        runner: Runner,
+        tracker: TaskTracker,
+        scope: Callable[[], Scope],
+    ) -> None:
+        self.registry = registry
+        self.runner = runner
+        self.tracker = tracker
+        self.scope = scope
+        self._background: set[asyncio.Task[None]] = set()
+
+    def spec(self) -> ToolSpec:
+        return task_tool_spec(self.registry)
+
+    async def execute(self, args: TaskArgs, ctx: ToolContext) -> ToolOutput:
+        try:
+            request = parse_task_arguments(msgspec.json.encode(args).decode(), call_id=ctx.call_id)
+        except ValueError as exc:
+            return ToolOutput(str(exc), True)
+        if self.registry.get(request.agent_type) is None:
+            names = ", ".join(self.registry.names())
+            return ToolOutput(
+                f"unknown subagent_type {request.agent_type!r}; use one of: {names}", True
+            )
+        if not request.background:
+            result = await self.runner.run(request, self.scope())
+            return ToolOutput(result.render(), not result.ok)
+        handle = RunHandle()
+        record = self.tracker.start(request.agent_type, request.description, handle)
+        task = asyncio.create_task(self._run_in_background(record, request, handle))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return ToolOutput(
+            f"[running] task {record.task_id} started in the background "
+            f"({request.agent_type}). Its result will be delivered to you when it ends; "
+            "use task_wait to wait for it, task_status to check on it."
+        )
+
+    async def _run_in_background(
+        self, record: TaskRecord, request: DelegationRequest, handle: RunHandle
+    ) -> None:
+        agent_id = self.runner.new_agent_id()
+        record.agent_id = agent_id
+        try:
+            result = await self.runner.run(
+                request, self.scope(), handle=handle, agent_id=agent_id, task_id=record.task_id
+            )
+        except asyncio.CancelledError:
+            result = handle.result or SubAgentResult(
+                agent_id=agent_id,
+                agent_type=request.agent_type,
+                description=request.description,
+                status=RunStatus.CANCELLED,
+                error="cancelled",
+                background=True,
+            )
+        self.tracker.finish(record.task_id, result)
+
+    async def shutdown(self) -> None:
+        """Cancel every background run still going and wait until each has ended."""
+        for record in self.tracker.running():
+            if record.controls is not None:
+                record.controls.cancel()
+        if self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+
+
+def render_records(records: list[TaskRecord], *, with_results: bool) -> str:
+    parts = []
+    for record in records:
+        if with_results and record.result is not None:
+            parts.append(f"{record.summary()}\n{record.result.render()}")
+        else:
+            parts.append(record.summary())
+    return "\n\n".join(parts) if parts else "no background tasks"
+
+
+class TaskStatusArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    task_ids: Annotated[
+        list[str] | None, msgspec.Meta(description="Task ids to report on (default: all)")
+    ] = None
+
+
+class TaskStatusTool(Tool):
+    name = "task_status"
+    description = "Show the state of background tasks (running, completed, failed, cancelled)."
+    Args = TaskStatusArgs
+    concurrency_safe = True
+    read_only = True
+
+    def __init__(self, tracker: TaskTracker) -> None:
+        self.tracker = tracker
+
+    async def execute(self, args: TaskStatusArgs, ctx: ToolContext) -> ToolOutput:
+        unknown = [t for t in args.task_ids or [] if self.tracker.get(t) is None]
+        if unknown:
+            return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
+        return ToolOutput(render_records(self.tracker.records(args.task_ids), with_results=False))
+
+
+class TaskWaitArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    task_ids: Annotated[
+        list[str] | None, msgspec.Meta(description="Task ids to wait for (default: all)")
+    ] = None
+    timeout_s: Annotated[
+        float, msgspec.Meta(ge=0, le=3600, description="Give up waiting after this long")
+    ] = 60.0
+
+
+class TaskWaitTool(Tool):
+    name = "task_wait"
+    description = (
+        "Wait for background tasks to end and get their results. A timeout is not an error: "
+        "you get a snapshot of what is still running."
+    )
+    Args = TaskWaitArgs
+    concurrency_safe = True
+    read_only = True
+    long_running = True
+
+    def __init__(self, tracker: TaskTracker) -> None:
+        self.tracker = tracker
+
+    async def execute(self, args: TaskWaitArgs, ctx: ToolContext) -> ToolOutput:
+        unknown = [t for t in args.task_ids or [] if self.tracker.get(t) is None]
+        if unknown:
+            return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
+        done = await self.tracker.wait(args.task_ids, args.timeout_s)
+        records = self.tracker.records(args.task_ids)
+        finished = [r for r in records if r.state.terminal and not r.delivered]
+        for record in finished:
+            record.delivered = True  # delivered here, so never injected again
+        still = [r for r in records if not r.state.terminal]
+        parts = [render_records(finished, with_results=True)] if finished else []
+        if not done:
+            parts.append(
+                f"still running after {args.timeout_s:g} s:\n"
+                + render_records(still, with_results=False)
+            )
+        if not parts:
+            parts.append("those tasks had already ended and their results were delivered")
+        return ToolOutput("\n\n".join(parts))
+
+
+class TaskControlArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    task_id: str
+    action: Literal["cancel", "pause", "resume", "steer"]
+    text: Annotated[str, msgspec.Meta(description="For steer: the message to the sub-agent")] = ""
+
+
+class TaskControlTool(Tool):
+    name = "task_control"
+    description = (
+        "Cancel, pause, resume or steer a background task. Pause, resume and steer take "
+        "effect at the sub-agent's next turn boundary; steer adds your text as a message."
+    )
+    Args = TaskControlArgs
+    concurrency_safe = True
+    read_only = True
+
+    def __init__(self, tracker: TaskTracker) -> None:
+        self.tracker = tracker
+
+    async def execute(self, args: TaskControlArgs, ctx: ToolContext) -> ToolOutput:
+        record = self.tracker.get(args.task_id)
+        if record is None:
+            return ToolOutput(f"unknown task id {args.task_id!r}", True)
+        if record.state.terminal or record.controls is None:
+            return ToolOutput(f"task {args.task_id} has already ended ({record.state.value})", True)
+        if args.action == "steer":
+            if not args.text.strip():
+                return ToolOutput("steer needs a text", True)
+            record.controls.steer(args.text)
+        else:
+            getattr(record.controls, args.action)()
+        return ToolOutput(f"{args.action} sent to task {args.task_id}")
+
+
+def background_injector(tracker: TaskTracker) -> Callable[[Session], Any]:
+    """Turn hook: hand finished background results to the next model call, once each."""
+
+    async def inject(session: Session) -> list[Message]:
+        return _results_message(tracker.drain())
+
+    return inject
+
+
+def background_finisher(
+    tracker: TaskTracker, task_tool: TaskTool, wait_s: float
+) -> Callable[[Session], Any]:
+    """Finish hook: the run does not end while background results would be lost.
+
+    It waits (up to ``wait_s``) for running background tasks, cancels what is left, and
+    returns their results so the model gets one more turn to use them.
+    """
+
+    async def finish(session: Session) -> list[Message]:
+        if tracker.running():
+            done = await tracker.wait(None, wait_s)
+            if not done:
+                await task_tool.shutdown()
+        return _results_message(tracker.drain())
+
+    return finish
+
+
+def _results_message(records: list[TaskRecord]) -> list[Message]:
+    if not records:
+        return []
+    text = "Background task results (each delivered once):\n\n" + render_records(
+        records, with_results=True
+    )
+    return [UserMessage(content=text)]

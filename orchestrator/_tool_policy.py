@@ -1,0 +1,108 @@
+"""Tool names: our vocabulary, the Claude Code spellings we map, and the sub-agent tool set.
+
+A sub-agent's tools are always a subset of its parent's: an allowlist can only narrow what
+the parent has, a denylist always wins, and the coordination tools (delegation) are never
+passed down through here. Names we do not know are reported, never granted on faith.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+
+#: Our built-in tools, in the order a registry lists them.
+BUILTIN_TOOLS: tuple[str, ...] = ("read_file", "write_file", "edit_file", "glob", "grep", "bash")
+#: The built-ins that change nothing.
+READ_ONLY_TOOLS: tuple[str, ...] = ("read_file", "glob", "grep")
+#: The main agent's delegation tools; a sub-agent never gets them from `resolve_tools`.
+COORDINATION_TOOLS: frozenset[str] = frozenset({"task", "task_status", "task_wait", "task_control"})
+#: Every tool name we implement.
+KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS
+
+#: "All of the parent's tools" when it is the whole value of an allowlist.
+ALL_TOOLS_WORDS: frozenset[str] = frozenset({"*", "all"})
+
+# Claude Code's names (case-sensitive, as Claude Code spells them). NotebookEdit is left
+# unmapped on purpose: we have no notebook tool, and mapping it to the general file editor
+# would grant more in an allowlist than the author asked for. LS lists a directory, which
+# `glob` covers without writing anything.
+CLAUDE_TOOL_NAMES: dict[str, str] = {
+    "Read": "read_file",
+    "Write": "write_file",
+    "Edit": "edit_file",
+    "MultiEdit": "edit_file",
+    "Glob": "glob",
+    "LS": "glob",
+    "Grep": "grep",
+    "Bash": "bash",
+    "Task": "task",
+    "Agent": "task",
+}
+
+
+def map_tool_name(name: str) -> str:
+    """Our name for `name`: Claude names mapped, our names in any case, others as given."""
+    name = name.strip()
+    mapped = CLAUDE_TOOL_NAMES.get(name)
+    if mapped is not None:
+        return mapped
+    lowered = name.lower()
+    return lowered if lowered in KNOWN_TOOLS else name
+
+
+def normalize_tool_names(names: Iterable[str]) -> list[str]:
+    """Map every name and drop duplicates (and blanks), keeping the first occurrence's place."""
+    seen: dict[str, None] = {}
+    for raw in names:
+        name = map_tool_name(raw)
+        if name:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def means_all_tools(name: str) -> bool:
+    """True for ``*`` or ``all`` (any case): "every tool" rather than a tool's name."""
+    return name.strip().lower() in ALL_TOOLS_WORDS
+
+
+def is_known_tool(name: str) -> bool:
+    """True for a name we implement (after mapping)."""
+    return map_tool_name(name) in KNOWN_TOOLS
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ResolvedTools:
+    #: The tools the sub-agent gets, in the parent's order.
+    tools: list[str]
+    #: Names in the allow/deny lists that are neither a parent tool nor a tool we know.
+    unknown: list[str]
+
+
+def resolve_tools(
+    allowlist: Sequence[str] | None,
+    denylist: Sequence[str],
+    parent_tools: Sequence[str],
+) -> ResolvedTools:
+    """(allowlist ∩ parent_tools) − denylist − coordination tools; the denylist always wins.
+
+    `None` (or a lone ``*``/``all``) as the allowlist means all of the parent's tools; an
+    empty allowlist means none. ``*``/``all`` in the denylist denies everything: ignoring
+    it would silently grant what its author meant to take away.
+    """
+    parent = list(dict.fromkeys(parent_tools))
+    allow = None if allowlist is None else normalize_tool_names(allowlist)
+    deny = normalize_tool_names(denylist)
+    parent_set = set(parent)
+    unknown = [
+        name
+        for name in dict.fromkeys([*(allow or []), *deny])
+        if name not in parent_set and name not in KNOWN_TOOLS and not means_all_tools(name)
+    ]
+    if allow is not None and any(means_all_tools(name) for name in allow):
+        allow = None
+    if any(means_all_tools(name) for name in deny):
+        return ResolvedTools(tools=[], unknown=unknown)
+    allowed = parent_set if allow is None else set(allow)
+    denied = set(deny) | COORDINATION_TOOLS
+    tools = [name for name in parent if name in allowed and name not in denied]
+    return ResolvedTools(tools=tools, unknown=unknown)

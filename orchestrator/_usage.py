@@ -1,0 +1,106 @@
+"""Usage accounting across the main agent and every sub-agent, and run-wide budgets.
+
+Everything here runs on the parent's event loop, so each check-and-update is atomic:
+parallel children cannot both squeeze under a limit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from orchestrator._config import Budgets, Price
+from protocol import Usage
+
+
+class BudgetExceeded(Exception):
+    """A run-wide budget is used up."""
+
+
+@dataclasses.dataclass(slots=True)
+class AgentUsage:
+    agent_id: str
+    agent_type: str
+    model: str = ""
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    turns: int = 0
+    cost_usd: float | None = None
+
+
+class UsageLedger:
+    def __init__(
+        self,
+        *,
+        prices: dict[str, Price] | None = None,
+        budgets: Budgets | None = None,
+        on_exceeded: Callable[[str], None] | None = None,
+    ) -> None:
+        self.prices = prices or {}
+        self.budgets = budgets or Budgets()
+        self.on_exceeded = on_exceeded
+        self.agents: dict[str, AgentUsage] = {}
+        self.total = Usage()
+        self.turns = 0
+        self.subagents = 0
+        self.exceeded: str | None = None
+
+    def agent(self, agent_id: str, agent_type: str, model: str = "") -> AgentUsage:
+        entry = self.agents.get(agent_id)
+        if entry is None:
+            entry = self.agents[agent_id] = AgentUsage(agent_id, agent_type, model)
+        return entry
+
+    def reserve_subagent(self) -> None:
+        """Count one more sub-agent, or raise if that would break the budget."""
+        self._raise_if_exceeded()
+        limit = self.budgets.max_subagents
+        if limit is not None and self.subagents >= limit:
+            raise BudgetExceeded(f"sub-agent budget used up: max_subagents is {limit}")
+        self.subagents += 1
+
+    def add_turn(self, agent_id: str, agent_type: str) -> None:
+        self.agent(agent_id, agent_type).turns += 1
+        self.turns += 1
+        limit = self.budgets.max_turns
+        if limit is not None and self.turns > limit:
+            self._exceed(f"turn budget exceeded: {self.turns} turns, max_turns is {limit}")
+
+    def add_usage(self, agent_id: str, agent_type: str, model: str, usage: Usage) -> None:
+        entry = self.agent(agent_id, agent_type, model)
+        entry.model = model or entry.model
+        entry.usage = entry.usage + usage
+        cost = self.cost(model, usage)
+        if cost is not None:
+            entry.cost_usd = (entry.cost_usd or 0.0) + cost
+        self.total = self.total + usage
+        limit = self.budgets.max_tokens
+        if limit is not None and self.total.total_tokens > limit:
+            self._exceed(
+                f"token budget exceeded: {self.total.total_tokens} tokens, max_tokens is {limit}"
+            )
+
+    def cost(self, model: str, usage: Usage) -> float | None:
+        price = self.prices.get(model) or self.prices.get(model.partition(":")[2])
+        if price is None:
+            return None
+        return (
+            usage.input_tokens * price.input
+            + usage.output_tokens * price.output
+            + usage.cache_read_tokens * price.cache_read
+            + usage.cache_write_tokens * price.cache_write
+        ) / 1_000_000
+
+    @property
+    def cost_usd(self) -> float | None:
+        costs = [a.cost_usd for a in self.agents.values() if a.cost_usd is not None]
+        return sum(costs) if costs else None
+
+    def _raise_if_exceeded(self) -> None:
+        if self.exceeded is not None:
+            raise BudgetExceeded(self.exceeded)
+
+    def _exceed(self, why: str) -> None:
+        if self.exceeded is None:
+            self.exceeded = why
+            if self.on_exceeded is not None:
+                self.on_exceeded(why)
