@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
 from worker._hooks import describe_arguments
@@ -72,7 +72,7 @@ class TerminalPrompt:
     def __init__(
         self,
         *,
-        read_line: Callable[[str], str] | None = None,
+        read_line: Callable[[str], Awaitable[str]] | None = None,
         out: TextIO | None = None,
     ) -> None:
         self._read_line = read_line or _read_tty_line
@@ -90,7 +90,7 @@ class TerminalPrompt:
         )
         while True:
             try:
-                line = await asyncio.to_thread(self._read_line, prompt)
+                line = await self._read_line(prompt)
             except EOFError:
                 return ApprovalAnswer(False, "no answer (input closed)")
             choice = line.strip().lower()
@@ -104,10 +104,10 @@ class TerminalPrompt:
             print("  please answer y, n or a", file=self._out)
 
 
-def _read_tty_line(prompt: str) -> str:
+async def _read_tty_line(prompt: str) -> str:
     sys.stderr.write(prompt)
     sys.stderr.flush()
-    line = sys.stdin.readline()
+    line = await asyncio.to_thread(sys.stdin.readline)
     if not line:
         raise EOFError
     return line

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worker import PermissionMode
 
 
 class Price(BaseModel):
@@ -60,3 +62,18 @@ class Settings(BaseModel):
     background_wait_s: float = Field(default=600.0, ge=0)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
+
+    @field_validator("permission_mode")
+    @classmethod
+    def _known_mode(cls, value: str) -> str:
+        return PermissionMode.parse(value).value
+
+    @field_validator("model")
+    @classmethod
+    def _provider_model(cls, value: str | None) -> str | None:
+        if value is not None and ":" not in value:
+            raise ValueError(
+                f"model {value!r} needs a provider: write PROVIDER:NAME, e.g. "
+                "openai:gpt-4o-mini, anthropic:claude-sonnet-4-5 or scripted:demo"
+            )
+        return value

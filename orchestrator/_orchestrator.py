@@ -15,6 +15,8 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from orchestrator._approvals import (
     AllowAll,
     ApprovalBroker,
@@ -27,6 +29,7 @@ from orchestrator._config import Settings
 from orchestrator._definitions import AgentDefinition
 from orchestrator._events import AgentActivity, EventBus, OrchestratorEvent, SubAgentEnded
 from orchestrator._pool import WorkerPool
+from orchestrator._records import new_run_dir, subagent_json, write_summary
 from orchestrator._registry import AgentRegistry
 from orchestrator._results import SubAgentResult
 from orchestrator._runner import DelegationRequest, RunHandle, Runner, Scope
@@ -43,6 +46,7 @@ from orchestrator._tracker import TaskTracker
 from orchestrator._usage import UsageLedger
 from protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from worker import Engine, Limits, PermissionPolicy, Session
+from worker._transcript import Transcript
 from worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from worker.tools import Tool
 from worker.tools._builtin import builtin_tools
@@ -84,11 +88,13 @@ class Orchestrator:
         models: dict[str, Model] | None = None,
         approval: ApprovalChannel | None = None,
         run_dir: str | Path | None = None,
+        record: bool = True,
         pool: WorkerPool | None = None,
     ) -> None:
         self.settings = settings or Settings()
         self.workdir = Path(workdir).resolve()
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
+        self.record = record
         self.model_objects: dict[str, Model] = dict(models or {})
         if isinstance(model, str) or model is None:
             self.model_name = model or self.settings.model
@@ -157,12 +163,22 @@ class Orchestrator:
             await self.pool.close()
 
     # -- the main agent ------------------------------------------------------------------
-    async def run(self, prompt: str, *, session: Session | None = None) -> RunReport:
+    def cancel(self) -> None:
+        """Cancel what runs now (the main agent's turn, direct runs); the pool stays up."""
+        for engine in list(self._engines):
+            engine.cancel()
+        for handle in list(self._handles):
+            handle.cancel()
+
+    async def run(
+        self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
+    ) -> RunReport:
         """Run the main agent on ``prompt`` until it answers (sub-agents included)."""
         started = time.perf_counter()
         session = session if session is not None else Session()
         first = len(self._results)
         model = self._main_model()
+        transcript = self._main_transcript(prompt)
         task_tool = TaskTool(
             registry=self.registry,
             runner=self.runner,
@@ -190,7 +206,7 @@ class Orchestrator:
                 )
             ],
             approver=self._main_approver,
-            limits=Limits(max_turns=settings.max_turns),
+            limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
             workdir=self.workdir,
             run_dir=self.run_dir,
             agent_id="main",
@@ -199,17 +215,22 @@ class Orchestrator:
         )
         self._main_tools = [tool.name for tool in tools]
         self._engines.add(engine)
+        on_event = self._main_event
+        if transcript is not None:
+            on_event = _tee(self._main_event, transcript.event)
         try:
-            result = await engine.run(prompt, session, on_event=self._main_event)
+            result = await engine.run(prompt, session, on_event=on_event)
         finally:
             self._engines.discard(engine)
             await task_tool.shutdown()
             if model.name not in self.model_objects:  # ours to close; objects are the caller's
                 await model.aclose()
+            if transcript is not None:
+                transcript.messages(session.messages)
         status, error = result.status, result.error
         if self._budget_error is not None and status is not RunStatus.COMPLETED:
             status, error = RunStatus.BUDGET, self._budget_error
-        return RunReport(
+        report = RunReport(
             status=status,
             final_text=result.text,
             error=error,
@@ -220,6 +241,12 @@ class Orchestrator:
             subagents=self._results[first:],
             main=result,
         )
+        if transcript is not None:
+            transcript.result(result)
+            transcript.close()
+            assert self.run_dir is not None
+            write_summary(self.run_dir, report_json(report, prompt=prompt, model=model.name))
+        return report
 
     async def delegate(
         self, agent: str, prompt: str, *, description: str = "", background: bool = False
@@ -265,6 +292,16 @@ class Orchestrator:
         return self.bus.stream()
 
     # -- internals -----------------------------------------------------------------------
+    def _main_transcript(self, prompt: str) -> Transcript | None:
+        if not self.record:
+            return None
+        if self.run_dir is None:
+            self.run_dir = new_run_dir(self.workdir)
+            self.runner.run_dir = str(self.run_dir)
+        transcript = Transcript(self.run_dir / "main.jsonl", "main")
+        transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
+        return transcript
+
     def _main_model(self) -> Model:
         if self.model_name is None:
             raise ModelError(
@@ -325,6 +362,30 @@ class Orchestrator:
             handle.cancel()
         for engine in list(self._engines):
             engine.cancel()
+
+
+def _tee(first: Any, second: Any) -> Any:
+    def both(event: Any) -> None:
+        first(event)
+        second(event)
+
+    return both
+
+
+def report_json(report: RunReport, *, prompt: str = "", model: str = "") -> dict[str, Any]:
+    """The ``--json`` object (and ``summary.json``)."""
+    return {
+        "status": report.status.value,
+        "final_text": report.final_text,
+        "error": report.error,
+        "usage": msgspec.to_builtins(report.usage),
+        "cost_usd": report.cost_usd,
+        "duration_ms": round(report.duration_ms, 1),
+        "run_dir": report.run_dir,
+        "model": model,
+        "prompt": prompt,
+        "subagents": [subagent_json(r) for r in report.subagents],
+    }
 
 
 def _default_channel(settings: Settings) -> ApprovalChannel:

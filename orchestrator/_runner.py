@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dill
@@ -21,6 +22,7 @@ import dill
 from orchestrator._approvals import ApprovalBroker, ApprovalQuery
 from orchestrator._config import Settings
 from orchestrator._definitions import AgentDefinition, resolve_model_alias
+from orchestrator._environment import child_environment
 from orchestrator._events import (
     AgentActivity,
     EventBus,
@@ -311,6 +313,9 @@ class Runner:
             )
         history = scope.history() if definition.context == "fork" and scope.history else []
         mode = definition.permission_mode or settings.permission_mode
+        env, bash_env = child_environment(
+            model, bash_gets_credentials=bool(definition.extra.get("bash_credentials", False))
+        )
         spec = AgentSpec(
             agent_id=agent_id,
             agent_type=definition.name,
@@ -332,6 +337,8 @@ class Runner:
             depth=depth,
             max_depth=max_depth,
             background=background,
+            env=env,
+            bash_env=bash_env,
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -501,22 +508,23 @@ class Runner:
                 **common,
                 status=RunStatus.CANCELLED,
                 text=run.text if run else "",
-                error="cancelled: " + (outcome.detail or "by the parent"),
+                error=outcome.detail or "cancelled by the parent",
             )
         if kind is OutcomeKind.DEADLINE:
             return SubAgentResult(
                 **common,
                 status=RunStatus.TIMEOUT,
                 text=run.text if run else "",
-                error=f"timeout: {outcome.detail}",
+                error=outcome.detail,
             )
         if kind is OutcomeKind.FAILURE:
-            return SubAgentResult(
-                **common, status=RunStatus.ERROR, error=f"error: {outcome.detail}"
-            )
-        return SubAgentResult(
-            **common, status=RunStatus.CRASHED, error=f"crashed: {outcome.detail}"
-        )
+            return SubAgentResult(**common, status=RunStatus.ERROR, error=outcome.detail)
+        error = outcome.detail
+        if self.run_dir:
+            log = Path(self.run_dir) / f"{base['agent_id']}.stderr.log"
+            if log.is_file() and log.stat().st_size:
+                error += f"; its last output is in {log}"
+        return SubAgentResult(**common, status=RunStatus.CRASHED, error=error)
 
     def _finish(
         self, result: SubAgentResult, model: str, outcome: ChildOutcome | None = None

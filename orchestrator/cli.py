@@ -1,20 +1,367 @@
-"""The ``agentcell`` command."""
+"""The ``agentcell`` command.
+
+Exit codes: 0 the run completed; 1 it ended otherwise (error, crash, timeout, max_turns,
+budget, cancelled); 2 bad usage or configuration; 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
 import click
+
+from orchestrator._config import Settings
+from orchestrator._display import ProgressView, make_console, results_table
+from orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from orchestrator._pool import PoolError
+from orchestrator._records import new_run_dir
+from orchestrator._settings_load import ConfigError, load_settings
+from worker.models import ModelError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
+    click.echo(f"agentcell: error: {message}", err=True)
+    sys.exit(code)
+
+
+def guarded(fn: F) -> F:
+    """Errors a user can cause become one line on stderr; ``--debug`` shows the traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        debug = kwargs.get("debug") or click.get_current_context().find_root().params.get("debug")
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, ModelError, PoolError, LookupError, ValueError) as exc:
+            if debug:
+                raise
+            _fail(str(exc))
+
+    return wrapper  # type: ignore[return-value]
+
+
+def common_options(fn: F) -> F:
+    options = [
+        click.option("--model", help="Main model, e.g. openai:gpt-4o-mini, scripted:demo."),
+        click.option(
+            "--workdir",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("."),
+            show_default=True,
+            help="The directory agents work in (file tools are confined to it).",
+        ),
+        click.option(
+            "--agents-dir",
+            "agents_dirs",
+            multiple=True,
+            type=click.Path(path_type=Path),
+            help="Extra folder of agent files (repeatable; later ones win).",
+        ),
+        click.option(
+            "--approve",
+            type=click.Choice(["ask", "allow", "deny", "bubble"]),
+            help="ask: prompt on the terminal (deny without one); bubble: background "
+            "sub-agents may ask too.",
+        ),
+        click.option(
+            "--max-workers", type=click.IntRange(min=1), help="Most sub-agent processes at once."
+        ),
+        click.option(
+            "--max-depth",
+            type=click.IntRange(min=1),
+            help="Nesting depth (1: sub-agents cannot delegate).",
+        ),
+        click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _load(
+    workdir: Path,
+    *,
+    model: str | None,
+    approve: str | None,
+    max_workers: int | None,
+    max_depth: int | None,
+) -> Settings:
+    if not workdir.is_dir():
+        raise ConfigError([f"--workdir {workdir}: no such directory"])
+    flags = {
+        "model": model,
+        "approval": approve,
+        "max_workers": max_workers,
+        "max_depth": max_depth,
+    }
+    settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
+    return settings
+
+
+def _setup_logging(debug: bool) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="agentcell: %(levelname)s: %(message)s",
+    )
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="agentcell")
 def cli() -> None:
-    """Run every sub-agent of an LLM agent in its own OS process."""
+    """Run every sub-agent of an LLM agent in its own OS process.
+
+    \b
+    Start with:  agentcell demo
+    Then:        agentcell run --model openai:gpt-4o-mini "What does this repo do?"
+    """
 
 
+# -- run ------------------------------------------------------------------------------------
 @cli.command()
-def demo() -> None:
-    """An offline tour of agentcell on the built-in scripted model."""
-    click.echo("agentcell demo: the agent engine is not built yet; see the README.")
+@click.argument("prompt")
+@common_options
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Give up after this many seconds.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--quiet", is_flag=True, help="No progress on stderr.")
+@guarded
+def run(
+    prompt: str,
+    *,
+    workdir: Path,
+    agents_dirs: tuple[Path, ...],
+    timeout: float | None,
+    as_json: bool,
+    quiet: bool,
+    debug: bool,
+    **flags: Any,
+) -> None:
+    """Run the main agent once on PROMPT; the answer goes to stdout."""
+    _setup_logging(debug)
+    settings = _load(workdir, **flags)
+    code = asyncio.run(
+        _run(
+            prompt,
+            settings,
+            workdir=workdir.resolve(),
+            agents_dirs=agents_dirs,
+            timeout_s=timeout,
+            as_json=as_json,
+            quiet=quiet,
+        )
+    )
+    sys.exit(code)
+
+
+async def _run(
+    prompt: str,
+    settings: Settings,
+    *,
+    workdir: Path,
+    agents_dirs: tuple[Path, ...],
+    timeout_s: float | None,
+    as_json: bool,
+    quiet: bool,
+) -> int:
+    console, live = make_console()
+    orch = Orchestrator(
+        settings=settings, workdir=workdir, agents_dirs=agents_dirs, run_dir=new_run_dir(workdir)
+    )
+    if not quiet:
+        print_diagnostics(orch, console)
+    view = None if quiet else ProgressView(console, live=live)
+    interrupted = False
+    main_task = asyncio.current_task()
+    assert main_task is not None
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        if interrupted:  # a second Ctrl-C: stop waiting for a clean cancel
+            main_task.cancel()
+            return
+        interrupted = True
+        console.print("\ncancelling (Ctrl-C again to force)…", style="yellow")
+        orch.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    try:
+        async with orch:
+            if view is not None:
+                orch.bus.subscribe(view.on_event)
+                view.start()
+            try:
+                report = await orch.run(prompt, timeout_s=timeout_s)
+            finally:
+                if view is not None:
+                    view.stop()
+    except asyncio.CancelledError:
+        console.print("interrupted; every sub-agent process was stopped", style="yellow")
+        return EXIT_INTERRUPTED
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+    emit_report(
+        report, console, as_json=as_json, quiet=quiet, prompt=prompt, model=orch.model_name or ""
+    )
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def emit_report(
+    report: RunReport,
+    console: Any,
+    *,
+    as_json: bool,
+    quiet: bool,
+    prompt: str = "",
+    model: str = "",
+) -> None:
+    if as_json:
+        click.echo(json.dumps(report_json(report, prompt=prompt, model=model), indent=2))
+    elif report.final_text:
+        click.echo(report.final_text)
+    if not quiet:
+        if report.subagents:
+            console.print()
+            console.print(results_table(report.subagents))
+        status = report.status.value
+        line = (
+            f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
+        )
+        if report.cost_usd is not None:
+            line += f" · ${report.cost_usd:.4f}"
+        if report.run_dir:
+            line += f" · record: {report.run_dir}"
+        console.print(line, style="green" if report.ok else "red", highlight=False)
+        if not report.ok and report.error:
+            console.print(f"  {report.error}", style="red", highlight=False)
+
+
+def print_diagnostics(orch: Orchestrator, console: Any) -> None:
+    for diagnostic in orch.registry.diagnostics:
+        if diagnostic.level in ("warning", "error"):
+            console.print(
+                f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow", highlight=False
+            )
+
+
+# -- demo -----------------------------------------------------------------------------------
+@cli.command()
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
+@guarded
+def demo(debug: bool) -> None:
+    """An offline tour on the built-in scripted model: no API key, no network."""
+    from orchestrator._demo import run_demo
+
+    _setup_logging(debug)
+    sys.exit(asyncio.run(run_demo()))
+
+
+# -- chat -----------------------------------------------------------------------------------
+@cli.command()
+@common_options
+@guarded
+def chat(workdir: Path, agents_dirs: tuple[Path, ...], debug: bool, **flags: Any) -> None:
+    """An interactive session: /help lists the commands."""
+    from orchestrator._chat import run_chat
+
+    _setup_logging(debug)
+    settings = _load(workdir, **flags)
+    sys.exit(asyncio.run(run_chat(settings, workdir.resolve(), agents_dirs)))
+
+
+# -- agents ---------------------------------------------------------------------------------
+@cli.group()
+def agents() -> None:
+    """List, show and validate sub-agent definitions."""
+
+
+@agents.command("list")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--debug", is_flag=True)
+@guarded
+def agents_list(workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool) -> None:
+    """Every definition with its source, model and resolved tools."""
+    from orchestrator._agents_cli import list_agents
+
+    list_agents(workdir.resolve(), agents_dirs, as_json=as_json)
+
+
+@agents.command("show")
+@click.argument("name")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--debug", is_flag=True)
+@guarded
+def agents_show(
+    name: str, workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool
+) -> None:
+    """One definition in full."""
+    from orchestrator._agents_cli import show_agent
+
+    show_agent(name, workdir.resolve(), agents_dirs, as_json=as_json)
+
+
+@agents.command("validate")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--debug", is_flag=True)
+@guarded
+def agents_validate(paths: tuple[Path, ...], workdir: Path, debug: bool) -> None:
+    """Check agent files or folders (default: every agent folder of this project)."""
+    from orchestrator._agents_cli import validate_agents
+
+    sys.exit(validate_agents(paths, workdir.resolve()))
+
+
+# -- runs -----------------------------------------------------------------------------------
+@cli.group()
+def runs() -> None:
+    """Read back recorded runs (.agentcell/runs/ under the workdir)."""
+
+
+@runs.command("list")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--debug", is_flag=True)
+@guarded
+def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
+    """Recorded runs, newest first."""
+    from orchestrator._runs_cli import list_recorded
+
+    list_recorded(workdir.resolve(), as_json=as_json)
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--debug", is_flag=True)
+@guarded
+def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
+    """One run: its summary and what each agent did."""
+    from orchestrator._runs_cli import show_recorded
+
+    show_recorded(workdir.resolve(), run_id, as_json=as_json)
 
 
 def main() -> None:

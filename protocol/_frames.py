@@ -61,6 +61,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     depth: int = 1
     max_depth: int = 1
     background: bool = False
+    env: dict[str, str] | None = None  # the process environment for this run (None: keep)
     bash_env: dict[str, str] = msgspec.field(default_factory=dict)
 
 

@@ -9,9 +9,14 @@ from collections.abc import AsyncIterator, Iterator
 import psutil
 import pytest
 from hypothesis import HealthCheck, settings
+from model_servers import model_server  # noqa: F401  (a fixture for every test module)
 
 from orchestrator import _pool
 from worker import _proc
+
+# No test may reach a real model: providers refuse any host but loopback. Set before any
+# fork server starts, so every child process inherits it too.
+os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
 
 # CI is deterministic: the same examples every run. HYPOTHESIS_PROFILE=dev explores.
 settings.register_profile(

@@ -99,3 +99,15 @@ def child_with_wrong_version(conn: object, boot: object) -> None:
 
     conn.send_bytes(encode_body(Hello(protocol_version=999, pid=os.getpid())))  # type: ignore[attr-defined]
     conn.recv_bytes()  # type: ignore[attr-defined]  # until the parent kills us
+
+
+async def agent_then_modules(start: Start, link: ChildLink) -> RunResult:
+    """Run the real agent handler, then report what this child imported by itself."""
+    from worker import _child
+    from worker._agent import run_agent
+
+    result = await run_agent(start, link)
+    result.data["imported"] = sorted(
+        m for m in sys.modules if m not in _child.INHERITED_MODULES and m != __name__
+    )
+    return result

@@ -8,7 +8,10 @@ events to the parent. Approvals and parent-side tools travel over the pipe.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import dill
@@ -30,6 +33,7 @@ from worker._child import ChildLink
 from worker._engine import Engine, Limits
 from worker._hooks import DenyTools, Hook, PermissionPolicy
 from worker._session import Session
+from worker._transcript import Transcript
 from worker.models import Model, ModelError, resolve_model
 from worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from worker.tools._builtin import builtin_tools
@@ -48,22 +52,65 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
+    if spec.env is not None:
+        # Exactly what the parent decided this run may see (no inherited secrets).
+        os.environ.clear()
+        os.environ.update(spec.env)
     try:
         model: Model = objects.get("model") or resolve_model(spec.model, spec.model_options)
     except ModelError as exc:
         return RunResult(status=RunStatus.ERROR, error=str(exc))
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
     link.on_cancel = engine.cancel
-    sink = CoalescingSink(link)
+    _capture_output(spec)
+    transcript = _open_transcript(spec)
+    sink = CoalescingSink(link, transcript)
+    session = Session(spec.history)
     try:
-        result = await engine.run(spec.prompt, Session(spec.history), on_event=sink)
+        result = await engine.run(spec.prompt, session, on_event=sink)
     finally:
         sink.flush()
         await model.aclose()
+        if transcript is not None:
+            transcript.messages(session.messages)
+    if transcript is not None:
+        transcript.result(result)
+        transcript.close()
     export = getattr(model, "export_record", None)
     if export is not None:
         result.data["test_model"] = export()
     return result
+
+
+def _capture_output(spec: AgentSpec) -> None:
+    """Send this process's stdout and stderr (tools' prints, a fatal error's traceback
+    from faulthandler) to a log file in the run directory instead of the parent's terminal."""
+    if not spec.run_dir:
+        return
+    path = Path(spec.run_dir) / f"{spec.agent_id}.stderr.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _open_transcript(spec: AgentSpec) -> Transcript | None:
+    if not spec.run_dir:
+        return None
+    transcript = Transcript(Path(spec.run_dir) / f"{spec.agent_id}.jsonl", spec.agent_id)
+    transcript.write(
+        "start",
+        agent_type=spec.agent_type,
+        model=spec.model,
+        prompt=spec.prompt,
+        tools=spec.tools + [t.name for t in spec.remote_tools],
+        depth=spec.depth,
+        pid=os.getpid(),
+    )
+    return transcript
 
 
 def build_engine(
@@ -105,7 +152,8 @@ def build_engine(
         workdir=spec.workdir,
         run_dir=spec.run_dir or None,
         agent_id=spec.agent_id,
-        env=spec.bash_env or None,
+        # With an explicit environment, bash gets its own (no model credentials).
+        env=dict(spec.bash_env) if spec.env is not None else None,
         turn_hooks=[TurnControls(link)],
     )
 
@@ -182,8 +230,9 @@ class CoalescingSink:
     is kept.
     """
 
-    def __init__(self, link: ChildLink) -> None:
+    def __init__(self, link: ChildLink, transcript: Transcript | None = None) -> None:
         self.link = link
+        self.transcript = transcript
         self._text: list[str] = []
         self._size = 0
         self._timer: asyncio.TimerHandle | None = None
@@ -198,7 +247,12 @@ class CoalescingSink:
                 self._timer = asyncio.get_running_loop().call_later(_FLUSH_SECONDS, self.flush)
             return
         self.flush()
+        self._send(event)
+
+    def _send(self, event: AgentEvent) -> None:
         self.link.emit(event)
+        if self.transcript is not None:
+            self.transcript.event(event)
 
     def flush(self) -> None:
         if self._timer is not None:
@@ -208,4 +262,4 @@ class CoalescingSink:
             text = "".join(self._text)
             self._text.clear()
             self._size = 0
-            self.link.emit(TextDelta(text=text))
+            self._send(TextDelta(text=text))

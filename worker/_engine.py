@@ -182,6 +182,12 @@ class Engine:
             )
             response = await self._call_model(request)
             session.add(AssistantMessage(content=response.text, tool_calls=response.tool_calls))
+            if response.tool_calls and response.stop_reason is StopReason.MAX_TOKENS:
+                # The last call's arguments may be cut off: running it would be a guess.
+                raise _Stop(
+                    RunStatus.ERROR,
+                    "the model hit its output token limit in the middle of a tool call",
+                )
             if not response.tool_calls:
                 if response.stop_reason is StopReason.MAX_TOKENS:
                     raise _Stop(

@@ -15,8 +15,19 @@ PRELOAD_MODULES: list[str] = [
     "dill",
     "protocol",
     "psutil",
+    "httpx",
+    "httpcore",
+    "h11",
+    "anyio",
+    "anyio._backends._asyncio",
     "worker._proc",
     "worker._child",
+    "worker._agent",
+    "worker._engine",
+    "worker.models._openai",
+    "worker.models._anthropic",
+    "worker.tools._builtin",
+    "worker.testing",
 ]
 
 #: Imported last: it records what loaded and arms the fork server's exit hook.

@@ -216,5 +216,11 @@ def echo_model() -> FunctionModel:
     )
 
 
+def _demo() -> Any:
+    from worker._demo import demo_model
+
+    return demo_model()
+
+
 #: The models ``scripted:NAME`` resolves to. Each entry builds a fresh model.
-SCRIPTED_MODELS: dict[str, Callable[[], Any]] = {"echo": echo_model}
+SCRIPTED_MODELS: dict[str, Callable[[], Any]] = {"echo": echo_model, "demo": _demo}

@@ -1,5 +1,6 @@
 """Model providers behind one streaming interface."""
 
+from worker.models._anthropic import AnthropicModel
 from worker.models._base import (
     Model,
     ModelError,
@@ -12,9 +13,12 @@ from worker.models._base import (
     ToolSpec,
     complete,
 )
+from worker.models._openai import OpenAIChatModel
 from worker.models._resolve import resolve_model
 
 __all__ = [
+    "AnthropicModel",
+    "OpenAIChatModel",
     "Model",
     "ModelError",
     "ModelErrorKind",

@@ -1,0 +1,172 @@
+"""``agentcell agents list|show|validate``."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator._definitions import AgentDefinition, resolve_model_alias
+from orchestrator._loader import load_agent_file, load_agents_dir
+from orchestrator._registry import AgentRegistry, agent_dirs
+from orchestrator._settings_load import load_settings
+from orchestrator._tool_policy import COORDINATION_TOOLS, resolve_tools
+from worker.tools import BUILTIN_TOOL_NAMES
+
+#: What the main agent has, so ``resolve_tools`` shows what a sub-agent would get.
+MAIN_TOOLS = [*BUILTIN_TOOL_NAMES, *sorted(COORDINATION_TOOLS)]
+
+
+def _describe(
+    definition: AgentDefinition, workdir: Path, aliases: dict[str, str], main_model: str
+) -> dict[str, Any]:
+    resolved = resolve_tools(definition.tools, definition.disallowed_tools, MAIN_TOOLS)
+    try:
+        model = resolve_model_alias(definition.model, parent_model=main_model, aliases=aliases)
+    except ValueError as exc:
+        model = f"unresolved: {exc}"
+    return {
+        "name": definition.name,
+        "description": definition.description,
+        "source": _short_source(definition.source, workdir),
+        "model": definition.model,
+        "resolved_model": model,
+        "tools": resolved.tools,
+        "unknown_tools": resolved.unknown,
+        "disallowed_tools": list(definition.disallowed_tools),
+        "max_turns": definition.max_turns,
+        "background": definition.background,
+        "permission_mode": definition.permission_mode,
+        "timeout_s": definition.timeout_s,
+        "context": definition.context,
+        "isolation": definition.isolation,
+        "extra": definition.extra,
+    }
+
+
+def _short_source(source: str, workdir: Path) -> str:
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    for base, label in ((workdir, ""), (Path.home(), "~/")):
+        try:
+            return label + str(path.relative_to(base))
+        except ValueError:
+            continue
+    return source
+
+
+def _registry(
+    workdir: Path, agents_dirs: Sequence[Path]
+) -> tuple[AgentRegistry, dict[str, str], str]:
+    settings, _ = load_settings(workdir=workdir)
+    registry = AgentRegistry.load(workdir, extra_dirs=list(agents_dirs))
+    return registry, settings.aliases, settings.model or "(no main model set)"
+
+
+def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) -> None:
+    registry, aliases, main_model = _registry(workdir, agents_dirs)
+    rows = [_describe(d, workdir, aliases, main_model) for d in registry.definitions()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    console = Console(highlight=False)
+    table = Table(box=None, pad_edge=False)
+    for column in ("name", "source", "model", "tools"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        tools = ", ".join(row["tools"]) if row["tools"] else "(none)"
+        if row["unknown_tools"]:
+            tools += f"  [yellow](unknown: {', '.join(row['unknown_tools'])})[/yellow]"
+        model = (
+            row["model"]
+            if row["model"] == row["resolved_model"]
+            else f"{row['model']} → {row['resolved_model']}"
+        )
+        table.add_row(row["name"], row["source"], model, tools)
+    console.print(table)
+    problems = [d for d in registry.diagnostics if d.level in ("warning", "error")]
+    if problems:
+        console.print(
+            f"\n{len(problems)} problem(s) while loading; see: agentcell agents validate",
+            style="yellow",
+        )
+
+
+def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) -> None:
+    registry, aliases, main_model = _registry(workdir, agents_dirs)
+    definition = registry.get(name)
+    if definition is None:
+        raise LookupError(f"no agent named {name!r}; available: {', '.join(registry.names())}")
+    row = _describe(definition, workdir, aliases, main_model)
+    row["system_prompt"] = definition.system_prompt
+    if as_json:
+        click.echo(json.dumps(row, indent=2))
+        return
+    console = Console(highlight=False)
+    console.print(f"[bold]{row['name']}[/bold]  ({row['source']})")
+    console.print(row["description"].strip(), markup=False)
+    console.print()
+    for key in (
+        "model",
+        "resolved_model",
+        "tools",
+        "disallowed_tools",
+        "unknown_tools",
+        "max_turns",
+        "background",
+        "permission_mode",
+        "timeout_s",
+        "context",
+        "isolation",
+    ):
+        value = row[key]
+        if value in (None, [], {}):
+            continue
+        shown = ", ".join(value) if isinstance(value, list) else value
+        console.print(f"  {key.replace('_', ' '):18} {shown}", markup=False)
+    if row["extra"]:
+        console.print(f"  {'other keys':18} {', '.join(sorted(row['extra']))}", markup=False)
+    console.print("\n[bold]System prompt[/bold]")
+    console.print(definition.system_prompt or "(empty)", markup=False)
+
+
+def validate_agents(paths: Sequence[Path], workdir: Path) -> int:
+    """Print one line per problem; 1 if any file failed to load, else 0."""
+    targets = list(paths) or [d for d in agent_dirs(workdir) if d.is_dir()]
+    if not targets:
+        click.echo(
+            "no agent folders here (.claude/agents, .agentcell/agents, ...): nothing to check"
+        )
+        return 0
+    checked = failed = 0
+    for target in targets:
+        if not target.exists():
+            click.echo(f"{target}: error: no such file or folder")
+            failed += 1
+            continue
+        result = load_agents_dir(target) if target.is_dir() else load_agent_file(target)
+        files = {Path(d.source) for d in result.definitions}
+        broken = {Path(d.path) for d in result.diagnostics if d.level == "error"}
+        checked += len(files | broken)
+        failed += len(broken)
+        for diagnostic in result.diagnostics:
+            click.echo(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}")
+        for definition in result.definitions:
+            if os.environ.get("AGENTCELL_VERBOSE"):
+                click.echo(f"{_rel(definition.source)}: ok: {definition.name}")
+    click.echo(f"{checked} file(s) checked, {failed} failed")
+    return 1 if failed else 0
+
+
+def _rel(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return path

@@ -1,0 +1,240 @@
+"""Live progress on stderr: one line per agent, updated in place on a terminal (rich),
+plain log lines otherwise (a pipe, a log file, ``NO_COLOR``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator._events import (
+    AgentActivity,
+    OrchestratorEvent,
+    SubAgentEnded,
+    SubAgentProcess,
+    SubAgentStarted,
+)
+from orchestrator._results import SubAgentResult
+from protocol import Notice, RunStatus, ToolStarted, TurnStarted, UsageUpdate
+
+_STATE_STYLE = {
+    "queued": "dim",
+    "running": "cyan",
+    "completed": "green",
+    "error": "red",
+    "crashed": "bold red",
+    "timeout": "yellow",
+    "cancelled": "yellow",
+    "max_turns": "yellow",
+    "budget": "yellow",
+    "denied": "red",
+}
+
+
+@dataclasses.dataclass(slots=True)
+class Row:
+    agent_id: str
+    agent_type: str
+    description: str = ""
+    state: str = "queued"
+    background: bool = False
+    pid: int | None = None
+    turns: int = 0
+    tokens: int = 0
+    last_tool: str = ""
+    started: float = dataclasses.field(default_factory=time.monotonic)
+    ended: float | None = None
+    note: str = ""
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+
+class ProgressView:
+    """Subscribe ``view.on_event`` to an orchestrator's bus; ``start``/``stop`` around a run."""
+
+    def __init__(self, console: Console, *, live: bool, show_main: bool = True) -> None:
+        self.console = console
+        self.live_mode = live
+        self.rows: dict[str, Row] = {}
+        if show_main:
+            self.rows["main"] = Row("main", "main", "the main agent", state="running")
+        self._live: Live | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self.live_mode and self._live is None:
+            self._live = Live(
+                get_renderable=self.render,
+                console=self.console,
+                refresh_per_second=8,
+                transient=False,
+            )
+            self._live.start()
+
+    def stop(self) -> None:
+        main = self.rows.get("main")
+        if main is not None and main.ended is None:
+            main.ended = time.monotonic()
+            main.state = "done"
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+    # -- events ----------------------------------------------------------------------------
+    def on_event(self, event: OrchestratorEvent) -> None:
+        if isinstance(event, SubAgentStarted):
+            row = Row(
+                event.agent_id,
+                event.agent_type,
+                event.description,
+                background=event.background,
+            )
+            self.rows[event.agent_id] = row
+            self._log(row, "queued" + (" (background)" if event.background else ""))
+        elif isinstance(event, SubAgentProcess):
+            row = self._row(event.agent_id)
+            row.pid, row.state = event.pid, "running"
+            self._log(row, f"started in process {event.pid}")
+        elif isinstance(event, SubAgentEnded):
+            self._ended(event.result)
+        elif isinstance(event, AgentActivity):
+            self._activity(event)
+
+    def _activity(self, activity: AgentActivity) -> None:
+        row = self.rows.get(activity.agent_id)
+        if row is None:
+            return
+        event = activity.event
+        if isinstance(event, TurnStarted):
+            row.turns = event.turn
+        elif isinstance(event, UsageUpdate):
+            row.tokens += event.usage.total_tokens
+        elif isinstance(event, ToolStarted):
+            row.last_tool = event.name
+            if activity.agent_id != "main" or event.name != "task":
+                self._log(row, f"→ {event.name} {_short(event.arguments, 70)}")
+        elif isinstance(event, Notice):
+            row.note = event.message
+            self._log(row, event.message)
+
+    def _ended(self, result: SubAgentResult) -> None:
+        row = self._row(result.agent_id, result)
+        row.state = result.status.value
+        row.ended = time.monotonic()
+        row.turns = result.turns or row.turns
+        row.tokens = result.usage.total_tokens or row.tokens
+        detail = f"{result.status.value} in {result.duration_ms / 1000:.1f} s"
+        if result.status is not RunStatus.COMPLETED:
+            detail += f": {result.error}"
+        self._log(row, detail)
+
+    def _row(self, agent_id: str, result: SubAgentResult | None = None) -> Row:
+        row = self.rows.get(agent_id)
+        if row is None:
+            row = Row(
+                agent_id,
+                result.agent_type if result else "?",
+                result.description if result else "",
+            )
+            self.rows[agent_id] = row
+        return row
+
+    def _log(self, row: Row, text: str) -> None:
+        if self.live_mode:
+            return
+        who = row.agent_id if row.agent_id == "main" else f"{row.agent_id} {row.agent_type}"
+        if row.description:
+            who += f' "{row.description}"'
+        self.console.print(
+            f"[{row.elapsed:6.1f}s] {who}: {text}", markup=False, highlight=False, soft_wrap=True
+        )
+
+    # -- rendering -------------------------------------------------------------------------
+    def render(self) -> Table:
+        table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
+        for name, justify in (
+            ("agent", "left"),
+            ("type", "left"),
+            ("task", "left"),
+            ("state", "left"),
+            ("turns", "right"),
+            ("last tool", "left"),
+            ("time", "right"),
+            ("tokens", "right"),
+        ):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for row in self.rows.values():
+            state = row.state + (" (bg)" if row.background else "")
+            table.add_row(
+                row.agent_id,
+                row.agent_type,
+                _short(row.description, 28),
+                Text(state, style=_STATE_STYLE.get(row.state, "")),
+                str(row.turns),
+                row.last_tool,
+                f"{row.elapsed:.1f}s",
+                _tokens(row.tokens),
+            )
+        return table
+
+
+def results_table(results: Iterable[SubAgentResult]) -> Table:
+    """The per-sub-agent table printed after a run."""
+    table = Table(title="sub-agents", title_justify="left", box=None, pad_edge=False)
+    for name in (
+        "agent",
+        "type",
+        "task",
+        "status",
+        "turns",
+        "tools",
+        "time",
+        "tokens",
+        "pid",
+        "peak RSS",
+        "exit",
+    ):
+        table.add_column(name, no_wrap=True)
+    for r in results:
+        exit_text = r.signal or ("" if r.exit_code is None else str(r.exit_code))
+        table.add_row(
+            r.agent_id,
+            r.agent_type + (" (bg)" if r.background else ""),
+            _short(r.description, 28),
+            Text(r.status.value, style=_STATE_STYLE.get(r.status.value, "")),
+            str(r.turns),
+            str(r.tool_calls),
+            f"{r.duration_ms / 1000:.1f}s",
+            _tokens(r.usage.total_tokens),
+            str(r.pid or ""),
+            f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
+            exit_text,
+        )
+    return table
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def make_console(*, stderr: bool = True, force_plain: bool = False) -> tuple[Console, bool]:
+    """A console for progress, and whether it can update lines in place."""
+    console = Console(stderr=stderr, highlight=False)
+    if not console.is_terminal:
+        # A log file or a pipe has no width: do not fold lines (or tables) at 80 columns.
+        console = Console(stderr=stderr, highlight=False, width=160)
+    live = console.is_terminal and not console.no_color and not force_plain
+    return console, live

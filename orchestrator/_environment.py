@@ -1,0 +1,83 @@
+"""The environment a sub-agent process gets: a small allowlist, plus the credentials of
+its own model provider and nothing else. Its ``bash`` tool gets the allowlist only.
+
+The parent computes it for every run from its current environment, so a key set after the
+pool started still reaches the child, and a key for another provider never does.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+
+#: Passed to every child (exact names, or prefixes ending in "*").
+ALLOWED = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "PYTHONHASHSEED",
+    "NO_COLOR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "AGENTCELL_BLOCK_REAL_MODELS",
+)
+
+#: What each provider's client reads. Only the child's own provider gets these.
+PROVIDER_ENV = {
+    "openai": (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_ORG_ID",
+        "OPENAI_ORGANIZATION",
+        "OPENAI_PROJECT_ID",
+    ),
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"),
+}
+
+#: Names whose values are secrets wherever they appear (redacted from records and output).
+SECRET_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
+
+
+def _allowed(name: str, patterns: Iterable[str]) -> bool:
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
+def child_environment(
+    model: str,
+    *,
+    source: Mapping[str, str] | None = None,
+    extra: Iterable[str] = (),
+    bash_gets_credentials: bool = False,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(the child's environment, its bash tool's environment) for a run on ``model``."""
+    source = os.environ if source is None else source
+    patterns = (*ALLOWED, *extra)
+    base = {k: v for k, v in source.items() if _allowed(k, patterns)}
+    provider = model.partition(":")[0]
+    credentials = {k: source[k] for k in PROVIDER_ENV.get(provider, ()) if k in source}
+    env = {**base, **credentials}
+    bash_env = dict(env) if bash_gets_credentials else dict(base)
+    return env, bash_env
+
+
+def secret_values(source: Mapping[str, str] | None = None) -> list[str]:
+    """The secret values present in the environment (long enough to be worth hiding)."""
+    source = os.environ if source is None else source
+    return [source[name] for name in SECRET_NAMES if len(source.get(name, "")) >= 8]

@@ -1,0 +1,177 @@
+"""Where settings come from, merged in increasing precedence:
+
+1. ``~/.config/agentcell/config.toml`` (or ``$XDG_CONFIG_HOME/agentcell/config.toml``)
+2. the project: ``agentcell.toml``, or ``[tool.agentcell]`` in ``pyproject.toml``
+3. environment variables (``AGENTCELL_MODEL``, ``AGENTCELL_MAX_WORKERS``, ...)
+4. command-line flags
+
+The project file beats the user file because it is the more specific of the two. Tables
+(``budgets``, ``aliases``, ``prices``, ``model_options``) merge key by key. API keys never
+belong in these files: providers read them from the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from orchestrator._config import Settings
+
+
+class ConfigError(Exception):
+    """Bad configuration: one line per problem, each naming where it is and the fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+#: Environment variables that set a setting, and how to read their text.
+ENV_SETTINGS: dict[str, tuple[str, type]] = {
+    "AGENTCELL_MODEL": ("model", str),
+    "AGENTCELL_MAX_WORKERS": ("max_workers", int),
+    "AGENTCELL_WARM_SPARES": ("warm_spares", int),
+    "AGENTCELL_APPROVE": ("approval", str),
+    "AGENTCELL_MAX_DEPTH": ("max_depth", int),
+    "AGENTCELL_PERMISSION_MODE": ("permission_mode", str),
+}
+
+_SECRET_KEYS = {"api_key", "apikey", "key", "token", "secret", "password"}
+
+
+def user_config_path(home: Path | None = None, env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    base = env.get("XDG_CONFIG_HOME")
+    root = Path(base) if base else (home or Path.home()) / ".config"
+    return root / "agentcell" / "config.toml"
+
+
+def project_config(workdir: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The project's settings table and where it came from, if it has one."""
+    own = workdir / "agentcell.toml"
+    if own.is_file():
+        return own, _read_toml(own)
+    pyproject = workdir / "pyproject.toml"
+    if pyproject.is_file():
+        table = _read_toml(pyproject).get("tool", {}).get("agentcell")
+        if isinstance(table, dict):
+            return pyproject, table
+    return None
+
+
+def load_settings(
+    *,
+    workdir: Path,
+    home: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+) -> tuple[Settings, list[str]]:
+    """The merged, validated settings and the list of sources that contributed."""
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    sources: list[str] = []
+    problems: list[str] = []
+    layers: list[tuple[str, dict[str, Any]]] = []
+    user = user_config_path(home, env)
+    if user.is_file():
+        layers.append((str(user), _read_toml(user)))
+    found = project_config(workdir)
+    if found is not None:
+        path, table = found
+        name = f"{path} [tool.agentcell]" if path.name == "pyproject.toml" else str(path)
+        layers.append((name, table))
+    for origin, table in layers:
+        problems += _secret_problems(table, origin)
+        _validate_layer(table, origin, problems)
+        _merge(merged, table)
+        sources.append(origin)
+    from_env = _env_layer(env, problems)
+    if from_env:
+        _merge(merged, from_env)
+        sources.append("environment")
+    if flags:
+        _merge(merged, {k: v for k, v in flags.items() if v is not None})
+        sources.append("flags")
+    if problems:
+        raise ConfigError(problems)
+    try:
+        return Settings.model_validate(merged), sources
+    except ValidationError as exc:
+        raise ConfigError(settings_messages(exc, "settings")) from None
+
+
+def _validate_layer(table: dict[str, Any], origin: str, problems: list[str]) -> None:
+    """Check one file on its own, so that a message can name the file at fault."""
+    try:
+        Settings.model_validate(table)
+    except ValidationError as exc:
+        problems += settings_messages(exc, origin)
+
+
+def _env_layer(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for name, (field, kind) in ENV_SETTINGS.items():
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        if kind is int:
+            try:
+                layer[field] = int(raw)
+            except ValueError:
+                problems.append(f"{name}={raw!r}: must be a whole number")
+                continue
+        else:
+            layer[field] = raw
+    return layer
+
+
+def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
+    for key, value in layer.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
+    except OSError as exc:
+        raise ConfigError([f"{path}: cannot read it: {exc.strerror}"]) from None
+
+
+def _secret_problems(table: Mapping[str, Any], origin: str, prefix: str = "") -> list[str]:
+    found = []
+    for key, value in table.items():
+        where = f"{prefix}{key}"
+        if isinstance(value, dict):
+            found += _secret_problems(value, origin, f"{where}.")
+        elif key.lower() in _SECRET_KEYS or key.lower().endswith("_api_key"):
+            found.append(
+                f"{origin}: {where}: API keys do not belong in configuration files; set "
+                "OPENAI_API_KEY or ANTHROPIC_API_KEY in the environment instead"
+            )
+    return found
+
+
+def settings_messages(exc: ValidationError, origin: str) -> list[str]:
+    """One readable line per problem: where, what is wrong, and what was given."""
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(sorted(Settings.model_fields))
+            lines.append(f"{origin}: unknown setting {where!r} (known settings: {known})")
+            continue
+        given = error.get("input")
+        message = error["msg"][0].lower() + error["msg"][1:]
+        lines.append(f"{origin}: {where}: {message} (got {given!r})")
+    return lines

@@ -1,0 +1,398 @@
+"""Anthropic Messages API, streamed.
+
+Request: POST {base}/v1/messages with ``stream: true``; the system prompt is the
+top-level ``system`` field, tool calls are ``tool_use`` blocks and their results
+``tool_result`` blocks inside a user message. Answer: named SSE events (message_start,
+content_block_start/delta/stop, message_delta, message_stop, ping, error).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from protocol import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
+from worker.models._base import (
+    ModelError,
+    ModelErrorKind,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    StreamItem,
+)
+from worker.models._http import Retry, SSEClient
+
+OFFICIAL_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+
+_STOP = {
+    "end_turn": StopReason.END,
+    "stop_sequence": StopReason.END,
+    "pause_turn": StopReason.END,
+    "tool_use": StopReason.TOOL_USE,
+    "max_tokens": StopReason.MAX_TOKENS,
+    "model_context_window_exceeded": StopReason.MAX_TOKENS,
+    "refusal": StopReason.REFUSAL,
+}
+
+# error event type → (kind, may another attempt help?)
+_ERRORS = {
+    "overloaded_error": (ModelErrorKind.SERVER, True),
+    "api_error": (ModelErrorKind.SERVER, True),
+    "rate_limit_error": (ModelErrorKind.RATE_LIMIT, True),
+    "timeout_error": (ModelErrorKind.TIMEOUT, True),
+    "invalid_request_error": (ModelErrorKind.BAD_REQUEST, False),
+    "request_too_large": (ModelErrorKind.BAD_REQUEST, False),
+    "authentication_error": (ModelErrorKind.AUTH, False),
+    "permission_error": (ModelErrorKind.AUTH, False),
+    "not_found_error": (ModelErrorKind.NOT_FOUND, False),
+}
+
+
+# -- the event schema: one struct for every event type, only the fields read ----------
+
+
+class _Usage(msgspec.Struct, gc=False):
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+
+
+class _Message(msgspec.Struct, gc=False):
+    model: str | None = None
+    usage: _Usage | None = None
+
+
+class _Block(msgspec.Struct, gc=False):
+    type: str = ""
+    text: str | None = None
+    id: str | None = None
+    name: str | None = None
+    input: msgspec.Raw = msgspec.Raw(b"")  # kept as JSON text: it becomes the arguments
+
+
+class _Delta(msgspec.Struct, gc=False):
+    type: str | None = None
+    text: str | None = None  # text_delta
+    partial_json: str | None = None  # input_json_delta
+    stop_reason: str | None = None  # message_delta
+
+
+class _Error(msgspec.Struct, gc=False):
+    type: str = ""
+    message: str = ""
+
+
+class _Event(msgspec.Struct, gc=False):
+    type: str = ""
+    index: int = 0
+    message: _Message | None = None
+    content_block: _Block | None = None
+    delta: _Delta | None = None
+    usage: _Usage | None = None
+    error: _Error | None = None
+
+
+_decode_event = msgspec.json.Decoder(_Event).decode
+_encode = msgspec.json.Encoder().encode
+_decode_arguments = msgspec.json.Decoder().decode
+
+
+class _ToolBlock:
+    __slots__ = ("id", "initial", "name", "parts")
+
+    def __init__(self, id: str, name: str, initial: str) -> None:
+        self.id = id
+        self.name = name
+        self.initial = initial  # the block's "input" when no deltas follow
+        self.parts: list[str] = []
+
+
+def stream_error(error: _Error | None, data: bytes) -> Exception:
+    """The exception for an ``error`` event (``Retry`` when another attempt may help)."""
+    etype = error.type if error else ""
+    message = error.message if error else data.decode("utf-8", "replace")[:500]
+    kind, transient = _ERRORS.get(etype, (ModelErrorKind.SERVER, False))
+    text = f"the server reported {etype or 'an error'} in the stream: {message}"
+    if transient:
+        return Retry(kind, text)
+    return ModelError(kind, f"anthropic: {text}")
+
+
+class _Stream:
+    """Assembles one streamed message (implements ``_http.StreamHandler``)."""
+
+    __slots__ = ("done", "events", "model", "position", "stop_reason", "text", "tools", "usage")
+
+    def __init__(self, model: str, position: int) -> None:
+        self.model = model
+        self.position = position
+        self.text: list[str] = []
+        self.tools: dict[int, _ToolBlock] = {}
+        self.usage = [0, 0, 0, 0]  # input (uncached), output, cache read, cache write
+        self.stop_reason: str | None = None
+        self.done = False
+        self.events = 0
+
+    def feed(self, event: bytes, data: bytes) -> str | None:
+        self.events += 1
+        try:
+            ev = _decode_event(data)
+        except msgspec.MsgspecError as exc:
+            if event == b"error":
+                raise stream_error(None, data) from None
+            raise ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"anthropic: the server sent an event that is not a Messages API event "
+                f"({exc}): {data[:200]!r}",
+            ) from None
+        kind = ev.type
+        if kind == "content_block_delta":  # the hot path first
+            delta = ev.delta
+            if delta is None:
+                return None
+            if delta.type == "text_delta":
+                if delta.text:
+                    self.text.append(delta.text)
+                    return delta.text
+            elif delta.type == "input_json_delta" and delta.partial_json:
+                block = self.tools.get(ev.index)
+                if block is not None:
+                    block.parts.append(delta.partial_json)
+            return None  # thinking and signature deltas are not kept
+        if kind == "content_block_start":
+            cb = ev.content_block
+            if cb is None:
+                return None
+            if cb.type == "tool_use":
+                initial = bytes(cb.input).decode()
+                self.tools[ev.index] = _ToolBlock(cb.id or "", cb.name or "", initial)
+            elif cb.type == "text" and cb.text:
+                self.text.append(cb.text)
+                return cb.text
+        elif kind == "message_start":
+            if ev.message is not None:
+                if ev.message.model:
+                    self.model = ev.message.model
+                self._add_usage(ev.message.usage)
+        elif kind == "message_delta":
+            if ev.delta is not None and ev.delta.stop_reason:
+                self.stop_reason = ev.delta.stop_reason
+            self._add_usage(ev.usage)
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error" or event == b"error" or ev.error is not None:
+            raise stream_error(ev.error, data)
+        # ping, content_block_stop and event types added later need nothing
+        return None
+
+    def _add_usage(self, u: _Usage | None) -> None:
+        # message_delta counts are cumulative, so a value present replaces the old one
+        if u is None:
+            return
+        usage = self.usage
+        if u.input_tokens is not None:
+            usage[0] = u.input_tokens
+        if u.output_tokens is not None:
+            usage[1] = u.output_tokens
+        if u.cache_read_input_tokens is not None:
+            usage[2] = u.cache_read_input_tokens
+        if u.cache_creation_input_tokens is not None:
+            usage[3] = u.cache_creation_input_tokens
+
+    def finish(self) -> ModelResponse | None:
+        if not self.done and self.stop_reason is None:
+            return None
+        tool_calls = []
+        for index in sorted(self.tools):
+            block = self.tools[index]
+            args = "".join(block.parts) or block.initial or "{}"
+            call_id = block.id or _synthetic_id(self.position, index, block.name, args)
+            tool_calls.append(ToolCall(id=call_id, name=block.name, arguments=args))
+        stop = _STOP.get(self.stop_reason or "end_turn", StopReason.END)
+        if tool_calls and stop is StopReason.END:
+            stop = StopReason.TOOL_USE
+        uncached, output, cache_read, cache_write = self.usage
+        return ModelResponse(
+            text="".join(self.text),
+            tool_calls=tool_calls,
+            # input_tokens counts every prompt token, as OpenAI's prompt_tokens does, so
+            # that budgets mean the same for both; Anthropic reports cache hits and
+            # writes apart from its input_tokens.
+            usage=Usage(
+                input_tokens=uncached + cache_read + cache_write,
+                output_tokens=output,
+                cache_read_tokens=cache_read,
+                cache_write_tokens=cache_write,
+            ),
+            stop_reason=stop,
+            model=self.model,
+        )
+
+
+def _synthetic_id(position: int, index: int, name: str, arguments: str) -> str:
+    # the API always sends ids; this only covers look-alike servers that do not
+    key = f"{position}:{index}:{name}:{arguments}".encode()
+    return "toolu_" + hashlib.blake2b(key, digest_size=12).hexdigest()
+
+
+def _tool_input(arguments: str) -> Any:
+    """A tool call's JSON text as the object ``tool_use.input`` requires."""
+    try:
+        value = _decode_arguments(arguments or "{}")
+    except msgspec.DecodeError:
+        return {}  # the model wrote invalid JSON; its tool result already says so
+    return value if isinstance(value, dict) else {}
+
+
+def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
+    """Our messages as (system, Messages API messages).
+
+    Leading system messages become the ``system`` field; a later one becomes user text
+    where it stands. Consecutive messages of one role are merged into one message, as
+    the API wants tool results and any user text after them in a single user turn.
+    Empty text is dropped: the API refuses empty text blocks.
+    """
+    system: list[str] = []
+    out: list[dict[str, Any]] = []
+    leading = True
+    for m in messages:
+        if isinstance(m, SystemMessage):
+            if leading:
+                if m.content:
+                    system.append(m.content)
+                continue
+            role, blocks = "user", _text(m.content)
+        elif isinstance(m, ToolMessage):
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.tool_call_id}
+            if m.content:
+                block["content"] = m.content
+            if m.is_error:
+                block["is_error"] = True
+            role, blocks = "user", [block]
+        elif isinstance(m, AssistantMessage):
+            role, blocks = "assistant", _text(m.content)
+            blocks.extend(
+                {
+                    "type": "tool_use",
+                    "id": c.id,
+                    "name": c.name,
+                    "input": _tool_input(c.arguments),
+                }
+                for c in m.tool_calls
+            )
+        else:
+            role, blocks = "user", _text(m.content)
+        leading = False
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": role, "content": blocks})
+    return "\n\n".join(system), out
+
+
+def _text(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}] if text else []
+
+
+class AnthropicModel:
+    """A Claude model over the Anthropic Messages API, streamed.
+
+    ``base_url`` defaults to ``$ANTHROPIC_BASE_URL``, then the official API; ``api_key``
+    to ``$ANTHROPIC_API_KEY`` (required by the official API). ``max_tokens`` is the
+    output limit when a request sets none (the API requires one). Usage reports
+    ``input_tokens`` including cache reads and writes, like OpenAI's ``prompt_tokens``.
+    ``timeout`` bounds connecting and each wait for data, not the whole answer.
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_tokens: int = 4096,
+        max_retries: int = 4,
+        timeout: float = 600,
+        retry_base_delay: float = 0.5,
+        max_connections: int = 4,
+    ) -> None:
+        if not model_name:
+            raise ModelError(ModelErrorKind.CONFIG, "anthropic: the model name is empty")
+        self.model_name = model_name
+        self.name = f"anthropic:{model_name}"
+        base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or OFFICIAL_BASE_URL).rstrip("/")
+        self.base_url = base
+        self._official = base == OFFICIAL_BASE_URL
+        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        self._max_tokens = max_tokens
+        self._url = f"{base}/v1/messages"
+        self._http = SSEClient(
+            provider="anthropic",
+            model_name=model_name,
+            base_url=base,
+            key_env="ANTHROPIC_API_KEY",
+            base_env="ANTHROPIC_BASE_URL",
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_base_delay=retry_base_delay,
+            max_connections=max_connections,
+        )
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "anthropic-version": API_VERSION,
+        }
+        if self._api_key:
+            headers["x-api-key"] = self._api_key
+        self._headers = headers
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
+        position = len(request.messages)
+        return self._http.stream(
+            self._url,
+            self._headers,
+            lambda: self._body(request),
+            lambda: _Stream(self.model_name, position),
+        )
+
+    def _body(self, request: ModelRequest) -> bytes:
+        if not self._api_key and self._official:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                "ANTHROPIC_API_KEY is not set: export it (or point ANTHROPIC_BASE_URL at a "
+                "server that needs no key)",
+            )
+        system, messages = convert_messages(request.messages)
+        body: dict[str, Any] = {
+            "model": self.model_name,
+            "max_tokens": request.max_output_tokens or self._max_tokens,
+            "messages": messages,
+            "stream": True,
+        }
+        if system:
+            body["system"] = system
+        if request.tools:
+            body["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.parameters}
+                for t in request.tools
+            ]
+        return _encode(body)
+
+    async def aclose(self) -> None:
+        """Close the connections. The model must not be used afterwards."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AnthropicModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

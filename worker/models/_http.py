@@ -1,0 +1,644 @@
+"""HTTP plumbing shared by the streaming providers: client, retries, errors, SSE.
+
+One ``SSEClient`` per model instance owns a small httpx connection pool and runs each
+model call as one async generator: POST, check the status, parse the event stream with
+the provider's ``StreamHandler``, retry what is safe to retry. Everything a provider
+needs from the network is here, so the providers are only (de)serialisation.
+
+CPU per model turn matters (hundreds of agents share a few cores), so the hot path is
+one generator layer deep, parses SSE on bytes with ``bytes.splitlines`` and leaves JSON
+to msgspec in the providers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import errno
+import functools
+import ipaddress
+import math
+import os
+import random
+import socket
+import ssl
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
+
+import httpx
+import msgspec
+
+from worker.models._base import ModelError, ModelErrorKind, ModelResponse, StreamItem, TextPart
+
+#: Set to "1" to make every request to a non-loopback host fail before it is sent.
+BLOCK_ENV = "AGENTCELL_BLOCK_REAL_MODELS"
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost."})
+
+#: Awaited between attempts. Tests replace it to observe the delays without waiting.
+sleep: Callable[[float], Any] = asyncio.sleep
+
+_MAX_BACKOFF_S = 30.0  # cap of one exponential backoff step
+_MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After fails at once: waiting is pointless
+_MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read to find the server's message
+_MAX_LINE = 4 * 1024 * 1024  # an SSE line longer than this is not an event stream
+_HEAD_BYTES = 200  # bytes kept from the start of a body for error messages
+
+_RETRY_STATUS = frozenset({408, 409, 429})
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and localhost: the only hosts allowed when blocked."""
+    if host.lower() in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_not_blocked(url: httpx.URL, hint: str = "") -> None:
+    """Raise BLOCKED for a non-loopback URL while AGENTCELL_BLOCK_REAL_MODELS=1."""
+    if os.environ.get(BLOCK_ENV) == "1" and not is_loopback(url.host):
+        where = f"point {hint} at a local server or " if hint else ""
+        raise ModelError(
+            ModelErrorKind.BLOCKED,
+            f"real model requests are blocked ({BLOCK_ENV}=1): refused a request to "
+            f"{url.scheme}://{url.netloc.decode('ascii', 'replace')}; only loopback hosts "
+            f"(127.0.0.1, ::1, localhost) are allowed: {where}unset {BLOCK_ENV}",
+        )
+
+
+class _GuardedTransport(httpx.AsyncBaseTransport):
+    """Wraps the real transport so that the block guard runs for every request sent.
+
+    Sitting under the client (not in the provider code) means no code path that uses
+    this client, redirects and ad-hoc requests included, can reach a real model.
+    """
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, hint: str) -> None:
+        self._inner = inner
+        self._hint = hint
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        check_not_blocked(request.url, self._hint)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@functools.cache
+def _shared_ssl_context() -> ssl.SSLContext:
+    # Loading the CA bundle costs tens of milliseconds; do it once per process, not per
+    # model, and only when some model actually talks https.
+    return httpx.create_ssl_context(trust_env=True)
+
+
+def _env_proxy(url: httpx.URL) -> str | None:
+    """The proxy the environment asks for this URL (HTTPS_PROXY, NO_PROXY, ...), if any.
+
+    Loopback never goes through a proxy: a CI proxy must not swallow test servers.
+    """
+    if is_loopback(url.host) or os.environ.get(BLOCK_ENV) == "1":
+        return None  # (a blocked host is never contacted, so it needs no proxy lookup)
+    if urllib.request.proxy_bypass(url.host):
+        return None
+    proxies = urllib.request.getproxies()
+    return proxies.get(url.scheme) or proxies.get("all")
+
+
+def make_client(
+    base_url: str, *, timeout: float, max_connections: int = 4, hint: str = ""
+) -> httpx.AsyncClient:
+    """An httpx client for one model instance, with the block guard in its transport.
+
+    The pool is deliberately small: httpx 0.28 rescans every pooled connection on each
+    request, so one big pool shared by many agents costs time quadratic in its size.
+    ``timeout`` bounds connecting and each wait for bytes (not the whole stream).
+    """
+    url = httpx.URL(base_url)
+    # TLS is never used for an http:// base URL (redirects are not followed), so skip
+    # loading the CA bundle there.
+    verify: ssl.SSLContext | bool = _shared_ssl_context() if url.scheme == "https" else False
+    try:
+        inner = httpx.AsyncHTTPTransport(
+            verify=verify,
+            limits=httpx.Limits(
+                max_connections=max_connections,
+                max_keepalive_connections=max_connections,
+                # tools often run longer than httpx's 5 s default between two turns; a
+                # new TLS handshake per turn would cost more CPU than the whole stream
+                keepalive_expiry=60.0,
+            ),
+            proxy=_env_proxy(url),
+        )
+    except ImportError as exc:  # e.g. a socks:// proxy without httpx[socks]
+        raise ModelError(
+            ModelErrorKind.CONFIG, f"cannot use the proxy from the environment: {exc}"
+        ) from exc
+    return httpx.AsyncClient(
+        transport=_GuardedTransport(inner, hint),
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 30.0)),
+        headers={"user-agent": "agentcell", "accept-encoding": "identity"},
+        follow_redirects=False,
+        trust_env=False,  # proxies are resolved above; no .netrc lookups per request
+    )
+
+
+def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP-date)."""
+    value = headers.get("retry-after-ms")
+    if value is not None:
+        try:
+            seconds = float(value) / 1000.0
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return seconds
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def backoff_delay(attempt: int, base: float) -> float:
+    """Exponential backoff with full jitter: uniform in [0, base * 2**attempt], capped."""
+    return random.uniform(0.0, min(_MAX_BACKOFF_S, base * (2**attempt)))
+
+
+class SSEDecoder:
+    """Incremental ``text/event-stream`` parser working on bytes.
+
+    ``feed`` takes whatever the socket gave and returns the events it completed as
+    ``(event_name, data)`` pairs (``event_name`` is ``b""`` when the event had none).
+    Multi-line data is joined with ``\\n``; comments and ``id:``/``retry:`` lines are
+    ignored, as are events without data.
+    """
+
+    __slots__ = ("_cr", "_data", "_event", "_tail", "head")
+
+    def __init__(self) -> None:
+        self._tail = b""  # an incomplete line carried to the next chunk
+        self._event = b""
+        self._data: bytes | None = None
+        self._cr = False  # the last chunk ended in \r: a leading \n is its \r\n's end
+        self.head = b""  # the first bytes of the body, quoted in error messages
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
+        if self._cr:
+            self._cr = False
+            if chunk[:1] == b"\n":
+                chunk = chunk[1:]
+        if not chunk:
+            return []
+        if len(self.head) < _HEAD_BYTES:
+            self.head += chunk[: _HEAD_BYTES - len(self.head)]
+        buf = self._tail + chunk if self._tail else chunk
+        lines = buf.splitlines()
+        last = buf[-1]
+        if last in (10, 13):  # \n or \r: every line is complete
+            self._tail = b""
+            self._cr = last == 13
+        else:
+            self._tail = lines.pop()
+            if len(self._tail) > _MAX_LINE:
+                raise ModelError(
+                    ModelErrorKind.PROTOCOL,
+                    f"the server sent a line of more than {_MAX_LINE} bytes: not an event stream",
+                )
+        events: list[tuple[bytes, bytes]] = []
+        for line in lines:
+            if not line:
+                if self._data is not None:
+                    events.append((self._event, self._data))
+                    self._data = None
+                self._event = b""
+            elif line.startswith(b"data:"):
+                value = line[6:] if line[5:6] == b" " else line[5:]
+                self._data = value if self._data is None else self._data + b"\n" + value
+            elif line.startswith(b"event:"):
+                self._event = line[6:].strip()
+        return events
+
+    def close(self) -> list[tuple[bytes, bytes]]:
+        """Events left at the end of the body: a last event missing its blank line."""
+        if self._data is None:
+            return []
+        data, self._data = self._data, None
+        return [(self._event, data)]
+
+
+class StreamHandler(Protocol):
+    """What a provider supplies per attempt to turn events into a response."""
+
+    #: events seen so far; none at all means the body was not an event stream
+    events: int
+
+    def feed(self, event: bytes, data: bytes) -> str | None:
+        """Take one event; return assistant text to stream, if it carried some.
+
+        Raises ``ModelError`` for a final failure and ``Retry`` for one that may be
+        retried if no text has been streamed yet (an overloaded error event).
+        """
+        ...
+
+    def finish(self) -> ModelResponse | None:
+        """The whole response, or None if the stream ended before it was complete."""
+        ...
+
+
+class Retry(Exception):
+    """A failure that another attempt may fix, if nothing was streamed yet.
+
+    ``cause`` names what went wrong; ``midstream`` replaces it when text had already
+    been shown (then there is no retry: the caller would see the text twice).
+    """
+
+    def __init__(
+        self,
+        kind: ModelErrorKind,
+        cause: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        midstream: str | None = None,
+    ) -> None:
+        super().__init__(cause)
+        self.kind = kind
+        self.cause = cause
+        self.status = status
+        self.retry_after = retry_after
+        self.midstream = midstream
+
+
+def error_message(body: bytes) -> str:
+    """The server's own error text from an error body (OpenAI, Anthropic, FastAPI, text)."""
+    text = ""
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        doc = None
+        stripped = body.strip()
+        if stripped and not stripped.startswith(b"<"):  # skip HTML error pages
+            text = stripped.decode("utf-8", "replace")
+    if isinstance(doc, dict):
+        err = doc.get("error", doc)
+        if isinstance(err, dict):
+            found = err.get("message") or err.get("detail") or err.get("msg")
+            text = found if isinstance(found, str) else msgspec.json.encode(found).decode()
+        elif isinstance(err, str):
+            text = err
+        if not text and "detail" in doc:  # FastAPI-style 422 from vLLM and friends
+            detail = doc["detail"]
+            text = detail if isinstance(detail, str) else msgspec.json.encode(detail).decode()
+    elif isinstance(doc, str):
+        text = doc
+    text = " ".join(text.split())
+    return text[:500] + "..." if len(text) > 500 else text
+
+
+def _error_code(body: bytes) -> str:
+    try:
+        doc = msgspec.json.decode(body)
+    except msgspec.DecodeError:
+        return ""
+    err = doc.get("error") if isinstance(doc, dict) else None
+    if isinstance(err, dict):
+        return f"{err.get('code') or ''} {err.get('type') or ''}"
+    return ""
+
+
+def _connect_cause(exc: BaseException) -> str:
+    """Why a connection could not be made, in words, from the exception chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        refused = getattr(seen, "errno", None) == errno.ECONNREFUSED
+        if refused or isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "the host name does not resolve"
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    if "refused" in text.lower() or "all connection attempts failed" in text.lower():
+        return "connection refused"
+    return text or type(exc).__name__
+
+
+class SSEClient:
+    """Runs model calls over HTTP for one provider instance; see the module docstring.
+
+    ``provider`` prefixes every error message ("openai"); ``key_env``/``base_env`` are the
+    environment variables the messages tell the user to check.
+    """
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        model_name: str,
+        base_url: str,
+        key_env: str,
+        base_env: str,
+        timeout: float,
+        max_retries: int,
+        retry_base_delay: float,
+        max_connections: int = 4,
+    ) -> None:
+        if max_retries < 0 or timeout <= 0 or retry_base_delay < 0 or max_connections < 1:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"{provider}: invalid options: max_retries={max_retries}, timeout={timeout}, "
+                f"retry_base_delay={retry_base_delay}, max_connections={max_connections}",
+            )
+        self.provider = provider
+        self.model_name = model_name
+        self.base_url = base_url
+        self.key_env = key_env
+        self.base_env = base_env
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.retry_base_delay = retry_base_delay
+        self.max_connections = max_connections
+        self._client: httpx.AsyncClient | None = None
+        self._pid = 0
+        self._closed = False
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The httpx client, made on first use and again in a forked child.
+
+        Made lazily so that building a model costs nothing, and per process so that a
+        child never shares its parent's pooled sockets.
+        """
+        if self._closed:
+            raise ModelError(
+                ModelErrorKind.CONFIG, f"{self.provider}: the model was closed (aclose)"
+            )
+        pid = os.getpid()
+        if self._client is None or self._pid != pid:
+            self._client = make_client(
+                self.base_url,
+                timeout=self.timeout,
+                max_connections=self.max_connections,
+                hint=self.base_env,
+            )
+            self._pid = pid
+        return self._client
+
+    async def aclose(self) -> None:
+        self._closed = True
+        client, self._client = self._client, None
+        if client is not None and self._pid == os.getpid():
+            await client.aclose()
+
+    async def stream(
+        self,
+        url: str,
+        headers: dict[str, str],
+        prepare: Callable[[], bytes],
+        new_handler: Callable[[], StreamHandler],
+    ) -> AsyncIterator[StreamItem]:
+        """POST the body ``prepare()`` returns and stream the answer, with retries.
+
+        ``prepare`` runs inside the generator so that configuration errors surface
+        where the caller iterates, like every other model error.
+        """
+        body = prepare()
+        client = self.client
+        attempt = 0
+        while True:
+            handler = new_handler()
+            streamed = False
+            try:
+                async with client.stream("POST", url, content=body, headers=headers) as resp:
+                    if resp.status_code != 200:
+                        raise await self._status_failure(resp)
+                    ctype = resp.headers.get("content-type", "")
+                    if ctype and not ctype.startswith("text/event-stream"):
+                        raise await self._not_a_stream(resp, ctype)
+                    decoder = SSEDecoder()
+                    # we ask for identity encoding: then the raw bytes skip httpx's
+                    # decoder layers, a measurable share of the per-event cost
+                    encoding = resp.headers.get("content-encoding", "identity")
+                    chunks = resp.aiter_raw() if encoding == "identity" else resp.aiter_bytes()
+                    async for chunk in chunks:
+                        for event, data in decoder.feed(chunk):
+                            text = handler.feed(event, data)
+                            if text:
+                                streamed = True
+                                yield TextPart(text=text)
+                    for event, data in decoder.close():
+                        text = handler.feed(event, data)
+                        if text:
+                            streamed = True
+                            yield TextPart(text=text)
+                response = handler.finish()
+                if response is None:
+                    raise self._incomplete(handler, decoder, ctype)
+            except Retry as exc:
+                failure = exc
+            except httpx.HTTPError as exc:
+                failure = self._transport_failure(exc)
+            else:
+                yield response
+                return
+            if streamed:
+                raise ModelError(
+                    failure.kind,
+                    f"{self.provider}: {failure.midstream or failure.cause + ' mid-stream'}, "
+                    "after part of the answer was streamed; not retried because that text "
+                    "was already shown",
+                    status=failure.status,
+                ) from failure
+            if attempt >= self.max_retries:
+                tried = f" (gave up after {attempt + 1} attempts)" if attempt else ""
+                raise ModelError(
+                    failure.kind, f"{self.provider}: {failure.cause}{tried}", status=failure.status
+                ) from failure
+            delay = failure.retry_after
+            if delay is None:
+                delay = backoff_delay(attempt, self.retry_base_delay)
+            attempt += 1
+            await sleep(delay)
+
+    # -- classifying failures -------------------------------------------------------
+
+    async def _read_head(self, resp: httpx.Response) -> bytes:
+        body = b""
+        async for chunk in resp.aiter_bytes():
+            body += chunk
+            if len(body) >= _MAX_ERROR_BODY:
+                break
+        return body
+
+    async def _status_failure(self, resp: httpx.Response) -> Exception:
+        """A ``Retry`` or a final ``ModelError`` for a non-200 answer."""
+        status = resp.status_code
+        body = await self._read_head(resp)
+        said = error_message(body)
+        said_part = f"; the server said: {said}" if said else ""
+        p = self.provider
+        if status in _RETRY_STATUS or status >= 500:
+            if status == 429:
+                if "insufficient_quota" in _error_code(body):
+                    return ModelError(
+                        ModelErrorKind.RATE_LIMIT,
+                        f"{p}: the account's quota is used up (HTTP 429): check the plan and "
+                        f"billing of the key in {self.key_env}{said_part}",
+                        status=status,
+                    )
+                kind, cause = ModelErrorKind.RATE_LIMIT, "rate limited (HTTP 429)"
+            elif status == 408:
+                kind, cause = ModelErrorKind.TIMEOUT, "the server timed out the request (HTTP 408)"
+            elif status == 409:
+                kind, cause = ModelErrorKind.SERVER, "the server reported a conflict (HTTP 409)"
+            else:
+                kind, cause = ModelErrorKind.SERVER, f"the server failed (HTTP {status})"
+            retry_after = parse_retry_after(resp.headers)
+            if retry_after is not None and retry_after > _MAX_RETRY_AFTER_S:
+                return ModelError(
+                    kind,
+                    f"{p}: {cause}{said_part}; it asks to retry after {retry_after:.0f} s, "
+                    "too long to wait",
+                    status=status,
+                )
+            return Retry(kind, f"{cause}{said_part}", status=status, retry_after=retry_after)
+        if status == 401:
+            return ModelError(
+                ModelErrorKind.AUTH,
+                f"{p}: the server rejected the API key (HTTP 401): check {self.key_env}{said_part}",
+                status=status,
+            )
+        if status == 403:
+            return ModelError(
+                ModelErrorKind.AUTH,
+                f"{p}: the API key may not use model '{self.model_name}' (HTTP 403): check "
+                f"{self.key_env} and that key's permissions{said_part}",
+                status=status,
+            )
+        if status == 404:
+            return ModelError(
+                ModelErrorKind.NOT_FOUND,
+                f"{p}: unknown model '{self.model_name}' or wrong base URL '{self.base_url}' "
+                f"(HTTP 404): check the model name and {self.base_env}{said_part}",
+                status=status,
+            )
+        if status == 413:
+            return ModelError(
+                ModelErrorKind.BAD_REQUEST,
+                f"{p}: the request is too large (HTTP 413): the conversation must be "
+                f"shortened{said_part}",
+                status=status,
+            )
+        if 300 <= status < 400:
+            where = resp.headers.get("location", "elsewhere")
+            return ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"{p}: the server redirects to {where} (HTTP {status}): set {self.base_env} "
+                "to the final URL",
+                status=status,
+            )
+        if 200 < status < 300:
+            return ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"{p}: unexpected HTTP {status} instead of an event stream{said_part}",
+                status=status,
+            )
+        # 400, 422 and any other 4xx: the request itself was refused; retrying won't help
+        return ModelError(
+            ModelErrorKind.BAD_REQUEST,
+            f"{p}: the server refused the request (HTTP {status}){said_part}: check the model "
+            f"'{self.model_name}' supports the options and tools used",
+            status=status,
+        )
+
+    async def _not_a_stream(self, resp: httpx.Response, ctype: str) -> Exception:
+        body = await self._read_head(resp)
+        said = error_message(body) if ctype.startswith("application/json") else ""
+        if said:
+            return ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"{self.provider}: the server answered with an error instead of an event "
+                f"stream: {said}",
+            )
+        return ModelError(
+            ModelErrorKind.PROTOCOL,
+            f"{self.provider}: {self.base_url} answered with {ctype}, not an event stream "
+            f"(it sent {body[:_HEAD_BYTES]!r}): check {self.base_env} points at the "
+            f"{self.provider} API",
+        )
+
+    def _incomplete(self, handler: StreamHandler, decoder: SSEDecoder, ctype: str) -> Exception:
+        if handler.events == 0:
+            return ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"{self.provider}: {self.base_url} did not send an event stream "
+                f"(content-type {ctype or 'missing'}, body {decoder.head!r}): check "
+                f"{self.base_env} points at the {self.provider} API",
+            )
+        cause = f"the stream from {self.base_url} ended before the response was complete"
+        return Retry(
+            ModelErrorKind.CONNECTION,
+            cause,
+            midstream=f"the connection to {self.base_url} dropped mid-stream ({cause})",
+        )
+
+    def _transport_failure(self, exc: httpx.HTTPError) -> Retry:
+        base = self.base_url
+        if isinstance(exc, httpx.UnsupportedProtocol):
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"{self.provider}: the base URL '{base}' is not an http(s) URL: check "
+                f"{self.base_env}",
+            ) from exc
+        if isinstance(exc, httpx.LocalProtocolError):
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"{self.provider}: the request could not be sent ({exc}): check {self.key_env} "
+                f"and {self.base_env} for stray characters",
+            ) from exc
+        if isinstance(exc, httpx.DecodingError):
+            raise ModelError(
+                ModelErrorKind.PROTOCOL, f"{self.provider}: undecodable response body ({exc})"
+            ) from exc
+        if isinstance(exc, httpx.ConnectTimeout):
+            cause = f"cannot reach {base}: connecting timed out after {self.timeout:g} s"
+            return Retry(ModelErrorKind.TIMEOUT, f"{cause}; check {self.base_env}")
+        if isinstance(exc, httpx.PoolTimeout):
+            return Retry(
+                ModelErrorKind.TIMEOUT,
+                f"all {self.max_connections} connections of this model stayed busy for "
+                f"{self.timeout:g} s",
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return Retry(
+                ModelErrorKind.TIMEOUT,
+                f"no answer from {base} within the {self.timeout:g} s timeout",
+                midstream=f"the stream from {base} stalled mid-stream for {self.timeout:g} s",
+            )
+        if isinstance(exc, httpx.ConnectError):
+            why = _connect_cause(exc)
+            hint = "is the server running?" if why == "connection refused" else "check"
+            return Retry(
+                ModelErrorKind.CONNECTION, f"cannot reach {base}: {why}; {hint} ({self.base_env})"
+            )
+        # read/write errors, a peer that closed the connection, proxy failures
+        detail = str(exc) or type(exc).__name__
+        return Retry(
+            ModelErrorKind.CONNECTION,
+            f"the connection to {base} failed ({detail})",
+            midstream=f"the connection to {base} dropped mid-stream ({detail})",
+        )
