@@ -21,6 +21,7 @@ from orchestrator._events import (
 )
 from orchestrator._results import SubAgentResult
 from protocol import Notice, RunStatus, ToolStarted, TurnStarted, UsageUpdate
+from worker._redact import Redactor
 
 _STATE_STYLE = {
     "queued": "dim",
@@ -61,6 +62,7 @@ class ProgressView:
 
     def __init__(self, console: Console, *, live: bool, show_main: bool = True) -> None:
         self.console = console
+        self.redact = Redactor.from_env()
         self.live_mode = live
         self.rows: dict[str, Row] = {}
         if show_main:
@@ -154,7 +156,10 @@ class ProgressView:
         if row.description:
             who += f' "{row.description}"'
         self.console.print(
-            f"[{row.elapsed:6.1f}s] {who}: {text}", markup=False, highlight=False, soft_wrap=True
+            self.redact(f"[{row.elapsed:6.1f}s] {who}: {text}"),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
 
     # -- rendering -------------------------------------------------------------------------
@@ -176,7 +181,7 @@ class ProgressView:
             table.add_row(
                 row.agent_id,
                 row.agent_type,
-                _short(row.description, 28),
+                self.redact(_short(row.description, 28)),
                 Text(state, style=_STATE_STYLE.get(row.state, "")),
                 str(row.turns),
                 row.last_tool,

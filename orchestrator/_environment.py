@@ -51,9 +51,6 @@ PROVIDER_ENV = {
     "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "ANTHROPIC_AUTH_TOKEN"),
 }
 
-#: Names whose values are secrets wherever they appear (redacted from records and output).
-SECRET_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-
 
 def _allowed(name: str, patterns: Iterable[str]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
@@ -75,9 +72,3 @@ def child_environment(
     env = {**base, **credentials}
     bash_env = dict(env) if bash_gets_credentials else dict(base)
     return env, bash_env
-
-
-def secret_values(source: Mapping[str, str] | None = None) -> list[str]:
-    """The secret values present in the environment (long enough to be worth hiding)."""
-    source = os.environ if source is None else source
-    return [source[name] for name in SECRET_NAMES if len(source.get(name, "")) >= 8]

@@ -46,6 +46,7 @@ from orchestrator._tracker import TaskTracker
 from orchestrator._usage import UsageLedger
 from protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from worker import Engine, Limits, PermissionPolicy, Session
+from worker._redact import Redactor
 from worker._transcript import Transcript
 from worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from worker.tools import Tool
@@ -298,7 +299,7 @@ class Orchestrator:
         if self.run_dir is None:
             self.run_dir = new_run_dir(self.workdir)
             self.runner.run_dir = str(self.run_dir)
-        transcript = Transcript(self.run_dir / "main.jsonl", "main")
+        transcript = Transcript(self.run_dir / "main.jsonl", "main", redact=Redactor.from_env())
         transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
         return transcript
 

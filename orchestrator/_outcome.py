@@ -20,6 +20,7 @@ class OutcomeKind(enum.StrEnum):
     PROTOCOL_ERROR = "protocol_error"  # garbage, oversize or truncated frame: we killed it
     HEARTBEAT = "heartbeat"  # it stopped sending heartbeats: we killed it
     DEADLINE = "deadline"  # its deadline passed: cancel, then SIGTERM, then SIGKILL
+    MEMORY = "memory"  # its process tree went over its memory limit: we killed it
     KILLED = "killed"  # the caller or pool shutdown killed it
 
 

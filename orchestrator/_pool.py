@@ -87,6 +87,7 @@ class _Worker:
         self.outcome: ChildOutcome | None = None
         self.dead = pool._loop.create_future()
         self.lease: Lease | None = None
+        self.memory_limit: int | None = None  # bytes, for the whole process tree
         self._timers: list[asyncio.TimerHandle] = []
 
     # -- incoming frames (called from the event loop, once per received chunk) -----------
@@ -324,6 +325,16 @@ class Lease:
             )
         )
 
+    def set_memory_limit(self, limit_bytes: int) -> None:
+        """Kill the child when its process tree's resident memory goes over ``limit_bytes``.
+
+        Checked by the pool's watchdog with psutil over the child and every descendant (a
+        tool's subprocesses count too), so it catches what RLIMIT_AS cannot: memory held
+        by grandchildren.
+        """
+        self._worker.memory_limit = limit_bytes
+        self._worker.pool._memory_watch = True
+
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         """Ask the child to stop, escalating to signals if it does not within ``grace``."""
         self._worker.escalate(OutcomeKind.KILLED, reason, grace, grace)
@@ -363,6 +374,7 @@ class WorkerPool:
         max_workers: int = 32,
         warm: int = 2,
         heartbeat_timeout: float = 30.0,
+        memory_period: float = 0.25,
         start_timeout: float = 60.0,
         exit_grace: float = 5.0,
         boot: ChildBoot | None = None,
@@ -376,6 +388,7 @@ class WorkerPool:
         self.max_workers = max_workers
         self.warm = min(warm, max_workers)
         self.heartbeat_timeout = heartbeat_timeout
+        self.memory_period = memory_period
         self.start_timeout = start_timeout
         self.exit_grace = exit_grace
         self.boot = boot or ChildBoot()
@@ -387,6 +400,7 @@ class WorkerPool:
         self._waiters: collections.deque[asyncio.Future[_Worker]] = collections.deque()
         self._start_failures = 0
         self._ready = asyncio.Event()
+        self._memory_watch = False  # set once any lease has a memory limit
         self._preload_warned = False
         self._open = False
         self._closed = False
@@ -520,6 +534,20 @@ class WorkerPool:
     def idle(self) -> int:
         return sum(1 for w in self._idle if w.state is WorkerState.IDLE)
 
+    def _check_memory(self) -> None:
+        for worker in list(self._workers.values()):
+            limit = worker.memory_limit
+            if limit is None or worker.state is not WorkerState.BUSY:
+                continue
+            used = tree_rss(worker.pid)
+            worker.peak_rss = max(worker.peak_rss, used)
+            if used > limit:
+                worker.kill(
+                    OutcomeKind.MEMORY,
+                    f"memory limit exceeded: its processes used {used / 2**20:.0f} MiB, "
+                    f"the limit is {limit / 2**20:.0f} MiB",
+                )
+
     def pids(self) -> list[int]:
         return list(self._workers)
 
@@ -616,11 +644,16 @@ class WorkerPool:
             return
 
     async def _watch(self) -> None:
-        """Kill children that went silent (no frame for ``heartbeat_timeout``)."""
-        period = max(0.05, min(1.0, self.heartbeat_timeout / 4))
+        """Kill children that went silent (no frame for ``heartbeat_timeout``) or that
+        went over their memory limit."""
         while True:
-            await asyncio.sleep(period)
+            period = min(1.0, self.heartbeat_timeout / 4)
+            if self._memory_watch:
+                period = min(period, self.memory_period)
+            await asyncio.sleep(max(0.05, period))
             now = self._loop.time()
+            if self._memory_watch:
+                self._check_memory()
             for worker in list(self._workers.values()):
                 silent = now - worker.last_seen
                 if worker.state is WorkerState.BUSY and silent > self.heartbeat_timeout:
@@ -692,6 +725,24 @@ def _skip_main_in_children() -> None:
 
     get_preparation_data._agentcell = True  # type: ignore[attr-defined]
     spawn.get_preparation_data = get_preparation_data
+
+
+def tree_rss(pid: int) -> int:
+    """Resident memory of a process and all its descendants, in bytes (0 if gone)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in procs:
+        try:
+            total += proc.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
 
 
 def _start_process(process: Any) -> None:

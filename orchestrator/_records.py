@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 
 from orchestrator._results import SubAgentResult
+from worker._redact import Redactor
 
 RUNS_DIR = Path(".agentcell") / "runs"
 
@@ -47,12 +48,15 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "signal": result.signal,
         "background": result.background,
         "depth": result.depth,
+        "worktree": result.worktree,
+        "branch": result.branch,
+        "diff_stat": result.diff_stat,
     }
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    tmp.write_text(Redactor.from_env()(json.dumps(summary, indent=2)) + "\n")
     tmp.replace(run_dir / "summary.json")
 
 

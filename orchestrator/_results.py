@@ -28,6 +28,9 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     signal: str | None = None
     background: bool = False
     depth: int = 1
+    worktree: str | None = None  # kept worktree (isolation: worktree, with changes)
+    branch: str | None = None
+    diff_stat: str = ""
 
     @property
     def ok(self) -> bool:
@@ -40,9 +43,15 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
             head += f' "{self.description}"'
         head += f" (agent {self.agent_id}, {self.turns} turns, {self.tool_calls} tool calls, "
         head += f"{self.duration_ms / 1000:.1f} s)"
+        kept = ""
+        if self.worktree:
+            kept = (
+                f"\nIts changes are kept in the worktree {self.worktree} on branch "
+                f"{self.branch}:\n{self.diff_stat}"
+            )
         if self.ok:
-            return f"{head}\n{self.text}"
+            return f"{head}\n{self.text}{kept}"
         body = f"{head}: {self.error or self.status.value}"
         if self.text:
             body += f"\nPartial output (not a completed answer):\n{self.text}"
-        return body
+        return body + kept

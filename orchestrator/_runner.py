@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import dill
+import msgspec
 
 from orchestrator._approvals import ApprovalBroker, ApprovalQuery
 from orchestrator._config import Settings
@@ -36,6 +37,7 @@ from orchestrator._registry import AgentRegistry
 from orchestrator._results import SubAgentResult
 from orchestrator._tool_policy import resolve_tools
 from orchestrator._usage import BudgetExceeded, UsageLedger
+from orchestrator._worktree import Worktree, WorktreeError, create_worktree, finish_worktree
 from protocol import (
     PROTOCOL_VERSION,
     AgentSpec,
@@ -70,6 +72,7 @@ class DelegationRequest:
     background: bool = False
     model: str | None = None  # may only narrow: see Runner._narrow
     max_turns: int | None = None
+    isolation: str | None = None  # "worktree" for a git worktree of its own
     call_id: str = ""  # the parent's tool call
 
 
@@ -210,6 +213,14 @@ class Runner:
         except (ValueError, BudgetExceeded) as exc:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
+        tree: Worktree | None = None
+        if (request.isolation or definition.isolation) == "worktree":
+            try:
+                tree = await self._worktree(agent_id)
+            except WorktreeError as exc:
+                return self._refused(base, RunStatus.ERROR, str(exc))
+            spec.workdir = str(tree.workdir)
+            spec.system_prompt = _system_prompt(definition, spec.workdir)
 
         self.bus.publish(
             SubAgentStarted(
@@ -239,6 +250,8 @@ class Runner:
                     objects=self._objects_blob(model, spec.tools),
                 )
             )
+            if limits.address_space_bytes is not None:
+                lease.set_memory_limit(limits.address_space_bytes)
             if spec.timeout_s is not None:
                 # The child's engine stops itself at the timeout and reports; the parent's
                 # deadline, a little later, is the backstop for a child that cannot.
@@ -258,19 +271,42 @@ class Runner:
             if lease is not None:
                 lease.cancel("cancelled by the parent")
                 outcome = await asyncio.shield(lease.release())
-            handle.result = self._result(base, outcome, progress, started, cancelled=True)
-            self._finish(handle.result, model)
+            cancelled = self._result(
+                base, outcome, progress, started, limits=limits, cancelled=True
+            )
+            if tree is not None:  # what it changed before the cancel is kept, not lost
+                cancelled = await asyncio.shield(self._settle_worktree(tree, cancelled))
+            handle.result = cancelled
+            self._finish(cancelled, model)
             raise
         finally:
             if lease is not None and outcome is None:
                 outcome = await asyncio.shield(lease.release())
             elif lease is not None:
                 await asyncio.shield(lease.release())
-        handle.result = result = self._result(
-            base, outcome, progress, started, cancelled=handle.cancelled
+        result = self._result(
+            base, outcome, progress, started, limits=limits, cancelled=handle.cancelled
         )
+        if tree is not None:
+            result = await self._settle_worktree(tree, result)
+        handle.result = result
         self._finish(result, model, outcome)
         return result
+
+    async def _worktree(self, agent_id: str) -> Worktree:
+        root = Path(self.run_dir) if self.run_dir else Path(self.workdir) / ".agentcell"
+        run = root.name if self.run_dir else "run"
+        return await create_worktree(
+            Path(self.workdir), root, agent_id, f"agentcell/{run}/{agent_id}"
+        )
+
+    async def _settle_worktree(self, tree: Worktree, result: SubAgentResult) -> SubAgentResult:
+        kept = await finish_worktree(tree)
+        if kept is None:
+            return result
+        return msgspec.structs.replace(
+            result, worktree=kept.path, branch=kept.branch, diff_stat=kept.diff_stat
+        )
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
@@ -469,6 +505,7 @@ class Runner:
         progress: _Progress,
         started: float,
         *,
+        limits: Limits,
         cancelled: bool,
     ) -> SubAgentResult:
         duration_ms = (time.perf_counter() - started) * 1000
@@ -517,6 +554,9 @@ class Runner:
                 text=run.text if run else "",
                 error=outcome.detail,
             )
+        limit_error = _limit_error(outcome, limits)
+        if limit_error is not None:
+            return SubAgentResult(**common, status=RunStatus.LIMIT, error=limit_error)
         if kind is OutcomeKind.FAILURE:
             return SubAgentResult(**common, status=RunStatus.ERROR, error=outcome.detail)
         error = outcome.detail
@@ -537,6 +577,22 @@ class Runner:
             if record is not None and absorb is not None:
                 absorb(record)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+
+
+def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
+    """The message naming the limit a child went over, if that is how it ended."""
+    if outcome.kind is OutcomeKind.MEMORY:
+        return outcome.detail
+    memory = limits.address_space_bytes
+    failure = outcome.failure
+    if memory is not None and failure is not None and failure.error_type == "MemoryError":
+        return (
+            f"memory limit exceeded: an allocation failed under the {memory / 2**20:.0f} MiB "
+            "limit (memory_limit_mb)"
+        )
+    if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
+        return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
+    return None
 
 
 def _system_prompt(definition: AgentDefinition, workdir: str) -> str:

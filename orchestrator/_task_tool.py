@@ -46,6 +46,13 @@ class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         str | None,
         msgspec.Meta(description="Optional model override (only for agents that inherit one)"),
     ] = None
+    isolation: Annotated[
+        Literal["worktree"] | None,
+        msgspec.Meta(
+            description="worktree: run in a git worktree of its own; changes are kept on a "
+            "branch and reported"
+        ),
+    ] = None
     max_turns: (
         Annotated[
             int, msgspec.Meta(ge=1, description="Optional lower turn limit than the agent's own")
@@ -68,6 +75,7 @@ def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
         background=args.background,
         model=args.model,
         max_turns=args.max_turns,
+        isolation=args.isolation,
         call_id=call_id,
     )
 

@@ -24,6 +24,7 @@ from orchestrator._orchestrator import Orchestrator, RunReport, report_json
 from orchestrator._pool import PoolError
 from orchestrator._records import new_run_dir
 from orchestrator._settings_load import ConfigError, load_settings
+from worker._redact import Redactor
 from worker.models import ModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -232,10 +233,11 @@ def emit_report(
     prompt: str = "",
     model: str = "",
 ) -> None:
+    redact = Redactor.from_env()
     if as_json:
-        click.echo(json.dumps(report_json(report, prompt=prompt, model=model), indent=2))
+        click.echo(redact(json.dumps(report_json(report, prompt=prompt, model=model), indent=2)))
     elif report.final_text:
-        click.echo(report.final_text)
+        click.echo(redact(report.final_text))
     if not quiet:
         if report.subagents:
             console.print()
@@ -250,7 +252,7 @@ def emit_report(
             line += f" · record: {report.run_dir}"
         console.print(line, style="green" if report.ok else "red", highlight=False)
         if not report.ok and report.error:
-            console.print(f"  {report.error}", style="red", highlight=False)
+            console.print(f"  {redact(report.error)}", style="red", highlight=False)
 
 
 def print_diagnostics(orch: Orchestrator, console: Any) -> None:

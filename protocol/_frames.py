@@ -22,7 +22,7 @@ PROTOCOL_VERSION = 1
 class Limits(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Per-run resource limits a child applies to itself before it starts working."""
 
-    address_space_bytes: int | None = None  # RLIMIT_AS
+    address_space_bytes: int | None = None  # memory: RLIMIT_AS above the start size + RSS watch
     cpu_seconds: int | None = None  # RLIMIT_CPU
     max_tool_calls: int | None = None
     max_tool_output_bytes: int | None = None

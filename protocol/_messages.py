@@ -75,7 +75,8 @@ class RunStatus(enum.StrEnum):
     CANCELLED = "cancelled"  # cancelled by the caller (Ctrl-C, task_control, parent turn)
     TIMEOUT = "timeout"  # the run's wall-clock deadline passed
     MAX_TURNS = "max_turns"  # the turn limit was reached before a final answer
-    BUDGET = "budget"  # a token/turn/tool-call budget was exhausted
+    BUDGET = "budget"  # a token, turn or sub-agent budget was used up
+    LIMIT = "limit"  # a resource limit of this agent: memory, CPU time, tool calls
     DENIED = "denied"  # the run could not start or go on because permission was refused
     CRASHED = "crashed"  # the child process died (set by the parent, never by a child)
 

@@ -101,3 +101,89 @@ async def block_the_loop() -> str:
 segfault = function_tool(crash_with_segfault, name="segfault")
 sigkill = function_tool(crash_with_sigkill, name="sigkill")
 block_loop = function_tool(block_the_loop, name="block_loop")
+
+
+def attack_paths(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Tries every file tool on paths outside its workdir, then reports each result."""
+    results = tool_results(messages)
+    if not results:
+        return reply(
+            "",
+            tool_call("read_file", path="../secret.txt"),
+            tool_call("read_file", path="/etc/passwd"),
+            tool_call("read_file", path="link-out/secret.txt"),
+            tool_call("read_file", path="/proc/self/root/etc/passwd"),
+            tool_call("write_file", path="../planted.txt", content="x"),
+            tool_call("edit_file", path="../secret.txt", old_string="top", new_string="no"),
+            tool_call("glob", pattern="*.txt", path=".."),
+            tool_call("grep", pattern="top", path=".."),
+        )
+    return "\n".join(f"{r.name}|{r.is_error}|{r.content[:120]}" for r in results)
+
+
+def run_env(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Runs `env` in bash and returns its output verbatim."""
+    results = tool_results(messages)
+    if not results:
+        return reply("", tool_call("bash", command="env"))
+    return results[0].content
+
+
+def write_a_file(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Writes the file the prompt names (or nothing for 'nothing'), then says where it is."""
+    prompt = last_user_text(messages)
+    results = tool_results(messages)
+    if prompt != "nothing" and not results:
+        return reply("", tool_call("write_file", path=prompt, content=f"made by {prompt}\n"))
+    return f"cwd files: {sorted(os.listdir('.'))}"
+
+
+def call_the_named_tool_twice(
+    messages: list[Message], tools: list[ToolSpec]
+) -> ModelResponse | str:
+    """Calls the tool named in the prompt (no arguments) on every turn, forever."""
+    return reply("", tool_call(last_user_text(messages)))
+
+
+def allocate_in_process() -> str:
+    """Allocates 1 GiB in this process."""
+    hog = bytearray(1 << 30)
+    return str(len(hog))
+
+
+def burn_cpu() -> str:
+    """Spins until the CPU limit stops it."""
+    n = 0
+    while True:
+        n += 1
+
+
+def flood_output() -> str:
+    """Prints 50 MB to stdout and stderr."""
+    import sys
+
+    line = "x" * 1023 + "\n"
+    for _ in range(25_000):
+        sys.stdout.write(line)
+        sys.stderr.write(line)
+    sys.stdout.flush()
+    return "flooded"
+
+
+def env_seen_by_tool() -> str:
+    """Reports which model keys this process's environment holds."""
+    return ",".join(k for k in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY") if k in os.environ)
+
+
+allocate = function_tool(allocate_in_process, name="allocate")
+burn = function_tool(burn_cpu, name="burn")
+flood = function_tool(flood_output, name="flood")
+env_seen = function_tool(env_seen_by_tool, name="env_seen")
+
+
+def read_big_file(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Reads big.txt and returns exactly what the tool gave back."""
+    results = tool_results(messages)
+    if not results:
+        return reply("", tool_call("read_file", path="big.txt"))
+    return results[0].content

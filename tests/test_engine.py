@@ -199,7 +199,7 @@ async def test_tool_call_limit() -> None:
     )
     session = Session()
     result = await Engine(model, [lookup], limits=Limits(max_tool_calls=3)).run("go", session)
-    assert result.status is RunStatus.BUDGET
+    assert result.status is RunStatus.LIMIT
     assert "max_tool_calls is 3" in result.error
     assert result.tool_calls == 3
     _assert_every_call_answered(session)

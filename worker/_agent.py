@@ -8,8 +8,10 @@ events to the parent. Approvals and parent-side tools travel over the pipe.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ from protocol import (
 from worker._child import ChildLink
 from worker._engine import Engine, Limits
 from worker._hooks import DenyTools, Hook, PermissionPolicy
+from worker._redact import Redactor
 from worker._session import Session
 from worker._transcript import Transcript
 from worker.models import Model, ModelError, resolve_model
@@ -82,25 +85,58 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     return result
 
 
+#: How much of a child's stdout/stderr is kept; the rest is read and dropped.
+OUTPUT_CAP_BYTES = 1 << 20
+
+
 def _capture_output(spec: AgentSpec) -> None:
-    """Send this process's stdout and stderr (tools' prints, a fatal error's traceback
-    from faulthandler) to a log file in the run directory instead of the parent's terminal."""
+    """Send this process's stdout and stderr to ``<run_dir>/<agent>.stderr.log``, capped.
+
+    The descriptors become a pipe drained by a thread that writes up to the cap and then
+    discards, so a tool that floods its output neither blocks nor fills the disk, and the
+    parent's terminal stays clean. A fatal error's traceback (faulthandler) goes straight
+    to the file: a dying process cannot count on the thread.
+    """
     if not spec.run_dir:
         return
     path = Path(spec.run_dir) / f"{spec.agent_id}.stderr.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
+    log = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+    faulthandler.enable(file=log, all_threads=True)
+    read_end, write_end = os.pipe()
+    os.dup2(write_end, 1)
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    threading.Thread(
+        target=_drain, args=(read_end, log, OUTPUT_CAP_BYTES), name="output-drain", daemon=True
+    ).start()
+
+
+def _drain(fd: int, log: Any, cap: int) -> None:
+    kept = 0
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            return
+        if not chunk:
+            return
+        if kept < cap:
+            part = chunk[: cap - kept]
+            log.write(part)
+            kept += len(part)
+            if kept >= cap:
+                log.write(b"\n[agentcell: output capped at %d bytes; the rest is dropped]\n" % cap)
 
 
 def _open_transcript(spec: AgentSpec) -> Transcript | None:
     if not spec.run_dir:
         return None
-    transcript = Transcript(Path(spec.run_dir) / f"{spec.agent_id}.jsonl", spec.agent_id)
+    transcript = Transcript(
+        Path(spec.run_dir) / f"{spec.agent_id}.jsonl", spec.agent_id, redact=Redactor.from_env()
+    )
     transcript.write(
         "start",
         agent_type=spec.agent_type,

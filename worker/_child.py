@@ -252,7 +252,11 @@ def _apply_limits(limits: Limits | None) -> None:
     if limits is None:
         return
     if limits.address_space_bytes is not None:
-        n = limits.address_space_bytes
+        # The limit is for what the run allocates: on top of the interpreter already here
+        # (whose address space is mostly reservations, not memory in use).
+        import psutil
+
+        n = psutil.Process().memory_info().vms + limits.address_space_bytes
         resource.setrlimit(resource.RLIMIT_AS, (n, n))
     if limits.cpu_seconds is not None:
         n = limits.cpu_seconds

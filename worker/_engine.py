@@ -269,7 +269,7 @@ class Engine:
         elif admitted:
             session.extend(await asyncio.gather(*(self._run_one(c) for c in admitted)))
         if len(admitted) < len(batch):
-            raise _Stop(RunStatus.BUDGET, f"tool call limit reached: max_tool_calls is {limit}")
+            raise _Stop(RunStatus.LIMIT, f"tool call limit reached: max_tool_calls is {limit}")
 
     async def _run_one(self, call: ToolCall) -> ToolMessage:
         self._emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
@@ -337,14 +337,15 @@ class Engine:
             output = ToolOutput(
                 f"{tool.name} timed out after {self.limits.tool_timeout_s:g} s", True
             )
-        except asyncio.CancelledError:
-            raise
+        except (asyncio.CancelledError, MemoryError):
+            raise  # a process out of memory is in no state to go on: end the run
         except Exception as exc:  # a broken tool is the model's problem to route around
             output = ToolOutput(f"{tool.name} failed: {type(exc).__name__}: {exc}", True)
         else:
             output = raw if isinstance(raw, ToolOutput) else ToolOutput(raw)
-        if len(output.content) > ctx.max_output_chars:
-            output = ToolOutput(truncate_output(output.content, ctx), output.is_error)
+        truncated = truncate_output(output.content, ctx)
+        if truncated is not output.content:
+            output = ToolOutput(truncated, output.is_error)
         for hook in self.hooks:
             output = await hook.after_tool(call, tool, output)
         return output

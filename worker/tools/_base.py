@@ -12,7 +12,7 @@ import abc
 import asyncio
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
@@ -243,6 +243,9 @@ class ToolRegistry:
         return [tool.spec() for tool in self._tools.values()]
 
 
+_NOTE_SLACK = 400
+
+
 def truncate_output(text: str, ctx: ToolContext) -> str:
     """Keep long tool output within ``ctx.max_output_chars``.
 
@@ -250,7 +253,9 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     result says where, so the agent can read the rest with ``read_file``.
     """
     limit = ctx.max_output_chars
-    if len(text) <= limit:
+    # The slack lets an output truncated once (head + note + tail) pass a second check
+    # unchanged, rather than be cut again and overwrite the saved whole with the cut.
+    if len(text) <= limit + _NOTE_SLACK:
         return text
     head = text[: limit * 2 // 3]
     tail = text[-(limit // 3) :]
@@ -263,7 +268,10 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
         path.write_text(text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
-    return f"{head}\n\n[... {omitted} characters omitted{where} ...]\n\n{tail}"
+    return (
+        f"{head}\n\n[... {omitted} characters omitted (tool outputs are limited to {limit} "
+        f"characters){where} ...]\n\n{tail}"
+    )
 
 
 def _relative_or_absolute(path: Path, base: Path) -> str:
@@ -272,5 +280,3 @@ def _relative_or_absolute(path: Path, base: Path) -> str:
     except ValueError:
         return str(path)
 
-
-ToolFactory = Callable[[], Awaitable[Tool]]

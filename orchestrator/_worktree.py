@@ -1,0 +1,103 @@
+"""File-system isolation: a fresh git worktree (and branch) per sub-agent.
+
+The child works in ``<root>/worktrees/<agent-id>`` on branch ``agentcell/<run>/<agent-id>``.
+When it ends with nothing changed, the worktree and the branch are removed; otherwise
+both are kept and the result says where, on which branch, and what changed — work is
+never silently lost. Git commands on one repository are serialised: concurrent ``git
+worktree add`` calls contend for the same administrative files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from pathlib import Path
+
+
+class WorktreeError(Exception):
+    """The worktree could not be made; the message says why and what to do."""
+
+
+@dataclasses.dataclass(slots=True)
+class Worktree:
+    repo: Path  # the repository's top level
+    path: Path  # the new worktree
+    branch: str
+    base: str  # the commit it branched from
+    workdir: Path  # where the child works: the same place inside the worktree
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class KeptWorktree:
+    path: str
+    branch: str
+    diff_stat: str
+
+
+_locks: dict[Path, asyncio.Lock] = {}
+
+
+async def _git(*args: str, cwd: Path) -> tuple[int, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    proc = await asyncio.create_subprocess_exec(
+        "git",
+        *args,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode(errors="replace").strip()
+
+
+def _lock(repo: Path) -> asyncio.Lock:
+    lock = _locks.get(repo)
+    if lock is None:
+        lock = _locks[repo] = asyncio.Lock()
+    return lock
+
+
+async def create_worktree(workdir: Path, root: Path, name: str, branch: str) -> Worktree:
+    code, top = await _git("rev-parse", "--show-toplevel", cwd=workdir)
+    if code != 0:
+        raise WorktreeError(
+            f"isolation: worktree needs a git repository, and {workdir} is not inside one "
+            "(run `git init` and commit, or drop the isolation setting)"
+        )
+    repo = Path(top)  # git prints the real path
+    code, base = await _git("rev-parse", "--verify", "HEAD^{commit}", cwd=repo)
+    if code != 0:
+        raise WorktreeError(
+            f"isolation: worktree needs a commit to branch from, and {repo} has none yet "
+            "(commit once first)"
+        )
+    path = root / "worktrees" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with _lock(repo):
+        code, out = await _git(
+            "worktree", "add", "--quiet", "-b", branch, str(path), base, cwd=repo
+        )
+    if code != 0:
+        raise WorktreeError(f"isolation: git could not add a worktree at {path}: {out}")
+    _, prefix = await _git("rev-parse", "--show-prefix", cwd=workdir)
+    inside = Path(prefix)  # where the workdir sits inside the repository
+    return Worktree(repo=repo, path=path, branch=branch, base=base, workdir=path / inside)
+
+
+async def finish_worktree(tree: Worktree) -> KeptWorktree | None:
+    """Remove the worktree if nothing changed; otherwise keep it and describe the changes."""
+    _, status = await _git("status", "--porcelain", "--untracked-files=all", cwd=tree.path)
+    _, ahead = await _git("rev-list", "--count", f"{tree.base}..HEAD", cwd=tree.path)
+    if not status and ahead.strip() in ("", "0"):
+        async with _lock(tree.repo):
+            await _git("worktree", "remove", "--force", str(tree.path), cwd=tree.repo)
+            await _git("branch", "-D", tree.branch, cwd=tree.repo)
+        return None
+    # Stage everything (in the worktree's own index) so that new files count in the stat.
+    await _git("add", "--all", cwd=tree.path)
+    _, stat = await _git("diff", "--cached", "--stat", tree.base, cwd=tree.path)
+    return KeptWorktree(path=str(tree.path), branch=tree.branch, diff_stat=stat)

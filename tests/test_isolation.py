@@ -1,0 +1,356 @@
+"""Isolation boundaries, tested by attack over real child processes: worktrees, resource
+limits, environment and secrets, path confinement, output floods, bad model servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import child_models
+import pytest
+from conftest import SpawnRecorder
+from model_servers import Call, ModelServer, Reply
+
+from orchestrator import AgentDefinition, Orchestrator, Settings
+from protocol import RunStatus
+from worker.testing import FunctionModel
+
+
+def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
+    return AgentDefinition(
+        name=name,
+        description=f"{name} agent",
+        system_prompt=f"You are {name}.",
+        tools=tools,
+        model=model,
+        source="test",
+        **fields,
+    )
+
+
+def orchestrator(
+    workdir: Path, agents: list[AgentDefinition], models: dict[str, Any], **kwargs: Any
+) -> Orchestrator:
+    settings = kwargs.pop("settings", None) or Settings(
+        model="scripted:echo", approval="allow", max_workers=6, warm_spares=1
+    )
+    return Orchestrator(
+        settings=settings,
+        workdir=workdir,
+        agents=agents,
+        models=models,
+        load_agent_files=False,
+        **kwargs,
+    )
+
+
+# -- file-system isolation: worktrees ---------------------------------------------------------
+
+
+def git_repo(path: Path) -> Path:
+    path.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=path, check=True)
+    (path / "README.md").write_text("hello\n")
+    subprocess.run(["git", "add", "."], cwd=path, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=path, check=True)
+    return path
+
+
+def branches(repo: Path) -> list[str]:
+    out = subprocess.run(
+        ["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True, text=True
+    )
+    return sorted(out.stdout.split())
+
+
+async def test_worktrees_keep_changes_and_drop_clean_ones(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    writer = FunctionModel(child_models.write_a_file, name="function:writer")
+    orch = orchestrator(
+        repo,
+        [agent("writer", "function:writer", ["write_file"], isolation="worktree")],
+        {"function:writer": writer},
+        run_dir=tmp_path / "run",
+    )
+    prompts = ["one.txt", "two.txt", "three.txt", "four.txt", "nothing"]
+    async with orch:
+        results = await orch.map("writer", prompts, concurrency=5)  # all at once: no collisions
+
+    assert all(r.status is RunStatus.COMPLETED for r in results), [r.error for r in results]
+    changed, clean = results[:4], results[4]
+    assert clean.worktree is None  # nothing changed: worktree and branch removed
+    kept_branches = set()
+    for name, result in zip(prompts, changed, strict=False):
+        tree = Path(result.worktree or "")
+        assert tree.is_dir() and (tree / name).read_text() == f"made by {name}\n"
+        assert name in result.diff_stat and "1 file changed" in result.diff_stat
+        assert result.branch and result.branch in result.render()
+        kept_branches.add(result.branch)
+    assert len(kept_branches) == 4
+    assert set(branches(repo)) - {"master", "main"} == kept_branches
+    assert not (repo / "one.txt").exists()  # the main checkout is untouched
+    worktree_dirs = sorted(p.name for p in (tmp_path / "run" / "worktrees").iterdir())
+    assert worktree_dirs == sorted(Path(r.worktree or "").name for r in changed)
+
+
+async def test_worktree_outside_git_is_a_clear_error(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    writer = FunctionModel(child_models.write_a_file, name="function:writer")
+    orch = orchestrator(
+        tmp_path,
+        [agent("writer", "function:writer", ["write_file"], isolation="worktree")],
+        {"function:writer": writer},
+        record=False,
+    )
+    async with orch:
+        result = await orch.delegate("writer", "x.txt")
+    assert result.status is RunStatus.ERROR
+    assert "isolation: worktree needs a git repository" in result.error
+    assert result.pid is None  # no process was spent on it
+
+
+# -- resource limits -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "fields", "needle"),
+    [
+        (
+            "allocate",
+            {"memory_limit_mb": 256},
+            "memory limit exceeded: an allocation failed under the 256 MiB limit",
+        ),
+        ("burn", {"cpu_limit_s": 1}, "CPU time limit exceeded: cpu_limit_s is 1"),
+        ("read_file", {"max_tool_calls": 3}, "tool call limit reached: max_tool_calls is 3"),
+    ],
+    ids=["address-space", "cpu", "tool-calls"],
+)
+async def test_limits_end_the_child_with_a_message_naming_the_limit(
+    spawned: SpawnRecorder, tmp_path: Path, tool: str, fields: dict[str, Any], needle: str
+) -> None:
+    model = FunctionModel(child_models.call_the_named_tool_twice, name="function:looper")
+    orch = orchestrator(
+        tmp_path,
+        [agent("looper", "function:looper", [tool], **fields)],
+        {"function:looper": model},
+        tools=[child_models.allocate, child_models.burn],
+        record=False,
+    )
+    async with orch:
+        results = await asyncio.gather(
+            orch.delegate("looper", tool), orch.delegate("Explore", "sibling")
+        )
+    limited, sibling = results
+    assert limited.status is RunStatus.LIMIT, limited
+    assert needle in limited.error
+    assert sibling.status is RunStatus.COMPLETED
+
+
+async def test_memory_watchdog_counts_grandchildren(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Three grandchildren of 120 MiB each: every one is under the address-space limit
+    # (inherited from the child), but together with the child they pass 200 MiB. The
+    # memory is written, not just reserved: resident memory grows only as pages are touched.
+    one = "python3 -c 'x = b\"x\" * (120 * 2**20); import time; time.sleep(120)'"
+    hog = f"for i in 1 2 3; do {one} & done; wait"
+    model_server.responder = lambda body, api: Reply(tool_calls=[Call("bash", {"command": hog})])
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-memory")
+    orch = orchestrator(
+        tmp_path, [agent("hog", "openai:test", ["bash"], memory_limit_mb=200)], {}, record=False
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hog", "use memory"), 60)
+    assert result.status is RunStatus.LIMIT, result
+    assert "memory limit exceeded: its processes used" in result.error
+    assert "the limit is 200 MiB" in result.error
+
+
+async def test_tool_output_is_capped_with_the_limit_named(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    (tmp_path / "big.txt").write_text("line\n" * 20_000)
+    model = FunctionModel(child_models.read_big_file, name="function:reader")
+    orch = orchestrator(
+        tmp_path,
+        [agent("reader", "function:reader", ["read_file"], max_tool_output_bytes=500)],
+        {"function:reader": model},
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        result = await orch.delegate("reader", "read it")
+    # The output limit truncates (head and tail kept, the whole saved) rather than ending the
+    # run: an agent can go on and read the rest in pieces.
+    assert result.status is RunStatus.COMPLETED
+    assert len(result.text) < 800
+    assert "tool outputs are limited to 500 characters" in result.text
+    saved = next((tmp_path / "run" / "tool-outputs").iterdir())
+    assert saved.read_text().count("\tline") == 2000  # the whole tool output, saved
+
+
+# -- environment and secrets ------------------------------------------------------------------
+
+
+async def test_a_child_sees_only_its_own_provider_key_and_bash_sees_none(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-parent-openai-key-000")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-parent-key-000")
+
+    def script(body: dict, api: str) -> Reply:
+        results = [m for m in body["messages"] if m["role"] == "tool"]
+        if not results:
+            return Reply(tool_calls=[Call("bash", {"command": "env"}), Call("env_seen", {})])
+        return Reply(text=json.dumps([r["content"] for r in results]))
+
+    model_server.responder = script
+    orch = orchestrator(
+        tmp_path,
+        [agent("snoop", "openai:test", ["bash", "env_seen"])],
+        {},
+        tools=[child_models.env_seen],
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("snoop", "look around"), 60)
+    bash_output, tool_view = json.loads(result.text)
+    assert "sk-parent-openai-key-000" not in bash_output and "OPENAI_API_KEY" not in bash_output
+    assert "ANTHROPIC" not in bash_output
+    assert "PATH=" in bash_output  # the allowlist is there
+    assert tool_view == "OPENAI_API_KEY"  # its own provider's key, and only that one
+    for path in (tmp_path / "run").rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert "sk-parent-openai-key-000" not in text and "sk-ant-parent-key-000" not in text
+
+
+async def test_secrets_are_redacted_from_records(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-leaky-key-123456789")
+    model_server.responder = lambda body, api: Reply(text="the key is sk-leaky-key-123456789")
+    orch = orchestrator(
+        tmp_path,
+        [agent("leaker", "openai:test", [])],
+        {},
+        run_dir=tmp_path / "run",
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+    )
+    async with orch:
+        await orch.delegate("leaker", "say the key")
+        await orch.run("say the key")
+    texts = [p.read_text() for p in (tmp_path / "run").rglob("*.json*")]
+    assert texts and all("sk-leaky-key-123456789" not in t for t in texts)
+    assert any("[REDACTED]" in t for t in texts)
+
+
+# -- path attacks, floods, bad servers ---------------------------------------------------------
+
+
+async def test_a_child_cannot_reach_outside_its_workdir(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "secret.txt").write_text("top secret\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("top secret\n")
+    os.symlink(tmp_path / "outside", work / "link-out")
+    model = FunctionModel(child_models.attack_paths, name="function:attacker")
+    tools = ["read_file", "write_file", "edit_file", "glob", "grep"]
+    orch = orchestrator(
+        work,
+        [agent("attacker", "function:attacker", tools)],
+        {"function:attacker": model},
+        record=False,
+    )
+    async with orch:
+        result = await orch.delegate("attacker", "escape")
+    lines = result.text.splitlines()
+    assert len(lines) == 8
+    for line in lines:
+        name, is_error, content = line.split("|", 2)
+        assert is_error == "True", line
+        assert "top secret" not in content
+    assert not (tmp_path / "planted.txt").exists()
+    assert (tmp_path / "secret.txt").read_text() == "top secret\n"
+
+
+async def test_a_flooding_child_is_captured_and_capped(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    model = FunctionModel(child_models.call_tool_named_in_prompt, name="function:flooder")
+    orch = orchestrator(
+        tmp_path,
+        [agent("flooder", "function:flooder", ["flood"])],
+        {"function:flooder": model},
+        tools=[child_models.flood],
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("flooder", "flood"), 60)
+    assert result.status is RunStatus.COMPLETED
+    assert result.text == "after flood: flooded"
+    log = tmp_path / "run" / f"{result.agent_id}.stderr.log"
+    size = log.stat().st_size
+    assert 1 << 20 <= size < (1 << 20) + 4096  # 50 MB printed, 1 MiB kept
+    assert "output capped" in log.read_text()[-200:]
+
+
+@pytest.mark.parametrize(
+    ("reply", "needle"),
+    [
+        (Reply(hang=True), "within the 0.5 s timeout"),
+        (Reply(text="abc", drop_after=1), "connection to http://127.0.0.1"),
+        (
+            Reply(raw=b"this is not an event stream", content_type="text/event-stream"),
+            "did not send an event stream",
+        ),
+    ],
+    ids=["hangs", "resets", "garbage"],
+)
+async def test_a_bad_model_server_is_a_clear_error_never_a_hang(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    reply: Reply,
+    needle: str,
+) -> None:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    model_server.responder = lambda body, api: reply
+    settings = Settings(
+        model="openai:test",
+        approval="allow",
+        max_workers=2,
+        warm_spares=0,
+        model_options={"openai": {"timeout": 0.5, "max_retries": 0}},
+    )
+    orch = orchestrator(tmp_path, [], {}, settings=settings, record=False)
+    async with orch:
+        main = await asyncio.wait_for(orch.run("hello"), 60)
+        sub = await asyncio.wait_for(orch.delegate("Explore", "hello"), 60)
+    for outcome in (main.main, sub):
+        assert outcome.status is RunStatus.ERROR
+        assert needle in outcome.error, outcome.error
