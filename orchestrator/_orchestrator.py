@@ -357,10 +357,10 @@ class Orchestrator:
     def _budget_exceeded(self, why: str) -> None:
         self._budget_error = why
         for record in self.tracker.running():
-            if record.controls is not None:
-                record.controls.cancel()
+            if isinstance(record.controls, RunHandle):
+                record.controls.cancel(why, RunStatus.BUDGET)
         for handle in list(self._handles):
-            handle.cancel()
+            handle.cancel(why, RunStatus.BUDGET)
         for engine in list(self._engines):
             engine.cancel()
 

@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import multiprocess
@@ -152,17 +152,20 @@ class _Worker:
         self.pool._on_ready(self)
 
     # -- ending --------------------------------------------------------------------------
-    def kill(self, kind: OutcomeKind, detail: str, sig: int = signal.SIGKILL) -> None:
-        """End the child (and everything it started) for the given reason."""
+    def kill(
+        self,
+        kind: OutcomeKind,
+        detail: str,
+        table: dict[int, _proc.ProcInfo] | None = None,
+    ) -> None:
+        """End the child and everything it started — descendants that left its session
+        included, found while the child still holds them together — for this reason."""
         if self.state is WorkerState.DEAD:
             return
         if self.kill_kind is None:
             self.kill_kind, self.kill_detail = kind, detail
         self.state = WorkerState.STOPPING
-        if sig == signal.SIGKILL:
-            _proc.kill_session(self.pid, sig)
-        else:
-            _proc.kill_group(self.pid, sig)
+        _proc.kill_tree(self.pid, signal.SIGKILL, table)
 
     def escalate(
         self, kind: OutcomeKind, detail: str, cancel_grace: float, term_grace: float
@@ -178,9 +181,7 @@ class _Worker:
         self._timers.append(
             loop.call_later(cancel_grace, _proc.kill_group, self.pid, signal.SIGTERM)
         )
-        self._timers.append(
-            loop.call_later(cancel_grace + term_grace, _proc.kill_session, self.pid)
-        )
+        self._timers.append(loop.call_later(cancel_grace + term_grace, _proc.kill_tree, self.pid))
 
     def on_sentinel(self) -> None:
         loop = self.pool._loop
@@ -354,7 +355,7 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
                 if not worker.dead.done():
-                    _proc.kill_session(worker.pid)
+                    _proc.kill_tree(worker.pid)
         return await asyncio.shield(worker.dead)
 
 
@@ -401,6 +402,7 @@ class WorkerPool:
         self._start_failures = 0
         self._ready = asyncio.Event()
         self._memory_watch = False  # set once any lease has a memory limit
+        self._halted = False  # children keep failing to start: wait for the next acquire
         self._preload_warned = False
         self._open = False
         self._closed = False
@@ -432,7 +434,8 @@ class WorkerPool:
                 modules = [*PRELOAD_MODULES, *self._extra_preload, BOOT_MODULE]
                 self._ctx.set_forkserver_preload(modules)
             _skip_main_in_children()
-            fs.ensure_running()
+            with _minimal_environment():
+                fs.ensure_running()
             WorkerPool._forkserver_users += 1
 
     async def __aenter__(self) -> WorkerPool:
@@ -459,8 +462,9 @@ class WorkerPool:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         workers = list(self._workers.values())
+        table = _proc.process_table()  # one scan for all of them
         for worker in workers:
-            worker.kill(OutcomeKind.KILLED, "the pool was closed")
+            worker.kill(OutcomeKind.KILLED, "the pool was closed", table)
         if workers:
             await asyncio.wait([w.dead for w in workers], timeout=30)
         assert self._spawner is not None
@@ -484,31 +488,41 @@ class WorkerPool:
         """Wait for a ready child and take it. Prefer ``async with pool.lease()``."""
         if not self._open or self._closed:
             raise PoolError("the pool is not running (use 'async with WorkerPool() as pool')")
-        worker: _Worker | None = None
-        while self._idle:
-            candidate = self._idle.popleft()
-            if candidate.state is WorkerState.IDLE:
-                worker = candidate
+        self._halted = False  # a new request is a new chance after start failures
+        while True:
+            worker = self._take_idle()
+            if worker is None:
+                worker = await self._wait_for_worker()
+            # It may have died between being handed over and this task resuming.
+            if worker.state is WorkerState.IDLE:
                 break
-        if worker is None:
-            waiter: asyncio.Future[_Worker] = self._loop.create_future()
-            self._waiters.append(waiter)
-            self._replenish()
-            try:
-                worker = await waiter
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
-                    self._on_ready(waiter.result())  # hand it to the next in line
-                else:
-                    with contextlib.suppress(ValueError):
-                        self._waiters.remove(waiter)
-                raise
         worker.state = WorkerState.BUSY
         lease = Lease(worker)
         worker.lease = lease
         worker.last_seen = self._loop.time()
         self._replenish()
         return lease
+
+    def _take_idle(self) -> _Worker | None:
+        while self._idle:
+            candidate = self._idle.popleft()
+            if candidate.state is WorkerState.IDLE:
+                return candidate
+        return None
+
+    async def _wait_for_worker(self) -> _Worker:
+        waiter: asyncio.Future[_Worker] = self._loop.create_future()
+        self._waiters.append(waiter)
+        self._replenish()
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+                self._on_ready(waiter.result())  # hand it to the next in line
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
 
     @contextlib.asynccontextmanager
     async def lease(self) -> AsyncIterator[Lease]:
@@ -534,12 +548,21 @@ class WorkerPool:
     def idle(self) -> int:
         return sum(1 for w in self._idle if w.state is WorkerState.IDLE)
 
-    def _check_memory(self) -> None:
-        for worker in list(self._workers.values()):
+    async def _check_memory(self) -> None:
+        watched = [
+            w
+            for w in self._workers.values()
+            if w.memory_limit is not None and w.state is WorkerState.BUSY
+        ]
+        if not watched:
+            return
+        # One scan of /proc for every watched child, off the event loop.
+        table = await asyncio.to_thread(_proc.process_table)
+        for worker in watched:
             limit = worker.memory_limit
             if limit is None or worker.state is not WorkerState.BUSY:
                 continue
-            used = tree_rss(worker.pid)
+            used = _proc.tree_rss(worker.pid, table)
             worker.peak_rss = max(worker.peak_rss, used)
             if used > limit:
                 worker.kill(
@@ -552,7 +575,7 @@ class WorkerPool:
         return list(self._workers)
 
     def _replenish(self) -> None:
-        if not self._open or self._closed:
+        if not self._open or self._closed or self._halted:
             return
         starting = self._spawning + sum(
             1 for w in self._workers.values() if w.state is WorkerState.STARTING
@@ -573,7 +596,13 @@ class WorkerPool:
         if self._closed:
             self._spawning -= 1
             return
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        try:
+            parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        except OSError as exc:  # out of file descriptors, say
+            self._spawning -= 1
+            self._start_failed(f"could not create a pipe for a child: {exc}")
+            self._replenish()
+            return
         process = self._ctx.Process(
             target=self._target,
             args=(child_conn, self.boot),
@@ -586,6 +615,7 @@ class WorkerPool:
             child_conn.close()
             parent_conn.close()
             self._start_failed(f"could not start a child process: {exc}")
+            self._replenish()  # a passing failure (EAGAIN) must not strand a waiter
             return
         finally:
             child_conn.close()
@@ -641,7 +671,7 @@ class WorkerPool:
                 if not waiter.done():
                     waiter.set_exception(error)
             self._start_failures = 0
-            return
+            self._halted = True  # no more attempts until someone asks again
 
     async def _watch(self) -> None:
         """Kill children that went silent (no frame for ``heartbeat_timeout``) or that
@@ -653,7 +683,7 @@ class WorkerPool:
             await asyncio.sleep(max(0.05, period))
             now = self._loop.time()
             if self._memory_watch:
-                self._check_memory()
+                await self._check_memory()
             for worker in list(self._workers.values()):
                 silent = now - worker.last_seen
                 if worker.state is WorkerState.BUSY and silent > self.heartbeat_timeout:
@@ -664,6 +694,30 @@ class WorkerPool:
                     )
                 elif worker.state is WorkerState.STARTING and silent > self.start_timeout:
                     worker.kill(OutcomeKind.KILLED, f"no handshake within {self.start_timeout:g} s")
+
+
+@contextlib.contextmanager
+def _minimal_environment() -> Iterator[None]:
+    """Start the fork server (and the resource tracker) with the allowlisted environment.
+
+    A process's initial environment stays readable in ``/proc/<pid>/environ`` whatever it
+    does to ``os.environ`` later, and every child inherits the fork server's: started with
+    the parent's full environment, it would hand the parent's API keys to any tool that
+    reads ``/proc/$PPID/environ``. Children get their credentials per run instead.
+    Runs in the spawner thread while the event loop waits for it, so no other code of
+    ours reads the environment meanwhile.
+    """
+    from orchestrator._environment import child_environment
+
+    saved = dict(os.environ)
+    minimal, _ = child_environment("")
+    try:
+        os.environ.clear()
+        os.environ.update(minimal)
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 async def wait_gone(pids: list[int], within: float) -> None:
@@ -725,24 +779,6 @@ def _skip_main_in_children() -> None:
 
     get_preparation_data._agentcell = True  # type: ignore[attr-defined]
     spawn.get_preparation_data = get_preparation_data
-
-
-def tree_rss(pid: int) -> int:
-    """Resident memory of a process and all its descendants, in bytes (0 if gone)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    total = 0
-    for proc in procs:
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
 
 
 def _start_process(process: Any) -> None:

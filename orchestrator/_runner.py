@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 import dataclasses
 import itertools
+import logging
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,10 +60,13 @@ from protocol import (
     Usage,
     UsageUpdate,
 )
+from worker import PermissionMode
 from worker.models import ToolSpec
 from worker.tools import Tool
 
 AGENT_HANDLER = "worker._agent:run_agent"
+
+log = logging.getLogger("agentcell.runner")
 
 
 @dataclasses.dataclass(slots=True)
@@ -86,6 +91,8 @@ class Scope:
     depth: int = 0
     background: bool = False  # a background agent's descendants are background too
     history: Callable[[], list[Message]] | None = None  # completed turns, for context: fork
+    permission_mode: str | None = None  # the delegating agent's: a child's can only be stricter
+    max_depth: int | None = None  # the deepest its descendants may go
 
 
 class RunHandle:
@@ -97,6 +104,8 @@ class RunHandle:
         self.task: asyncio.Task[Any] | None = None
         self.result: SubAgentResult | None = None
         self.cancelled = False
+        self.cancel_status = RunStatus.CANCELLED
+        self.cancel_reason = ""
         self._queued: list[Control] = []
 
     def attach(self, lease: Lease) -> None:
@@ -105,10 +114,12 @@ class RunHandle:
             self._send(control)
         self._queued.clear()
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "", status: RunStatus = RunStatus.CANCELLED) -> None:
+        """End the run; its result gets ``status`` (e.g. ``budget``) and ``reason``."""
         if self.cancelled:
             return
         self.cancelled = True
+        self.cancel_status, self.cancel_reason = status, reason
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
@@ -170,6 +181,7 @@ class Runner:
         self.custom_tools = {tool.name: tool for tool in custom_tools}
         self.task_tool_spec = task_tool_spec
         self._ids = itertools.count(1)
+        self._session = secrets.token_hex(3)
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
 
     def new_agent_id(self) -> str:
@@ -184,11 +196,35 @@ class Runner:
         agent_id: str | None = None,
         task_id: str = "",
     ) -> SubAgentResult:
-        """Run one sub-agent to its end. Cancelling the caller cancels the child (and
-        propagates after the child is gone); the result is then on ``handle.result``."""
+        """Run one sub-agent to its end and return its one result.
+
+        The run has a task of its own: ``handle.cancel()`` (task_control, a budget, a
+        cancelled turn) ends it with a ``cancelled`` result rather than cancelling the
+        caller. Cancelling the *caller* stops the child too, then propagates; the result
+        is still published and left on ``handle.result``.
+        """
         agent_id = agent_id or self.new_agent_id()
         handle = handle or RunHandle()
-        handle.task = asyncio.current_task()
+        inner = asyncio.create_task(self._run(request, scope, handle, agent_id, task_id))
+        handle.task = inner
+        if handle.cancelled:  # cancelled before it even started
+            inner.cancel()
+        try:
+            await asyncio.wait({inner})
+        except asyncio.CancelledError:
+            inner.cancel()
+            await asyncio.wait({inner})
+            raise
+        return inner.result()
+
+    async def _run(
+        self,
+        request: DelegationRequest,
+        scope: Scope,
+        handle: RunHandle,
+        agent_id: str,
+        task_id: str,
+    ) -> SubAgentResult:
         started = time.perf_counter()
         background = request.background or scope.background
         base = dict(
@@ -217,7 +253,7 @@ class Runner:
         if (request.isolation or definition.isolation) == "worktree":
             try:
                 tree = await self._worktree(agent_id)
-            except WorktreeError as exc:
+            except (WorktreeError, OSError) as exc:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             spec.workdir = str(tree.workdir)
             spec.system_prompt = _system_prompt(definition, spec.workdir)
@@ -235,7 +271,8 @@ class Runner:
         )
         progress = _Progress(model=model)
         lease: Lease | None = None
-        outcome: ChildOutcome | None = None
+        cancelled = False
+        failure = ""
         try:
             lease = await self.pool.acquire()
             handle.attach(lease)
@@ -266,39 +303,56 @@ class Runner:
                 progress=progress,
                 background=background,
             )
-            outcome = await lease.wait()
         except asyncio.CancelledError:
+            cancelled = True
             if lease is not None:
+                # Politely first: the child stops at once and reports what it has; the
+                # escalation (SIGTERM, then SIGKILL) bounds the wait.
                 lease.cancel("cancelled by the parent")
-                outcome = await asyncio.shield(lease.release())
-            cancelled = self._result(
-                base, outcome, progress, started, limits=limits, cancelled=True
-            )
-            if tree is not None:  # what it changed before the cancel is kept, not lost
-                cancelled = await asyncio.shield(self._settle_worktree(tree, cancelled))
-            handle.result = cancelled
-            self._finish(cancelled, model)
-            raise
+                await asyncio.shield(lease.wait())
+        except Exception as exc:  # a bug or an environment problem: this run fails, not the parent
+            log.exception("sub-agent %s failed in the parent", agent_id)
+            failure = f"{type(exc).__name__}: {exc}"
         finally:
-            if lease is not None and outcome is None:
-                outcome = await asyncio.shield(lease.release())
-            elif lease is not None:
-                await asyncio.shield(lease.release())
-        result = self._result(
-            base, outcome, progress, started, limits=limits, cancelled=handle.cancelled
-        )
-        if tree is not None:
-            result = await self._settle_worktree(tree, result)
+            outcome = await asyncio.shield(lease.release()) if lease is not None else None
+        if failure:
+            result = SubAgentResult(
+                **base,  # type: ignore[arg-type]
+                status=RunStatus.ERROR,
+                error=f"the parent could not run this sub-agent: {failure}",
+                pid=lease.pid if lease else None,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+        else:
+            result = self._result(
+                base, outcome, progress, started, limits=limits, cancelled=cancelled
+            )
+            if cancelled and handle.cancel_reason and result.status is RunStatus.CANCELLED:
+                result = msgspec.structs.replace(
+                    result, status=handle.cancel_status, error=handle.cancel_reason
+                )
+        if tree is not None:  # what it changed is kept, however it ended
+            result = await asyncio.shield(self._settle_worktree(tree, result))
         handle.result = result
         self._finish(result, model, outcome)
         return result
 
     async def _worktree(self, agent_id: str) -> Worktree:
-        root = Path(self.run_dir) if self.run_dir else Path(self.workdir) / ".agentcell"
-        run = root.name if self.run_dir else "run"
-        return await create_worktree(
-            Path(self.workdir), root, agent_id, f"agentcell/{run}/{agent_id}"
+        if self.run_dir:
+            root, run = Path(self.run_dir), Path(self.run_dir).name
+        else:  # no run record: a name of its own, so sessions never collide
+            run = f"session-{self._session}"
+            root = Path(self.workdir) / ".agentcell" / "worktrees" / run
+        making = asyncio.ensure_future(
+            create_worktree(Path(self.workdir), root, agent_id, f"agentcell/{run}/{agent_id}")
         )
+        try:
+            return await asyncio.shield(making)
+        except asyncio.CancelledError:
+            # git goes on regardless: let it finish, then take the (unchanged) tree away.
+            with contextlib.suppress(Exception):
+                await finish_worktree(await making)
+            raise
 
     async def _settle_worktree(self, tree: Worktree, result: SubAgentResult) -> SubAgentResult:
         kept = await finish_worktree(tree)
@@ -335,9 +389,9 @@ class Runner:
             max_turns = request.max_turns
         resolved = resolve_tools(definition.tools, definition.disallowed_tools, list(scope.tools))
         depth = scope.depth + 1
-        max_depth = settings.max_depth
-        if definition.max_depth is not None:
-            max_depth = min(max_depth, definition.max_depth)
+        max_depth = min(
+            d for d in (settings.max_depth, scope.max_depth, definition.max_depth) if d is not None
+        )
         remote: list[RemoteTool] = []
         may_delegate = (definition.tools is None or "task" in definition.tools) and (
             "task" not in definition.disallowed_tools
@@ -348,7 +402,10 @@ class Runner:
                 RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
             )
         history = scope.history() if definition.context == "fork" and scope.history else []
-        mode = definition.permission_mode or settings.permission_mode
+        # An agent file may ask for a stricter mode, never a looser one than its parent's.
+        mode = stricter_mode(
+            scope.permission_mode or settings.permission_mode, definition.permission_mode
+        )
         env, bash_env = child_environment(
             model, bash_gets_credentials=bool(definition.extra.get("bash_credentials", False))
         )
@@ -430,7 +487,8 @@ class Runner:
         publish = self.bus.publish
         ledger = self.ledger
         call_id = request.call_id
-        async with asyncio.TaskGroup() as side:
+        side: set[asyncio.Task[None]] = set()
+        try:
             while (frame := await lease.recv()) is not None:
                 if isinstance(frame, Event):
                     event = frame.event
@@ -452,9 +510,15 @@ class Runner:
                         call_id=frame.call_id,
                         background=background,
                     )
-                    side.create_task(self._answer_approval(lease, frame.request_id, query))
+                    _spawn(side, self._answer_approval(lease, frame.request_id, query))
                 elif isinstance(frame, DelegateRequest):
-                    side.create_task(self._answer_delegation(lease, frame, spec, scope, background))
+                    _spawn(side, self._answer_delegation(lease, frame, spec, scope, background))
+        finally:
+            # The child is gone (or we are): questions it asked are moot now.
+            for task in side:
+                task.cancel()
+            if side:
+                await asyncio.wait(side)
 
     async def _answer_approval(self, lease: Lease, request_id: int, query: ApprovalQuery) -> None:
         answer = await self.broker.decide(query)
@@ -466,7 +530,8 @@ class Runner:
     async def _answer_delegation(
         self, lease: Lease, frame: DelegateRequest, spec: AgentSpec, scope: Scope, background: bool
     ) -> None:
-        if frame.tool != "task" or spec.depth >= spec.max_depth:
+        offered = {tool.name for tool in spec.remote_tools}
+        if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
             reply = DelegateReply(
                 request_id=frame.request_id,
                 content=f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
@@ -488,6 +553,8 @@ class Runner:
                     model=spec.model,
                     depth=spec.depth,
                     background=background,
+                    permission_mode=spec.permission_mode,
+                    max_depth=spec.max_depth,
                 )
                 nested.background = False  # nested runs block their parent's tool call
                 result = await self.run(nested, child_scope)
@@ -577,6 +644,32 @@ class Runner:
             if record is not None and absorb is not None:
                 absorb(record)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+
+
+_STRICTNESS = [
+    m.value
+    for m in (
+        PermissionMode.PLAN,
+        PermissionMode.DEFAULT,
+        PermissionMode.ACCEPT_EDITS,
+        PermissionMode.BYPASS,
+    )
+]
+
+
+def stricter_mode(parent: str, wanted: str | None) -> str:
+    """The stricter of two permission modes (plan < default < accept_edits < bypass)."""
+    parent = PermissionMode.parse(parent).value
+    if wanted is None:
+        return parent
+    wanted = PermissionMode.parse(wanted).value
+    return min(parent, wanted, key=_STRICTNESS.index)
+
+
+def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:
+    task = asyncio.ensure_future(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:

@@ -163,20 +163,27 @@ class TaskTool(Tool):
     ) -> None:
         agent_id = self.runner.new_agent_id()
         record.agent_id = agent_id
+        result: SubAgentResult | None = None
         try:
             result = await self.runner.run(
                 request, self.scope(), handle=handle, agent_id=agent_id, task_id=record.task_id
             )
-        except asyncio.CancelledError:
-            result = handle.result or SubAgentResult(
-                agent_id=agent_id,
-                agent_type=request.agent_type,
-                description=request.description,
-                status=RunStatus.CANCELLED,
-                error="cancelled",
-                background=True,
+        finally:
+            # Whatever happened, the task ends in exactly one recorded state: a record left
+            # "running" would hold the end of the run hostage.
+            self.tracker.finish(
+                record.task_id,
+                result
+                or handle.result
+                or SubAgentResult(
+                    agent_id=agent_id,
+                    agent_type=request.agent_type,
+                    description=request.description,
+                    status=RunStatus.CANCELLED,
+                    error="cancelled before it ended",
+                    background=True,
+                ),
             )
-        self.tracker.finish(record.task_id, result)
 
     async def shutdown(self) -> None:
         """Cancel every background run still going and wait until each has ended."""

@@ -35,7 +35,7 @@ class KeptWorktree:
     diff_stat: str
 
 
-_locks: dict[Path, asyncio.Lock] = {}
+_locks: dict[tuple[int, Path], asyncio.Lock] = {}
 
 
 async def _git(*args: str, cwd: Path) -> tuple[int, str]:
@@ -55,9 +55,11 @@ async def _git(*args: str, cwd: Path) -> tuple[int, str]:
 
 
 def _lock(repo: Path) -> asyncio.Lock:
-    lock = _locks.get(repo)
+    # One lock per repository and event loop (an asyncio lock belongs to one loop).
+    key = (id(asyncio.get_running_loop()), repo)
+    lock = _locks.get(key)
     if lock is None:
-        lock = _locks[repo] = asyncio.Lock()
+        lock = _locks[key] = asyncio.Lock()
     return lock
 
 

@@ -62,6 +62,8 @@ def decode_body(body: bytes | bytearray | memoryview) -> Frame:
         return _decoder.decode(body)
     except msgspec.DecodeError as exc:  # ValidationError is a subclass
         raise ProtocolError(f"undecodable frame: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("undecodable frame: nested too deeply") from None
 
 
 class FrameParser:

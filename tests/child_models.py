@@ -187,3 +187,13 @@ def read_big_file(messages: list[Message], tools: list[ToolSpec]) -> ModelRespon
     if not results:
         return reply("", tool_call("read_file", path="big.txt"))
     return results[0].content
+
+
+def escape_then_wait(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Starts a daemon in a session of its own, then waits at the gate."""
+    results = tool_results(messages)
+    if not results:
+        return reply("", tool_call("bash", command="setsid sleep 300 >/dev/null 2>&1 & echo $!"))
+    if results[0].name == "bash":
+        return reply("", tool_call("wait_at_gate"))
+    return "unreachable"

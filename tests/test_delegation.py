@@ -488,3 +488,51 @@ async def test_context_fork_seeds_the_completed_turns(
     contents = [getattr(m, "content", "") for m in call.messages]
     assert contents[1] == "the earlier turn"  # the parent's completed turn came along
     assert contents[-1] == "continue"
+
+
+async def test_an_agent_file_cannot_loosen_the_permission_mode(
+    tracked: SpawnRecorder, tmp_path: Any
+) -> None:
+    queries: list[ApprovalQuery] = []
+
+    def decide(query: ApprovalQuery) -> bool:
+        queries.append(query)
+        return False
+
+    writer = FunctionModel(child_models.run_echo, name="function:writer")
+    orch = await make(
+        tracked,
+        main=FunctionModel(lambda m, t: "unused", name="function:main"),
+        agents=[agent("writer", "function:writer", ["bash"], permission_mode="bypassPermissions")],
+        models={"function:writer": writer},
+        settings=Settings(approval="ask", permission_mode="default", max_workers=2, warm_spares=0),
+        approval=CallbackChannel(decide),
+        workdir=tmp_path,
+    )
+    async with orch:
+        result = await orch.delegate("writer", "run it")
+    assert len(queries) == 1  # it still had to ask: bypass was not granted by its file
+    assert "permission denied" in result.text
+
+
+async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
+    from orchestrator._runner import Scope
+    from protocol import AgentSpec, DelegateReply, DelegateRequest
+
+    sent: list[Any] = []
+
+    class FakeLease:
+        async def send(self, frame: Any) -> None:
+            sent.append(frame)
+
+    orch = Orchestrator(model=FunctionModel(lambda m, t: "x"), load_agent_files=False, record=False)
+    spec = AgentSpec(
+        agent_id="a1", agent_type="x", prompt="p", depth=1, max_depth=3
+    )  # no task offered
+    frame = DelegateRequest(
+        request_id=7, call_id="c", tool="task", arguments='{"subagent_type":"Explore","prompt":"x"}'
+    )
+    await orch.runner._answer_delegation(FakeLease(), frame, spec, Scope("a1", [], ""), False)  # type: ignore[arg-type]
+    (reply,) = sent
+    assert isinstance(reply, DelegateReply) and reply.is_error and reply.request_id == 7
+    assert "permission denied" in reply.content

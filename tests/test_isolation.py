@@ -216,7 +216,10 @@ async def test_a_child_sees_only_its_own_provider_key_and_bash_sees_none(
     def script(body: dict, api: str) -> Reply:
         results = [m for m in body["messages"] if m["role"] == "tool"]
         if not results:
-            return Reply(tool_calls=[Call("bash", {"command": "env"}), Call("env_seen", {})])
+            # Also the initial environments of the sub-agent and of its fork server, which
+            # /proc keeps whatever the process did to its variables since.
+            snoop = "env; tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < /proc/$(ps -o ppid= -p $PPID | tr -d ' ')/environ"
+            return Reply(tool_calls=[Call("bash", {"command": snoop}), Call("env_seen", {})])
         return Reply(text=json.dumps([r["content"] for r in results]))
 
     model_server.responder = script
@@ -232,7 +235,7 @@ async def test_a_child_sees_only_its_own_provider_key_and_bash_sees_none(
     bash_output, tool_view = json.loads(result.text)
     assert "sk-parent-openai-key-000" not in bash_output and "OPENAI_API_KEY" not in bash_output
     assert "ANTHROPIC" not in bash_output
-    assert "PATH=" in bash_output  # the allowlist is there
+    assert bash_output.count("PATH=") >= 3  # bash's env and both /proc views were read
     assert tool_view == "OPENAI_API_KEY"  # its own provider's key, and only that one
     for path in (tmp_path / "run").rglob("*"):
         if path.is_file():
@@ -354,3 +357,46 @@ async def test_a_bad_model_server_is_a_clear_error_never_a_hang(
     for outcome in (main.main, sub):
         assert outcome.status is RunStatus.ERROR
         assert needle in outcome.error, outcome.error
+
+
+async def test_cancel_reaches_a_daemon_that_left_the_session(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    from delegation_util import gate
+
+    from orchestrator import AgentActivity
+    from orchestrator._runner import DelegationRequest, RunHandle
+    from protocol import ToolFinished, ToolStarted
+
+    async with gate() as door:
+        model = FunctionModel(child_models.escape_then_wait, name="function:escaper")
+        orch = orchestrator(
+            tmp_path,
+            [agent("escaper", "function:escaper", ["bash", "wait_at_gate"])],
+            {"function:escaper": model},
+            tools=[door.tool()],
+            record=False,
+        )
+        async with orch:
+            handle = RunHandle()
+            daemon: list[int] = []
+
+            def watch(event: object) -> None:
+                if isinstance(event, AgentActivity) and isinstance(event.event, ToolFinished):
+                    daemon.append(int(event.event.preview.split()[0]))
+                if isinstance(event, AgentActivity) and isinstance(event.event, ToolStarted):
+                    if event.event.name == "wait_at_gate":
+                        handle.cancel()
+
+            orch.bus.subscribe(watch)
+            result = await asyncio.wait_for(
+                orch.runner.run(
+                    DelegationRequest("escaper", "go"), orch._direct_scope(), handle=handle
+                ),
+                60,
+            )
+    assert result.status is RunStatus.CANCELLED
+    (pid,) = daemon
+    from worker import _proc
+
+    assert not _proc.is_alive(pid), "a daemon that called setsid outlived the cancelled sub-agent"

@@ -31,6 +31,7 @@ from protocol import (
     ToolCall,
     UserMessage,
 )
+from worker import _proc
 from worker._child import ChildLink
 from worker._engine import Engine, Limits
 from worker._hooks import DenyTools, Hook, PermissionPolicy
@@ -56,9 +57,11 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     if spec.env is not None:
-        # Exactly what the parent decided this run may see (no inherited secrets).
+        # Exactly what the parent decided this run may see (no inherited secrets); and
+        # since the model key may now be in this process, its tools may not read it.
         os.environ.clear()
         os.environ.update(spec.env)
+        _proc.set_dumpable(False)
     try:
         model: Model = objects.get("model") or resolve_model(spec.model, spec.model_options)
     except ModelError as exc:

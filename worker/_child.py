@@ -92,7 +92,7 @@ class ChildLink:
     async def request_approval(
         self, call_id: str, tool: str, arguments: str, reason: str = ""
     ) -> tuple[bool, str]:
-        request_id = self._new_request()
+        request_id, answer = self._new_request()
         await self.channel.send(
             ApprovalRequest(
                 request_id=request_id,
@@ -102,22 +102,24 @@ class ChildLink:
                 reason=reason,
             )
         )
-        reply: ApprovalReply = await self._pending[request_id]
+        reply: ApprovalReply = await answer
         return reply.approved, reply.reason
 
     async def delegate(self, call_id: str, tool: str, arguments: str) -> tuple[str, bool]:
         """Have the parent run one of its tools for us (see ``AgentSpec.remote_tools``)."""
-        request_id = self._new_request()
+        request_id, answer = self._new_request()
         await self.channel.send(
             DelegateRequest(request_id=request_id, call_id=call_id, tool=tool, arguments=arguments)
         )
-        reply: DelegateReply = await self._pending[request_id]
+        reply: DelegateReply = await answer
         return reply.content, reply.is_error
 
-    def _new_request(self) -> int:
+    def _new_request(self) -> tuple[int, asyncio.Future[Any]]:
+        # The caller keeps the future itself: the reply may arrive (and be popped from
+        # the table) while the request is still being sent.
         self._next_id += 1
-        self._pending[self._next_id] = asyncio.get_running_loop().create_future()
-        return self._next_id
+        future = self._pending[self._next_id] = asyncio.get_running_loop().create_future()
+        return self._next_id, future
 
     # -- turn-boundary controls ----------------------------------------------------------
     async def wait_if_paused(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import warnings
 import os
 import sys
 
@@ -44,6 +45,12 @@ def _kill_children_sessions() -> None:
 
 
 atexit.register(_kill_children_sessions)
+
+# Orphans of a child that died abruptly (a tool's daemon that left its session, say) are
+# reparented here rather than to init, so the exit hook above still finds them; the fork
+# server reaps them, and its warning about pids it did not fork is expected, not news.
+_proc.set_child_subreaper()
+warnings.filterwarnings("ignore", message="forkserver: waitpid returned unexpected pid")
 
 # Children inherit these objects; keeping them out of the collector's reach stops a
 # child's first garbage collection from touching (and so copying) every shared page.

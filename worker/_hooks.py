@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import fnmatch
+import posixpath
 import re
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -71,6 +72,28 @@ _EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 _RULE = re.compile(r"^\s*([A-Za-z0-9_.:-]+)\s*(?:\((.*)\))?\s*$")
 
 
+# Shell commands are judged piece by piece: an allow rule must match every command of a
+# chain (`git status; curl … | sh` is not `git *`), and a deny rule any one of them.
+_SHELL_SEPARATORS = re.compile(r"\s*(?:&&|\|\||;|\||&|\n)\s*")
+# Substitutions and redirections hide what runs or where output goes: never auto-allowed.
+_SHELL_OPAQUE = re.compile(r"`|\$\(|<\(|>\(|[<>]")
+_ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
+
+
+def command_segments(command: str) -> list[str]:
+    """The simple commands of a shell line, each with leading ``VAR=x`` assignments dropped
+    and its program reduced to a base name (``/bin/rm -rf x`` → ``rm -rf x``)."""
+    segments = []
+    for raw in _SHELL_SEPARATORS.split(command):
+        part = _ASSIGNMENT.sub("", raw.strip()).strip("() ")
+        if not part:
+            continue
+        program, _, rest = part.partition(" ")
+        program = program.rsplit("/", 1)[-1]
+        segments.append(f"{program} {rest}".strip())
+    return segments
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Rule:
     """``tool`` or ``tool(pattern)``; the pattern is a glob on the call's main argument."""
@@ -88,13 +111,44 @@ class Rule:
         tool, pattern = match.group(1), match.group(2)
         return cls(tool, pattern.strip() if pattern is not None else None)
 
-    def matches(self, call: ToolCall, args: Any) -> bool:
-        if not fnmatch.fnmatchcase(call.name, self.tool):
+    def _applies(self, call: ToolCall) -> bool:
+        return fnmatch.fnmatchcase(call.name, self.tool)
+
+    def allows(self, call: ToolCall, args: Any) -> bool:
+        """For allow rules: true only if the whole call is covered by the pattern."""
+        if not self._applies(call):
             return False
         if self.pattern is None:
             return True
+        command = getattr(args, "command", None)
+        if isinstance(command, str):
+            if _SHELL_OPAQUE.search(command):
+                return False
+            segments = command_segments(command)
+            return bool(segments) and all(fnmatch.fnmatchcase(s, self.pattern) for s in segments)
         subject = main_argument(args)
-        return subject is not None and fnmatch.fnmatchcase(subject, self.pattern)
+        return subject is not None and fnmatch.fnmatchcase(_clean_path(subject), self.pattern)
+
+    def catches(self, call: ToolCall, args: Any) -> bool:
+        """For deny and ask rules: true if any part of the call matches the pattern."""
+        if not self._applies(call):
+            return False
+        if self.pattern is None:
+            return True
+        command = getattr(args, "command", None)
+        if isinstance(command, str):
+            pieces = [command.strip(), *command_segments(command)]
+            return any(fnmatch.fnmatchcase(p, self.pattern) for p in pieces)
+        subject = main_argument(args)
+        if subject is None:
+            return False
+        return any(fnmatch.fnmatchcase(p, self.pattern) for p in (subject, _clean_path(subject)))
+
+
+def _clean_path(subject: str) -> str:
+    """``./src/../src/a.py`` → ``src/a.py``, so a path rule cannot be dodged by spelling."""
+    cleaned = posixpath.normpath(subject)
+    return cleaned[2:] if cleaned.startswith("./") else cleaned
 
 
 def main_argument(args: Any) -> str | None:
@@ -124,15 +178,15 @@ class PermissionPolicy(Hook):
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
         for rule in self.deny:
-            if rule.matches(call, args):
+            if rule.catches(call, args):
                 return Verdict(Decision.DENY, f"denied by the rule {_show(rule)}")
         if self.mode is PermissionMode.PLAN and not tool.read_only:
             return Verdict(Decision.DENY, f"{tool.name} changes things and plan mode is read-only")
         for rule in self.ask:
-            if rule.matches(call, args):
+            if rule.catches(call, args):
                 return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
         for rule in self.allow:
-            if rule.matches(call, args):
+            if rule.allows(call, args):
                 return ALLOW
         if tool.read_only or self.mode is PermissionMode.BYPASS:
             return ALLOW

@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import dataclasses
 import errno
 import os
 import signal
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
 _libc: ctypes.CDLL | None = None
@@ -39,6 +41,12 @@ def set_child_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+def set_dumpable(dumpable: bool) -> None:
+    """Not dumpable: processes of the same user (a tool's subprocess, say) can no longer
+    read this one's ``/proc/<pid>/environ`` or memory, where secrets live."""
+    _prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
+
+
 def raise_oom_score(adj: int) -> None:
     """Make the OOM killer prefer this process (a child) over the parent. Best effort."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
@@ -59,18 +67,69 @@ def session_of(pid: int) -> int | None:
     return int(fields[3])
 
 
-def session_members(sid: int) -> list[int]:
-    """Live (non-zombie) processes in session ``sid``."""
-    members = []
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    sid: int
+    rss: int  # bytes
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def process_table() -> dict[int, ProcInfo]:
+    """Every live (non-zombie) process, from one pass over ``/proc``.
+
+    One pass serves every question of one moment (sessions, descendants, memory), so the
+    cost — a read per process on the host — is paid once, not once per child.
+    """
+    table: dict[int, ProcInfo] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            pid = int(entry)
-            if session_of(pid) == sid:
-                members.append(pid)
-    return members
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if fields[0] == b"Z":
+            continue
+        pid = int(entry)
+        table[pid] = ProcInfo(pid, int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE)
+    return table
 
 
-def kill_session(sid: int, sig: int = signal.SIGKILL) -> list[int]:
+def session_members(sid: int, table: dict[int, ProcInfo] | None = None) -> list[int]:
+    """Live (non-zombie) processes in session ``sid``."""
+    table = process_table() if table is None else table
+    return [info.pid for info in table.values() if info.sid == sid]
+
+
+def descendants(pid: int, table: dict[int, ProcInfo] | None = None) -> list[int]:
+    """Every live descendant of ``pid``, whatever its session."""
+    table = process_table() if table is None else table
+    children: dict[int, list[int]] = {}
+    for info in table.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    found: list[int] = []
+    stack = list(children.get(pid, ()))
+    while stack:
+        child = stack.pop()
+        found.append(child)
+        stack.extend(children.get(child, ()))
+    return found
+
+
+def tree_rss(pid: int, table: dict[int, ProcInfo]) -> int:
+    """Resident memory of ``pid`` and all its descendants, in bytes."""
+    return sum(table[p].rss for p in (pid, *descendants(pid, table)) if p in table)
+
+
+def kill_session(
+    sid: int, sig: int = signal.SIGKILL, table: dict[int, ProcInfo] | None = None
+) -> list[int]:
     """Send ``sig`` to every process of session ``sid`` but the caller.
 
     Returns the pids signalled (the leader included when it was still there), so the
@@ -88,30 +147,36 @@ def kill_session(sid: int, sig: int = signal.SIGKILL) -> list[int]:
             signalled.append(sid)
         except (ProcessLookupError, PermissionError):
             pass
-    for pid in session_members(sid):
+    for pid in session_members(sid, table):
         if pid in (me, sid):
             continue
-        try:
-            os.kill(pid, sig)
+        if _signal(pid, sig):
             signalled.append(pid)
-        except OSError as exc:
-            if exc.errno not in (errno.ESRCH, errno.EPERM):
-                raise
     return signalled
+
+
+def kill_tree(
+    pid: int, sig: int = signal.SIGKILL, table: dict[int, ProcInfo] | None = None
+) -> list[int]:
+    """Signal ``pid``'s descendants (even those that left its session) and its session."""
+    table = process_table() if table is None else table
+    signalled = [p for p in descendants(pid, table) if _signal(p, sig)]
+    return signalled + [p for p in kill_session(pid, sig, table) if p not in signalled]
 
 
 def kill_descendants(pid: int, sig: int = signal.SIGKILL) -> int:
     """Signal every descendant of ``pid`` (whatever its session); returns the count."""
-    import psutil
+    return sum(1 for p in descendants(pid) if _signal(p, sig))
 
+
+def _signal(pid: int, sig: int) -> bool:
     try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return 0
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            child.send_signal(sig)
-    return len(children)
+        os.kill(pid, sig)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise
+        return False
+    return True
 
 
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> bool:

@@ -279,4 +279,3 @@ def _relative_or_absolute(path: Path, base: Path) -> str:
         return str(path.resolve().relative_to(base.resolve()))
     except ValueError:
         return str(path)
-
