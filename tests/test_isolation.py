@@ -218,7 +218,11 @@ async def test_a_child_sees_only_its_own_provider_key_and_bash_sees_none(
         if not results:
             # Also the initial environments of the sub-agent and of its fork server, which
             # /proc keeps whatever the process did to its variables since.
-            snoop = "env; tr '\\0' '\\n' < /proc/$PPID/environ; tr '\\0' '\\n' < /proc/$(ps -o ppid= -p $PPID | tr -d ' ')/environ"
+            grandparent = "$(ps -o ppid= -p $PPID | tr -d ' ')"
+            snoop = (
+                "env; tr '\\0' '\\n' < /proc/$PPID/environ; "
+                f"tr '\\0' '\\n' < /proc/{grandparent}/environ"
+            )
             return Reply(tool_calls=[Call("bash", {"command": snoop}), Call("env_seen", {})])
         return Reply(text=json.dumps([r["content"] for r in results]))
 
@@ -384,9 +388,12 @@ async def test_cancel_reaches_a_daemon_that_left_the_session(
             def watch(event: object) -> None:
                 if isinstance(event, AgentActivity) and isinstance(event.event, ToolFinished):
                     daemon.append(int(event.event.preview.split()[0]))
-                if isinstance(event, AgentActivity) and isinstance(event.event, ToolStarted):
-                    if event.event.name == "wait_at_gate":
-                        handle.cancel()
+                if (
+                    isinstance(event, AgentActivity)
+                    and isinstance(event.event, ToolStarted)
+                    and event.event.name == "wait_at_gate"
+                ):
+                    handle.cancel()
 
             orch.bus.subscribe(watch)
             result = await asyncio.wait_for(
