@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import SpawnRecorder
+
 from orchestrator import AgentDefinition, ApprovalQuery, CallbackChannel, Orchestrator, Settings
 from protocol import RunStatus
 from worker.testing import FunctionModel, reply, tool_call, tool_results
