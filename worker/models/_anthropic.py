@@ -9,8 +9,6 @@ content_block_start/delta/stop, message_delta, message_stop, ping, error).
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
@@ -22,9 +20,9 @@ from worker.models._base import (
     ModelRequest,
     ModelResponse,
     StopReason,
-    StreamItem,
 )
-from worker.models._http import Retry, SSEClient
+from worker.models._chat_model import HttpChatModel
+from worker.models._http import Retry
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -302,7 +300,7 @@ def _text(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text else []
 
 
-class AnthropicModel:
+class AnthropicModel(HttpChatModel):
     """A Claude model over the Anthropic Messages API, streamed.
 
     ``base_url`` defaults to ``$ANTHROPIC_BASE_URL``, then the official API; ``api_key``
@@ -311,6 +309,12 @@ class AnthropicModel:
     ``input_tokens`` including cache reads and writes, like OpenAI's ``prompt_tokens``.
     ``timeout`` bounds connecting and each wait for data, not the whole answer.
     """
+
+    provider = "anthropic"
+    key_env = "ANTHROPIC_API_KEY"
+    base_env = "ANTHROPIC_BASE_URL"
+    official_url = OFFICIAL_BASE_URL
+    endpoint = "/v1/messages"
 
     def __init__(
         self,
@@ -324,53 +328,27 @@ class AnthropicModel:
         retry_base_delay: float = 0.5,
         max_connections: int = 4,
     ) -> None:
-        if not model_name:
-            raise ModelError(ModelErrorKind.CONFIG, "anthropic: the model name is empty")
-        self.model_name = model_name
-        self.name = f"anthropic:{model_name}"
-        base = (base_url or os.environ.get("ANTHROPIC_BASE_URL") or OFFICIAL_BASE_URL).rstrip("/")
-        self.base_url = base
-        self._official = base == OFFICIAL_BASE_URL
-        self._api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-        self._max_tokens = max_tokens
-        self._url = f"{base}/v1/messages"
-        self._http = SSEClient(
-            provider="anthropic",
-            model_name=model_name,
-            base_url=base,
-            key_env="ANTHROPIC_API_KEY",
-            base_env="ANTHROPIC_BASE_URL",
-            timeout=timeout,
+        super().__init__(
+            model_name,
+            base_url=base_url,
+            api_key=api_key,
             max_retries=max_retries,
+            timeout=timeout,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
         )
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
-            "anthropic-version": API_VERSION,
-        }
-        if self._api_key:
-            headers["x-api-key"] = self._api_key
-        self._headers = headers
+        self._max_tokens = max_tokens
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
-        position = len(request.messages)
-        return self._http.stream(
-            self._url,
-            self._headers,
-            lambda: self._body(request),
-            lambda: _Stream(self.model_name, position),
-        )
+    def _headers_for(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        if api_key:
+            headers["x-api-key"] = api_key
+        return headers
 
-    def _body(self, request: ModelRequest) -> bytes:
-        if not self._api_key and self._official:
-            raise ModelError(
-                ModelErrorKind.CONFIG,
-                "ANTHROPIC_API_KEY is not set: export it (or point ANTHROPIC_BASE_URL at a "
-                "server that needs no key)",
-            )
+    def _parser(self, position: int) -> _Stream:
+        return _Stream(self.model_name, position)
+
+    def _payload(self, request: ModelRequest) -> bytes:
         system, messages = convert_messages(request.messages)
         body: dict[str, Any] = {
             "model": self.model_name,
@@ -386,13 +364,3 @@ class AnthropicModel:
                 for t in request.tools
             ]
         return _encode(body)
-
-    async def aclose(self) -> None:
-        """Close the connections. The model must not be used afterwards."""
-        await self._http.aclose()
-
-    async def __aenter__(self) -> AnthropicModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

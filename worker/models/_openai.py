@@ -9,8 +9,6 @@ in the first fragment of an index, the arguments JSON in pieces); ``data: [DONE]
 from __future__ import annotations
 
 import hashlib
-import os
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import msgspec
@@ -22,9 +20,9 @@ from worker.models._base import (
     ModelRequest,
     ModelResponse,
     StopReason,
-    StreamItem,
 )
-from worker.models._http import Retry, SSEClient
+from worker.models._chat_model import HttpChatModel
+from worker.models._http import Retry
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 
@@ -279,7 +277,7 @@ def convert_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return out
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpChatModel):
     """A model behind an OpenAI-compatible Chat Completions endpoint, streamed.
 
     ``base_url`` defaults to ``$OPENAI_BASE_URL``, then the official API; ``api_key`` to
@@ -292,6 +290,12 @@ class OpenAIChatModel:
     ``stream_options`` for servers that reject it. ``timeout`` bounds connecting and each
     wait for data, not the whole answer.
     """
+
+    provider = "openai"
+    key_env = "OPENAI_API_KEY"
+    base_env = "OPENAI_BASE_URL"
+    official_url = OFFICIAL_BASE_URL
+    endpoint = "/chat/completions"
 
     def __init__(
         self,
@@ -306,52 +310,27 @@ class OpenAIChatModel:
         stream_usage: bool = True,
         max_connections: int = 4,
     ) -> None:
-        if not model_name:
-            raise ModelError(ModelErrorKind.CONFIG, "openai: the model name is empty")
-        self.model_name = model_name
-        self.name = f"openai:{model_name}"
-        base = (base_url or os.environ.get("OPENAI_BASE_URL") or OFFICIAL_BASE_URL).rstrip("/")
-        self.base_url = base
-        self._official = base == OFFICIAL_BASE_URL
-        self._api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        super().__init__(
+            model_name,
+            base_url=base_url,
+            api_key=api_key,
+            max_retries=max_retries,
+            timeout=timeout,
+            retry_base_delay=retry_base_delay,
+            max_connections=max_connections,
+        )
         self._max_field = max_tokens_field or (
             "max_completion_tokens" if self._official else "max_tokens"
         )
         self._stream_usage = stream_usage
-        self._url = f"{base}/chat/completions"
-        self._http = SSEClient(
-            provider="openai",
-            model_name=model_name,
-            base_url=base,
-            key_env="OPENAI_API_KEY",
-            base_env="OPENAI_BASE_URL",
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay=retry_base_delay,
-            max_connections=max_connections,
-        )
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self._api_key:
-            headers["authorization"] = f"Bearer {self._api_key}"
-        self._headers = headers
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
-        position = len(request.messages)
-        return self._http.stream(
-            self._url,
-            self._headers,
-            lambda: self._body(request),
-            lambda: _Stream(self.model_name, position),
-        )
+    def _headers_for(self, api_key: str | None) -> dict[str, str]:
+        return {"authorization": f"Bearer {api_key}"} if api_key else {}
 
-    def _body(self, request: ModelRequest) -> bytes:
-        if not self._api_key and self._official:
-            raise ModelError(
-                ModelErrorKind.CONFIG,
-                "OPENAI_API_KEY is not set: export it (or point OPENAI_BASE_URL at a server "
-                "that needs no key)",
-            )
+    def _parser(self, position: int) -> _Stream:
+        return _Stream(self.model_name, position)
+
+    def _payload(self, request: ModelRequest) -> bytes:
         body: dict[str, Any] = {
             "model": self.model_name,
             "messages": convert_messages(request.messages),
@@ -374,13 +353,3 @@ class OpenAIChatModel:
         if request.max_output_tokens is not None:
             body[self._max_field] = request.max_output_tokens
         return _encode(body)
-
-    async def aclose(self) -> None:
-        """Close the connections. The model must not be used afterwards."""
-        await self._http.aclose()
-
-    async def __aenter__(self) -> OpenAIChatModel:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()

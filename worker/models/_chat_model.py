@@ -1,0 +1,98 @@
+"""What the HTTP providers share: configuration from arguments or the environment, the
+SSE client, the missing-key check, and the streaming entry point. A provider says how
+to authenticate, how to build a request body, and how to parse its stream."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
+from worker.models._http import SSEClient
+
+
+class HttpChatModel:
+    provider: ClassVar[str]  # "openai"
+    key_env: ClassVar[str]  # "OPENAI_API_KEY"
+    base_env: ClassVar[str]  # "OPENAI_BASE_URL"
+    official_url: ClassVar[str]
+    endpoint: ClassVar[str]  # appended to the base URL
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        max_retries: int,
+        timeout: float,
+        retry_base_delay: float,
+        max_connections: int,
+    ) -> None:
+        if not model_name:
+            raise ModelError(ModelErrorKind.CONFIG, f"{self.provider}: the model name is empty")
+        self.model_name = model_name
+        self.name = f"{self.provider}:{model_name}"
+        base = (base_url or os.environ.get(self.base_env) or self.official_url).rstrip("/")
+        self.base_url = base
+        self._official = base == self.official_url
+        self._api_key = api_key if api_key is not None else os.environ.get(self.key_env)
+        self._url = f"{base}{self.endpoint}"
+        self._http = SSEClient(
+            provider=self.provider,
+            model_name=model_name,
+            base_url=base,
+            key_env=self.key_env,
+            base_env=self.base_env,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry_base_delay=retry_base_delay,
+            max_connections=max_connections,
+        )
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        headers.update(self._headers_for(self._api_key))
+        self._headers = headers
+
+    def _headers_for(self, api_key: str | None) -> dict[str, str]:
+        """Authentication (and version) headers; none without a key."""
+        raise NotImplementedError
+
+    def _payload(self, request: ModelRequest) -> bytes:
+        """The request body for one turn."""
+        raise NotImplementedError
+
+    def _parser(self, position: int) -> Any:
+        """A fresh stream parser for one answer (``position``: the number of messages)."""
+        raise NotImplementedError
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
+        position = len(request.messages)
+        return self._http.stream(
+            self._url,
+            self._headers,
+            lambda: self._body(request),
+            lambda: self._parser(position),
+        )
+
+    def _body(self, request: ModelRequest) -> bytes:
+        # Checked when the stream starts rather than in the constructor, so that the
+        # engine's model-error handling reports it like any other failed call.
+        if not self._api_key and self._official:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"{self.key_env} is not set: export it (or point {self.base_env} at a server "
+                "that needs no key)",
+            )
+        return self._payload(request)
+
+    async def aclose(self) -> None:
+        """Close the connections. The model must not be used afterwards."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> HttpChatModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
