@@ -19,9 +19,15 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol worker orchestrator tests bench
-	$(BIN)/ruff format --check protocol worker orchestrator tests bench
+	$(BIN)/ruff check protocol worker orchestrator tests bench fuzz
+	$(BIN)/ruff format --check protocol worker orchestrator tests bench fuzz
 	$(BIN)/mypy
+
+# Coverage-guided fuzzing of the frame decoder for a bounded time (atheris).
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(BIN)/pip install --quiet atheris
+	$(BIN)/python fuzz/fuzz_frames.py -max_total_time=$(FUZZ_SECONDS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.pool_micro

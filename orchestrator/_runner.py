@@ -215,6 +215,19 @@ class Runner:
             inner.cancel()
             await asyncio.wait({inner})
             raise
+        if inner.cancelled():  # cancelled before its first step: it never got going
+            result = SubAgentResult(
+                agent_id=agent_id,
+                agent_type=request.agent_type,
+                description=request.description,
+                background=request.background or scope.background,
+                depth=scope.depth + 1,
+                status=handle.cancel_status,
+                error=handle.cancel_reason or "cancelled before it started",
+            )
+            handle.result = result
+            self.bus.publish(SubAgentEnded(agent_id=agent_id, result=result))
+            return result
         return inner.result()
 
     async def _run(
@@ -275,7 +288,6 @@ class Runner:
         failure = ""
         try:
             lease = await self.pool.acquire()
-            handle.attach(lease)
             self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid))
             await lease.send(
                 Start(
@@ -287,6 +299,8 @@ class Runner:
                     objects=self._objects_blob(model, spec.tools),
                 )
             )
+            # Only now: controls queued while it waited for a process must follow Start.
+            handle.attach(lease)
             if limits.address_space_bytes is not None:
                 lease.set_memory_limit(limits.address_space_bytes)
             if spec.timeout_s is not None:

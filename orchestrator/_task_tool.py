@@ -256,11 +256,26 @@ class TaskWaitTool(Tool):
             return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
         done = await self.tracker.wait(args.task_ids, args.timeout_s)
         records = self.tracker.records(args.task_ids)
-        finished = [r for r in records if r.state.terminal and not r.delivered]
+        ready = [r for r in records if r.state.terminal and not r.delivered]
+        # Hand out only what fits in one tool result: a result cut off by the output limit
+        # would be lost, yet counted as delivered. The rest comes with the next turn.
+        finished, size = [], 0
+        budget = ctx.max_output_chars - 500
+        for record in ready:
+            text = render_records([record], with_results=True)
+            if finished and size + len(text) > budget:
+                break
+            finished.append(record)
+            size += len(text) + 2
         for record in finished:
             record.delivered = True  # delivered here, so never injected again
         still = [r for r in records if not r.state.terminal]
         parts = [render_records(finished, with_results=True)] if finished else []
+        if len(finished) < len(ready):
+            parts.append(
+                f"{len(ready) - len(finished)} more results are ready; they come with your "
+                "next turn (or call task_wait again)"
+            )
         if not done:
             parts.append(
                 f"still running after {args.timeout_s:g} s:\n"

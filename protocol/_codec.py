@@ -39,7 +39,7 @@ def encode_frame(frame: Frame, max_bytes: int = MAX_FRAME_BYTES) -> bytearray:
     buf = bytearray(HEADER_SIZE)
     try:
         _encoder.encode_into(frame, buf, HEADER_SIZE)
-    except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+    except (TypeError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         raise ProtocolError(f"cannot encode {type(frame).__name__}: {exc}") from None
     size = len(buf) - HEADER_SIZE
     if size > max_bytes:
@@ -52,7 +52,7 @@ def encode_body(frame: Frame) -> bytes:
     """The frame body alone (what ``Connection.send_bytes`` would be given)."""
     try:
         return _encoder.encode(frame)
-    except (TypeError, OverflowError, msgspec.EncodeError) as exc:
+    except (TypeError, OverflowError, RecursionError, msgspec.EncodeError) as exc:
         raise ProtocolError(f"cannot encode {type(frame).__name__}: {exc}") from None
 
 
