@@ -29,8 +29,17 @@ fuzz: $(STAMP)
 	$(BIN)/pip install --quiet atheris
 	$(BIN)/python fuzz/fuzz_frames.py -max_total_time=$(FUZZ_SECONDS)
 
-bench: $(STAMP)
-	$(BIN)/python -m bench.pool_micro
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --quick
+
+bench-full: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run --full
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -52,8 +52,14 @@ PROVIDER_ENV = {
 }
 
 
-def _allowed(name: str, patterns: Iterable[str]) -> bool:
-    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+_EXACT = frozenset(p for p in ALLOWED if not p.endswith("*"))
+_PREFIXES = tuple(p[:-1] for p in ALLOWED if p.endswith("*"))
+
+
+def _allowed(name: str, extra: Iterable[str]) -> bool:
+    if name in _EXACT or name.startswith(_PREFIXES):
+        return True
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in extra)
 
 
 def child_environment(
@@ -65,8 +71,8 @@ def child_environment(
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(the child's environment, its bash tool's environment) for a run on ``model``."""
     source = os.environ if source is None else source
-    patterns = (*ALLOWED, *extra)
-    base = {k: v for k, v in source.items() if _allowed(k, patterns)}
+    extra = tuple(extra)
+    base = {k: v for k, v in source.items() if _allowed(k, extra)}
     provider = model.partition(":")[0]
     credentials = {k: source[k] for k in PROVIDER_ENV.get(provider, ()) if k in source}
     env = {**base, **credentials}

@@ -259,7 +259,8 @@ class TaskWaitTool(Tool):
         ready = [r for r in records if r.state.terminal and not r.delivered]
         # Hand out only what fits in one tool result: a result cut off by the output limit
         # would be lost, yet counted as delivered. The rest comes with the next turn.
-        finished, size = [], 0
+        finished: list[TaskRecord] = []
+        size = 0
         budget = ctx.max_output_chars - 500
         for record in ready:
             text = render_records([record], with_results=True)

@@ -390,7 +390,7 @@ async def test_task_wait_hands_out_only_what_fits_and_keeps_the_rest() -> None:
         )
     ctx = ToolContext(workdir=Path("."), max_output_chars=2000)
     output = await TaskWaitTool(tracker).execute(TaskWaitArgs(timeout_s=0), ctx)
-    shown = output.content.count("[completed] Explore \"job")
+    shown = output.content.count('[completed] Explore "job')
     assert 1 <= shown < 20 and len(output.content) <= 2000
     assert f"{20 - shown} more results are ready" in output.content
     rest = tracker.drain()  # the others come with the next turn, each exactly once

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import dataclasses
 import errno
 import os
@@ -19,13 +18,12 @@ PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
-_libc: ctypes.CDLL | None = None
+# The running program's own symbols include libc's: no ctypes.util.find_library, which
+# runs `ldconfig -p` in a subprocess — in every child, were it done lazily there.
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def _prctl(option: int, arg: int) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     if _libc.prctl(option, arg, 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -109,6 +109,9 @@ def _env_proxy(url: httpx.URL) -> str | None:
     return proxies.get(url.scheme) or proxies.get("all")
 
 
+_UNUSED_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+
+
 def make_client(
     base_url: str, *, timeout: float, max_connections: int = 4, hint: str = ""
 ) -> httpx.AsyncClient:
@@ -119,9 +122,10 @@ def make_client(
     ``timeout`` bounds connecting and each wait for bytes (not the whole stream).
     """
     url = httpx.URL(base_url)
-    # TLS is never used for an http:// base URL (redirects are not followed), so skip
-    # loading the CA bundle there.
-    verify: ssl.SSLContext | bool = _shared_ssl_context() if url.scheme == "https" else False
+    # TLS is never used for an http:// base URL (redirects are not followed): give it a
+    # context made once, at import — in the fork server — rather than let httpx build one
+    # (OpenSSL set-up, milliseconds) for every client in every child.
+    verify = _shared_ssl_context() if url.scheme == "https" else _UNUSED_TLS
     try:
         inner = httpx.AsyncHTTPTransport(
             verify=verify,

@@ -1,0 +1,244 @@
+"""Where agentcell's time goes at large fan-out: the parent and every child, profiled.
+
+    python -m bench.profile [--n 128] [--top 20]
+
+One io run (3 turns of 100 ms per sub-agent) against the load server, after a warm-up:
+
+* the parent's event loop thread under cProfile, its CPU split by package, and the CPU of
+  each of its threads (the process-start thread is not seen by cProfile);
+* every child under cProfile too — the pool is given a process target that wraps
+  agentcell's own (``WorkerPool(target=...)``) — with each child's CPU split into what it
+  spent before its target ran (fork server → child start-up) and in it, and its page
+  faults (copy-on-write after the fork shows up there).
+
+Writes parent.prof, children.prof and summary.json to bench/out/profile-<timestamp>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import functools
+import glob
+import io
+import json
+import pstats
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench.profiled_child import profiled_child
+from bench.runner import configure_environment
+from bench.script import Spec
+from bench.server_handle import LoadServer
+from bench.systems._base import WORKER_DESCRIPTION, WORKER_PROMPT
+from bench.systems._engine_tools import TOOLS
+from orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
+
+OUT = Path(__file__).resolve().parent / "out"
+
+
+_GROUPS = (
+    ("orchestrator/", "agentcell orchestrator"),
+    ("protocol/", "agentcell protocol"),
+    ("worker/", "agentcell worker (engine, models, tools)"),
+    ("asyncio/", "asyncio"),
+    ("httpx/", "httpx/httpcore"),
+    ("httpcore/", "httpx/httpcore"),
+    ("h11/", "httpx/httpcore"),
+    ("anyio/", "httpx/httpcore"),
+    ("multiprocess/", "multiprocess/dill"),
+    ("dill/", "multiprocess/dill"),
+    ("pickle", "multiprocess/dill"),
+    ("bench/", "bench (tools, script)"),
+)
+
+
+def by_package(stats: pstats.Stats) -> list[tuple[str, float]]:
+    """Own time (tottime) summed per package, largest first."""
+    totals: dict[str, float] = {}
+    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        group = next((g for key, g in _GROUPS if key in filename), None)
+        if group is None:
+            group = f"builtin: {name}" if filename == "~" else "other Python"
+        totals[group] = totals.get(group, 0.0) + tottime
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def top(stats: pstats.Stats, sort: str, count: int) -> str:
+    buffer = io.StringIO()
+    stats.stream = buffer  # type: ignore[attr-defined]
+    stats.files = []  # type: ignore[attr-defined]  # (one header line per merged file)
+    stats.sort_stats(sort).print_stats(count)
+    return buffer.getvalue()
+
+
+async def profile_run(
+    n: int, out: Path, port: int, prewarm: bool, children_profiled: bool
+) -> dict[str, Any]:
+    worker = AgentDefinition(
+        name="worker",
+        description=WORKER_DESCRIPTION,
+        system_prompt=WORKER_PROMPT,
+        tools=[t.name for t in TOOLS],
+        model="inherit",
+    )
+    settings = Settings(model="openai:bench", approval="allow", max_workers=n, max_turns=8)
+    workdir = tempfile.mkdtemp(prefix="agentcell-profile-")
+    child_dir = out / "children"
+    child_dir.mkdir()
+    preload = ["bench.forkserver_prewarm"] if prewarm else []
+    pool = WorkerPool(
+        max_workers=n,
+        warm=settings.warm_spares,
+        target=functools.partial(profiled_child, str(child_dir), children_profiled),
+        preload=preload,
+    )
+    parent = cProfile.Profile()
+    try:
+        async with pool:
+            orch = Orchestrator(
+                settings=settings,
+                workdir=workdir,
+                load_agent_files=False,
+                record=False,
+                agents=[worker],
+                tools=TOOLS,
+                pool=pool,
+            )
+            await orch.run(Spec(run="profile-warmup", n=2).prompt())
+            await pool.warmed()
+            for path in child_dir.iterdir():  # the warm-up's children are not counted
+                path.unlink()
+            me = psutil.Process()
+            threads_before = {t.id: t.user_time + t.system_time for t in me.threads()}
+            cpu0 = time.process_time()
+            t0 = time.perf_counter()
+            parent.enable()
+            report = await orch.run(Spec(run="profile", n=n).prompt())
+            parent.disable()
+            wall = time.perf_counter() - t0
+            cpu = time.process_time() - cpu0
+            threads = {
+                t.id: t.user_time + t.system_time - threads_before.get(t.id, 0.0)
+                for t in me.threads()
+            }
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    parent.dump_stats(str(out / "parent.prof"))
+    ok = sum(1 for r in report.subagents if r.ok)
+    main_tid = threading_main_native_id()
+    return {
+        "n": n,
+        "prewarm": prewarm,
+        "ok": report.ok and ok == n,
+        "wall_s": wall,
+        "parent_cpu_s": cpu,
+        "parent_threads_cpu_s": {
+            ("event loop (main thread)" if tid == main_tid else f"thread {tid}"): round(s, 3)
+            for tid, s in sorted(threads.items(), key=lambda kv: -kv[1])
+            if s > 0.001
+        },
+    }
+
+
+def threading_main_native_id() -> int:
+    import threading
+
+    return threading.main_thread().native_id or 0
+
+
+def summarize(out: Path, run: dict[str, Any], count: int) -> str:
+    parent = pstats.Stats(str(out / "parent.prof"))
+    child_profiles = sorted(glob.glob(str(out / "children" / "child-*.prof")))
+    accounts = [
+        json.loads(Path(p).read_text()) for p in glob.glob(str(out / "children" / "*.json"))
+    ]
+    lines = [
+        f"agentcell profile: io workload, N={run['n']}, ok={run['ok']}"
+        + (", fork server prewarmed (bench.forkserver_prewarm)" if run["prewarm"] else ""),
+        f"wall {run['wall_s']:.2f} s; parent CPU {run['parent_cpu_s']:.2f} s "
+        f"({run['parent_cpu_s'] / run['n'] * 1e3:.2f} ms per sub-agent); by thread: "
+        f"{run['parent_threads_cpu_s']}",
+        "",
+        "parent event loop, own time by package:",
+    ]
+    parent_total = sum(s for _, s in by_package(parent)) or 1.0
+    for group, seconds in by_package(parent)[:10]:
+        lines.append(f"  {seconds:7.3f} s  {100 * seconds / parent_total:4.1f}%  {group}")
+    lines += ["", top(parent, "tottime", count)]
+    if accounts:
+
+        def median_ms(key: str) -> float:
+            return statistics.fmean(a[key] for a in accounts) * 1e3
+
+        faults = statistics.fmean(
+            a["faults_before_target"] + a["faults_in_target"] for a in accounts
+        )
+        run["children"] = {
+            "count": len(accounts),
+            "profiled": bool(child_profiles),
+            "cpu_before_target_ms": median_ms("cpu_before_target_s"),
+            "user_in_target_ms": median_ms("user_in_target_s"),
+            "system_in_target_ms": median_ms("system_in_target_s"),
+            "page_faults": faults,
+        }
+        c = run["children"]
+        lines += [
+            f"children: {len(accounts)}; CPU per child (mean): "
+            f"{c['cpu_before_target_ms']:.1f} ms before the target ran (fork server → child "
+            f"start-up), then {c['user_in_target_ms']:.1f} ms user + "
+            f"{c['system_in_target_ms']:.1f} ms system"
+            + (" (under cProfile, which inflates user time)" if child_profiles else "")
+            + f"; minor page faults per child: {faults:.0f}",
+        ]
+    if child_profiles:
+        children = pstats.Stats(*child_profiles)
+        children.dump_stats(str(out / "children.prof"))
+        child_total = sum(s for _, s in by_package(children)) or 1.0
+        lines += ["", "children (all together), own time by package:"]
+        for group, seconds in by_package(children)[:12]:
+            lines.append(f"  {seconds:7.3f} s  {100 * seconds / child_total:4.1f}%  {group}")
+        lines += ["", top(children, "tottime", count), top(children, "cumulative", count)]
+    shutil.rmtree(out / "children", ignore_errors=True)
+    (out / "summary.json").write_text(json.dumps(run, indent=1))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--top", type=int, default=20)
+    parser.add_argument(
+        "--prewarm", action="store_true", help="experiment: see bench/forkserver_prewarm.py"
+    )
+    parser.add_argument(
+        "--no-child-profile",
+        action="store_true",
+        help="count the children's CPU and page faults without cProfile's overhead",
+    )
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    out = args.out or OUT / time.strftime("profile-%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    with LoadServer() as server:
+        configure_environment(server.port)
+        run = asyncio.run(
+            profile_run(args.n, out, server.port, args.prewarm, not args.no_child_profile)
+        )
+    text = summarize(out, run, args.top)
+    (out / "profile.txt").write_text(text)
+    print(text)
+    print(f"\nprofiles in {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,447 @@
+"""Turn results into markdown tables (printed and saved) and PNG plots."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bench.measure import percentile
+
+MiB = 2**20
+
+
+# -- aggregation -------------------------------------------------------------------------
+
+
+def by_n(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Rows of one system grouped by N: medians over the repeats (dispatch samples pooled)."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for row in result.get("rows", []):
+        groups.setdefault(row["n"], []).append(row)
+    out = {}
+    for n, rows in sorted(groups.items()):
+        good = [r for r in rows if r.get("ok")]
+        use = good or rows
+        agg: dict[str, Any] = {"n": n, "ok": len(good) == len(rows), "reps": len(rows)}
+        agg["detail"] = next((r["detail"] for r in rows if not r.get("ok")), "")
+        for key in (
+            "wall_s",
+            "parent_cpu_s",
+            "children_cpu_s",
+            "server_cpu_s",
+            "parent_peak_rss",
+            "parent_rss_before",
+            "others_cpu_s",
+            "peak_in_flight",
+            "events",
+            "chars",
+        ):
+            values = [r[key] for r in use if key in r]
+            agg[key] = statistics.median(values) if values else math.nan
+        agg["dispatch_s"] = sorted(x for r in use for x in r.get("dispatch_s", []))
+        memories = [r["memory"] for r in use if r.get("memory")]
+        if memories:
+            agg["memory"] = memories[len(memories) // 2]
+        out[n] = agg
+    return out
+
+
+def memory_figures(agg: dict[str, Any]) -> dict[str, float]:
+    """MiB: parent RSS growth, median child RSS/USS, Σ USS, and the total per sub-agent."""
+    snap = agg.get("memory")
+    if not snap:
+        return {}
+    children = snap["children"]
+    uss = [c[1] for c in children]
+    growth = snap["parent_rss"] - agg["parent_rss_before"]
+    figures = {
+        "parent_rss": snap["parent_rss"] / MiB,
+        "parent_growth": growth / MiB,
+        "children": len(children),
+        "child_rss": statistics.median(c[0] for c in children) / MiB if children else 0.0,
+        "child_uss": statistics.median(uss) / MiB if children else 0.0,
+        "sum_uss": sum(uss) / MiB,
+    }
+    figures["per_agent"] = (growth + sum(uss)) / MiB / agg["n"]
+    return figures
+
+
+# -- tables ------------------------------------------------------------------------------
+
+
+def _f(value: float, digits: int = 2) -> str:
+    return (
+        "—"
+        if value is None or (isinstance(value, float) and math.isnan(value))
+        else f"{value:.{digits}f}"
+    )
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(result: dict[str, Any]) -> str:
+    variant = result.get("variant") or ""
+    return f"{result['system']} ({variant})" if variant else result["system"]
+
+
+def _unavailable(result: dict[str, Any], width: int) -> list[str]:
+    return [_label(result), "—", f"not available: {result['unavailable']}"] + [""] * (width - 3)
+
+
+def _failed(agg: dict[str, Any]) -> str:
+    return "" if agg["ok"] else f"FAILED: {agg['detail'][:240]}"
+
+
+def wall_table(workload: dict[str, Any], ideal: dict[int, float]) -> str:
+    """io and cpu: rows system × N."""
+    results = workload["results"]
+    ours = next((by_n(r) for r in results if r["system"] == "agentcell"), {})
+    header = [
+        "system",
+        "N",
+        "wall s",
+        "× ideal",
+        "× agentcell",
+        "parent CPU s",
+        "children CPU s",
+        "server CPU s",
+        "others CPU s",
+        "peak parent RSS MiB",
+        "peak in flight",
+        "note",
+    ]
+    rows = []
+    for result in results:
+        if result.get("unavailable"):
+            rows.append(_unavailable(result, len(header)))
+            continue
+        for n, agg in by_n(result).items():
+            wall = agg["wall_s"]
+            ref = ours.get(n, {}).get("wall_s", math.nan)
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    _f(wall),
+                    _f(wall / ideal[n]) if n in ideal else "—",
+                    _f(wall / ref),
+                    _f(agg["parent_cpu_s"]),
+                    _f(agg["children_cpu_s"]),
+                    _f(agg["server_cpu_s"]),
+                    _f(agg["others_cpu_s"]),
+                    _f(agg["parent_peak_rss"] / MiB, 0),
+                    _f(agg["peak_in_flight"], 0),
+                    _failed(agg),
+                ]
+            )
+    return _table(header, rows)
+
+
+def dispatch_table(workload: dict[str, Any], floor_p50: float) -> str:
+    header = ["system", "N", "p50 ms", "p99 ms", "max ms", "p50 ÷ raw floor", "wall s", "note"]
+    rows = []
+    for result in workload["results"]:
+        if result.get("unavailable"):
+            rows.append(_unavailable(result, len(header)))
+            continue
+        for n, agg in by_n(result).items():
+            d = agg["dispatch_s"]
+            p50 = percentile(d, 50)
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    _f(p50 * 1e3, 1),
+                    _f(percentile(d, 99) * 1e3, 1),
+                    _f(max(d) * 1e3 if d else math.nan, 1),
+                    _f(p50 / floor_p50, 1),
+                    _f(agg["wall_s"]),
+                    _failed(agg),
+                ]
+            )
+    return _table(header, rows)
+
+
+def io_dispatch_table(workload: dict[str, Any]) -> str:
+    """Dispatch latency of every system, read off the io workload's runs."""
+    header = ["system", "N", "p50 ms", "p99 ms"]
+    rows = []
+    for result in workload["results"]:
+        for n, agg in by_n(result).items() if not result.get("unavailable") else []:
+            d = agg["dispatch_s"]
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    _f(percentile(d, 50) * 1e3, 1),
+                    _f(percentile(d, 99) * 1e3, 1),
+                ]
+            )
+    return _table(header, rows)
+
+
+def memory_table(workload: dict[str, Any]) -> str:
+    header = [
+        "system",
+        "N",
+        "parent RSS MiB",
+        "parent growth MiB",
+        "child processes",
+        "child RSS MiB (median)",
+        "child USS MiB (median)",
+        "Σ child USS MiB",
+        "MiB per sub-agent",
+        "note",
+    ]
+    rows = []
+    for result in workload["results"]:
+        if result.get("unavailable"):
+            rows.append(_unavailable(result, len(header)))
+            continue
+        for n, agg in by_n(result).items():
+            m = memory_figures(agg)
+            if not m:
+                rows.append([_label(result), str(n), "no sample", *[""] * 6, _failed(agg)])
+                continue
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    _f(m["parent_rss"], 0),
+                    _f(m["parent_growth"], 1),
+                    str(m["children"]),
+                    _f(m["child_rss"], 1),
+                    _f(m["child_uss"], 1),
+                    _f(m["sum_uss"], 0),
+                    _f(m["per_agent"], 2),
+                    _failed(agg),
+                ]
+            )
+    return _table(header, rows)
+
+
+def events_table(workload: dict[str, Any]) -> str:
+    answer = int(workload["spec"].get("answer", 1))
+    header = [
+        "system",
+        "N",
+        "model deltas",
+        "parent events",
+        "text complete",
+        "wall s",
+        "parent CPU s",
+        "parent CPU µs / delta",
+        "note",
+    ]
+    rows = []
+    for result in workload["results"]:
+        if result.get("unavailable"):
+            rows.append(_unavailable(result, len(header)))
+            continue
+        for n, agg in by_n(result).items():
+            deltas = n * answer
+            # "job i done." then (answer - 1) × " tok"
+            expected = sum(len(f"job {i} done.") for i in range(n)) + n * (answer - 1) * 4
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    str(deltas),
+                    _f(agg["events"], 0),
+                    "yes" if agg["chars"] == expected else f"{_f(agg['chars'], 0)}/{expected}",
+                    _f(agg["wall_s"]),
+                    _f(agg["parent_cpu_s"]),
+                    _f(agg["parent_cpu_s"] / deltas * 1e6, 1),
+                    _failed(agg),
+                ]
+            )
+    return _table(header, rows)
+
+
+def _wall(results: dict[str, Any], workload: str, system: str, n: int, variant: str = "") -> float:
+    for entry in results["workloads"]:
+        if entry["name"] != workload:
+            continue
+        for result in entry["results"]:
+            if result["system"] == system and (result.get("variant") or "") == variant:
+                agg = by_n(result).get(n)
+                if agg and agg["ok"]:
+                    return float(agg["wall_s"])
+    return math.nan
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The ratios asked of every run, from this run only."""
+    lines = ["## Headline ratios (this run)", ""]
+    entries = {w["name"]: w for w in results["workloads"]}
+    ours_io = _wall(results, "io", "agentcell", 128)
+    if "io" in entries and "128" in {str(k) for k in entries["io"]["ideal_s"]}:
+        ideal = {int(k): v for k, v in entries["io"]["ideal_s"].items()}[128]
+        lines.append(f"- io, N=128: agentcell wall ÷ ideal = {_f(ours_io / ideal)}")
+        engine = _wall(results, "io", "in-process engine", 128)
+        lines.append(f"- io, N=128: agentcell ÷ in-process engine = {_f(ours_io / engine)}")
+    cpu8 = _wall(results, "cpu", "agentcell", 8) / _wall(results, "cpu", "in-process engine", 8)
+    lines.append(f"- cpu, N=8: agentcell ÷ in-process engine = {_f(cpu8)}")
+    for peer in ("deepagents", "openai-agents", "pydantic-ai"):
+        ratio = _wall(results, "io", "agentcell", 32) / _wall(results, "io", peer, 32)
+        lines.append(f"- io, N=32: agentcell ÷ {peer} = {_f(ratio)}")
+    floor = results["raw_floor"]["p50_s"]
+    for entry in results["workloads"]:
+        if entry["name"] != "dispatch":
+            continue
+        for result in entry["results"]:
+            for n, agg in by_n(result).items():
+                if result.get("variant") == "warm spares" and n in (1, 8, 128):
+                    p50 = percentile(agg["dispatch_s"], 50)
+                    lines.append(
+                        f"- dispatch, warm spares, N={n}: p50 {_f(p50 * 1e3, 1)} ms ÷ raw floor "
+                        f"{_f(floor * 1e3, 1)} ms = {_f(p50 / floor, 1)}"
+                    )
+    for entry in results["workloads"]:
+        if entry["name"] != "memory":
+            continue
+        for result in entry["results"]:
+            if result["system"] == "agentcell":
+                for n, agg in by_n(result).items():
+                    m = memory_figures(agg)
+                    if m:
+                        lines.append(
+                            f"- memory, N={n}: agentcell child USS {_f(m['child_uss'], 1)} MiB "
+                            f"(RSS {_f(m['child_rss'], 1)} MiB), {m['children']} children alive"
+                        )
+    return "\n".join(lines)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    config = results["config"]
+    machine = results["machine"]
+    floor_p50 = results["raw_floor"]["p50_s"]
+    server = results["server"]
+    parts = [
+        f"# agentcell fan-out benchmark ({'quick' if config['quick'] else 'full'})",
+        "",
+        f"{machine['cpus']} cores, {machine['memory_gib']:.0f} GiB, Python {machine['python']}, "
+        f"{machine['platform']}; model latency {config['latency_ms']:g} ms; "
+        f"median of {config['repeats']} run(s) per cell; "
+        f"crunch = {config['tool_cpu_s'] * 1e3:.0f} ms CPU; load server used "
+        f"{server['cpu_s']:.1f} s CPU in all ({server['requests']} requests, "
+        f"peak {server['peak_in_flight']} in flight, loop {server['loop']}).",
+        "",
+        "× ideal: wall ÷ ideal wall time. × agentcell: wall ÷ agentcell's wall at the same N "
+        "(above 1: slower than agentcell). Parent CPU: the process running the main agent, "
+        "during the run. Children CPU: its sub-agent processes during the run and until "
+        "they are reaped (not the fork server's start). Others CPU: the rest of the machine "
+        "during the run (other users' processes; the children CPU of a run also lands after "
+        "it ends, so a small excess is normal): a large value marks a noisy row.",
+        "",
+        headline(results),
+    ]
+    for workload in results["workloads"]:
+        parts += ["", f"## {workload['title']}", "", workload["what"], ""]
+        name = workload["name"]
+        if name in ("io", "cpu"):
+            ideal = {int(k): v for k, v in workload["ideal_s"].items()}
+            parts.append(wall_table(workload, ideal))
+        elif name == "dispatch":
+            parts.append(
+                f"Raw floor (forkserver start + one frame each way): p50 {floor_p50 * 1e3:.1f} ms."
+            )
+            parts += ["", dispatch_table(workload, floor_p50)]
+        elif name == "memory":
+            parts.append(memory_table(workload))
+        elif name == "events":
+            parts.append(events_table(workload))
+        if name == "io":
+            parts += [
+                "",
+                "Dispatch latency in this workload (server clock):",
+                "",
+                io_dispatch_table(workload),
+            ]
+    return "\n".join(parts) + "\n"
+
+
+# -- plots -------------------------------------------------------------------------------
+
+
+def plots(results: dict[str, Any], out: Path) -> list[str]:
+    """PNG files: wall time vs N, memory per sub-agent vs N, dispatch latency CDFs."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    for workload in results["workloads"]:
+        name = workload["name"]
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        drawn = False
+        if name in ("io", "cpu", "events"):
+            for result in workload["results"]:
+                points = [(n, a["wall_s"]) for n, a in by_n(result).items() if a["ok"]]
+                if points:
+                    ax.plot(*zip(*points, strict=True), marker="o", label=_label(result))
+                    drawn = True
+            if name in ("io", "cpu"):
+                ideal = sorted((int(k), v) for k, v in workload["ideal_s"].items())
+                ax.plot(*zip(*ideal, strict=True), "k--", label="ideal")
+            ax.set(xscale="log", yscale="log", xlabel="fan-out N", ylabel="wall time (s)")
+        elif name == "memory":
+            for result in workload["results"]:
+                points = [(n, memory_figures(a).get("per_agent")) for n, a in by_n(result).items()]
+                points = [(n, v) for n, v in points if v is not None]
+                if points:
+                    ax.plot(*zip(*points, strict=True), marker="o", label=_label(result))
+                    drawn = True
+            ax.set(xscale="log", xlabel="fan-out N", ylabel="MiB per sub-agent")
+        elif name == "dispatch":
+            # One panel per N (the curves of different N share no scale), variants as lines.
+            plt.close(fig)
+            ns = sorted({n for r in workload["results"] for n in by_n(r)})
+            fig, axes = plt.subplots(1, len(ns), figsize=(3.2 * len(ns), 3.8), sharey=True)
+            for ax, n in zip(list(getattr(axes, "flat", [axes])), ns, strict=True):
+                for result in workload["results"]:
+                    d = by_n(result).get(n, {}).get("dispatch_s") or []
+                    if d:
+                        ys = [(i + 1) / len(d) for i in range(len(d))]
+                        ax.step(
+                            [x * 1e3 for x in d],
+                            ys,
+                            where="post",
+                            marker=".",
+                            label=result["variant"],
+                        )
+                        drawn = True
+                ax.axvline(
+                    results["raw_floor"]["p50_s"] * 1e3, color="k", ls="--", label="raw floor"
+                )
+                ax.set(xscale="log", title=f"N={n}", xlabel="ms")
+                ax.grid(True, which="both", alpha=0.3)
+            axes.flat[0].set_ylabel("fraction of sub-agents")
+            axes.flat[0].legend(fontsize=6, loc="upper left")
+            if drawn:
+                fig.suptitle(workload["title"], fontsize=10)
+                fig.tight_layout()
+                path = out / f"{name}.png"
+                fig.savefig(path, dpi=110)
+                made.append(path.name)
+            plt.close(fig)
+            continue
+        if drawn:
+            ax.set_title(workload["title"], fontsize=10)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+            fig.tight_layout()
+            path = out / f"{name}.png"
+            fig.savefig(path, dpi=110)
+            made.append(path.name)
+        plt.close(fig)
+    return made

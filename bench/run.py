@@ -1,0 +1,176 @@
+"""The fan-out benchmark: agentcell next to its baselines and peers, on one load server.
+
+    python -m bench.run --quick     # N ∈ {1, 8, 32, 128}, one run per cell (< 5 min)
+    python -m bench.run --full      # N up to 256, median of 3 runs per cell
+
+Starts the load model server (``bench.load_server``) in its own process, then runs each
+system through each workload in a fresh process (``bench.runner``), one after the other.
+Writes results.json, report.md and PNG plots to bench/out/<timestamp>/ and prints the
+tables. See bench/README.md for how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import machine, report
+from bench.server_handle import LoadServer
+from bench.tools import crunch
+from bench.workloads import Workload, workloads
+
+OUT = Path(__file__).resolve().parent / "out"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_runner(job: dict[str, Any], timeout: float, log: Path | None) -> dict[str, Any]:
+    """One ``bench.runner`` process; a runner that fails is reported, not raised."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bench.runner"],
+            input=json.dumps(job),
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        return {"rows": [], "unavailable": f"the runner took over {timeout:.0f} s and was stopped"}
+    if log is not None and done.stderr.strip():
+        log.write_text(done.stderr)
+    try:
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    except (IndexError, ValueError):
+        tail = done.stderr.strip().splitlines()[-1:] or [f"exit code {done.returncode}"]
+        return {"rows": [], "unavailable": f"the runner failed: {tail[0][:200]}"}
+
+
+def tool_cpu_s() -> float:
+    """What one crunch costs here (median of 3): the cpu workload's ideal is built on it."""
+    times = []
+    for i in range(3):
+        t0 = time.process_time()
+        crunch(f"calibrate/{i}")
+        times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def sweep(
+    workload: Workload, ns: list[int], repeats: int, port: int, only: set[str], out: Path
+) -> list[dict[str, Any]]:
+    results = []
+    runs = [(s, label, fields) for s in workload.systems for label, fields in workload.variants]
+    for system, label, fields in [*runs, *workload.extra]:
+        if only and system not in only:
+            continue
+        tag = f"{workload.name}-{system}" + (f"-{label}" if label else "")
+        job = {
+            "system": system,
+            "ns": ns,
+            "repeats": repeats,
+            "spec": workload.spec,
+            "port": port,
+            "run_prefix": tag.replace(" ", "_").replace(",", ""),
+            "memory": workload.memory,
+            "count_events": workload.count_events,
+            "timeout_s": workload.timeout_s * (1 if max(ns) <= 128 else 3),  # N=256 takes longer
+            **fields,
+        }
+        started = time.perf_counter()
+        result = run_runner(job, 600, out / f"{job['run_prefix']}.stderr.log")
+        result.setdefault("system", system)
+        result["variant"] = label
+        results.append(result)
+        _progress(workload.name, result, time.perf_counter() - started)
+    return results
+
+
+def _progress(name: str, result: dict[str, Any], took: float) -> None:
+    label = result["system"] + (f" ({result['variant']})" if result.get("variant") else "")
+    if result.get("unavailable"):
+        line = f"not available: {result['unavailable']}"
+    else:
+        line = "  ".join(
+            f"N={r['n']}: {r.get('wall_s', float('nan')):.2f}s" + ("" if r["ok"] else " FAILED")
+            for r in result["rows"]
+        )
+    print(f"[{name}] {label}: {line}  ({took:.0f} s)", file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="the default: one run per cell")
+    size.add_argument("--full", action="store_true", help="N up to 256, median of 3 runs")
+    parser.add_argument("--latency-ms", type=float, default=100.0, help="model latency per reply")
+    parser.add_argument("--repeats", type=int, help="runs per cell (default: 1 quick, 3 full)")
+    parser.add_argument("--systems", default="", help="comma-separated subset of systems")
+    parser.add_argument("--workloads", default="", help="comma-separated subset of workloads")
+    parser.add_argument("--out", type=Path, help="output folder (default bench/out/<timestamp>)")
+    args = parser.parse_args(argv)
+    quick = not args.full
+    repeats = args.repeats or (1 if quick else 3)
+    only_systems = {s.strip() for s in args.systems.split(",") if s.strip()}
+    only_workloads = {w.strip() for w in args.workloads.split(",") if w.strip()}
+    out = args.out or OUT / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+
+    started = time.perf_counter()
+    results: dict[str, Any] = {
+        "machine": machine.describe(),
+        "config": {
+            "quick": quick,
+            "latency_ms": args.latency_ms,
+            "repeats": repeats,
+            "tool_cpu_s": tool_cpu_s(),
+        },
+        "workloads": [],
+    }
+    cores = results["machine"]["cpus"] or 1
+    with LoadServer(latency_ms=args.latency_ms) as server:
+        floor = run_runner(
+            {"kind": "raw_floor", "samples": 30 if quick else 100, "port": server.port}, 300, None
+        )
+        samples = floor.get("samples_s") or [float("nan")]
+        results["raw_floor"] = {"samples_s": samples, "p50_s": statistics.median(samples)}
+        for workload in workloads(args.latency_ms, quick):
+            if only_workloads and workload.name not in only_workloads:
+                continue
+            ns = list(workload.quick_ns if quick else workload.full_ns)
+            entry = {
+                "name": workload.name,
+                "title": workload.title,
+                "what": workload.what,
+                "spec": workload.spec,
+                "ideal_s": {
+                    n: workload.ideal_s(
+                        n, args.latency_ms / 1000, results["config"]["tool_cpu_s"], cores
+                    )
+                    for n in ns
+                },
+                "results": sweep(workload, ns, repeats, server.port, only_systems, out),
+            }
+            results["workloads"].append(entry)
+        results["server"] = server.stats()
+    results["duration_s"] = time.perf_counter() - started
+
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    text = report.markdown(results)
+    (out / "report.md").write_text(text)
+    images = report.plots(results, out)
+    print(text)
+    took = results["duration_s"]
+    print(f"\n{len(images)} plots, results.json and report.md in {out} ({took:.0f} s)")
+    return out
+
+
+if __name__ == "__main__":
+    main()

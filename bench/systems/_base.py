@@ -1,0 +1,80 @@
+"""The interface every system under test implements, and what a run of it returns."""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import metadata
+from typing import ClassVar
+
+from bench.script import Spec
+
+MAIN_PROMPT = "You are the main agent of a benchmark. Delegate every job with your task tool."
+WORKER_PROMPT = "You are a benchmark worker. Use your tool as asked, then report."
+WORKER_DESCRIPTION = "Runs one benchmark job and reports."
+
+
+@dataclasses.dataclass(slots=True)
+class Options:
+    warm: int | None = None  # agentcell: warm spare processes (None: its default)
+    count_events: bool = False  # count the sub-agents' text deltas reaching the parent
+    prewarm: bool = False  # agentcell: the bench.forkserver_prewarm experiment
+
+
+@dataclasses.dataclass(slots=True)
+class Outcome:
+    ok: bool  # the main agent answered and every sub-agent completed
+    completed: int  # sub-agents that completed
+    detail: str = ""  # why not ok
+    events: int = 0  # sub-agent text events handled by the parent (count_events)
+    chars: int = 0  # the text they carried
+
+
+class System:
+    """One way of running a main agent that fans out to sub-agents."""
+
+    name: ClassVar[str]
+    #: Packages whose versions are recorded with the results.
+    packages: ClassVar[tuple[str, ...]] = ()
+    #: Sub-agents run in child processes (their memory is sampled per child).
+    processes: ClassVar[bool] = False
+    #: Why the events workload cannot be measured for this system ("" if it can).
+    no_events: ClassVar[str] = ""
+
+    def available(self) -> str:
+        """Why this system cannot run here ("" if it can)."""
+        return ""
+
+    async def open(self, n: int, options: Options) -> None:
+        """Set up for runs of fan-out ``n`` (not timed)."""
+
+    async def run(self, spec: Spec) -> Outcome:
+        """One main-agent run of ``spec`` (timed)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Tear down what ``open`` set up (not timed)."""
+
+    def child_pids(self) -> list[int]:
+        """Live processes running sub-agents (for memory samples)."""
+        return []
+
+    def versions(self) -> dict[str, str]:
+        found = {}
+        for package in self.packages:
+            try:
+                found[package] = metadata.version(package)
+            except metadata.PackageNotFoundError:
+                found[package] = "not installed"
+        return found
+
+
+def outcome(n: int, answers: list[str], *, main_ok: bool = True, detail: str = "") -> Outcome:
+    """An ``Outcome`` from the sub-agents' answers (the script's answers start with "job")."""
+    completed = sum(1 for text in answers if text.lstrip().startswith("job "))
+    ok = main_ok and completed == n
+    if not ok and not detail:
+        bad = [text for text in answers if not text.lstrip().startswith("job ")]
+        detail = f"{completed}/{n} sub-agents completed" + (
+            f"; e.g. {bad[0][:300]!r}" if bad else ""
+        )
+    return Outcome(ok=ok, completed=completed, detail=detail)

@@ -1,0 +1,111 @@
+"""agentcell itself: the public ``Orchestrator`` API, one child process per sub-agent."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+from bench.script import Spec
+from bench.systems._base import (
+    WORKER_DESCRIPTION,
+    WORKER_PROMPT,
+    Options,
+    Outcome,
+    System,
+    outcome,
+)
+from bench.systems._engine_tools import TOOLS
+from orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings, WorkerPool
+from protocol import TextDelta
+
+
+class Agentcell(System):
+    name = "agentcell"
+    packages = ("agentcell", "multiprocess", "msgspec", "httpx")
+    processes = True
+
+    def __init__(self) -> None:
+        self.orch: Orchestrator | None = None
+        self.pool: WorkerPool | None = None
+        self.workdir = ""
+        self.events = 0
+        self.chars = 0
+
+    async def open(self, n: int, options: Options) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
+        settings = Settings(
+            model="openai:bench",
+            approval="allow",
+            max_workers=max(1, n),
+            max_turns=8,
+            subagent_max_turns=16,
+        )
+        if options.warm is not None:
+            settings.warm_spares = options.warm
+        worker = AgentDefinition(
+            name="worker",
+            description=WORKER_DESCRIPTION,
+            system_prompt=WORKER_PROMPT,
+            tools=[tool.name for tool in TOOLS],
+            model="inherit",
+        )
+        self.pool = None
+        if options.prewarm:
+            # The same pool the orchestrator would make, plus the experiment's preload.
+            self.pool = WorkerPool(
+                max_workers=settings.max_workers,
+                warm=settings.warm_spares,
+                heartbeat_timeout=settings.heartbeat_timeout_s,
+                preload=["bench.forkserver_prewarm"],
+            )
+            await self.pool.start()
+        self.orch = Orchestrator(
+            settings=settings,
+            workdir=self.workdir,
+            load_agent_files=False,
+            record=False,
+            agents=[worker],
+            tools=TOOLS,
+            pool=self.pool,
+        )
+        await self.orch.__aenter__()
+        if options.count_events:
+            self.orch.bus.subscribe(self._on_event)
+        # The starting line of a long-lived parent: the warm spares are up, and the fork
+        # server has forked before (its first fork costs ~0.1 s more than later ones, and
+        # without spares the run would pay it).
+        await self.orch.pool.warmed()
+        if settings.warm_spares == 0:
+            lease = await self.orch.pool.acquire()
+            await lease.release()
+
+    def _on_event(self, event: Any) -> None:
+        if (
+            isinstance(event, AgentActivity)
+            and event.agent_id != "main"
+            and isinstance(event.event, TextDelta)
+        ):
+            self.events += 1
+            self.chars += len(event.event.text)
+
+    async def run(self, spec: Spec) -> Outcome:
+        assert self.orch is not None
+        self.events = self.chars = 0
+        report = await self.orch.run(spec.prompt())
+        answers = [r.text if r.ok else f"{r.status.value}: {r.error}" for r in report.subagents]
+        result = outcome(spec.n, answers, main_ok=report.ok, detail=report.error)
+        result.events, result.chars = self.events, self.chars
+        return result
+
+    async def close(self) -> None:
+        if self.orch is not None:
+            await self.orch.aclose()
+            self.orch = None
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def child_pids(self) -> list[int]:
+        return self.orch.pool.pids() if self.orch is not None else []

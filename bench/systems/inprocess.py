@@ -1,0 +1,106 @@
+"""agentcell's engine with every sub-agent as an asyncio task in the parent: no processes.
+
+The difference to ``agentcell`` is the price of isolation: process start, the pipe, the
+parent relaying frames. Each sub-agent gets its own model client (as a child would).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from bench.script import Spec
+from bench.systems._base import MAIN_PROMPT, WORKER_PROMPT, Options, Outcome, System, outcome
+from bench.systems._engine_tools import TOOLS
+from protocol import RunStatus, TextDelta
+from worker import Engine, Limits
+from worker.models import OpenAIChatModel
+from worker.tools import Tool, ToolContext, ToolOutput
+from worker.tools._builtin import builtin_tools
+
+
+class TaskArgs(msgspec.Struct, kw_only=True):
+    subagent_type: str
+    prompt: str
+
+
+async def run_subagent(prompt: str, on_event: Callable[[Any], None] | None = None) -> str:
+    """One sub-agent on agentcell's engine; its answer, or its error as text."""
+    model = OpenAIChatModel("bench")
+    try:
+        engine = Engine(
+            model, TOOLS, system_prompt=WORKER_PROMPT, limits=Limits(max_turns=16), agent_id="sub"
+        )
+        result = await engine.run(prompt, on_event=on_event)
+    finally:
+        await model.aclose()
+    if result.status is RunStatus.COMPLETED:
+        return result.text
+    return f"{result.status.value}: {result.error}"
+
+
+class InProcessTask(Tool):
+    name = "task"
+    description = "Delegate a task to a sub-agent (an asyncio task in this process)."
+    Args = TaskArgs
+    concurrency_safe = True
+    read_only = True
+    long_running = True
+
+    def __init__(self, on_event: Callable[[Any], None] | None) -> None:
+        self.on_event = on_event
+        self.answers: list[str] = []
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
+        text = await run_subagent(args.prompt, self.on_event)
+        self.answers.append(text)
+        return ToolOutput(text)
+
+
+class InProcessEngine(System):
+    name = "in-process engine"
+    packages = ("agentcell", "httpx")
+
+    def __init__(self) -> None:
+        self.workdir = ""
+        self.count_events = False
+        self.events = 0
+        self.chars = 0
+
+    async def open(self, n: int, options: Options) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
+        self.count_events = options.count_events
+
+    def _on_event(self, event: Any) -> None:
+        if isinstance(event, TextDelta):
+            self.events += 1
+            self.chars += len(event.text)
+
+    async def run(self, spec: Spec) -> Outcome:
+        self.events = self.chars = 0
+        task = InProcessTask(self._on_event if self.count_events else None)
+        # The same tool list as agentcell's main agent sees (built-ins, custom, task).
+        tools = [*builtin_tools(), *TOOLS, task]
+        model = OpenAIChatModel("bench")
+        try:
+            main = Engine(
+                model,
+                tools,
+                system_prompt=MAIN_PROMPT,
+                limits=Limits(max_turns=8),
+                workdir=self.workdir,
+            )
+            result = await main.run(spec.prompt())
+        finally:
+            await model.aclose()
+        ok = result.status is RunStatus.COMPLETED
+        answer = outcome(spec.n, task.answers, main_ok=ok, detail="" if ok else result.error)
+        answer.events, answer.chars = self.events, self.chars
+        return answer
+
+    async def close(self) -> None:
+        shutil.rmtree(self.workdir, ignore_errors=True)

@@ -1,0 +1,118 @@
+"""The workloads: what each sub-agent does, which systems run it, and its ideal time."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from bench.systems import SYSTEMS
+
+ALL = list(SYSTEMS)
+PEERS = ["deepagents", "openai-agents", "pydantic-ai"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    title: str
+    what: str  # one paragraph for the report
+    systems: list[str]
+    spec: dict[str, Any]  # bench.script.Spec fields (run and n are set per run)
+    variants: tuple[tuple[str, dict[str, Any]], ...] = (("", {}),)  # (label, job fields)
+    extra: tuple[tuple[str, str, dict[str, Any]], ...] = ()  # (system, label, job fields)
+    memory: bool = False
+    count_events: bool = False
+    # Per run; a run that takes longer is a failed row. Far above the slowest system's
+    # time here (~5 s), and low enough that a hung run does not eat the quick budget.
+    timeout_s: float = 30.0
+    quick_ns: tuple[int, ...] = (1, 8, 32, 128)
+    full_ns: tuple[int, ...] = (1, 8, 32, 128, 256)
+
+    def ideal_s(self, n: int, latency_s: float, tool_s: float, cores: int) -> float:
+        """The wall time with free dispatch and unlimited client CPU: the model turns of
+        the main agent (2) and of one sub-agent, its streamed answer, and for the cpu
+        workload every crunch spread over the cores (one crunch cannot be split)."""
+        spec = self.spec
+        lat = float(spec.get("lat", latency_s * 1000)) / 1000
+        ideal = (int(spec.get("turns", 3)) + 2) * lat
+        if spec.get("tps", 0) > 0:
+            ideal += spec.get("answer", 4) / spec["tps"]
+        if spec.get("tool") == "crunch":
+            ideal += -(-n // cores) * tool_s
+        return ideal
+
+
+def workloads(latency_ms: float, quick: bool) -> list[Workload]:
+    lat = latency_ms
+    io = {"turns": 3, "tool": "probe", "lat": lat}
+    return [
+        Workload(
+            name="io",
+            title="io: sub-agents waiting on the model",
+            what=(
+                f"Each sub-agent makes 3 model turns of {lat:g} ms (two trivial tool calls, then an"
+                " answer); the main agent makes 2. Ideal wall time: 5 × latency."
+            ),
+            systems=ALL,
+            spec=io,
+            extra=(("agentcell", "prewarmed fork server, experiment", {"prewarm": True}),),
+        ),
+        Workload(
+            name="cpu",
+            title="cpu: sub-agents running a CPU-heavy tool",
+            what=(
+                "Each sub-agent calls `crunch` once (a regex over a generated 3 MiB corpus, "
+                "holding the GIL) and answers. Ideal: 4 model turns plus ⌈N / cores⌉ crunches."
+            ),
+            systems=ALL,
+            spec={"turns": 2, "tool": "crunch", "lat": lat},
+            quick_ns=(1, 8, 32),
+            full_ns=(1, 8, 32, 128),
+            timeout_s=60.0,
+        ),
+        Workload(
+            name="dispatch",
+            title="dispatch: from the task call to the sub-agent's first model request",
+            what=(
+                "Server clock: from the end of the main agent's reply carrying the N task calls to"
+                " each sub-agent's first request. agentcell with a warm spare process per"
+                " sub-agent (started before the run) and with none."
+            ),
+            systems=["agentcell"],
+            spec={"turns": 1, "tool": "probe", "lat": lat},
+            variants=(("warm spares", {"warm": "n"}), ("no spares", {"warm": 0})),
+            extra=(
+                (
+                    "agentcell",
+                    "warm spares, prewarmed fork server, experiment",
+                    {"warm": "n", "prewarm": True},
+                ),
+            ),
+        ),
+        Workload(
+            name="memory",
+            title="memory: while all N sub-agents are alive",
+            what=(
+                "The io workload, except that the server holds every sub-agent's first reply until"
+                " all N have asked for one; then the parent's RSS and each sub-agent process's RSS"
+                " and USS are read. MiB per sub-agent = (parent RSS growth + Σ child USS) / N."
+            ),
+            systems=ALL,
+            spec={"turns": 3, "tool": "probe", "lat": lat, "hold": 1},
+            memory=True,
+            timeout_s=20.0,
+        ),
+        Workload(
+            name="events",
+            title="events: sub-agents streaming many small deltas",
+            what=(
+                "Each sub-agent answers at once with a stream of 400 one-token deltas at 4000 "
+                "tokens/s; the parent counts the text events it handles."
+            ),
+            systems=["agentcell", "in-process engine", *PEERS],
+            spec={"turns": 1, "tool": "probe", "lat": lat, "tps": 4000, "answer": 400},
+            count_events=True,
+            quick_ns=(1, 8, 32),
+            full_ns=(1, 8, 32, 128),
+        ),
+    ]
