@@ -79,9 +79,7 @@ def top(stats: pstats.Stats, sort: str, count: int) -> str:
     return buffer.getvalue()
 
 
-async def profile_run(
-    n: int, out: Path, port: int, prewarm: bool, children_profiled: bool
-) -> dict[str, Any]:
+async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> dict[str, Any]:
     worker = AgentDefinition(
         name="worker",
         description=WORKER_DESCRIPTION,
@@ -93,12 +91,10 @@ async def profile_run(
     workdir = tempfile.mkdtemp(prefix="agentcell-profile-")
     child_dir = out / "children"
     child_dir.mkdir()
-    preload = ["bench.forkserver_prewarm"] if prewarm else []
     pool = WorkerPool(
         max_workers=n,
         warm=settings.warm_spares,
         target=functools.partial(profiled_child, str(child_dir), children_profiled),
-        preload=preload,
     )
     parent = cProfile.Profile()
     try:
@@ -136,7 +132,6 @@ async def profile_run(
     main_tid = threading_main_native_id()
     return {
         "n": n,
-        "prewarm": prewarm,
         "ok": report.ok and ok == n,
         "wall_s": wall,
         "parent_cpu_s": cpu,
@@ -161,8 +156,7 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
         json.loads(Path(p).read_text()) for p in glob.glob(str(out / "children" / "*.json"))
     ]
     lines = [
-        f"agentcell profile: io workload, N={run['n']}, ok={run['ok']}"
-        + (", fork server prewarmed (bench.forkserver_prewarm)" if run["prewarm"] else ""),
+        f"agentcell profile: io workload, N={run['n']}, ok={run['ok']}",
         f"wall {run['wall_s']:.2f} s; parent CPU {run['parent_cpu_s']:.2f} s "
         f"({run['parent_cpu_s'] / run['n'] * 1e3:.2f} ms per sub-agent); by thread: "
         f"{run['parent_threads_cpu_s']}",
@@ -218,9 +212,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=128)
     parser.add_argument("--top", type=int, default=20)
     parser.add_argument(
-        "--prewarm", action="store_true", help="experiment: see bench/forkserver_prewarm.py"
-    )
-    parser.add_argument(
         "--no-child-profile",
         action="store_true",
         help="count the children's CPU and page faults without cProfile's overhead",
@@ -231,9 +222,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with LoadServer() as server:
         configure_environment(server.port)
-        run = asyncio.run(
-            profile_run(args.n, out, server.port, args.prewarm, not args.no_child_profile)
-        )
+        run = asyncio.run(profile_run(args.n, out, server.port, not args.no_child_profile))
     text = summarize(out, run, args.top)
     (out / "profile.txt").write_text(text)
     print(text)

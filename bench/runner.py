@@ -47,7 +47,7 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if why_not:
         doc["unavailable"] = why_not
         return doc
-    options = Options(count_events=bool(job.get("count_events")), prewarm=bool(job.get("prewarm")))
+    options = Options(count_events=bool(job.get("count_events")))
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]
     await _one(system, options, base, prefix + "-warmup", WARMUP_N, job, memory=False)

@@ -55,7 +55,6 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             ),
             systems=ALL,
             spec=io,
-            extra=(("agentcell", "prewarmed fork server, experiment", {"prewarm": True}),),
         ),
         Workload(
             name="cpu",
@@ -81,13 +80,6 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             systems=["agentcell"],
             spec={"turns": 1, "tool": "probe", "lat": lat},
             variants=(("warm spares", {"warm": "n"}), ("no spares", {"warm": 0})),
-            extra=(
-                (
-                    "agentcell",
-                    "warm spares, prewarmed fork server, experiment",
-                    {"warm": "n", "prewarm": True},
-                ),
-            ),
         ),
         Workload(
             name="memory",

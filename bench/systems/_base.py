@@ -17,7 +17,6 @@ WORKER_DESCRIPTION = "Runs one benchmark job and reports."
 class Options:
     warm: int | None = None  # agentcell: warm spare processes (None: its default)
     count_events: bool = False  # count the sub-agents' text deltas reaching the parent
-    prewarm: bool = False  # agentcell: the bench.forkserver_prewarm experiment
 
 
 @dataclasses.dataclass(slots=True)

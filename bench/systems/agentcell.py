@@ -51,15 +51,6 @@ class Agentcell(System):
             model="inherit",
         )
         self.pool = None
-        if options.prewarm:
-            # The same pool the orchestrator would make, plus the experiment's preload.
-            self.pool = WorkerPool(
-                max_workers=settings.max_workers,
-                warm=settings.warm_spares,
-                heartbeat_timeout=settings.heartbeat_timeout_s,
-                preload=["bench.forkserver_prewarm"],
-            )
-            await self.pool.start()
         self.orch = Orchestrator(
             settings=settings,
             workdir=self.workdir,
