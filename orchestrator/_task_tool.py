@@ -204,6 +204,13 @@ def render_records(records: list[TaskRecord], *, with_results: bool) -> str:
     return "\n\n".join(parts) if parts else "no background tasks"
 
 
+def _unknown_ids(tracker: TaskTracker, task_ids: list[str] | None) -> ToolOutput | None:
+    unknown = [t for t in task_ids or [] if tracker.get(t) is None]
+    if unknown:
+        return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
+    return None
+
+
 class TaskStatusArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     task_ids: Annotated[
         list[str] | None, msgspec.Meta(description="Task ids to report on (default: all)")
@@ -221,9 +228,9 @@ class TaskStatusTool(Tool):
         self.tracker = tracker
 
     async def execute(self, args: TaskStatusArgs, ctx: ToolContext) -> ToolOutput:
-        unknown = [t for t in args.task_ids or [] if self.tracker.get(t) is None]
-        if unknown:
-            return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
+        refusal = _unknown_ids(self.tracker, args.task_ids)
+        if refusal is not None:
+            return refusal
         return ToolOutput(render_records(self.tracker.records(args.task_ids), with_results=False))
 
 
@@ -251,9 +258,9 @@ class TaskWaitTool(Tool):
         self.tracker = tracker
 
     async def execute(self, args: TaskWaitArgs, ctx: ToolContext) -> ToolOutput:
-        unknown = [t for t in args.task_ids or [] if self.tracker.get(t) is None]
-        if unknown:
-            return ToolOutput(f"unknown task id(s): {', '.join(unknown)}", True)
+        refusal = _unknown_ids(self.tracker, args.task_ids)
+        if refusal is not None:
+            return refusal
         done = await self.tracker.wait(args.task_ids, args.timeout_s)
         records = self.tracker.records(args.task_ids)
         ready = [r for r in records if r.state.terminal and not r.delivered]

@@ -137,18 +137,10 @@ MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules
 def _kill_children_sessions() -> None:
     if os.getpid() != BOOT_PID:  # a forked child that somehow ran atexit
         return
-    me = str(BOOT_PID)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if fields[1].decode() == me:
-            _proc.kill_session(int(entry))
+    table = _proc.process_table()
+    for info in list(table.values()):
+        if info.ppid == BOOT_PID:  # a child of ours, or an orphan we adopted
+            _proc.kill_tree(info.pid, table=table)
 
 
 atexit.register(_kill_children_sessions)

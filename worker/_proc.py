@@ -51,20 +51,6 @@ def raise_oom_score(adj: int) -> None:
         f.write(str(adj))
 
 
-def session_of(pid: int) -> int | None:
-    """The session id of ``pid`` (None if it is gone or is a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # Field 2 (comm) may contain spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    if fields[0] == b"Z":
-        return None
-    return int(fields[3])
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProcInfo:
     pid: int
