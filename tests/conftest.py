@@ -10,6 +10,7 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 from model_servers import model_server  # noqa: F401  (a fixture for every test module)
+from provider_util import server, sleeps  # noqa: F401  (fixtures of the provider tests)
 
 from orchestrator import _pool
 from worker import _proc

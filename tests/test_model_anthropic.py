@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpcore
 import msgspec
 import pytest
 from model_servers import Call, ModelServer, Reply
+from provider_util import READ, fail_stream, run_stream
 
 from protocol import (
     AssistantMessage,
@@ -21,7 +22,6 @@ from protocol import (
     Usage,
     UserMessage,
 )
-from worker.models import _http
 from worker.models._anthropic import AnthropicModel
 from worker.models._base import (
     ModelError,
@@ -30,15 +30,12 @@ from worker.models._base import (
     ModelResponse,
     StopReason,
     TextPart,
-    ToolSpec,
 )
 
+# Retries never really wait in these tests (the delays asked for are recorded instead).
+pytestmark = pytest.mark.usefixtures("sleeps")
+
 HELLO = ModelRequest(messages=[SystemMessage(content="Be brief."), UserMessage(content="hi")])
-READ = ToolSpec(
-    name="read",
-    description="Read a file.",
-    parameters={"type": "object", "properties": {"path": {"type": "string"}}},
-)
 
 
 @pytest.fixture(autouse=True)
@@ -46,25 +43,6 @@ def _environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTCELL_BLOCK_REAL_MODELS", "1")
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Retry delays asked for, in order; nothing really waits."""
-    delays: list[float] = []
-
-    async def fake_sleep(delay: float) -> None:
-        delays.append(delay)
-
-    monkeypatch.setattr(_http, "sleep", fake_sleep)
-    return delays
-
-
-@pytest.fixture
-def server() -> Iterator[ModelServer]:
-    with ModelServer() as s:
-        yield s
-    assert not s.errors, s.errors
 
 
 @pytest.fixture
@@ -85,28 +63,11 @@ async def make(server: ModelServer) -> AsyncIterator[Callable[..., AnthropicMode
 
 
 async def run(model: AnthropicModel, request: ModelRequest = HELLO) -> tuple[str, ModelResponse]:
-    """The streamed text joined, and the final response (which must come last)."""
-    parts: list[str] = []
-    final: ModelResponse | None = None
-    async for item in model.stream(request):
-        assert final is None, "nothing may follow the ModelResponse"
-        if isinstance(item, TextPart):
-            parts.append(item.text)
-        else:
-            final = item
-    assert final is not None
-    assert "".join(parts) == final.text
-    return "".join(parts), final
+    return await run_stream(model, request)
 
 
 async def fail(model: AnthropicModel, request: ModelRequest = HELLO) -> tuple[str, ModelError]:
-    """The text streamed before the error, and the error."""
-    parts: list[str] = []
-    with pytest.raises(ModelError) as info:
-        async for item in model.stream(request):
-            assert isinstance(item, TextPart), "a failing stream must not finish"
-            parts.append(item.text)
-    return "".join(parts), info.value
+    return await fail_stream(model, request)
 
 
 # -- streaming ----------------------------------------------------------------------------
