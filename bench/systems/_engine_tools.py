@@ -2,9 +2,31 @@
 
 from __future__ import annotations
 
+from bench.systems._base import MAIN_PROMPT
 from bench.tools import crunch, probe
+from protocol import RunResult
+from worker import Engine, Limits
+from worker.models import OpenAIChatModel
 from worker.tools import Tool, function_tool
+from worker.tools._builtin import builtin_tools
 
 PROBE: Tool = function_tool(probe, read_only=True, concurrency_safe=True)
 CRUNCH: Tool = function_tool(crunch, read_only=True, concurrency_safe=True)
 TOOLS: list[Tool] = [PROBE, CRUNCH]
+
+
+async def run_main_agent(task: Tool, workdir: str, prompt: str) -> RunResult:
+    """The main agent on agentcell's engine, in this process, with ``task`` as its
+    delegation tool and the tool list agentcell's main agent sees."""
+    model = OpenAIChatModel("bench")
+    try:
+        engine = Engine(
+            model,
+            [*builtin_tools(), *TOOLS, task],
+            system_prompt=MAIN_PROMPT,
+            limits=Limits(max_turns=8),
+            workdir=workdir,
+        )
+        return await engine.run(prompt)
+    finally:
+        await model.aclose()

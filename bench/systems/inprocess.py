@@ -14,13 +14,12 @@ from typing import Any
 import msgspec
 
 from bench.script import Spec
-from bench.systems._base import MAIN_PROMPT, WORKER_PROMPT, Options, Outcome, System, outcome
-from bench.systems._engine_tools import TOOLS
+from bench.systems._base import WORKER_PROMPT, Options, Outcome, System, outcome
+from bench.systems._engine_tools import TOOLS, run_main_agent
 from protocol import RunStatus, TextDelta
 from worker import Engine, Limits
 from worker.models import OpenAIChatModel
 from worker.tools import Tool, ToolContext, ToolOutput
-from worker.tools._builtin import builtin_tools
 
 
 class TaskArgs(msgspec.Struct, kw_only=True):
@@ -83,20 +82,7 @@ class InProcessEngine(System):
     async def run(self, spec: Spec) -> Outcome:
         self.events = self.chars = 0
         task = InProcessTask(self._on_event if self.count_events else None)
-        # The same tool list as agentcell's main agent sees (built-ins, custom, task).
-        tools = [*builtin_tools(), *TOOLS, task]
-        model = OpenAIChatModel("bench")
-        try:
-            main = Engine(
-                model,
-                tools,
-                system_prompt=MAIN_PROMPT,
-                limits=Limits(max_turns=8),
-                workdir=self.workdir,
-            )
-            result = await main.run(spec.prompt())
-        finally:
-            await model.aclose()
+        result = await run_main_agent(task, self.workdir, spec.prompt())
         ok = result.status is RunStatus.COMPLETED
         answer = outcome(spec.n, task.answers, main_ok=ok, detail="" if ok else result.error)
         answer.events, answer.chars = self.events, self.chars

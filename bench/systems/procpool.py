@@ -15,14 +15,11 @@ import tempfile
 from typing import Any
 
 from bench.script import Spec
-from bench.systems._base import MAIN_PROMPT, Options, Outcome, System, outcome
-from bench.systems._engine_tools import TOOLS
+from bench.systems._base import Options, Outcome, System, outcome
+from bench.systems._engine_tools import run_main_agent
 from bench.systems.inprocess import TaskArgs, run_subagent
 from protocol import RunStatus
-from worker import Engine, Limits
-from worker.models import OpenAIChatModel
 from worker.tools import Tool, ToolContext, ToolOutput
-from worker.tools._builtin import builtin_tools
 
 
 def subagent_in_worker(prompt: str) -> str:
@@ -66,19 +63,7 @@ class ProcessPool(System):
     async def run(self, spec: Spec) -> Outcome:
         assert self.executor is not None
         task = PoolTask(self.executor)
-        tools = [*builtin_tools(), *TOOLS, task]
-        model = OpenAIChatModel("bench")
-        try:
-            main = Engine(
-                model,
-                tools,
-                system_prompt=MAIN_PROMPT,
-                limits=Limits(max_turns=8),
-                workdir=self.workdir,
-            )
-            result = await main.run(spec.prompt())
-        finally:
-            await model.aclose()
+        result = await run_main_agent(task, self.workdir, spec.prompt())
         ok = result.status is RunStatus.COMPLETED
         return outcome(spec.n, task.answers, main_ok=ok, detail="" if ok else result.error)
 
