@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-full fuzz clean
+.PHONY: demo test lint bench bench-full fuzz clean .typecheck
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,16 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check protocol worker orchestrator tests bench fuzz
-	$(BIN)/ruff format --check protocol worker orchestrator tests bench fuzz
+	$(BIN)/ruff check agentcell protocol worker orchestrator tests bench fuzz
+	$(BIN)/ruff format --check agentcell protocol worker orchestrator tests bench fuzz
+	$(MAKE) --no-print-directory .typecheck
 	$(BIN)/mypy
+
+# mypy reads the installed layout (agentcell.protocol is protocol/, ...) from symlinks.
+.typecheck:
+	mkdir -p .typecheck/agentcell
+	for f in __init__.py testing.py; do ln -sfn ../../agentcell/$$f .typecheck/agentcell/$$f; done
+	for d in protocol worker orchestrator; do ln -sfn ../../$$d .typecheck/agentcell/$$d; done
 
 # Coverage-guided fuzzing of the frame decoder for a bounded time (atheris).
 FUZZ_SECONDS ?= 60
@@ -42,4 +49,4 @@ bench-full: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run --full
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .typecheck build *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

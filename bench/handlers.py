@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol import RunResult, RunStatus, Start, TextDelta, decode_body, encode_body
-from worker import ChildLink
+from agentcell.protocol import RunResult, RunStatus, Start, TextDelta, decode_body, encode_body
+from agentcell.worker import ChildLink
 
 
 async def approval_loop(start: Start, link: ChildLink) -> RunResult:
@@ -33,7 +33,7 @@ async def noop(start: Start, link: ChildLink) -> RunResult:
 
 def raw_echo(conn: Any, mode: str, n: int, size: int) -> None:
     """Baseline target: a bare multiprocess child speaking msgspec over Connection."""
-    from protocol import Heartbeat
+    from agentcell.protocol import Heartbeat
 
     if mode == "hello":
         conn.send_bytes(encode_body(Heartbeat(seq=0)))
@@ -42,7 +42,7 @@ def raw_echo(conn: Any, mode: str, n: int, size: int) -> None:
         for _ in range(n):
             conn.send_bytes(conn.recv_bytes())
     elif mode == "stream":
-        from protocol import Event
+        from agentcell.protocol import Event
 
         body = encode_body(Event(event=TextDelta(text="x" * size)))
         for _ in range(n):

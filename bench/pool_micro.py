@@ -15,9 +15,8 @@ import statistics
 import time
 
 import multiprocess
-
-from orchestrator import WorkerPool
-from protocol import (
+from agentcell.orchestrator import WorkerPool
+from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,
     ApprovalRequest,

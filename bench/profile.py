@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
 
 from bench.profiled_child import profiled_child
 from bench.runner import configure_environment
@@ -39,7 +40,6 @@ from bench.script import Spec
 from bench.server_handle import LoadServer
 from bench.systems._base import WORKER_DESCRIPTION, WORKER_PROMPT
 from bench.systems._engine_tools import TOOLS
-from orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
 
 OUT = Path(__file__).resolve().parent / "out"
 

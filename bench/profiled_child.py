@@ -14,7 +14,7 @@ import resource
 from pathlib import Path
 from typing import Any
 
-from worker import child_main
+from agentcell.worker import child_main
 
 
 def _usage() -> tuple[float, float, int]:

@@ -166,8 +166,9 @@ def raw_floor_job(samples: int) -> dict[str, Any]:
     As in pool_micro, a pool runs first, so that the fork server the raw children come
     from has agentcell's preloaded modules: the floor is a warm process start.
     """
+    from agentcell.orchestrator import WorkerPool
+
     from bench.pool_micro import raw_floor
-    from orchestrator import WorkerPool
 
     async def preload() -> None:
         async with WorkerPool(max_workers=1, warm=0):

@@ -49,8 +49,8 @@ except ImportError:  # pragma: no cover - depends on the environment
     atheris = None
 
 if atheris is not None:
-    with atheris.instrument_imports(include=["protocol"]):
-        from protocol import (
+    with atheris.instrument_imports(include=["agentcell.protocol"]):
+        from agentcell.protocol import (
             FrameParser,
             ProtocolError,
             decode_body,
@@ -58,7 +58,13 @@ if atheris is not None:
             encode_frame,
         )
 else:  # still importable (and usable through check_input) without atheris
-    from protocol import FrameParser, ProtocolError, decode_body, encode_body, encode_frame
+    from agentcell.protocol import (
+        FrameParser,
+        ProtocolError,
+        decode_body,
+        encode_body,
+        encode_frame,
+    )
 
 SMALL_LIMIT = 64
 
@@ -258,7 +264,7 @@ def check_input(data: bytes) -> None:
 
 def seeds() -> list[bytes]:
     """One valid frame of every kind (and a stream of several), behind a no-split prefix."""
-    from protocol import (
+    from agentcell.protocol import (
         AgentSpec,
         ApprovalReply,
         ApprovalRequest,
@@ -291,7 +297,7 @@ def seeds() -> list[bytes]:
         Start(
             protocol_version=1,
             run_id="a1",
-            handler="worker._agent:run_agent",
+            handler="agentcell.worker._agent:run_agent",
             spec=AgentSpec(
                 agent_id="a1",
                 agent_type="Explore",

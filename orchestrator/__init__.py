@@ -1,40 +1,62 @@
-"""The agentcell parent: worker pool, runner, task tool, registry, tracker, approvals, CLI."""
+"""The agentcell parent: the ``Orchestrator``, and the pieces it is made of.
 
-from orchestrator._approvals import (
+Sub-packages, by concern: ``config`` (settings and where they come from), ``backends``
+(where a sub-agent's process comes from), ``definitions`` (agent definitions, files and
+the registry), ``delegation`` (running sub-agents, task tools, tracker, approvals, usage)
+and ``cli`` (the ``agentcell`` command).
+"""
+
+from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from agentcell.orchestrator.backends import (
+    ChildOutcome,
+    Lease,
+    OutcomeKind,
+    PoolError,
+    WorkerPool,
+    WorkerStartError,
+    WorkerState,
+)
+from agentcell.orchestrator.config import Budgets, ConfigError, Price, Settings, load_settings
+from agentcell.orchestrator.definitions import (
+    COORDINATION_TOOLS,
+    AgentDefinition,
+    AgentRegistry,
+    Diagnostic,
+    ResolvedTools,
+    load_agent_file,
+    load_agents_dir,
+    normalize_model,
+    resolve_model_alias,
+    resolve_tools,
+    validation_messages,
+)
+from agentcell.orchestrator.delegation import (
+    AgentActivity,
+    AgentUsage,
     AllowAll,
     ApprovalAnswer,
     ApprovalBroker,
     ApprovalChannel,
     ApprovalQuery,
+    BudgetExceeded,
     CallbackChannel,
+    DelegationRequest,
     DenyAll,
-    TerminalPrompt,
-)
-from orchestrator._config import Budgets, Price, Settings
-from orchestrator._definitions import (
-    AgentDefinition,
-    normalize_model,
-    resolve_model_alias,
-    validation_messages,
-)
-from orchestrator._events import (
-    AgentActivity,
     EventBus,
     OrchestratorEvent,
+    RunHandle,
+    Runner,
+    Scope,
     SubAgentEnded,
     SubAgentProcess,
+    SubAgentResult,
     SubAgentStarted,
+    TaskRecord,
+    TaskState,
+    TaskTracker,
+    TerminalPrompt,
+    UsageLedger,
 )
-from orchestrator._loader import load_agent_file, load_agents_dir
-from orchestrator._orchestrator import Orchestrator, RunReport
-from orchestrator._outcome import ChildOutcome, OutcomeKind
-from orchestrator._pool import Lease, PoolError, WorkerPool, WorkerStartError, WorkerState
-from orchestrator._registry import AgentRegistry, Diagnostic
-from orchestrator._results import SubAgentResult
-from orchestrator._runner import DelegationRequest, RunHandle, Runner, Scope
-from orchestrator._tool_policy import COORDINATION_TOOLS, ResolvedTools, resolve_tools
-from orchestrator._tracker import TaskRecord, TaskState, TaskTracker
-from orchestrator._usage import AgentUsage, BudgetExceeded, UsageLedger
 
 __all__ = [
     "COORDINATION_TOOLS",
@@ -51,6 +73,7 @@ __all__ = [
     "BudgetExceeded",
     "CallbackChannel",
     "ChildOutcome",
+    "ConfigError",
     "DelegationRequest",
     "DenyAll",
     "Diagnostic",
@@ -81,7 +104,9 @@ __all__ = [
     "WorkerState",
     "load_agent_file",
     "load_agents_dir",
+    "load_settings",
     "normalize_model",
+    "report_json",
     "resolve_model_alias",
     "resolve_tools",
     "validation_messages",

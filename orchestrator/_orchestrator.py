@@ -16,41 +16,40 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from orchestrator._approvals import (
+from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.delegation import (
+    AgentActivity,
     AllowAll,
     ApprovalBroker,
     ApprovalChannel,
     ApprovalQuery,
+    DelegationRequest,
     DenyAll,
-    TerminalPrompt,
-)
-from orchestrator._config import Settings
-from orchestrator._definitions import AgentDefinition
-from orchestrator._events import AgentActivity, EventBus, OrchestratorEvent, SubAgentEnded
-from orchestrator._pool import WorkerPool
-from orchestrator._records import new_run_dir, subagent_json, write_summary
-from orchestrator._registry import AgentRegistry
-from orchestrator._results import SubAgentResult
-from orchestrator._runner import DelegationRequest, RunHandle, Runner, Scope
-from orchestrator._task_tool import (
+    EventBus,
+    OrchestratorEvent,
+    RunHandle,
+    Runner,
+    Scope,
+    SubAgentEnded,
+    SubAgentResult,
     TaskControlTool,
     TaskStatusTool,
     TaskTool,
+    TaskTracker,
     TaskWaitTool,
+    TerminalPrompt,
+    UsageLedger,
     background_finisher,
     background_injector,
     task_tool_spec,
 )
-from orchestrator._tracker import TaskTracker
-from orchestrator._usage import UsageLedger
-from protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
-from worker import Engine, Limits, PermissionPolicy, Session
-from worker._redact import Redactor
-from worker._transcript import Transcript
-from worker.models import Model, ModelError, ModelErrorKind, resolve_model
-from worker.tools import Tool
-from worker.tools._builtin import builtin_tools
+from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
+from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
+from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
+from agentcell.worker.tools import Tool, builtin_tools
 
 
 @dataclasses.dataclass(slots=True)

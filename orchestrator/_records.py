@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-
-from orchestrator._results import SubAgentResult
-from worker._redact import Redactor
+from agentcell.orchestrator.delegation import SubAgentResult
+from agentcell.worker import Redactor
 
 RUNS_DIR = Path(".agentcell") / "runs"
 

@@ -3,14 +3,14 @@
 Depends on msgspec and the standard library only.
 """
 
-from protocol._channel import (
+from agentcell.protocol._channel import (
     Channel,
     ChannelClosed,
     MemoryChannel,
     PipeChannel,
     memory_channel_pair,
 )
-from protocol._codec import (
+from agentcell.protocol._codec import (
     HEADER_SIZE,
     MAX_FRAME_BYTES,
     FrameParser,
@@ -20,7 +20,7 @@ from protocol._codec import (
     encode_body,
     encode_frame,
 )
-from protocol._events import (
+from agentcell.protocol._events import (
     AgentEvent,
     ApprovalNeeded,
     Notice,
@@ -31,7 +31,7 @@ from protocol._events import (
     TurnStarted,
     UsageUpdate,
 )
-from protocol._frames import (
+from agentcell.protocol._frames import (
     PROTOCOL_VERSION,
     AgentSpec,
     ApprovalReply,
@@ -50,7 +50,7 @@ from protocol._frames import (
     Result,
     Start,
 )
-from protocol._messages import (
+from agentcell.protocol._messages import (
     AssistantMessage,
     Message,
     RunResult,

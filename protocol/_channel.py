@@ -18,8 +18,8 @@ import os
 import socket
 from typing import Protocol
 
-from protocol._codec import MAX_FRAME_BYTES, FrameParser, ProtocolError, encode_frame
-from protocol._frames import Frame
+from agentcell.protocol._codec import MAX_FRAME_BYTES, FrameParser, ProtocolError, encode_frame
+from agentcell.protocol._frames import Frame
 
 
 class ChannelClosed(EOFError):

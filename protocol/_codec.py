@@ -12,8 +12,7 @@ from __future__ import annotations
 import struct
 
 import msgspec
-
-from protocol._frames import Frame
+from agentcell.protocol._frames import Frame
 
 #: Largest frame body accepted. Checked on the length header, before any body is read.
 MAX_FRAME_BYTES = 16 * 1024 * 1024

@@ -7,8 +7,7 @@ inside an ``Event`` frame, unchanged. ``kind`` is the tag on the wire.
 from __future__ import annotations
 
 import msgspec
-
-from protocol._messages import RunResult, Usage
+from agentcell.protocol._messages import RunResult, Usage
 
 
 class TurnStarted(msgspec.Struct, tag="turn", tag_field="kind", kw_only=True):

@@ -12,9 +12,8 @@ import enum
 from typing import Any
 
 import msgspec
-
-from protocol._events import AgentEvent
-from protocol._messages import Message, RunResult
+from agentcell.protocol._events import AgentEvent
+from agentcell.protocol._messages import Message, RunResult
 
 PROTOCOL_VERSION = 1
 

@@ -11,10 +11,10 @@ import os
 import signal
 import time
 
-from protocol import Message, ToolMessage, UserMessage
-from worker.models import ModelResponse, ToolSpec
-from worker.testing import last_user_text, reply, tool_call, tool_results
-from worker.tools import function_tool
+from agentcell.protocol import Message, ToolMessage, UserMessage
+from agentcell.worker.models import ModelResponse, ToolSpec
+from agentcell.worker.testing import last_user_text, reply, tool_call, tool_results
+from agentcell.worker.tools import function_tool
 
 
 def answer_prompt(messages: list[Message], tools: list[ToolSpec]) -> str:

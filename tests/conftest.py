@@ -8,12 +8,11 @@ from collections.abc import AsyncIterator, Iterator
 
 import psutil
 import pytest
+from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.worker import _proc
 from hypothesis import HealthCheck, settings
 from model_servers import model_server  # noqa: F401  (a fixture for every test module)
 from provider_util import server, sleeps  # noqa: F401  (fixtures of the provider tests)
-
-from orchestrator import _pool
-from worker import _proc
 
 # No test may reach a real model: providers refuse any host but loopback. Set before any
 # fork server starts, so every child process inherits it too.

@@ -8,7 +8,7 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from worker.tools import FunctionTool, function_tool
+from agentcell.worker.tools import FunctionTool, function_tool
 
 
 class Gate:

@@ -31,8 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-
-from protocol import Usage
+from agentcell.protocol import Usage
 
 __all__ = ["Call", "ModelServer", "RecordedRequest", "Reply", "Responder", "model_server"]
 

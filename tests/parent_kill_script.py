@@ -11,10 +11,9 @@ import sys
 
 
 async def main() -> None:
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import forkserver_pid
     from pool_util import first_frame, start
-
-    from orchestrator import WorkerPool
-    from orchestrator._pool import forkserver_pid
 
     pool = await WorkerPool(max_workers=8, warm=2).start()
     await pool.warmed()

@@ -12,8 +12,8 @@ import signal
 import subprocess
 import sys
 
-from protocol import Notice, RunResult, RunStatus, Start
-from worker import ChildLink
+from agentcell.protocol import Notice, RunResult, RunStatus, Start
+from agentcell.worker import ChildLink
 
 
 async def run(start: Start, link: ChildLink) -> RunResult:
@@ -84,7 +84,7 @@ async def run(start: Start, link: ChildLink) -> RunResult:
         os._exit(0)
     if op == "modules":
         # Everything this child imported itself (its fork server had not preloaded it).
-        from worker import _child
+        from agentcell.worker import _child
 
         fresh = sorted(
             m for m in sys.modules if m not in _child.INHERITED_MODULES and m != __name__
@@ -95,7 +95,7 @@ async def run(start: Start, link: ChildLink) -> RunResult:
 
 def child_with_wrong_version(conn: object, boot: object) -> None:
     """A process target that speaks a future protocol version."""
-    from protocol import Hello, encode_body
+    from agentcell.protocol import Hello, encode_body
 
     conn.send_bytes(encode_body(Hello(protocol_version=999, pid=os.getpid())))  # type: ignore[attr-defined]
     conn.recv_bytes()  # type: ignore[attr-defined]  # until the parent kills us
@@ -103,8 +103,8 @@ def child_with_wrong_version(conn: object, boot: object) -> None:
 
 async def agent_then_modules(start: Start, link: ChildLink) -> RunResult:
     """Run the real agent handler, then report what this child imported by itself."""
-    from worker import _child
-    from worker._agent import run_agent
+    from agentcell.worker import _child
+    from agentcell.worker._agent import run_agent
 
     result = await run_agent(start, link)
     result.data["imported"] = sorted(

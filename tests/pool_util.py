@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator import ChildOutcome, Lease, WorkerPool
-from protocol import PROTOCOL_VERSION, Frame, Limits, Start
+from agentcell.orchestrator import ChildOutcome, Lease, WorkerPool
+from agentcell.protocol import PROTOCOL_VERSION, Frame, Limits, Start
 
 HANDLER = "pool_handlers:run"
 

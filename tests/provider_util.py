@@ -6,9 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from agentcell.worker.models import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolSpec,
+    _http,
+)
 from model_servers import ModelServer
-
-from worker.models import Model, ModelError, ModelRequest, ModelResponse, TextPart, ToolSpec, _http
 
 READ = ToolSpec(
     name="read",

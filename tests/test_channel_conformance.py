@@ -14,8 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 import multiprocess
 import pytest
-
-from protocol import (
+from agentcell.protocol import (
     ChannelClosed,
     DelegateReply,
     FrameTooLarge,

@@ -6,11 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator import (
+    AgentDefinition,
+    ApprovalQuery,
+    CallbackChannel,
+    Orchestrator,
+    Settings,
+)
+from agentcell.protocol import RunStatus
+from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
-
-from orchestrator import AgentDefinition, ApprovalQuery, CallbackChannel, Orchestrator, Settings
-from protocol import RunStatus
-from worker.testing import FunctionModel, reply, tool_call, tool_results
 
 
 async def test_a_closure_model_runs_in_a_child_with_an_approval_round_trip(

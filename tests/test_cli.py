@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from agentcell.worker import _proc
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
-
-from worker import _proc
 
 AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 

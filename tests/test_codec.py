@@ -5,11 +5,7 @@ from __future__ import annotations
 import msgspec
 import multiprocess
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-import protocol
-from protocol import (
+from agentcell.protocol import (
     HEADER_SIZE,
     AgentSpec,
     Frame,
@@ -20,8 +16,12 @@ from protocol import (
     encode_body,
     encode_frame,
 )
-from protocol._events import AgentEvent
-from protocol._messages import Message
+from agentcell.protocol._events import AgentEvent
+from agentcell.protocol._messages import Message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agentcell import protocol
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

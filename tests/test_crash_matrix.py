@@ -12,12 +12,11 @@ import dataclasses
 from typing import Any
 
 import pytest
+from agentcell.orchestrator import OutcomeKind, WorkerPool
+from agentcell.protocol import Control, ControlAction, Limits, RunStatus
+from agentcell.worker import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start
-
-from orchestrator import OutcomeKind, WorkerPool
-from protocol import Control, ControlAction, Limits, RunStatus
-from worker import _proc
 
 
 @dataclasses.dataclass

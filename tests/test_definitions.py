@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
-
-from orchestrator._definitions import (
+from agentcell.orchestrator.definitions._model import (
     AgentDefinition,
     model_problem,
     normalize_model,
     resolve_model_alias,
     validation_messages,
 )
-from orchestrator._tool_policy import map_tool_name, normalize_tool_names
+from agentcell.orchestrator.definitions._tool_policy import map_tool_name, normalize_tool_names
+from pydantic import ValidationError
 
 
 def make(**fields: Any) -> AgentDefinition:

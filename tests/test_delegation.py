@@ -12,10 +12,7 @@ from typing import Any
 
 import child_models
 import pytest
-from conftest import SpawnRecorder
-from delegation_util import gate
-
-from orchestrator import (
+from agentcell.orchestrator import (
     AgentDefinition,
     ApprovalQuery,
     CallbackChannel,
@@ -23,9 +20,18 @@ from orchestrator import (
     Settings,
     SubAgentEnded,
 )
-from orchestrator._events import AgentActivity, SubAgentProcess
-from protocol import Notice, RunStatus, SystemMessage, ToolMessage, ToolStarted, UserMessage
-from worker.testing import FunctionModel, reply, tool_call, tool_results
+from agentcell.orchestrator.delegation._events import AgentActivity, SubAgentProcess
+from agentcell.protocol import (
+    Notice,
+    RunStatus,
+    SystemMessage,
+    ToolMessage,
+    ToolStarted,
+    UserMessage,
+)
+from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
+from conftest import SpawnRecorder
+from delegation_util import gate
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
@@ -396,7 +402,7 @@ async def test_steer_reaches_the_next_turn(
                     door.open()
 
             orch.bus.subscribe(watch)
-            from orchestrator._runner import DelegationRequest, RunHandle
+            from agentcell.orchestrator.delegation._runner import DelegationRequest, RunHandle
 
             handle = RunHandle()
             record = orch.tracker.start("steerable", "steer me", handle)
@@ -516,8 +522,8 @@ async def test_an_agent_file_cannot_loosen_the_permission_mode(
 
 
 async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
-    from orchestrator._runner import Scope
-    from protocol import AgentSpec, DelegateReply, DelegateRequest
+    from agentcell.orchestrator.delegation._runner import Scope
+    from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest
 
     sent: list[Any] = []
 

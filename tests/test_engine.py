@@ -6,8 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
-from protocol import (
+from agentcell.protocol import (
     AgentEvent,
     ApprovalNeeded,
     AssistantMessage,
@@ -24,9 +23,9 @@ from protocol import (
     UsageUpdate,
     UserMessage,
 )
-from worker import Engine, Limits, PermissionPolicy, Session
-from worker.models import ModelError, ModelErrorKind, ModelRequest, StopReason
-from worker.testing import (
+from agentcell.worker import Engine, Limits, PermissionPolicy, Session
+from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest, StopReason
+from agentcell.worker.testing import (
     FunctionModel,
     ScriptedModel,
     UnexpectedModelCall,
@@ -34,7 +33,7 @@ from worker.testing import (
     tool_call,
     tool_results,
 )
-from worker.tools import ToolError, ToolOutput, function_tool
+from agentcell.worker.tools import ToolError, ToolOutput, function_tool
 
 
 @function_tool(read_only=True, concurrency_safe=True)
@@ -285,7 +284,7 @@ async def test_cancel_mid_stream() -> None:
         name = "stuck"
 
         async def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
-            from worker.models import TextPart
+            from agentcell.worker.models import TextPart
 
             yield TextPart(text="thinking")
             streaming.set()
@@ -541,7 +540,7 @@ def test_tool_output_type_is_public() -> None:
     ],
 )
 def test_allow_rules_cover_every_command_of_a_chain(command: str, allowed: bool) -> None:
-    from worker._hooks import Rule
+    from agentcell.worker._hooks import Rule
 
     class Args:
         def __init__(self, command: str) -> None:
@@ -563,7 +562,7 @@ def test_allow_rules_cover_every_command_of_a_chain(command: str, allowed: bool)
     ],
 )
 def test_deny_rules_catch_any_command_of_a_chain(command: str) -> None:
-    from worker._hooks import Rule
+    from agentcell.worker._hooks import Rule
 
     class Args:
         def __init__(self, command: str) -> None:
@@ -573,7 +572,7 @@ def test_deny_rules_catch_any_command_of_a_chain(command: str) -> None:
 
 
 def test_path_rules_see_through_spelling() -> None:
-    from worker._hooks import Rule
+    from agentcell.worker._hooks import Rule
 
     class Args:
         path = "./src/../secrets/key.pem"

@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from agentcell.orchestrator import Orchestrator, Settings
+from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from http_script import delegating_responder
 from model_servers import ModelServer
-
-from orchestrator import Orchestrator, Settings
-from protocol import RunStatus
 
 
 async def test_delegation_over_a_real_http_model(

@@ -12,12 +12,11 @@ from typing import Any
 
 import child_models
 import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.protocol import RunStatus
+from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
-
-from orchestrator import AgentDefinition, Orchestrator, Settings
-from protocol import RunStatus
-from worker.testing import FunctionModel
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
@@ -366,11 +365,10 @@ async def test_a_bad_model_server_is_a_clear_error_never_a_hang(
 async def test_cancel_reaches_a_daemon_that_left_the_session(
     spawned: SpawnRecorder, tmp_path: Path
 ) -> None:
+    from agentcell.orchestrator import AgentActivity
+    from agentcell.orchestrator.delegation._runner import DelegationRequest, RunHandle
+    from agentcell.protocol import ToolFinished, ToolStarted
     from delegation_util import gate
-
-    from orchestrator import AgentActivity
-    from orchestrator._runner import DelegationRequest, RunHandle
-    from protocol import ToolFinished, ToolStarted
 
     async with gate() as door:
         model = FunctionModel(child_models.escape_then_wait, name="function:escaper")
@@ -404,6 +402,6 @@ async def test_cancel_reaches_a_daemon_that_left_the_session(
             )
     assert result.status is RunStatus.CANCELLED
     (pid,) = daemon
-    from worker import _proc
+    from agentcell.worker import _proc
 
     assert not _proc.is_alive(pid), "a daemon that called setsid outlived the cancelled sub-agent"

@@ -33,21 +33,20 @@ from typing import Any
 import child_models
 import psutil
 import pytest
-from conftest import SpawnRecorder
-from multiprocess import resource_tracker
-
-from orchestrator import (
+from agentcell.orchestrator import (
     AgentDefinition,
     Orchestrator,
     Settings,
     SubAgentProcess,
     TaskState,
     WorkerState,
-    _pool,
 )
-from protocol import Message, RunStatus, ToolMessage, UserMessage
-from worker.models import ModelResponse, ToolSpec
-from worker.testing import FunctionModel, reply, tool_call
+from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.protocol import Message, RunStatus, ToolMessage, UserMessage
+from agentcell.worker.models import ModelResponse, ToolSpec
+from agentcell.worker.testing import FunctionModel, reply, tool_call
+from conftest import SpawnRecorder
+from multiprocess import resource_tracker
 
 TASKS = 1_000
 MAX_WORKERS = 8

@@ -5,11 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-
-from orchestrator._definitions import AgentDefinition
-from orchestrator._loader import (
+from agentcell.orchestrator.definitions._loader import (
     Diagnostic,
     LoadResult,
     field_for_key,
@@ -17,7 +13,10 @@ from orchestrator._loader import (
     load_agents_dir,
     parse_agent_text,
 )
-from orchestrator._registry import AgentRegistry, agent_dirs
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry, agent_dirs
+from hypothesis import given
+from hypothesis import strategies as st
 
 BASIC = "---\nname: {name}\ndescription: {desc}\n---\nYou are {name}.\n"
 

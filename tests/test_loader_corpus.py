@@ -15,10 +15,9 @@ from typing import Any
 
 import pytest
 import yaml
-
-from orchestrator._definitions import AgentDefinition, normalize_model
-from orchestrator._loader import LoadResult, field_for_key, load_agents_dir
-from orchestrator._registry import AgentRegistry
+from agentcell.orchestrator.definitions._loader import LoadResult, field_for_key, load_agents_dir
+from agentcell.orchestrator.definitions._model import AgentDefinition, normalize_model
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 
 CORPUS = Path(__file__).parents[2] / "shared" / "agents-corpus"
 LOADS = {"ok", "strict-yaml-error"}

@@ -10,10 +10,7 @@ from typing import Any
 import httpcore
 import msgspec
 import pytest
-from model_servers import Call, ModelServer, Reply
-from provider_util import READ, fail_stream, run_stream
-
-from protocol import (
+from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -22,8 +19,8 @@ from protocol import (
     Usage,
     UserMessage,
 )
-from worker.models._anthropic import AnthropicModel
-from worker.models._base import (
+from agentcell.worker.models._anthropic import AnthropicModel
+from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
     ModelRequest,
@@ -31,6 +28,8 @@ from worker.models._base import (
     StopReason,
     TextPart,
 )
+from model_servers import Call, ModelServer, Reply
+from provider_util import READ, fail_stream, run_stream
 
 # Retries never really wait in these tests (the delays asked for are recorded instead).
 pytestmark = pytest.mark.usefixtures("sleeps")

@@ -18,10 +18,7 @@ from typing import Any
 import httpcore
 import msgspec
 import pytest
-from model_servers import Call, ModelServer, Reply
-from provider_util import READ, fail_stream, run_stream
-
-from protocol import (
+from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -30,8 +27,8 @@ from protocol import (
     Usage,
     UserMessage,
 )
-from worker.models import _http
-from worker.models._base import (
+from agentcell.worker.models import _http
+from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
     ModelRequest,
@@ -39,7 +36,9 @@ from worker.models._base import (
     StopReason,
     TextPart,
 )
-from worker.models._openai import TOOL_ERROR_PREFIX, OpenAIChatModel
+from agentcell.worker.models._openai import TOOL_ERROR_PREFIX, OpenAIChatModel
+from model_servers import Call, ModelServer, Reply
+from provider_util import READ, fail_stream, run_stream
 
 # Retries never really wait in these tests (the delays asked for are recorded instead).
 pytestmark = pytest.mark.usefixtures("sleeps")
@@ -169,9 +168,9 @@ async def test_many_concurrent_streams_on_one_model(server: ModelServer, make: A
 
 CHILD = """
 import asyncio, sys
-from protocol import UserMessage
-from worker.models._base import ModelRequest, complete
-from worker.models._openai import OpenAIChatModel
+from agentcell.protocol import UserMessage
+from agentcell.worker.models._base import ModelRequest, complete
+from agentcell.worker.models._openai import OpenAIChatModel
 
 async def main():
     async with OpenAIChatModel("gpt-test", base_url=sys.argv[1]) as model:

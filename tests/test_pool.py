@@ -8,12 +8,9 @@ import sys
 
 import psutil
 import pytest
-from conftest import SpawnRecorder
-from pool_util import first_frame, run_op, start
-
-from orchestrator import OutcomeKind, PoolError, WorkerPool, WorkerStartError, WorkerState
-from orchestrator._pool import forkserver_pid
-from protocol import (
+from agentcell.orchestrator import OutcomeKind, PoolError, WorkerPool, WorkerStartError, WorkerState
+from agentcell.orchestrator.backends._forkserver import forkserver_pid
+from agentcell.protocol import (
     ApprovalReply,
     ApprovalRequest,
     Control,
@@ -23,7 +20,9 @@ from protocol import (
     RunStatus,
     Start,
 )
-from worker import _proc
+from agentcell.worker import _proc
+from conftest import SpawnRecorder
+from pool_util import first_frame, run_op, start
 
 
 async def test_warm_spares_are_ready_before_any_lease(pool: WorkerPool) -> None:
@@ -144,7 +143,7 @@ async def test_cancel_control_reaches_a_cooperative_child(pool: WorkerPool) -> N
 
 
 async def _notice() -> Notice:
-    from protocol import Event
+    from agentcell.protocol import Event
 
     return Event(event=Notice(message=""))  # type: ignore[return-value]
 
@@ -220,7 +219,7 @@ async def test_heartbeats_keep_a_slow_child_alive(spawned: SpawnRecorder) -> Non
 
 
 async def _count_heartbeats(lease: object, n: int) -> int:
-    from protocol import Heartbeat
+    from agentcell.protocol import Heartbeat
 
     worker = lease._worker  # type: ignore[attr-defined]
     seen = 0
@@ -284,4 +283,4 @@ async def test_children_import_nothing_the_forkserver_did_not_preload(
 
 
 def test_forkserver_boot_module_is_never_imported_in_the_parent() -> None:
-    assert "worker._forkserver_boot" not in sys.modules
+    assert "agentcell.worker._forkserver_boot" not in sys.modules

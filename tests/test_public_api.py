@@ -1,51 +1,512 @@
-"""Each package's public API is what its ``__all__`` says, and every name resolves."""
+"""The installed package: one namespace, a pinned public API, and layers that point one way."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[1]
 
-@pytest.mark.parametrize(
-    "package", ["protocol", "worker", "worker.models", "worker.tools", "orchestrator"]
-)
-def test_all_names_resolve(package: str) -> None:
+# Every public package and its whole __all__. A change to the public API changes this table.
+PUBLIC_API: dict[str, list[str]] = {
+    "agentcell": [
+        "AgentActivity",
+        "AgentDefinition",
+        "AgentEvent",
+        "AllowAll",
+        "ApprovalAnswer",
+        "ApprovalChannel",
+        "ApprovalNeeded",
+        "ApprovalQuery",
+        "Budgets",
+        "CallbackChannel",
+        "ConfigError",
+        "DenyAll",
+        "Notice",
+        "Orchestrator",
+        "OrchestratorEvent",
+        "Price",
+        "RunFinished",
+        "RunReport",
+        "RunResult",
+        "RunStatus",
+        "Settings",
+        "SubAgentEnded",
+        "SubAgentProcess",
+        "SubAgentResult",
+        "SubAgentStarted",
+        "TextDelta",
+        "Tool",
+        "ToolContext",
+        "ToolError",
+        "ToolFinished",
+        "ToolOutput",
+        "ToolStarted",
+        "TurnStarted",
+        "Usage",
+        "UsageUpdate",
+        "function_tool",
+    ],
+    "agentcell.testing": [
+        "FunctionModel",
+        "ScriptedModel",
+        "UnexpectedModelCall",
+        "echo_model",
+        "last_user_text",
+        "reply",
+        "tool_call",
+        "tool_results",
+    ],
+    "agentcell.protocol": [
+        "AgentEvent",
+        "AgentSpec",
+        "ApprovalNeeded",
+        "ApprovalReply",
+        "ApprovalRequest",
+        "AssistantMessage",
+        "Channel",
+        "ChannelClosed",
+        "Control",
+        "ControlAction",
+        "DelegateReply",
+        "DelegateRequest",
+        "Event",
+        "Failure",
+        "Frame",
+        "FrameParser",
+        "FrameTooLarge",
+        "HEADER_SIZE",
+        "Heartbeat",
+        "Hello",
+        "Limits",
+        "MAX_FRAME_BYTES",
+        "MemoryChannel",
+        "Message",
+        "Notice",
+        "PROTOCOL_VERSION",
+        "PipeChannel",
+        "ProtocolError",
+        "RemoteTool",
+        "Result",
+        "RunFinished",
+        "RunResult",
+        "RunStatus",
+        "Start",
+        "SystemMessage",
+        "TextDelta",
+        "ToolCall",
+        "ToolFinished",
+        "ToolMessage",
+        "ToolStarted",
+        "TurnStarted",
+        "Usage",
+        "UsageUpdate",
+        "UserMessage",
+        "decode_body",
+        "encode_body",
+        "encode_frame",
+        "memory_channel_pair",
+    ],
+    "agentcell.worker": [
+        "Approver",
+        "ChildBoot",
+        "ChildLink",
+        "Decision",
+        "DenyTools",
+        "Engine",
+        "EventSink",
+        "Hook",
+        "Limits",
+        "PermissionMode",
+        "PermissionPolicy",
+        "Redactor",
+        "Rule",
+        "SECRET_NAMES",
+        "Session",
+        "Transcript",
+        "TurnHook",
+        "Verdict",
+        "child_main",
+        "describe_arguments",
+    ],
+    "agentcell.worker.models": [
+        "AnthropicModel",
+        "Model",
+        "ModelError",
+        "ModelErrorKind",
+        "ModelRequest",
+        "ModelResponse",
+        "OpenAIChatModel",
+        "StopReason",
+        "StreamItem",
+        "TextPart",
+        "ToolSpec",
+        "complete",
+        "resolve_model",
+    ],
+    "agentcell.worker.tools": [
+        "BUILTIN_TOOL_NAMES",
+        "Bash",
+        "EditFile",
+        "FunctionTool",
+        "Glob",
+        "Grep",
+        "ReadFile",
+        "Tool",
+        "ToolContext",
+        "ToolError",
+        "ToolOutput",
+        "ToolRegistry",
+        "WriteFile",
+        "args_schema",
+        "builtin_tools",
+        "function_tool",
+        "parse_args",
+        "resolve_inside",
+        "truncate_output",
+    ],
+    "agentcell.worker.testing": [
+        "FunctionModel",
+        "Reply",
+        "ReplyFunction",
+        "SCRIPTED_MODELS",
+        "ScriptedModel",
+        "Step",
+        "UnexpectedModelCall",
+        "echo_model",
+        "last_user_text",
+        "reply",
+        "tool_call",
+        "tool_results",
+    ],
+    "agentcell.worker.process": [
+        "BOOT_MODULE",
+        "ChildBoot",
+        "PRELOAD_MODULES",
+        "ProcInfo",
+        "child_main",
+        "descendants",
+        "is_alive",
+        "kill_group",
+        "kill_session",
+        "kill_tree",
+        "process_table",
+        "session_members",
+        "signal_name",
+        "tree_rss",
+    ],
+    "agentcell.orchestrator": [
+        "AgentActivity",
+        "AgentDefinition",
+        "AgentRegistry",
+        "AgentUsage",
+        "AllowAll",
+        "ApprovalAnswer",
+        "ApprovalBroker",
+        "ApprovalChannel",
+        "ApprovalQuery",
+        "BudgetExceeded",
+        "Budgets",
+        "COORDINATION_TOOLS",
+        "CallbackChannel",
+        "ChildOutcome",
+        "ConfigError",
+        "DelegationRequest",
+        "DenyAll",
+        "Diagnostic",
+        "EventBus",
+        "Lease",
+        "Orchestrator",
+        "OrchestratorEvent",
+        "OutcomeKind",
+        "PoolError",
+        "Price",
+        "ResolvedTools",
+        "RunHandle",
+        "RunReport",
+        "Runner",
+        "Scope",
+        "Settings",
+        "SubAgentEnded",
+        "SubAgentProcess",
+        "SubAgentResult",
+        "SubAgentStarted",
+        "TaskRecord",
+        "TaskState",
+        "TaskTracker",
+        "TerminalPrompt",
+        "UsageLedger",
+        "WorkerPool",
+        "WorkerStartError",
+        "WorkerState",
+        "load_agent_file",
+        "load_agents_dir",
+        "load_settings",
+        "normalize_model",
+        "report_json",
+        "resolve_model_alias",
+        "resolve_tools",
+        "validation_messages",
+    ],
+    "agentcell.orchestrator.backends": [
+        "ALLOWED",
+        "ChildOutcome",
+        "Lease",
+        "OutcomeKind",
+        "PROVIDER_ENV",
+        "PoolError",
+        "WorkerPool",
+        "WorkerStartError",
+        "WorkerState",
+        "child_environment",
+        "describe_exit",
+        "forkserver_pid",
+        "wait_gone",
+    ],
+    "agentcell.orchestrator.cli": [
+        "cli",
+        "main",
+    ],
+    "agentcell.orchestrator.config": [
+        "ApprovalMode",
+        "Budgets",
+        "ConfigError",
+        "DEFAULT_ALIASES",
+        "ENV_SETTINGS",
+        "Price",
+        "Settings",
+        "load_settings",
+        "project_config",
+        "settings_messages",
+        "user_config_path",
+    ],
+    "agentcell.orchestrator.definitions": [
+        "AgentDefinition",
+        "AgentRegistry",
+        "BUILTIN_AGENTS",
+        "BUILTIN_TOOLS",
+        "CLAUDE_TOOL_NAMES",
+        "COORDINATION_TOOLS",
+        "Diagnostic",
+        "INHERIT",
+        "KNOWN_TOOLS",
+        "LoadResult",
+        "MODEL_ALIASES",
+        "READ_ONLY_TOOLS",
+        "ResolvedTools",
+        "agent_dirs",
+        "field_for_key",
+        "is_known_tool",
+        "load_agent_file",
+        "load_agents_dir",
+        "map_tool_name",
+        "means_all_tools",
+        "model_problem",
+        "normalize_model",
+        "normalize_tool_names",
+        "resolve_model_alias",
+        "resolve_tools",
+        "validation_messages",
+    ],
+    "agentcell.orchestrator.delegation": [
+        "AgentActivity",
+        "AgentUsage",
+        "AllowAll",
+        "ApprovalAnswer",
+        "ApprovalBroker",
+        "ApprovalChannel",
+        "ApprovalQuery",
+        "BudgetExceeded",
+        "CallbackChannel",
+        "DelegationRequest",
+        "DenyAll",
+        "EventBus",
+        "OrchestratorEvent",
+        "RunHandle",
+        "Runner",
+        "Scope",
+        "SubAgentEnded",
+        "SubAgentProcess",
+        "SubAgentResult",
+        "SubAgentStarted",
+        "TaskArgs",
+        "TaskControlTool",
+        "TaskRecord",
+        "TaskState",
+        "TaskStatusTool",
+        "TaskTool",
+        "TaskTracker",
+        "TaskWaitTool",
+        "TerminalPrompt",
+        "UsageLedger",
+        "background_finisher",
+        "background_injector",
+        "parse_task_arguments",
+        "stricter_mode",
+        "task_tool_spec",
+    ],
+}
+
+
+@pytest.mark.parametrize("package", sorted(PUBLIC_API))
+def test_public_api_is_pinned(package: str) -> None:
     module = importlib.import_module(package)
+    assert sorted(module.__all__) == PUBLIC_API[package]
     assert len(module.__all__) == len(set(module.__all__))
     for name in module.__all__:
-        assert hasattr(module, name), f"{package}.{name} is in __all__ but missing"
+        assert getattr(module, name) is not None, f"{package}.{name} does not resolve"
 
 
-def test_pinned_entry_points() -> None:
-    import orchestrator
-    import protocol
-    import worker
-
-    assert {"Orchestrator", "AgentDefinition", "Settings", "WorkerPool", "SubAgentResult"} <= set(
-        orchestrator.__all__
+def test_agentcell_loads_the_orchestrator_only_when_asked() -> None:
+    """A sub-agent process imports agentcell.worker; that must not import the parent's code."""
+    code = (
+        "import sys, agentcell.worker, agentcell.protocol; "
+        "print(any(m.startswith('agentcell.orchestrator') for m in sys.modules))"
     )
-    assert {"Engine", "Session", "PermissionPolicy", "ChildLink"} <= set(worker.__all__)
-    assert {"Frame", "PipeChannel", "MemoryChannel", "encode_frame", "ProtocolError"} <= set(
-        protocol.__all__
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_package_folder_is_listed_for_installation() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = set()
+    for name, folder in config["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([name, *rel.parts]))
+    assert found == listed
+
+
+def _run_in(folder: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
-def test_layers_do_not_import_upward() -> None:
-    import ast
-    from pathlib import Path
+def test_only_agentcell_is_importable_at_the_top_level(tmp_path: Path) -> None:
+    for name in ("protocol", "worker", "orchestrator"):
+        out = _run_in(tmp_path, f"import {name}")
+        assert out.returncode != 0 and "ModuleNotFoundError" in out.stderr, (name, out.stderr)
 
-    root = Path(__file__).resolve().parents[1]
-    allowed = {"protocol": {"protocol"}, "worker": {"protocol", "worker"}}
-    for layer, may_use in allowed.items():
-        for path in (root / layer).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text())):
-                names = []
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names = [node.module]
-                for name in names:
-                    top = name.split(".")[0]
-                    if top in {"protocol", "worker", "orchestrator"}:
-                        assert top in may_use, f"{path.relative_to(root)} imports {name}"
+
+def test_a_users_own_protocol_worker_and_orchestrator_modules_do_not_collide(
+    tmp_path: Path,
+) -> None:
+    for name in ("protocol", "worker", "orchestrator"):
+        (tmp_path / f"{name}.py").write_text(f"raise ImportError('the user module {name}')\n")
+    out = _run_in(
+        tmp_path,
+        """
+        import asyncio
+        from agentcell import Orchestrator, Settings
+
+        async def main():
+            settings = Settings(model="scripted:echo", approval="deny", warm_spares=1)
+            async with Orchestrator(settings=settings, workdir=".", record=False) as orch:
+                one = await orch.delegate("Explore", "hello from a sub-agent")
+                report = await orch.run("hello")
+            print(one.status.value, one.pid is not None, report.final_text)
+
+        asyncio.run(main())
+        """,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "completed True echo: hello"
+
+
+# protocol ← worker ← orchestrator; agentcell (the umbrella) may use them all.
+LAYERS = {
+    "protocol": {"agentcell.protocol"},
+    "worker": {"agentcell.protocol", "agentcell.worker"},
+    "orchestrator": {"agentcell.protocol", "agentcell.worker", "agentcell.orchestrator"},
+}
+
+
+def _imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def test_layers_do_not_import_upward_nor_into_private_modules_of_another_package() -> None:
+    for layer, may_use in LAYERS.items():
+        for path in (ROOT / layer).rglob("*.py"):
+            for name in _imports(path):
+                parts = name.split(".")
+                if parts[0] != "agentcell" or len(parts) < 2:
+                    continue
+                top = ".".join(parts[:2])
+                assert top in may_use, f"{path.relative_to(ROOT)} imports {name}"
+                if top != f"agentcell.{layer}":
+                    assert not any(p.startswith("_") for p in parts[2:]), (
+                        f"{path.relative_to(ROOT)} reaches into a private module: {name}"
+                    )
+
+
+def _module_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for folder in ("protocol", "worker", "orchestrator", "agentcell"):
+        base = "agentcell" if folder == "agentcell" else f"agentcell.{folder}"
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("")
+            parts = [p for p in rel.parts if p != "__init__"]
+            graph[".".join([base, *parts])] = set()
+    for module, edges in graph.items():
+        folder = module.split(".")[1] if module.count(".") else "agentcell"
+        top = ROOT / (folder if folder in LAYERS else "agentcell")
+        rel = module.split(".")[2:] if folder in LAYERS else module.split(".")[1:]
+        path = top.joinpath(*rel).with_suffix(".py")
+        if not path.exists():
+            path = top.joinpath(*rel, "__init__.py")
+        for name in _imports(path):
+            while name and name not in graph:
+                name = name.rpartition(".")[0]
+            if name and name != module and not module.startswith(name + "."):
+                edges.add(name)
+    return graph
+
+
+def test_modules_import_no_circles() -> None:
+    """Package __init__ files re-export their own modules, so a package's edge to its own
+    children is not a circle; every other import must form a DAG."""
+    graph = _module_graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt.startswith(node + "."):
+                continue  # a package importing its own submodules
+            if state.get(nxt) == 1:
+                circle = stack[stack.index(nxt) :] + [nxt]
+                raise AssertionError("import circle: " + " → ".join(circle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
-
-from orchestrator._tool_policy import (
+from agentcell.orchestrator.definitions._tool_policy import (
     BUILTIN_TOOLS,
     COORDINATION_TOOLS,
     KNOWN_TOOLS,
@@ -13,6 +10,8 @@ from orchestrator._tool_policy import (
     means_all_tools,
     resolve_tools,
 )
+from hypothesis import given
+from hypothesis import strategies as st
 
 # Names from every family: ours, coordination, Claude spellings, custom/MCP tools a parent
 # may have, names nobody has, and the "every tool" words.

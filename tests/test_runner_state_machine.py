@@ -34,6 +34,29 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from agentcell.orchestrator import (
+    AgentActivity,
+    AgentDefinition,
+    Orchestrator,
+    Settings,
+    SubAgentProcess,
+    SubAgentResult,
+    SubAgentStarted,
+    TaskState,
+)
+from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.orchestrator.delegation._task_args import TaskArgs
+from agentcell.orchestrator.delegation._task_tools import (
+    TaskControlArgs,
+    TaskControlTool,
+    TaskTool,
+    TaskWaitArgs,
+    TaskWaitTool,
+)
+from agentcell.protocol import Message, Notice, RunStatus, ToolMessage, UserMessage
+from agentcell.worker.models import ModelResponse, ToolSpec
+from agentcell.worker.testing import FunctionModel, reply, tool_call
+from agentcell.worker.tools import FunctionTool, ToolContext, ToolOutput, function_tool
 from conftest import SpawnRecorder
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
@@ -44,30 +67,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-from orchestrator import (
-    AgentActivity,
-    AgentDefinition,
-    Orchestrator,
-    Settings,
-    SubAgentProcess,
-    SubAgentResult,
-    SubAgentStarted,
-    TaskState,
-    _pool,
-)
-from orchestrator._task_tool import (
-    TaskArgs,
-    TaskControlArgs,
-    TaskControlTool,
-    TaskTool,
-    TaskWaitArgs,
-    TaskWaitTool,
-)
-from protocol import Message, Notice, RunStatus, ToolMessage, UserMessage
-from worker.models import ModelResponse, ToolSpec
-from worker.testing import FunctionModel, reply, tool_call
-from worker.tools import FunctionTool, ToolContext, ToolOutput, function_tool
 
 T = TypeVar("T")
 

@@ -15,13 +15,12 @@ from typing import Any
 
 import psutil
 import pytest
-
-from worker import _proc
-from worker.tools import Tool, ToolContext, ToolError, ToolOutput, _files
-from worker.tools._bash import HEAD_BYTES, TAIL_BYTES, Bash
-from worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools
-from worker.tools._files import EditFile, Glob, GlobMatcher, Grep, ReadFile, WriteFile
-from worker.tools._paths import resolve_inside
+from agentcell.worker import _proc
+from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, _files
+from agentcell.worker.tools._bash import HEAD_BYTES, TAIL_BYTES, Bash
+from agentcell.worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools
+from agentcell.worker.tools._files import EditFile, Glob, GlobMatcher, Grep, ReadFile, WriteFile
+from agentcell.worker.tools._paths import resolve_inside
 
 # --- helpers ------------------------------------------------------------------------
 

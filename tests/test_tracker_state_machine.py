@@ -20,6 +20,15 @@ import collections
 import dataclasses
 from pathlib import Path
 
+from agentcell.orchestrator import SubAgentResult, TaskRecord, TaskState, TaskTracker
+from agentcell.orchestrator.delegation._task_tools import (
+    TaskControlArgs,
+    TaskControlTool,
+    TaskWaitArgs,
+    TaskWaitTool,
+)
+from agentcell.protocol import RunStatus
+from agentcell.worker.tools import ToolContext, ToolOutput
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -29,16 +38,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-
-from orchestrator import SubAgentResult, TaskRecord, TaskState, TaskTracker
-from orchestrator._task_tool import (
-    TaskControlArgs,
-    TaskControlTool,
-    TaskWaitArgs,
-    TaskWaitTool,
-)
-from protocol import RunStatus
-from worker.tools import ToolContext, ToolOutput
 
 CONTEXT = ToolContext(workdir=Path("."))
 
@@ -374,10 +373,10 @@ TestTrackerStateMachine = TrackerMachine.TestCase
 async def test_task_wait_hands_out_only_what_fits_and_keeps_the_rest() -> None:
     from pathlib import Path
 
-    from orchestrator import SubAgentResult, TaskTracker
-    from orchestrator._task_tool import TaskWaitArgs, TaskWaitTool
-    from protocol import RunStatus
-    from worker.tools import ToolContext
+    from agentcell.orchestrator import SubAgentResult, TaskTracker
+    from agentcell.orchestrator.delegation._task_tools import TaskWaitArgs, TaskWaitTool
+    from agentcell.protocol import RunStatus
+    from agentcell.worker.tools import ToolContext
 
     tracker = TaskTracker()
     for i in range(20):

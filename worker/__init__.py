@@ -1,8 +1,8 @@
 """The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
 
-from worker._child import ChildBoot, ChildLink, child_main
-from worker._engine import Engine, EventSink, Limits, TurnHook
-from worker._hooks import (
+from agentcell.worker._child import ChildBoot, ChildLink, child_main
+from agentcell.worker._engine import Engine, EventSink, Limits, TurnHook
+from agentcell.worker._hooks import (
     Approver,
     Decision,
     DenyTools,
@@ -11,8 +11,11 @@ from worker._hooks import (
     PermissionPolicy,
     Rule,
     Verdict,
+    describe_arguments,
 )
-from worker._session import Session
+from agentcell.worker._redact import SECRET_NAMES, Redactor
+from agentcell.worker._session import Session
+from agentcell.worker._transcript import Transcript
 
 __all__ = [
     "Approver",
@@ -26,9 +29,13 @@ __all__ = [
     "Limits",
     "PermissionMode",
     "PermissionPolicy",
+    "Redactor",
     "Rule",
+    "SECRET_NAMES",
     "Session",
+    "Transcript",
     "TurnHook",
     "Verdict",
     "child_main",
+    "describe_arguments",
 ]

@@ -18,8 +18,7 @@ from typing import Any
 
 import dill
 import msgspec
-
-from protocol import (
+from agentcell.protocol import (
     AgentEvent,
     AgentSpec,
     Message,
@@ -31,16 +30,16 @@ from protocol import (
     ToolCall,
     UserMessage,
 )
-from worker import _proc
-from worker._child import ChildLink
-from worker._engine import Engine, Limits
-from worker._hooks import DenyTools, Hook, PermissionPolicy
-from worker._redact import Redactor
-from worker._session import Session
-from worker._transcript import Transcript
-from worker.models import Model, ModelError, resolve_model
-from worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
-from worker.tools._builtin import builtin_tools
+from agentcell.worker import _proc
+from agentcell.worker._child import ChildLink
+from agentcell.worker._engine import Engine, Limits
+from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
+from agentcell.worker._redact import Redactor
+from agentcell.worker._session import Session
+from agentcell.worker._transcript import Transcript
+from agentcell.worker.models import Model, ModelError, resolve_model
+from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
+from agentcell.worker.tools._builtin import builtin_tools
 
 #: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
 #: ``task`` only as a parent-side tool, and only when its depth allows.
@@ -221,7 +220,7 @@ class ParentTool(Tool):
         self._link = link
 
     def spec(self) -> Any:
-        from worker.models import ToolSpec
+        from agentcell.worker.models import ToolSpec
 
         return ToolSpec(name=self.name, description=self.description, parameters=self._parameters)
 

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from protocol import (
+from agentcell.protocol import (
     PROTOCOL_VERSION,
     AgentEvent,
     ApprovalReply,
@@ -45,7 +45,7 @@ from protocol import (
     RunStatus,
     Start,
 )
-from worker import _proc
+from agentcell.worker import _proc
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0
@@ -193,7 +193,7 @@ async def _serve_then_exit(conn: Any, boot: ChildBoot) -> None:
 
 
 def _harden(boot: ChildBoot) -> None:
-    from worker import _forkserver_boot  # inherited from the fork server, not re-imported
+    from agentcell.worker import _forkserver_boot  # inherited from the fork server, not re-imported
 
     os.setsid()
     _proc.set_parent_death_signal(signal.SIGKILL)
@@ -234,10 +234,10 @@ def _release_multiprocess_fds() -> None:
 
 
 def _preload_status() -> tuple[bool, list[str]]:
-    from worker import _forkserver_boot
+    from agentcell.worker import _forkserver_boot
 
     if os.getpid() == _forkserver_boot.BOOT_PID:
-        return False, ["worker._forkserver_boot"]
+        return False, ["agentcell.worker._forkserver_boot"]
     missing = list(_forkserver_boot.MISSING_PRELOAD)
     return not missing, missing
 

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from protocol import (
+from agentcell.protocol import (
     AgentEvent,
     ApprovalNeeded,
     AssistantMessage,
@@ -34,10 +34,24 @@ from protocol import (
     UsageUpdate,
     UserMessage,
 )
-from worker._hooks import Approver, Decision, Hook, decide
-from worker._session import Session
-from worker.models import Model, ModelError, ModelRequest, ModelResponse, StopReason, TextPart
-from worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry, truncate_output
+from agentcell.worker._hooks import Approver, Decision, Hook, decide
+from agentcell.worker._session import Session
+from agentcell.worker.models import (
+    Model,
+    ModelError,
+    ModelRequest,
+    ModelResponse,
+    StopReason,
+    TextPart,
+)
+from agentcell.worker.tools import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolOutput,
+    ToolRegistry,
+    truncate_output,
+)
 
 #: Called at each turn boundary, before the model is asked again, or (as a finish hook)
 #: when the model has answered; returns messages to add (steering text, background

@@ -19,8 +19,8 @@ import os
 import sys
 import warnings
 
-from worker import _proc
-from worker._preload import PRELOAD_MODULES
+from agentcell.worker import _proc
+from agentcell.worker._preload import PRELOAD_MODULES
 
 BOOT_PID = os.getpid()
 
@@ -37,8 +37,8 @@ def _warm() -> None:
     """
     import tempfile
 
-    from worker.models._http import _shared_ssl_context
-    from worker.tools import builtin_tools
+    from agentcell.worker.models._http import _shared_ssl_context
+    from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()
     for tool in builtin_tools():
@@ -70,7 +70,7 @@ _FINAL = (
 
 
 async def _rehearse(workdir: str) -> None:
-    from protocol import (
+    from agentcell.protocol import (
         PROTOCOL_VERSION,
         AgentSpec,
         Result,
@@ -80,10 +80,10 @@ async def _rehearse(workdir: str) -> None:
         decode_body,
         encode_frame,
     )
-    from worker._engine import Engine
-    from worker._hooks import PermissionPolicy
-    from worker.models import OpenAIChatModel
-    from worker.tools import builtin_tools
+    from agentcell.worker._engine import Engine
+    from agentcell.worker._hooks import PermissionPolicy
+    from agentcell.worker.models import OpenAIChatModel
+    from agentcell.worker.tools import builtin_tools
 
     turns = 0
 

@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
-
-from protocol import ToolCall
-from worker.tools import Tool, ToolOutput
+from agentcell.protocol import ToolCall
+from agentcell.worker.tools import Tool, ToolOutput
 
 
 class Decision(enum.StrEnum):

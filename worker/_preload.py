@@ -13,22 +13,22 @@ PRELOAD_MODULES: list[str] = [
     "msgspec.msgpack",
     "msgspec.json",
     "dill",
-    "protocol",
+    "agentcell.protocol",
     "psutil",
     "httpx",
     "httpcore",
     "h11",
     "anyio",
     "anyio._backends._asyncio",
-    "worker._proc",
-    "worker._child",
-    "worker._agent",
-    "worker._engine",
-    "worker.models._openai",
-    "worker.models._anthropic",
-    "worker.tools._builtin",
-    "worker.testing",
+    "agentcell.worker._proc",
+    "agentcell.worker._child",
+    "agentcell.worker._agent",
+    "agentcell.worker._engine",
+    "agentcell.worker.models._openai",
+    "agentcell.worker.models._anthropic",
+    "agentcell.worker.tools._builtin",
+    "agentcell.worker.testing",
 ]
 
 #: Imported last: it records what loaded and arms the fork server's exit hook.
-BOOT_MODULE = "worker._forkserver_boot"
+BOOT_MODULE = "agentcell.worker._forkserver_boot"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from protocol import AssistantMessage, Message, ToolMessage
+from agentcell.protocol import AssistantMessage, Message, ToolMessage
 
 
 class Session:

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import msgspec
-
-from protocol import AgentEvent, Message, RunResult
+from agentcell.protocol import AgentEvent, Message, RunResult
 
 _encoder = msgspec.json.Encoder()
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from agentcell.protocol import RunResult
+from agentcell.worker import Engine, Limits
+from agentcell.worker.models import OpenAIChatModel
+from agentcell.worker.tools import Tool, builtin_tools, function_tool
+
 from bench.systems._base import MAIN_PROMPT
 from bench.tools import crunch, probe
-from protocol import RunResult
-from worker import Engine, Limits
-from worker.models import OpenAIChatModel
-from worker.tools import Tool, function_tool
-from worker.tools._builtin import builtin_tools
 
 PROBE: Tool = function_tool(probe, read_only=True, concurrency_safe=True)
 CRUNCH: Tool = function_tool(crunch, read_only=True, concurrency_safe=True)

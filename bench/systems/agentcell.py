@@ -6,6 +6,15 @@ import shutil
 import tempfile
 from typing import Any
 
+from agentcell.orchestrator import (
+    AgentActivity,
+    AgentDefinition,
+    Orchestrator,
+    Settings,
+    WorkerPool,
+)
+from agentcell.protocol import TextDelta
+
 from bench.script import Spec
 from bench.systems._base import (
     WORKER_DESCRIPTION,
@@ -16,8 +25,6 @@ from bench.systems._base import (
     outcome,
 )
 from bench.systems._engine_tools import TOOLS
-from orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings, WorkerPool
-from protocol import TextDelta
 
 
 class Agentcell(System):

@@ -17,14 +17,14 @@ import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
 import multiprocess.spawn
+from agentcell.protocol import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
+from agentcell.worker.models import ModelRequest, OpenAIChatModel, ToolSpec, complete
+from agentcell.worker.tools import ToolContext, args_schema
 
 from bench.script import Spec
 from bench.systems._base import MAIN_PROMPT, WORKER_PROMPT, Options, Outcome, System, outcome
 from bench.systems._engine_tools import TOOLS
 from bench.systems.inprocess import TaskArgs
-from protocol import AssistantMessage, Message, SystemMessage, ToolMessage, UserMessage
-from worker.models import ModelRequest, OpenAIChatModel, ToolSpec, complete
-from worker.tools import ToolContext, args_schema
 
 #: What a child needs, loaded once in the fork server (lazy imports included), so that a
 #: child starts warm, as agentcell's do.

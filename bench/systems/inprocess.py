@@ -12,14 +12,14 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from agentcell.protocol import RunStatus, TextDelta
+from agentcell.worker import Engine, Limits
+from agentcell.worker.models import OpenAIChatModel
+from agentcell.worker.tools import Tool, ToolContext, ToolOutput
 
 from bench.script import Spec
 from bench.systems._base import WORKER_PROMPT, Options, Outcome, System, outcome
 from bench.systems._engine_tools import TOOLS, run_main_agent
-from protocol import RunStatus, TextDelta
-from worker import Engine, Limits
-from worker.models import OpenAIChatModel
-from worker.tools import Tool, ToolContext, ToolOutput
 
 
 class TaskArgs(msgspec.Struct, kw_only=True):

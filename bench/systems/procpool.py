@@ -14,12 +14,13 @@ import shutil
 import tempfile
 from typing import Any
 
+from agentcell.protocol import RunStatus
+from agentcell.worker.tools import Tool, ToolContext, ToolOutput
+
 from bench.script import Spec
 from bench.systems._base import Options, Outcome, System, outcome
 from bench.systems._engine_tools import run_main_agent
 from bench.systems.inprocess import TaskArgs, run_subagent
-from protocol import RunStatus
-from worker.tools import Tool, ToolContext, ToolOutput
 
 
 def subagent_in_worker(prompt: str) -> str:

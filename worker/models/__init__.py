@@ -1,7 +1,7 @@
 """Model providers behind one streaming interface."""
 
-from worker.models._anthropic import AnthropicModel
-from worker.models._base import (
+from agentcell.worker.models._anthropic import AnthropicModel
+from agentcell.worker.models._base import (
     Model,
     ModelError,
     ModelErrorKind,
@@ -13,8 +13,8 @@ from worker.models._base import (
     ToolSpec,
     complete,
 )
-from worker.models._openai import OpenAIChatModel
-from worker.models._resolve import resolve_model
+from agentcell.worker.models._openai import OpenAIChatModel
+from agentcell.worker.models._resolve import resolve_model
 
 __all__ = [
     "AnthropicModel",

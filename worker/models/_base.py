@@ -12,8 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
-
-from protocol import Message, ToolCall, Usage
+from agentcell.protocol import Message, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):

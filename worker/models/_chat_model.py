@@ -8,8 +8,8 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
-from worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
-from worker.models._http import SSEClient
+from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
+from agentcell.worker.models._http import SSEClient
 
 
 class HttpChatModel:

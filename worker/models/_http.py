@@ -29,8 +29,13 @@ from typing import Any, Protocol
 
 import httpx
 import msgspec
-
-from worker.models._base import ModelError, ModelErrorKind, ModelResponse, StreamItem, TextPart
+from agentcell.worker.models._base import (
+    ModelError,
+    ModelErrorKind,
+    ModelResponse,
+    StreamItem,
+    TextPart,
+)
 
 #: Set to "1" to make every request to a non-loopback host fail before it is sent.
 BLOCK_ENV = "AGENTCELL_BLOCK_REAL_MODELS"

@@ -12,17 +12,23 @@ import hashlib
 from typing import Any, Literal
 
 import msgspec
-
-from protocol import AssistantMessage, Message, SystemMessage, ToolCall, ToolMessage, Usage
-from worker.models._base import (
+from agentcell.protocol import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    Usage,
+)
+from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
     ModelRequest,
     ModelResponse,
     StopReason,
 )
-from worker.models._chat_model import HttpChatModel
-from worker.models._http import Retry
+from agentcell.worker.models._chat_model import HttpChatModel
+from agentcell.worker.models._http import Retry
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.models._base import Model, ModelError, ModelErrorKind
+from agentcell.worker.models._base import Model, ModelError, ModelErrorKind
+from agentcell.worker.models._scripted import SCRIPTED_MODELS
 
 PROVIDERS = ("openai", "anthropic", "scripted")
 
@@ -20,16 +21,14 @@ def resolve_model(spec: str, options: dict[str, Any] | None = None) -> Model:
             "anthropic:claude-sonnet-4-5 or scripted:echo",
         )
     if provider == "openai":
-        from worker.models._openai import OpenAIChatModel
+        from agentcell.worker.models._openai import OpenAIChatModel
 
         return OpenAIChatModel(name, **options)
     if provider == "anthropic":
-        from worker.models._anthropic import AnthropicModel
+        from agentcell.worker.models._anthropic import AnthropicModel
 
         return AnthropicModel(name, **options)
     if provider == "scripted":
-        from worker.testing import SCRIPTED_MODELS
-
         factory = SCRIPTED_MODELS.get(name)
         if factory is None:
             known = ", ".join(sorted(SCRIPTED_MODELS))

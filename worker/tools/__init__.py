@@ -1,6 +1,6 @@
 """Tools: the interface, the registry, and the built-in file and shell tools."""
 
-from worker.tools._base import (
+from agentcell.worker.tools._base import (
     FunctionTool,
     Tool,
     ToolContext,
@@ -12,10 +12,10 @@ from worker.tools._base import (
     parse_args,
     truncate_output,
 )
-from worker.tools._bash import Bash
-from worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools
-from worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
-from worker.tools._paths import resolve_inside
+from agentcell.worker.tools._bash import Bash
+from agentcell.worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools
+from agentcell.worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
+from agentcell.worker.tools._paths import resolve_inside
 
 __all__ = [
     "BUILTIN_TOOL_NAMES",

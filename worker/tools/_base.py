@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 import msgspec
-
-from worker.models._base import ToolSpec
+from agentcell.worker.models._base import ToolSpec
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -17,9 +17,8 @@ from typing import Annotated, Any
 
 import msgspec
 import psutil
+from agentcell.worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
 from msgspec import Meta
-
-from worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
 
 #: Bytes of output kept from the start and from the end; the middle of a flood is dropped.
 HEAD_BYTES = 64 * 1024

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from worker.tools._base import Tool
-from worker.tools._bash import Bash
-from worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
+from agentcell.worker.tools._base import Tool
+from agentcell.worker.tools._bash import Bash
+from agentcell.worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
 
 _BUILTIN_CLASSES: tuple[type[Tool], ...] = (ReadFile, WriteFile, EditFile, Glob, Grep, Bash)
 

@@ -18,10 +18,9 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+from agentcell.worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
+from agentcell.worker.tools._paths import real_root, relative_to_root, resolve_inside, walk_files
 from msgspec import Meta
-
-from worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
-from worker.tools._paths import real_root, relative_to_root, resolve_inside, walk_files
 
 #: read_file cuts a line longer than this (minified code would otherwise flood the output).
 MAX_LINE_CHARS = 2000

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from worker.tools._base import ToolError
+from agentcell.worker.tools._base import ToolError
 
 #: Version-control directories that glob and grep never descend into.
 VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj"})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import signal
 import sys
@@ -17,15 +16,13 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
-
-from orchestrator._config import Settings
-from orchestrator._display import ProgressView, make_console, results_table
-from orchestrator._orchestrator import Orchestrator, RunReport, report_json
-from orchestrator._pool import PoolError
-from orchestrator._records import new_run_dir
-from orchestrator._settings_load import ConfigError, load_settings
-from worker._redact import Redactor
-from worker.models import ModelError
+from agentcell.orchestrator._orchestrator import Orchestrator
+from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator.backends import PoolError
+from agentcell.orchestrator.cli._display import ProgressView, make_console
+from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
+from agentcell.orchestrator.config import ConfigError, Settings, load_settings
+from agentcell.worker.models import ModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -224,52 +221,13 @@ async def _run(
     return EXIT_OK if report.ok else EXIT_FAILED
 
 
-def emit_report(
-    report: RunReport,
-    console: Any,
-    *,
-    as_json: bool,
-    quiet: bool,
-    prompt: str = "",
-    model: str = "",
-) -> None:
-    redact = Redactor.from_env()
-    if as_json:
-        click.echo(redact(json.dumps(report_json(report, prompt=prompt, model=model), indent=2)))
-    elif report.final_text:
-        click.echo(redact(report.final_text))
-    if not quiet:
-        if report.subagents:
-            console.print()
-            console.print(results_table(report.subagents))
-        status = report.status.value
-        line = (
-            f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
-        )
-        if report.cost_usd is not None:
-            line += f" · ${report.cost_usd:.4f}"
-        if report.run_dir:
-            line += f" · record: {report.run_dir}"
-        console.print(line, style="green" if report.ok else "red", highlight=False)
-        if not report.ok and report.error:
-            console.print(f"  {redact(report.error)}", style="red", highlight=False)
-
-
-def print_diagnostics(orch: Orchestrator, console: Any) -> None:
-    for diagnostic in orch.registry.diagnostics:
-        if diagnostic.level in ("warning", "error"):
-            console.print(
-                f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow", highlight=False
-            )
-
-
 # -- demo -----------------------------------------------------------------------------------
 @cli.command()
 @click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 @guarded
 def demo(debug: bool) -> None:
     """An offline tour on the built-in scripted model: no API key, no network."""
-    from orchestrator._demo import run_demo
+    from agentcell.orchestrator.cli._demo import run_demo
 
     _setup_logging(debug)
     sys.exit(asyncio.run(run_demo()))
@@ -281,7 +239,7 @@ def demo(debug: bool) -> None:
 @guarded
 def chat(workdir: Path, agents_dirs: tuple[Path, ...], debug: bool, **flags: Any) -> None:
     """An interactive session: /help lists the commands."""
-    from orchestrator._chat import run_chat
+    from agentcell.orchestrator.cli._chat import run_chat
 
     _setup_logging(debug)
     settings = _load(workdir, **flags)
@@ -302,7 +260,7 @@ def agents() -> None:
 @guarded
 def agents_list(workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool) -> None:
     """Every definition with its source, model and resolved tools."""
-    from orchestrator._agents_cli import list_agents
+    from agentcell.orchestrator.cli._agents_cmd import list_agents
 
     list_agents(workdir.resolve(), agents_dirs, as_json=as_json)
 
@@ -318,7 +276,7 @@ def agents_show(
     name: str, workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool
 ) -> None:
     """One definition in full."""
-    from orchestrator._agents_cli import show_agent
+    from agentcell.orchestrator.cli._agents_cmd import show_agent
 
     show_agent(name, workdir.resolve(), agents_dirs, as_json=as_json)
 
@@ -330,7 +288,7 @@ def agents_show(
 @guarded
 def agents_validate(paths: tuple[Path, ...], workdir: Path, debug: bool) -> None:
     """Check agent files or folders (default: every agent folder of this project)."""
-    from orchestrator._agents_cli import validate_agents
+    from agentcell.orchestrator.cli._agents_cmd import validate_agents
 
     sys.exit(validate_agents(paths, workdir.resolve()))
 
@@ -348,7 +306,7 @@ def runs() -> None:
 @guarded
 def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
     """Recorded runs, newest first."""
-    from orchestrator._runs_cli import list_recorded
+    from agentcell.orchestrator.cli._runs_cmd import list_recorded
 
     list_recorded(workdir.resolve(), as_json=as_json)
 
@@ -361,7 +319,7 @@ def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
 @guarded
 def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
     """One run: its summary and what each agent did."""
-    from orchestrator._runs_cli import show_recorded
+    from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, as_json=as_json)
 

@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import click
+from agentcell.orchestrator._records import list_runs, load_run
 from rich.console import Console
 from rich.table import Table
-
-from orchestrator._records import list_runs, load_run
 
 
 def list_recorded(workdir: Path, *, as_json: bool) -> None:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from worker import PermissionMode
 
 
 class Price(BaseModel):

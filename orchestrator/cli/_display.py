@@ -7,21 +7,20 @@ import dataclasses
 import time
 from collections.abc import Iterable
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
-
-from orchestrator._events import (
+from agentcell.orchestrator.delegation import (
     AgentActivity,
     OrchestratorEvent,
     SubAgentEnded,
     SubAgentProcess,
+    SubAgentResult,
     SubAgentStarted,
 )
-from orchestrator._results import SubAgentResult
-from protocol import Notice, RunStatus, ToolStarted, TurnStarted, UsageUpdate
-from worker._redact import Redactor
+from agentcell.protocol import Notice, RunStatus, ToolStarted, TurnStarted, UsageUpdate
+from agentcell.worker import Redactor
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 _STATE_STYLE = {
     "queued": "dim",

@@ -24,9 +24,8 @@ from typing import Any
 import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
-
-from orchestrator._outcome import ChildOutcome, OutcomeKind, describe_exit
-from protocol import (
+from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
+from agentcell.protocol import (
     PROTOCOL_VERSION,
     ChannelClosed,
     Control,
@@ -39,9 +38,8 @@ from protocol import (
     ProtocolError,
     Result,
 )
-from worker import _proc
-from worker._child import ChildBoot, child_main
-from worker._preload import BOOT_MODULE, PRELOAD_MODULES
+from agentcell.worker import process as proc
+from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
 
 log = logging.getLogger("agentcell.pool")
 
@@ -156,7 +154,7 @@ class _Worker:
         self,
         kind: OutcomeKind,
         detail: str,
-        table: dict[int, _proc.ProcInfo] | None = None,
+        table: dict[int, proc.ProcInfo] | None = None,
     ) -> None:
         """End the child and everything it started — descendants that left its session
         included, found while the child still holds them together — for this reason."""
@@ -165,7 +163,7 @@ class _Worker:
         if self.kill_kind is None:
             self.kill_kind, self.kill_detail = kind, detail
         self.state = WorkerState.STOPPING
-        _proc.kill_tree(self.pid, signal.SIGKILL, table)
+        proc.kill_tree(self.pid, signal.SIGKILL, table)
 
     def escalate(
         self, kind: OutcomeKind, detail: str, cancel_grace: float, term_grace: float
@@ -179,9 +177,9 @@ class _Worker:
             self.channel.send_nowait(Control(action=ControlAction.CANCEL))
         loop = self.pool._loop
         self._timers.append(
-            loop.call_later(cancel_grace, _proc.kill_group, self.pid, signal.SIGTERM)
+            loop.call_later(cancel_grace, proc.kill_group, self.pid, signal.SIGTERM)
         )
-        self._timers.append(loop.call_later(cancel_grace + term_grace, _proc.kill_tree, self.pid))
+        self._timers.append(loop.call_later(cancel_grace + term_grace, proc.kill_tree, self.pid))
 
     def on_sentinel(self) -> None:
         loop = self.pool._loop
@@ -199,8 +197,8 @@ class _Worker:
         clean = self.result is not None and exit_code == 0 and self.kill_kind is None
         # A clean child reaped its own descendants (it is their subreaper): one cheap
         # signal to its group suffices. Otherwise, everything left in its session goes.
-        if not clean or _proc.kill_group(self.pid):
-            leftovers = [p for p in _proc.kill_session(self.pid) if p != self.pid]
+        if not clean or proc.kill_group(self.pid):
+            leftovers = [p for p in proc.kill_session(self.pid) if p != self.pid]
             if leftovers:
                 task = asyncio.ensure_future(self._finish_after(leftovers, exit_code))
                 self.pool._tasks.add(task)
@@ -355,7 +353,7 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
                 if not worker.dead.done():
-                    _proc.kill_tree(worker.pid)
+                    proc.kill_tree(worker.pid)
         return await asyncio.shield(worker.dead)
 
 
@@ -462,7 +460,7 @@ class WorkerPool:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         workers = list(self._workers.values())
-        table = _proc.process_table()  # one scan for all of them
+        table = proc.process_table()  # one scan for all of them
         for worker in workers:
             worker.kill(OutcomeKind.KILLED, "the pool was closed", table)
         if workers:
@@ -557,12 +555,12 @@ class WorkerPool:
         if not watched:
             return
         # One scan of /proc for every watched child, off the event loop.
-        table = await asyncio.to_thread(_proc.process_table)
+        table = await asyncio.to_thread(proc.process_table)
         for worker in watched:
             limit = worker.memory_limit
             if limit is None or worker.state is not WorkerState.BUSY:
                 continue
-            used = _proc.tree_rss(worker.pid, table)
+            used = proc.tree_rss(worker.pid, table)
             worker.peak_rss = max(worker.peak_rss, used)
             if used > limit:
                 worker.kill(
@@ -623,7 +621,7 @@ class WorkerPool:
             channel = await PipeChannel.open(parent_conn, max_frame_bytes=self.boot.max_frame_bytes)
         except BaseException:
             self._spawning -= 1
-            _proc.kill_session(process.pid)
+            proc.kill_session(process.pid)
             raise
         self._spawning -= 1
         worker = _Worker(self, process, channel)
@@ -707,7 +705,7 @@ def _minimal_environment() -> Iterator[None]:
     Runs in the spawner thread while the event loop waits for it, so no other code of
     ours reads the environment meanwhile.
     """
-    from orchestrator._environment import child_environment
+    from agentcell.orchestrator.backends._environment import child_environment
 
     saved = dict(os.environ)
     minimal, _ = child_environment("")

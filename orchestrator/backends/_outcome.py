@@ -6,8 +6,8 @@ import dataclasses
 import enum
 import signal
 
-from protocol import Failure, RunResult
-from worker._proc import signal_name
+from agentcell.protocol import Failure, RunResult
+from agentcell.worker.process import signal_name
 
 
 class OutcomeKind(enum.StrEnum):

@@ -21,26 +21,39 @@ from typing import Any
 
 import dill
 import msgspec
-
-from orchestrator._approvals import ApprovalBroker, ApprovalQuery
-from orchestrator._config import Settings
-from orchestrator._definitions import AgentDefinition, resolve_model_alias
-from orchestrator._environment import child_environment
-from orchestrator._events import (
+from agentcell.orchestrator.backends import (
+    ChildOutcome,
+    Lease,
+    OutcomeKind,
+    WorkerPool,
+    child_environment,
+)
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import (
+    AgentDefinition,
+    AgentRegistry,
+    resolve_model_alias,
+    resolve_tools,
+)
+from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
     SubAgentEnded,
     SubAgentProcess,
     SubAgentStarted,
 )
-from orchestrator._outcome import ChildOutcome, OutcomeKind
-from orchestrator._pool import Lease, WorkerPool
-from orchestrator._registry import AgentRegistry
-from orchestrator._results import SubAgentResult
-from orchestrator._tool_policy import resolve_tools
-from orchestrator._usage import BudgetExceeded, UsageLedger
-from orchestrator._worktree import Worktree, WorktreeError, create_worktree, finish_worktree
-from protocol import (
+from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._task_args import parse_task_arguments
+from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
+from agentcell.orchestrator.delegation._worktree import (
+    Worktree,
+    WorktreeError,
+    create_worktree,
+    finish_worktree,
+)
+from agentcell.protocol import (
     PROTOCOL_VERSION,
     AgentSpec,
     ApprovalReply,
@@ -52,7 +65,6 @@ from protocol import (
     DelegateRequest,
     Event,
     Limits,
-    Message,
     RemoteTool,
     RunStatus,
     Start,
@@ -60,39 +72,13 @@ from protocol import (
     Usage,
     UsageUpdate,
 )
-from worker import PermissionMode
-from worker.models import ToolSpec
-from worker.tools import Tool
+from agentcell.worker import PermissionMode
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.tools import Tool
 
-AGENT_HANDLER = "worker._agent:run_agent"
+AGENT_HANDLER = "agentcell.worker._agent:run_agent"
 
 log = logging.getLogger("agentcell.runner")
-
-
-@dataclasses.dataclass(slots=True)
-class DelegationRequest:
-    agent_type: str
-    prompt: str
-    description: str = ""
-    background: bool = False
-    model: str | None = None  # may only narrow: see Runner._narrow
-    max_turns: int | None = None
-    isolation: str | None = None  # "worktree" for a git worktree of its own
-    call_id: str = ""  # the parent's tool call
-
-
-@dataclasses.dataclass(slots=True)
-class Scope:
-    """Who delegates: the main agent (depth 0) or a sub-agent (nesting)."""
-
-    agent_id: str
-    tools: Sequence[str]  # the delegating agent's own tools: a child never gets more
-    model: str  # what ``inherit`` means
-    depth: int = 0
-    background: bool = False  # a background agent's descendants are background too
-    history: Callable[[], list[Message]] | None = None  # completed turns, for context: fork
-    permission_mode: str | None = None  # the delegating agent's: a child's can only be stricter
-    max_depth: int | None = None  # the deepest its descendants may go
 
 
 class RunHandle:
@@ -553,8 +539,6 @@ class Runner:
                 is_error=True,
             )
         else:
-            from orchestrator._task_tool import parse_task_arguments
-
             try:
                 nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
             except ValueError as exc:

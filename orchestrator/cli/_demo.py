@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import protocol
-from orchestrator._config import Settings
-from orchestrator._definitions import AgentDefinition
-from orchestrator._display import ProgressView, make_console
-from orchestrator._orchestrator import Orchestrator
-from orchestrator._records import new_run_dir
+from agentcell.orchestrator._orchestrator import Orchestrator
+from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator.cli._display import ProgressView, make_console
+from agentcell.orchestrator.cli._report import emit_report
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import AgentDefinition
+
+from agentcell import protocol
 
 CRASH_TEST = AgentDefinition(
     name="crash-test",
@@ -45,8 +47,6 @@ def package_root() -> Path:
 
 
 async def run_demo() -> int:
-    from orchestrator.cli import emit_report
-
     console, live = make_console()
     console.print(INTRO, highlight=False)
     workdir = package_root()

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import msgspec
-
-from protocol import RunStatus, Usage
+from agentcell.protocol import RunStatus, Usage
 
 
 class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator._definitions import AgentDefinition
-from orchestrator._loader import Diagnostic, load_agents_dir
-from orchestrator._tool_policy import READ_ONLY_TOOLS
+from agentcell.orchestrator.definitions._loader import Diagnostic, load_agents_dir
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._tool_policy import READ_ONLY_TOOLS
 
 _GENERAL_PURPOSE = """\
 You are a general-purpose agent that another agent has delegated a task to. Work on the

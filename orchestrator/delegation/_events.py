@@ -10,8 +10,8 @@ import asyncio
 import dataclasses
 from collections.abc import AsyncIterator, Callable
 
-from orchestrator._results import SubAgentResult
-from protocol import AgentEvent
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.protocol import AgentEvent
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

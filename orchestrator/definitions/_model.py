@@ -13,10 +13,13 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from agentcell.orchestrator.definitions._tool_policy import (
+    KNOWN_TOOLS,
+    means_all_tools,
+    normalize_tool_names,
+)
+from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-
-from orchestrator._tool_policy import KNOWN_TOOLS, means_all_tools, normalize_tool_names
-from worker import PermissionMode
 
 #: The model aliases that configuration maps to PROVIDER:NAME strings.
 MODEL_ALIASES: tuple[str, ...] = ("sonnet", "opus", "haiku")

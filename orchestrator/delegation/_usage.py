@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from orchestrator._config import Budgets, Price
-from protocol import Usage
+from agentcell.orchestrator.config import Budgets, Price
+from agentcell.protocol import Usage
 
 
 class BudgetExceeded(Exception):

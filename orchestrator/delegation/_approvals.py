@@ -14,7 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
-from worker._hooks import describe_arguments
+from agentcell.worker import describe_arguments
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

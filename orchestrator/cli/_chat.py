@@ -14,15 +14,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from agentcell.orchestrator._orchestrator import Orchestrator
+from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator.cli._display import ProgressView, make_console, results_table
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation import ApprovalChannel, DenyAll, TerminalPrompt
+from agentcell.worker import Session
 from rich.console import Console
 from rich.table import Table
-
-from orchestrator._approvals import ApprovalChannel, DenyAll, TerminalPrompt
-from orchestrator._config import Settings
-from orchestrator._display import ProgressView, make_console, results_table
-from orchestrator._orchestrator import Orchestrator
-from orchestrator._records import new_run_dir
-from worker import Session
 
 HELP = """\
 Type a request for the main agent, or:
@@ -231,6 +230,6 @@ def _command(line: str, orch: Orchestrator, console: Console) -> None:
 
 
 def _allow() -> ApprovalChannel:
-    from orchestrator._approvals import AllowAll
+    from agentcell.orchestrator.delegation import AllowAll
 
     return AllowAll()

@@ -12,101 +12,20 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
-
-from orchestrator._registry import AgentRegistry
-from orchestrator._results import SubAgentResult
-from orchestrator._runner import DelegationRequest, RunHandle, Runner, Scope
-from orchestrator._tracker import TaskRecord, TaskTracker
-from protocol import Message, RunStatus, UserMessage
-from worker._session import Session
-from worker.models import ToolSpec
-from worker.tools import Tool, ToolContext, ToolError, ToolOutput, args_schema, parse_args
-
-
-class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
-    subagent_type: Annotated[str, msgspec.Meta(description="The sub-agent type to run")]
-    prompt: Annotated[
-        str,
-        msgspec.Meta(
-            description="The complete task for the sub-agent. It cannot see this conversation: "
-            "include every file path, fact and requirement it needs."
-        ),
-    ]
-    description: Annotated[
-        str, msgspec.Meta(description="A short title for the task (3-5 words), for display")
-    ] = ""
-    background: Annotated[
-        bool,
-        msgspec.Meta(
-            description="Run in the background: returns a task id at once; the result is "
-            "delivered to you later (or use task_wait)."
-        ),
-    ] = False
-    model: Annotated[
-        str | None,
-        msgspec.Meta(description="Optional model override (only for agents that inherit one)"),
-    ] = None
-    isolation: Annotated[
-        Literal["worktree"] | None,
-        msgspec.Meta(
-            description="worktree: run in a git worktree of its own; changes are kept on a "
-            "branch and reported"
-        ),
-    ] = None
-    max_turns: (
-        Annotated[
-            int, msgspec.Meta(ge=1, description="Optional lower turn limit than the agent's own")
-        ]
-        | None
-    ) = None
-
-
-def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
-    try:
-        args: TaskArgs = parse_args("task", TaskArgs, text)
-    except ToolError as exc:
-        raise ValueError(str(exc)) from None
-    if not args.prompt.strip():
-        raise ValueError("task needs a non-empty prompt: the sub-agent sees nothing else")
-    return DelegationRequest(
-        agent_type=args.subagent_type,
-        prompt=args.prompt,
-        description=args.description,
-        background=args.background,
-        model=args.model,
-        max_turns=args.max_turns,
-        isolation=args.isolation,
-        call_id=call_id,
-    )
-
-
-def task_tool_spec(registry: AgentRegistry) -> ToolSpec:
-    """The task tool as the model sees it, built from what is registered right now."""
-    definitions = registry.definitions()
-    lines = [
-        "Delegate a well-bounded task to a sub-agent. Each sub-agent runs in its own process "
-        "with its own context and a restricted tool set, and returns one final report.",
-        "The sub-agent cannot see this conversation: the prompt is all it knows.",
-        "Independent tasks can be issued together in one message: they run in parallel.",
-        "",
-        "Available sub-agents:",
-    ]
-    forking = False
-    for definition in definitions:
-        note = ""
-        if definition.context == "fork":
-            note = " (sees this conversation's completed turns)"
-            forking = True
-        lines.append(f"- {definition.name}: {definition.description.strip()}{note}")
-    if forking:
-        lines.append("Agents marked as seeing this conversation get its completed turns too.")
-    schema = dict(args_schema(TaskArgs))
-    properties = dict(schema["properties"])
-    properties["subagent_type"] = dict(
-        properties["subagent_type"], enum=[d.name for d in definitions]
-    )
-    schema["properties"] = properties
-    return ToolSpec(name="task", description="\n".join(lines), parameters=schema)
+from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._runner import RunHandle, Runner
+from agentcell.orchestrator.delegation._task_args import (
+    TaskArgs,
+    parse_task_arguments,
+    task_tool_spec,
+)
+from agentcell.orchestrator.delegation._tracker import TaskRecord, TaskTracker
+from agentcell.protocol import Message, RunStatus, UserMessage
+from agentcell.worker import Session
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.tools import Tool, ToolContext, ToolOutput
 
 
 class TaskTool(Tool):

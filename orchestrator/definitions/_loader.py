@@ -30,9 +30,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from agentcell.orchestrator.definitions._model import (
+    AgentDefinition,
+    model_problem,
+    validation_messages,
+)
 from pydantic import ValidationError
-
-from orchestrator._definitions import AgentDefinition, model_problem, validation_messages
 
 Level = Literal["error", "warning", "info"]
 

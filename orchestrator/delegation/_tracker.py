@@ -15,8 +15,8 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
-from orchestrator._results import SubAgentResult
-from protocol import RunStatus
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.protocol import RunStatus
 
 
 class TaskState(enum.StrEnum):

@@ -9,15 +9,20 @@ from pathlib import Path
 from typing import Any
 
 import click
+from agentcell.orchestrator.config import load_settings
+from agentcell.orchestrator.definitions import (
+    COORDINATION_TOOLS,
+    AgentDefinition,
+    AgentRegistry,
+    agent_dirs,
+    load_agent_file,
+    load_agents_dir,
+    resolve_model_alias,
+    resolve_tools,
+)
+from agentcell.worker.tools import BUILTIN_TOOL_NAMES
 from rich.console import Console
 from rich.table import Table
-
-from orchestrator._definitions import AgentDefinition, resolve_model_alias
-from orchestrator._loader import load_agent_file, load_agents_dir
-from orchestrator._registry import AgentRegistry, agent_dirs
-from orchestrator._settings_load import load_settings
-from orchestrator._tool_policy import COORDINATION_TOOLS, resolve_tools
-from worker.tools import BUILTIN_TOOL_NAMES
 
 #: What the main agent has, so ``resolve_tools`` shows what a sub-agent would get.
 MAIN_TOOLS = [*BUILTIN_TOOL_NAMES, *sorted(COORDINATION_TOOLS)]

@@ -20,9 +20,9 @@ import asyncio
 import ctypes
 import re
 
-from protocol import Message, ToolMessage, UserMessage
-from worker.models import ModelResponse, ToolSpec
-from worker.testing import FunctionModel, reply, tool_call
+from agentcell.protocol import Message, ToolMessage, UserMessage
+from agentcell.worker.models._base import ModelResponse, ToolSpec
+from agentcell.worker.models._doubles import FunctionModel, reply, tool_call
 
 LATENCY_S = 0.35
 

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator.config._settings import Settings
 from pydantic import ValidationError
-
-from orchestrator._config import Settings
 
 
 class ConfigError(Exception):

@@ -1,0 +1,37 @@
+"""Process backends: where a sub-agent's process comes from (the local fork server today)."""
+
+from agentcell.orchestrator.backends._environment import (
+    ALLOWED,
+    PROVIDER_ENV,
+    child_environment,
+)
+from agentcell.orchestrator.backends._forkserver import (
+    Lease,
+    PoolError,
+    WorkerPool,
+    WorkerStartError,
+    WorkerState,
+    forkserver_pid,
+    wait_gone,
+)
+from agentcell.orchestrator.backends._outcome import (
+    ChildOutcome,
+    OutcomeKind,
+    describe_exit,
+)
+
+__all__ = [
+    "ALLOWED",
+    "ChildOutcome",
+    "Lease",
+    "OutcomeKind",
+    "PROVIDER_ENV",
+    "PoolError",
+    "WorkerPool",
+    "WorkerStartError",
+    "WorkerState",
+    "child_environment",
+    "describe_exit",
+    "forkserver_pid",
+    "wait_gone",
+]

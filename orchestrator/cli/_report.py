@@ -1,0 +1,50 @@
+"""What the command line prints after a run: the answer (or JSON), the table, the last line."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from agentcell.orchestrator.cli._display import results_table
+from agentcell.worker import Redactor
+
+
+def emit_report(
+    report: RunReport,
+    console: Any,
+    *,
+    as_json: bool,
+    quiet: bool,
+    prompt: str = "",
+    model: str = "",
+) -> None:
+    redact = Redactor.from_env()
+    if as_json:
+        click.echo(redact(json.dumps(report_json(report, prompt=prompt, model=model), indent=2)))
+    elif report.final_text:
+        click.echo(redact(report.final_text))
+    if not quiet:
+        if report.subagents:
+            console.print()
+            console.print(results_table(report.subagents))
+        status = report.status.value
+        line = (
+            f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
+        )
+        if report.cost_usd is not None:
+            line += f" · ${report.cost_usd:.4f}"
+        if report.run_dir:
+            line += f" · record: {report.run_dir}"
+        console.print(line, style="green" if report.ok else "red", highlight=False)
+        if not report.ok and report.error:
+            console.print(f"  {redact(report.error)}", style="red", highlight=False)
+
+
+def print_diagnostics(orch: Orchestrator, console: Any) -> None:
+    for diagnostic in orch.registry.diagnostics:
+        if diagnostic.level in ("warning", "error"):
+            console.print(
+                f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow", highlight=False
+            )

@@ -1,0 +1,93 @@
+"""Delegation: running sub-agents, the task tools, background tracking, approvals, usage."""
+
+from agentcell.orchestrator.delegation._approvals import (
+    AllowAll,
+    ApprovalAnswer,
+    ApprovalBroker,
+    ApprovalChannel,
+    ApprovalQuery,
+    CallbackChannel,
+    DenyAll,
+    TerminalPrompt,
+)
+from agentcell.orchestrator.delegation._events import (
+    AgentActivity,
+    EventBus,
+    OrchestratorEvent,
+    SubAgentEnded,
+    SubAgentProcess,
+    SubAgentStarted,
+)
+from agentcell.orchestrator.delegation._request import (
+    DelegationRequest,
+    Scope,
+)
+from agentcell.orchestrator.delegation._results import (
+    SubAgentResult,
+)
+from agentcell.orchestrator.delegation._runner import (
+    RunHandle,
+    Runner,
+    stricter_mode,
+)
+from agentcell.orchestrator.delegation._task_args import (
+    TaskArgs,
+    parse_task_arguments,
+    task_tool_spec,
+)
+from agentcell.orchestrator.delegation._task_tools import (
+    TaskControlTool,
+    TaskStatusTool,
+    TaskTool,
+    TaskWaitTool,
+    background_finisher,
+    background_injector,
+)
+from agentcell.orchestrator.delegation._tracker import (
+    TaskRecord,
+    TaskState,
+    TaskTracker,
+)
+from agentcell.orchestrator.delegation._usage import (
+    AgentUsage,
+    BudgetExceeded,
+    UsageLedger,
+)
+
+__all__ = [
+    "AgentActivity",
+    "AgentUsage",
+    "AllowAll",
+    "ApprovalAnswer",
+    "ApprovalBroker",
+    "ApprovalChannel",
+    "ApprovalQuery",
+    "BudgetExceeded",
+    "CallbackChannel",
+    "DelegationRequest",
+    "DenyAll",
+    "EventBus",
+    "OrchestratorEvent",
+    "RunHandle",
+    "Runner",
+    "Scope",
+    "SubAgentEnded",
+    "SubAgentProcess",
+    "SubAgentResult",
+    "SubAgentStarted",
+    "TaskArgs",
+    "TaskControlTool",
+    "TaskRecord",
+    "TaskState",
+    "TaskStatusTool",
+    "TaskTool",
+    "TaskTracker",
+    "TaskWaitTool",
+    "TerminalPrompt",
+    "UsageLedger",
+    "background_finisher",
+    "background_injector",
+    "parse_task_arguments",
+    "stricter_mode",
+    "task_tool_spec",
+]

@@ -1,0 +1,34 @@
+"""What a delegation asks for, and who asks: the data the runner and the task tools share."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from agentcell.protocol import Message
+
+
+@dataclasses.dataclass(slots=True)
+class DelegationRequest:
+    agent_type: str
+    prompt: str
+    description: str = ""
+    background: bool = False
+    model: str | None = None  # may only narrow: see Runner._narrow
+    max_turns: int | None = None
+    isolation: str | None = None  # "worktree" for a git worktree of its own
+    call_id: str = ""  # the parent's tool call
+
+
+@dataclasses.dataclass(slots=True)
+class Scope:
+    """Who delegates: the main agent (depth 0) or a sub-agent (nesting)."""
+
+    agent_id: str
+    tools: Sequence[str]  # the delegating agent's own tools: a child never gets more
+    model: str  # what ``inherit`` means
+    depth: int = 0
+    background: bool = False  # a background agent's descendants are background too
+    history: Callable[[], list[Message]] | None = None  # completed turns, for context: fork
+    permission_mode: str | None = None  # the delegating agent's: a child's can only be stricter
+    max_depth: int | None = None  # the deepest its descendants may go

@@ -1,0 +1,37 @@
+"""What a process backend needs from the runtime to run sub-agents in processes.
+
+The child's entry point and its boot settings, the modules a fork server preloads, and
+the Linux process plumbing the parent uses to watch and end a child's whole tree.
+"""
+
+from agentcell.worker._child import ChildBoot, child_main
+from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES
+from agentcell.worker._proc import (
+    ProcInfo,
+    descendants,
+    is_alive,
+    kill_group,
+    kill_session,
+    kill_tree,
+    process_table,
+    session_members,
+    signal_name,
+    tree_rss,
+)
+
+__all__ = [
+    "BOOT_MODULE",
+    "PRELOAD_MODULES",
+    "ChildBoot",
+    "ProcInfo",
+    "child_main",
+    "descendants",
+    "is_alive",
+    "kill_group",
+    "kill_session",
+    "kill_tree",
+    "process_table",
+    "session_members",
+    "signal_name",
+    "tree_rss",
+]
