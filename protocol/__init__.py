@@ -61,6 +61,12 @@ from agentcell.protocol._messages import (
     Usage,
     UserMessage,
 )
+from agentcell.protocol._tcp import (
+    HandshakeError,
+    StreamChannel,
+    TcpListener,
+    tcp_connect,
+)
 
 __all__ = [
     "HEADER_SIZE",
@@ -83,6 +89,7 @@ __all__ = [
     "Frame",
     "FrameParser",
     "FrameTooLarge",
+    "HandshakeError",
     "Heartbeat",
     "Hello",
     "Limits",
@@ -97,7 +104,9 @@ __all__ = [
     "RunResult",
     "RunStatus",
     "Start",
+    "StreamChannel",
     "SystemMessage",
+    "TcpListener",
     "TextDelta",
     "ToolCall",
     "ToolFinished",
@@ -111,4 +120,5 @@ __all__ = [
     "encode_body",
     "encode_frame",
     "memory_channel_pair",
+    "tcp_connect",
 ]

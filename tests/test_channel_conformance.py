@@ -21,8 +21,10 @@ from agentcell.protocol import (
     Heartbeat,
     PipeChannel,
     ProtocolError,
+    TcpListener,
     encode_frame,
     memory_channel_pair,
+    tcp_connect,
 )
 
 LIMIT = 64 * 1024
@@ -65,14 +67,37 @@ async def _pipe_pair() -> AsyncIterator[Pair]:
                 proc.wait()
 
 
+async def _tcp_pair() -> AsyncIterator[Pair]:
+    # The Ray backend's transport: loopback TCP after the mutual HMAC handshake.
+    listener = await TcpListener(max_frame_bytes=LIMIT).start()
+    token = listener.expect("a1")
+    host, port = listener.address
+    far = await tcp_connect(host, port, agent_id="a1", token=token, max_frame_bytes=LIMIT)
+    async with asyncio.timeout(10):
+        near = await listener.accept("a1")
+
+    def send_raw(data: bytes) -> None:
+        far._writer.write(data)
+
+    try:
+        yield Pair(near, far, send_raw, far.abort)
+    finally:
+        near.close()
+        far.close()
+        await listener.aclose()
+
+
 async def _memory_pair() -> AsyncIterator[Pair]:
     near, far = memory_channel_pair(max_frame_bytes=LIMIT)
     yield Pair(near, far, far.send_raw, far.abort)
 
 
-@pytest.fixture(params=["pipe", "memory"])
+_FACTORIES = {"pipe": _pipe_pair, "tcp": _tcp_pair, "memory": _memory_pair}
+
+
+@pytest.fixture(params=sorted(_FACTORIES))
 async def pair(request: pytest.FixtureRequest) -> AsyncIterator[Pair]:
-    factory = _pipe_pair if request.param == "pipe" else _memory_pair
+    factory = _FACTORIES[request.param]
     async for p in factory():
         yield p
 
