@@ -121,6 +121,21 @@ def attack_paths(messages: list[Message], tools: list[ToolSpec]) -> ModelRespons
     return "\n".join(f"{r.name}|{r.is_error}|{r.content[:120]}" for r in results)
 
 
+def search_for_prompt(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Greps and globs the whole workdir for the prompt, then names .agentcell/ explicitly."""
+    results = tool_results(messages)
+    if not results:
+        token = last_user_text(messages)
+        return reply(
+            "",
+            tool_call("grep", pattern=token),
+            tool_call("glob", pattern="**/*.jsonl"),
+            tool_call("grep", pattern=token, path=".agentcell"),
+            tool_call("glob", pattern=".agentcell/**/*.jsonl"),
+        )
+    return "\n".join(f"{r.name}|{r.content}" for r in results)
+
+
 def run_env(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
     """Runs `env` in bash and returns its output verbatim."""
     results = tool_results(messages)

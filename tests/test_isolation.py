@@ -302,6 +302,37 @@ async def test_a_child_cannot_reach_outside_its_workdir(
     assert (tmp_path / "secret.txt").read_text() == "top secret\n"
 
 
+async def test_searches_from_a_child_do_not_read_earlier_runs_records(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "notes.jsonl").write_text('{"plan": "ZEBRA-42 is the codename"}\n')
+    # What an earlier run left behind: a transcript and a kept worktree.
+    earlier = work / ".agentcell" / "runs" / "20261201-000000-beef"
+    earlier.mkdir(parents=True)
+    (earlier / "a1.jsonl").write_text('{"prompt": "ZEBRA-42 private instructions"}\n')
+    (work / ".agentcell" / "worktrees" / "a1").mkdir(parents=True)
+    (work / ".agentcell" / "worktrees" / "a1" / "copy.jsonl").write_text("ZEBRA-42\n")
+    model = FunctionModel(child_models.search_for_prompt, name="function:searcher")
+    orch = orchestrator(
+        work,
+        [agent("searcher", "function:searcher", ["glob", "grep"])],
+        {"function:searcher": model},
+        record=False,
+    )
+    async with orch:
+        result = await orch.delegate("searcher", "ZEBRA-42")
+    assert result.status is RunStatus.COMPLETED, result.error
+    grep_all, glob_all, grep_records = result.text.splitlines()[:3]
+    assert grep_all == 'grep|src/notes.jsonl:1:{"plan": "ZEBRA-42 is the codename"}'
+    assert glob_all == "glob|src/notes.jsonl"
+    # Asked for by path, the records are readable: skipping is about searches passing by.
+    assert grep_records.startswith("grep|.agentcell/runs/20261201-000000-beef/a1.jsonl:1:")
+    assert "glob|.agentcell/runs/20261201-000000-beef/a1.jsonl" in result.text
+    assert ".agentcell/worktrees/a1/copy.jsonl" in result.text
+
+
 async def test_a_flooding_child_is_captured_and_capped(
     spawned: SpawnRecorder, tmp_path: Path
 ) -> None:
