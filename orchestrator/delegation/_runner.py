@@ -332,7 +332,7 @@ class Runner:
                     result, status=handle.cancel_status, error=handle.cancel_reason
                 )
         if tree is not None:  # what it changed is kept, however it ended
-            result = await asyncio.shield(self._settle_worktree(tree, result))
+            result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
         self._finish(result, model, outcome)
         return result
@@ -354,12 +354,21 @@ class Runner:
                 await finish_worktree(await making)
             raise
 
-    async def _settle_worktree(self, tree: Worktree, result: SubAgentResult) -> SubAgentResult:
-        kept = await finish_worktree(tree)
+    async def _settle_worktree(
+        self, tree: Worktree, result: SubAgentResult, prompt: str
+    ) -> SubAgentResult:
+        kept = await finish_worktree(tree, _commit_message(result, prompt))
         if kept is None:
             return result
+        stat = kept.diff_stat
+        if kept.commit_error:
+            stat = f"(not committed, left staged: {kept.commit_error})\n{stat}"
         return msgspec.structs.replace(
-            result, worktree=kept.path, branch=kept.branch, diff_stat=kept.diff_stat
+            result,
+            worktree=kept.path,
+            branch=kept.branch,
+            commit=None if kept.commit_error else kept.commit,
+            diff_stat=stat,
         )
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
@@ -684,6 +693,26 @@ def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
     if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
         return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
     return None
+
+
+_PROMPT_IN_COMMIT = 4000
+
+
+def _commit_message(result: SubAgentResult, prompt: str) -> str:
+    """Subject: the agent and its task (the title, else the prompt's first line); body: the
+    whole prompt and how the run ended, so `git log` tells what asked for the change."""
+    task = result.description.strip() or next(
+        (line.strip() for line in prompt.splitlines() if line.strip()), "(no prompt)"
+    )
+    if len(task) > 60:
+        task = task[:59] + "…"
+    subject = f"agentcell: {result.agent_type} ({result.agent_id}): {task}"
+    if len(prompt) > _PROMPT_IN_COMMIT:  # a command line has a length limit
+        prompt = prompt[:_PROMPT_IN_COMMIT] + "\n[... prompt cut]"
+    return (
+        f"{subject}\n\nAgent: {result.agent_type} ({result.agent_id}), "
+        f"{result.status.value}\nTask:\n{prompt.strip()}\n"
+    )
 
 
 def _system_prompt(definition: AgentDefinition, workdir: str) -> str:
