@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agentcell.orchestrator.definitions._loader import Diagnostic, load_agents_dir
-from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._model import AgentDefinition, agent_slug
 from agentcell.orchestrator.definitions._tool_policy import READ_ONLY_TOOLS
 
 _GENERAL_PURPOSE = """\
@@ -172,11 +172,13 @@ class AgentRegistry:
 
     def get(self, name: str) -> AgentDefinition | None:
         """The agent called `name`; failing an exact match, the one whose name matches
-        ignoring case (`explore` finds `Explore`) when only one does."""
+        ignoring case and separators (`explore` finds `Explore`, "Python DevOps/CI-CD
+        Expert" finds `python-devops-ci-cd-expert`) when only one does."""
         found = self._agents.get(name)
         if found is not None:
             return found
-        folded = [d for key, d in self._agents.items() if key.casefold() == name.casefold()]
+        key = agent_slug(name)
+        folded = [d for known, d in self._agents.items() if key and agent_slug(known) == key]
         return folded[0] if len(folded) == 1 else None
 
     def names(self) -> list[str]:
