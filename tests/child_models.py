@@ -65,6 +65,19 @@ def forge_task_call(messages: list[Message], tools: list[ToolSpec]) -> ModelResp
     return f"task said: {results[0].content}"
 
 
+def delegate_to_each_word(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Calls `task` once per word of the prompt (the word is the agent type), then reports
+    each result's first line."""
+    results = tool_results(messages)
+    if not results:
+        calls = [
+            tool_call("task", subagent_type=w, prompt="deeper")
+            for w in last_user_text(messages).split()
+        ]
+        return reply("", *calls)
+    return "\n".join(r.content.splitlines()[0] for r in results)
+
+
 def tool_names(messages: list[Message], tools: list[ToolSpec]) -> str:
     return ",".join(t.name for t in tools)
 

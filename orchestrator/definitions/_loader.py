@@ -271,8 +271,8 @@ def _tolerant(text: str) -> dict[str, Any] | None:
     """
     entries: list[list[str]] = []
     for line in text.split("\n"):
-        key = _TOP_KEY.match(line)
-        if key and (not entries or _starts_entry(key.group(1))):
+        top = _TOP_KEY.match(line)
+        if top and (not entries or _starts_entry(top.group(1))):
             entries.append([line])
         elif line.startswith("#"):
             continue  # a top-level comment
