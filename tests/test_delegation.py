@@ -404,6 +404,25 @@ async def test_task_limits_in_tools_narrow_what_a_child_may_start(
     assert "- other:" not in task.description and "- leaf:" in task.description
 
 
+def test_a_task_limit_naming_no_registered_agent_offers_no_task(tmp_path: Any) -> None:
+    from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+
+    orch = Orchestrator(
+        model=FunctionModel(lambda m, t: "x"),
+        settings=Settings(max_depth=3),
+        load_agent_files=False,
+        record=False,
+        workdir=tmp_path,
+    )
+    scope = Scope("main", ["read_file", "task"], "function:x")
+    for tools, offered in ((["Task(ghost)"], False), (["Task(ghost, Explore)"], True)):
+        lead = AgentDefinition(name="lead", tools=tools, model="inherit")
+        spec, _, _ = orch.runner._prepare(lead, DelegationRequest("lead", "p"), scope, "a1", False)
+        assert [t.name for t in spec.remote_tools] == (["task"] if offered else []), tools
+    enum = spec.remote_tools[0].parameters["properties"]["subagent_type"]["enum"]
+    assert enum == ["Explore"]
+
+
 async def test_a_background_definition_runs_in_the_background_unless_the_call_says_no(
     tracked: SpawnRecorder, settings: Settings, tmp_path: Any
 ) -> None:
