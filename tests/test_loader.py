@@ -514,6 +514,9 @@ def test_exact_name_beats_case_insensitive(tmp_path: Path) -> None:
     assert builtin is not None
     assert builtin.source == "builtin"
     assert registry.get("EXPLORE") is None  # ambiguous
+    [twins] = registry.diagnostics
+    assert twins.level == "warning"
+    assert "'explore' from programmatic and 'Explore' from builtin differ only in" in twins.message
 
 
 SOURCES = [

@@ -195,6 +195,19 @@ class AgentRegistry:
                     f"from {previous.source}{rule}",
                 )
             )
+        else:
+            key = agent_slug(definition.name)
+            twins = [d for name, d in self._agents.items() if agent_slug(name) == key]
+            for twin in twins:
+                self.diagnostics.append(
+                    Diagnostic(
+                        "warning",
+                        definition.source,
+                        f"agent {definition.name!r} from {definition.source} and "
+                        f"{twin.name!r} from {twin.source} differ only in case or "
+                        "separators: only their exact names tell them apart; rename one",
+                    )
+                )
         self._agents[definition.name] = definition
 
     def get(self, name: str) -> AgentDefinition | None:

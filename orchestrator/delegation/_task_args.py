@@ -33,8 +33,8 @@ class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         msgspec.Meta(
             description="Run in the background: returns a task id at once; the result is "
             "delivered to you later (or use task_wait). Default: the agent's own setting "
-            "(agents marked as background agents run in the background); false runs any "
-            "agent in the foreground."
+            "(agents marked 'runs in the background' do); false runs any agent in the "
+            "foreground."
         ),
     ] = None
     model: Annotated[
