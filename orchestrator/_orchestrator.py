@@ -138,7 +138,7 @@ class Orchestrator:
             run_dir=str(self.run_dir) if self.run_dir else "",
             model_objects=self.model_objects,
             custom_tools=self.custom_tools,
-            task_tool_spec=lambda: task_tool_spec(self.registry),
+            task_tool_spec=lambda allowed: task_tool_spec(self.registry, allowed=allowed),
         )
         self._results: list[SubAgentResult] = []
         self._engines: set[Engine] = set()

@@ -49,6 +49,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "depth": result.depth,
         "worktree": result.worktree,
         "branch": result.branch,
+        "commit": result.commit,
         "diff_stat": result.diff_stat,
     }
 

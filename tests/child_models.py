@@ -65,6 +65,19 @@ def forge_task_call(messages: list[Message], tools: list[ToolSpec]) -> ModelResp
     return f"task said: {results[0].content}"
 
 
+def delegate_to_each_word(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Calls `task` once per word of the prompt (the word is the agent type), then reports
+    each result's first line."""
+    results = tool_results(messages)
+    if not results:
+        calls = [
+            tool_call("task", subagent_type=w, prompt="deeper")
+            for w in last_user_text(messages).split()
+        ]
+        return reply("", *calls)
+    return "\n".join(r.content.splitlines()[0] for r in results)
+
+
 def tool_names(messages: list[Message], tools: list[ToolSpec]) -> str:
     return ",".join(t.name for t in tools)
 
@@ -119,6 +132,21 @@ def attack_paths(messages: list[Message], tools: list[ToolSpec]) -> ModelRespons
             tool_call("grep", pattern="top", path=".."),
         )
     return "\n".join(f"{r.name}|{r.is_error}|{r.content[:120]}" for r in results)
+
+
+def search_for_prompt(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
+    """Greps and globs the whole workdir for the prompt, then names .agentcell/ explicitly."""
+    results = tool_results(messages)
+    if not results:
+        token = last_user_text(messages)
+        return reply(
+            "",
+            tool_call("grep", pattern=token),
+            tool_call("glob", pattern="**/*.jsonl"),
+            tool_call("grep", pattern=token, path=".agentcell"),
+            tool_call("glob", pattern=".agentcell/**/*.jsonl"),
+        )
+    return "\n".join(f"{r.name}|{r.content}" for r in results)
 
 
 def run_env(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:

@@ -257,7 +257,7 @@ def test_agents_validate_list_and_show(project: Path) -> None:
     assert any("maxTurns" in line for line in problems) and any("yolo" in line for line in problems)
 
     listed = json.loads(agentcell("agents", "list", "--json", cwd=project, env=env).stdout)
-    by_name = {a["name"]: a for a in listed}
+    by_name = {a["name"]: a for a in listed["agents"]}
     assert {"general-purpose", "Explore", "Plan", "reviewer"} <= set(by_name)
     assert by_name["reviewer"]["tools"] == ["read_file", "grep"]
     assert by_name["reviewer"]["source"] == ".claude/agents/reviewer.md"
@@ -266,6 +266,55 @@ def test_agents_validate_list_and_show(project: Path) -> None:
 
     shown = agentcell("agents", "show", "reviewer", cwd=project, env=env)
     assert shown.returncode == 0 and "You review code." in shown.stdout
+
+
+def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
+    project: Path,
+) -> None:
+    extra = project / "more-agents"
+    (extra / "a").mkdir(parents=True)
+    (extra / "b").mkdir()
+    (extra / "a" / "reviewer.md").write_text(GOOD_AGENT)
+    (extra / "b" / "reviewer.md").write_text(GOOD_AGENT.replace("Reviews code", "Second"))
+    (extra / "explore.md").write_text(GOOD_AGENT.replace("name: reviewer", "name: Explore"))
+    (extra / "devops.md").write_text(
+        GOOD_AGENT.replace("name: reviewer", "name: Python DevOps/CI-CD Expert")
+    )
+    env = cli_env(project)
+
+    done = agentcell("agents", "validate", "--agents-dir", str(extra), cwd=project, env=env)
+    assert done.returncode == 0, done.stdout  # warnings, but every file loaded
+    lines = done.stdout.splitlines()
+    [duplicate] = [line for line in lines if "agent 'reviewer'" in line]
+    assert duplicate.startswith("more-agents/b/reviewer.md: warning: ")
+    assert "overrides the one from" in duplicate and "a/reviewer.md" in duplicate
+    [builtin] = [line for line in lines if "agent 'Explore'" in line]
+    assert builtin.startswith("more-agents/explore.md: info: ") and "from builtin" in builtin
+    [renamed] = [line for line in lines if "devops.md" in line]
+    assert "loaded as 'python-devops-ci-cd-expert'" in renamed
+    assert lines[-1] == "4 file(s) checked, 0 failed, 2 problem(s)"
+
+    # The same folder given as a path: the same findings.
+    by_path = agentcell("agents", "validate", str(extra), cwd=project, env=env)
+    assert by_path.stdout.splitlines()[-1] == lines[-1]
+
+    listed = agentcell("agents", "list", "--agents-dir", str(extra), cwd=project, env=env)
+    assert "2 problem(s) while loading" in listed.stdout
+    document = json.loads(
+        agentcell(
+            "agents", "list", "--json", "--agents-dir", str(extra), cwd=project, env=env
+        ).stdout
+    )
+    assert [p["level"] for p in document["problems"]] == ["warning", "warning"]
+    assert {p["path"] for p in document["problems"]} == {
+        str(extra / "b" / "reviewer.md"),
+        str(extra / "devops.md"),
+    }
+    assert any("agent 'Explore'" in n["message"] for n in document["notes"])
+    assert "python-devops-ci-cd-expert" in {a["name"] for a in document["agents"]}
+
+    missing = agentcell("agents", "validate", "--agents-dir", "nowhere", cwd=project, env=env)
+    assert "nowhere: warning: agents folder not found" in missing.stdout
 
 
 def test_demo_exits_zero_and_prints_the_table(tmp_path: Path) -> None:

@@ -369,6 +369,101 @@ async def test_depth_two_when_configured(tracked: SpawnRecorder, tmp_path: Any) 
     assert "task" in [t.name for t in forger.calls[0].tools]
 
 
+async def test_task_limits_in_tools_narrow_what_a_child_may_start(
+    tracked: SpawnRecorder, tmp_path: Any
+) -> None:
+    lead = FunctionModel(child_models.delegate_to_each_word, name="function:lead")
+    leaf = FunctionModel(child_models.answer_prompt, name="function:leaf")
+    other = FunctionModel(child_models.answer_prompt, name="function:other")
+    settings = Settings(approval="allow", max_depth=2, max_workers=4, warm_spares=1)
+    orch = await make(
+        tracked,
+        main=main_model(lambda: [tool_call("task", subagent_type="lead", prompt="Leaf other")]),
+        agents=[
+            agent("lead", "function:lead", ["read_file", "Task(leaf)"]),
+            agent("leaf", "function:leaf", []),
+            agent("other", "function:other", []),
+        ],
+        models={"function:lead": lead, "function:leaf": leaf, "function:other": other},
+        settings=settings,
+        workdir=tmp_path,
+    )
+    async with orch:
+        report = await orch.run("go")
+    by_type = {r.agent_type: r for r in report.subagents}
+    assert set(by_type) == {"lead", "leaf"}  # `other` never ran
+    assert other.calls == []
+    allowed, refused = by_type["lead"].text.splitlines()
+    assert allowed.startswith("[completed] leaf")  # "Leaf": any spelling of an allowed type
+    assert refused == (
+        "permission denied: lead may not start 'other' (its tools limit task to: leaf)"
+    )
+    # The schema the child was offered lists only what it may start.
+    [task] = [t for t in lead.calls[0].tools if t.name == "task"]
+    assert task.parameters["properties"]["subagent_type"]["enum"] == ["leaf"]
+    assert "- other:" not in task.description and "- leaf:" in task.description
+
+
+def test_a_task_limit_naming_no_registered_agent_offers_no_task(tmp_path: Any) -> None:
+    from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+
+    orch = Orchestrator(
+        model=FunctionModel(lambda m, t: "x"),
+        settings=Settings(max_depth=3),
+        load_agent_files=False,
+        record=False,
+        workdir=tmp_path,
+    )
+    scope = Scope("main", ["read_file", "task"], "function:x")
+    for tools, offered in ((["Task(ghost)"], False), (["Task(ghost, Explore)"], True)):
+        lead = AgentDefinition(name="lead", tools=tools, model="inherit")
+        spec, _, _ = orch.runner._prepare(lead, DelegationRequest("lead", "p"), scope, "a1", False)
+        assert [t.name for t in spec.remote_tools] == (["task"] if offered else []), tools
+    enum = spec.remote_tools[0].parameters["properties"]["subagent_type"]["enum"]
+    assert enum == ["Explore"]
+
+
+async def test_a_background_definition_runs_in_the_background_unless_the_call_says_no(
+    tracked: SpawnRecorder, settings: Settings, tmp_path: Any
+) -> None:
+    first_results: list[str] = []
+
+    def main_fn(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            [task] = [t for t in tools if t.name == "task"]
+            assert "runs in the background unless background is false" in task.description
+            return reply(
+                "",
+                tool_call("task", subagent_type="watcher", prompt="by default"),
+                tool_call("task", subagent_type="watcher", prompt="now", background=False),
+            )
+        if not first_results:
+            first_results.extend(r.content for r in tool_results(messages))
+        last = messages[-1]
+        if isinstance(last, UserMessage) and "Background task results" in last.content:
+            return "done"
+        return "waiting"
+
+    watcher = FunctionModel(child_models.answer_prompt, name="function:watcher")
+    orch = await make(
+        tracked,
+        main=FunctionModel(main_fn, name="function:main"),
+        agents=[agent("watcher", "function:watcher", [], background=True)],
+        models={"function:watcher": watcher},
+        settings=settings,
+        workdir=tmp_path,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    assert report.final_text == "done"
+    by_default, forced = first_results
+    assert by_default.startswith("[running] task t1 started in the background (watcher)")
+    assert forced.startswith("[completed] watcher") and "answer to: now" in forced
+    (record,) = orch.tracker.records()  # only the default run went through the tracker
+    assert record.delivered and record.result is not None
+    assert record.result.text == "answer to: by default" and record.result.background
+
+
 async def test_steer_reaches_the_next_turn(
     tracked: SpawnRecorder, settings: Settings, tmp_path: Any
 ) -> None:
@@ -522,7 +617,6 @@ async def test_an_agent_file_cannot_loosen_the_permission_mode(
 
 
 async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
-    from agentcell.orchestrator.delegation._runner import Scope
     from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest
 
     sent: list[Any] = []
@@ -538,7 +632,7 @@ async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
     frame = DelegateRequest(
         request_id=7, call_id="c", tool="task", arguments='{"subagent_type":"Explore","prompt":"x"}'
     )
-    await orch.runner._answer_delegation(FakeLease(), frame, spec, Scope("a1", [], ""), False)  # type: ignore[arg-type]
+    await orch.runner._answer_delegation(FakeLease(), frame, AgentDefinition(name="x"), spec, False)  # type: ignore[arg-type]
     (reply,) = sent
     assert isinstance(reply, DelegateReply) and reply.is_error and reply.request_id == 7
     assert "permission denied" in reply.content

@@ -13,6 +13,7 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation._worktree import create_worktree, finish_worktree
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
@@ -60,6 +61,11 @@ def git_repo(path: Path) -> Path:
     return path
 
 
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
 def branches(repo: Path) -> list[str]:
     out = subprocess.run(
         ["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True, text=True
@@ -92,11 +98,51 @@ async def test_worktrees_keep_changes_and_drop_clean_ones(
         assert name in result.diff_stat and "1 file changed" in result.diff_stat
         assert result.branch and result.branch in result.render()
         kept_branches.add(result.branch)
+        # Committed on its branch, naming the agent and the task; nothing left uncommitted.
+        assert result.commit == git(repo, "rev-parse", result.branch)
+        assert result.commit[:12] in result.render()
+        subject, body = git(repo, "log", "-1", "--format=%s%n%b", result.branch).split("\n", 1)
+        assert subject == f"agentcell: writer ({result.agent_id}): {result.description}"
+        assert f"Task:\n{name}" in body
+        assert git(tree, "status", "--porcelain") == ""
+        assert git(repo, "show", f"{result.branch}:{name}") == f"made by {name}"
     assert len(kept_branches) == 4
     assert set(branches(repo)) - {"master", "main"} == kept_branches
     assert not (repo / "one.txt").exists()  # the main checkout is untouched
     worktree_dirs = sorted(p.name for p in (tmp_path / "run" / "worktrees").iterdir())
     assert worktree_dirs == sorted(Path(r.worktree or "").name for r in changed)
+
+
+def anonymous_repo(repo: Path) -> Path:
+    """A repository with one commit and no author configured."""
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / "a.txt").write_text("a\n")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    ident = ["-c", "user.name=x", "-c", "user.email=x@x"]
+    subprocess.run(["git", *ident, "commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
+
+
+async def test_worktree_changes_are_committed_without_an_identity_or_hooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A repository (and home) that names no author, with a hook that refuses every commit.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    repo = anonymous_repo(tmp_path / "bare-identity")
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 1\n")
+    hook.chmod(0o755)
+    tree = await create_worktree(repo, tmp_path / "rec", "a1", "agentcell/r/a1")
+    (tree.workdir / "new.txt").write_text("new\n")
+    kept = await finish_worktree(tree, "agentcell: writer (a1): add new.txt")
+    assert kept is not None and kept.commit_error == ""
+    assert git(repo, "log", "-1", "--format=%s|%an", "agentcell/r/a1") == (
+        "agentcell: writer (a1): add new.txt|agentcell"
+    )
+    assert kept.commit == git(repo, "rev-parse", "agentcell/r/a1")
+    assert "new.txt" in kept.diff_stat and "1 file changed" in kept.diff_stat
 
 
 async def test_worktree_outside_git_is_a_clear_error(
@@ -300,6 +346,37 @@ async def test_a_child_cannot_reach_outside_its_workdir(
         assert "top secret" not in content
     assert not (tmp_path / "planted.txt").exists()
     assert (tmp_path / "secret.txt").read_text() == "top secret\n"
+
+
+async def test_searches_from_a_child_do_not_read_earlier_runs_records(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    (work / "src").mkdir(parents=True)
+    (work / "src" / "notes.jsonl").write_text('{"plan": "ZEBRA-42 is the codename"}\n')
+    # What an earlier run left behind: a transcript and a kept worktree.
+    earlier = work / ".agentcell" / "runs" / "20261201-000000-beef"
+    earlier.mkdir(parents=True)
+    (earlier / "a1.jsonl").write_text('{"prompt": "ZEBRA-42 private instructions"}\n')
+    (work / ".agentcell" / "worktrees" / "a1").mkdir(parents=True)
+    (work / ".agentcell" / "worktrees" / "a1" / "copy.jsonl").write_text("ZEBRA-42\n")
+    model = FunctionModel(child_models.search_for_prompt, name="function:searcher")
+    orch = orchestrator(
+        work,
+        [agent("searcher", "function:searcher", ["glob", "grep"])],
+        {"function:searcher": model},
+        record=False,
+    )
+    async with orch:
+        result = await orch.delegate("searcher", "ZEBRA-42")
+    assert result.status is RunStatus.COMPLETED, result.error
+    grep_all, glob_all, grep_records = result.text.splitlines()[:3]
+    assert grep_all == 'grep|src/notes.jsonl:1:{"plan": "ZEBRA-42 is the codename"}'
+    assert glob_all == "glob|src/notes.jsonl"
+    # Asked for by path, the records are readable: skipping is about searches passing by.
+    assert grep_records.startswith("grep|.agentcell/runs/20261201-000000-beef/a1.jsonl:1:")
+    assert "glob|.agentcell/runs/20261201-000000-beef/a1.jsonl" in result.text
+    assert ".agentcell/worktrees/a1/copy.jsonl" in result.text
 
 
 async def test_a_flooding_child_is_captured_and_capped(

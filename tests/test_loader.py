@@ -205,10 +205,13 @@ def test_name_falls_back_to_the_file_name(tmp_path: Path) -> None:
     assert d.name == "other"
 
 
-def test_file_name_that_is_not_a_valid_name(tmp_path: Path) -> None:
-    [diagnostic] = skipped(tmp_path, "---\ndescription: x\n---\n", "My Agent.md")
-    assert "name (from the file name) must be" in diagnostic.message
-    assert "try 'my-agent'" in diagnostic.message
+def test_file_name_that_is_not_a_valid_name_loads_under_its_slug(tmp_path: Path) -> None:
+    path = write(tmp_path / "My Agent.md", "---\ndescription: x\n---\n")
+    result = load_agent_file(path)
+    [d] = result.definitions
+    assert d.name == "my-agent"
+    [warning] = [x for x in result.diagnostics if x.level == "warning"]
+    assert warning.message.startswith("name (from the file name) 'My Agent' is not an agent")
 
 
 def test_escaped_newlines_in_description(tmp_path: Path) -> None:
@@ -511,6 +514,9 @@ def test_exact_name_beats_case_insensitive(tmp_path: Path) -> None:
     assert builtin is not None
     assert builtin.source == "builtin"
     assert registry.get("EXPLORE") is None  # ambiguous
+    [twins] = registry.diagnostics
+    assert twins.level == "warning"
+    assert "'explore' from programmatic and 'Explore' from builtin differ only in" in twins.message
 
 
 SOURCES = [
@@ -633,3 +639,146 @@ def test_programmatic_add_overrides_and_is_reported() -> None:
     registry.add(AgentDefinition(name="alpha"))
     assert registry.names() == ["general-purpose", "Explore", "Plan", "alpha", "zed"]
     assert len(registry) == 5
+
+
+# -- as Claude Code reads them ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("closing", ["----", "-----", "------  ", "----------------"])
+def test_frontmatter_closed_by_more_than_three_dashes(tmp_path: Path, closing: str) -> None:
+    d = load_one(tmp_path, f"---\nname: t\ndescription: x\n{closing}\nBody\n\n----\nMore\n")
+    assert (d.name, d.description) == ("t", "x")
+    assert d.system_prompt == "Body\n\n----\nMore"  # only the first such line closes it
+
+
+def test_two_dashes_do_not_close(tmp_path: Path) -> None:
+    [diagnostic] = skipped(tmp_path, "---\nname: t\ndescription: x\n--\nBody\n")
+    assert "no closing '---'" in diagnostic.message
+
+
+def test_name_with_spaces_capitals_and_slashes_loads_under_its_slug(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "devops.md",
+        "---\nname: Python DevOps/CI-CD Expert\ndescription: Ships things\n---\nBody\n",
+    )
+    result = load_agent_file(path)
+    [d] = result.definitions
+    assert d.name == "python-devops-ci-cd-expert"
+    [warning] = result.diagnostics  # exactly one line about it
+    assert warning.level == "warning"
+    assert "'Python DevOps/CI-CD Expert' is not an agent name" in warning.message
+    assert "loaded as 'python-devops-ci-cd-expert'" in warning.message
+
+
+def test_a_name_that_is_fine_is_kept_as_written(tmp_path: Path) -> None:
+    path = write(tmp_path / "e.md", "---\nname: Explore_2.0\ndescription: x\n---\n")
+    result = load_agent_file(path)
+    assert [d.name for d in result.definitions] == ["Explore_2.0"]
+    assert result.diagnostics == []
+
+
+def test_the_registry_finds_an_agent_by_either_spelling(tmp_path: Path) -> None:
+    folder = tmp_path / "agents"
+    write(folder / "devops.md", agent("Python DevOps/CI-CD Expert"))
+    registry = AgentRegistry.load(tmp_path / "p", home=tmp_path / "h", extra_dirs=[folder])
+    found = registry.get("python-devops-ci-cd-expert")
+    assert found is not None and found.source.endswith("devops.md")
+    for spelling in (
+        "Python DevOps/CI-CD Expert",
+        "python devops ci cd expert",
+        "PYTHON_DEVOPS-CI/CD-EXPERT",
+    ):
+        assert registry.get(spelling) is found, spelling
+    assert registry.get("python-devops") is None
+    assert "python-devops-ci-cd-expert" in registry.names()
+
+
+def test_two_spellings_of_one_name_are_one_agent(tmp_path: Path) -> None:
+    folder = tmp_path / "agents"
+    write(folder / "a.md", agent("Code Reviewer", "first"))
+    write(folder / "b.md", agent("code-reviewer", "second"))
+    registry = AgentRegistry.load(tmp_path / "p", home=tmp_path / "h", extra_dirs=[folder])
+    assert [d.description for d in registry.definitions() if d.name == "code-reviewer"] == [
+        "second"
+    ]
+    [override] = [d for d in registry.diagnostics if "overrides" in d.message]
+    assert override.level == "warning" and "a.md" in override.message
+
+
+def test_tolerant_parser_keeps_paragraphs_and_prose_lines(tmp_path: Path) -> None:
+    text = (
+        "---\n"
+        "name: reviewer\n"
+        "description: Reviews code: carefully.\n"
+        "  Second line of the first paragraph.\n"
+        "\n"
+        "  A second paragraph.\n"
+        "Examples:\n"
+        "  - user: 'check my diff'\n"
+        "Note: it is slow\n"
+        "tools: Read, Grep\n"
+        "color: blue\n"
+        "---\n"
+        "Body\n"
+    )
+    result = load_agent_file(write(tmp_path / "r.md", text))
+    [d] = result.definitions
+    assert any("tolerant parser" in m for m in messages(result))
+    assert d.description == (
+        "Reviews code: carefully. Second line of the first paragraph.\n\n"
+        "A second paragraph. Examples: - user: 'check my diff' Note: it is slow"
+    )
+    assert d.tools == ["read_file", "grep"]
+    assert d.extra == {"color": "blue"}  # lower-case keys still start entries
+
+
+def test_task_entry_with_agent_types_is_one_entry(tmp_path: Path) -> None:
+    for line in (
+        "tools: Read, Task(code-reviewer, Test Runner), Grep",
+        "tools: [Read, 'Agent(code-reviewer, Test Runner)', Grep]",
+        "tools:\n  - Read\n  - Agent(code-reviewer, Test Runner)\n  - Grep",
+    ):
+        result = load_agent_file(
+            write(tmp_path / "t.md", f"---\nname: t\ndescription: x\n{line}\n---\n")
+        )
+        [d] = result.definitions
+        assert d.tools == ["read_file", "task", "grep"], line
+        assert d.task_agents == ["code-reviewer", "Test Runner"], line
+        assert d.unknown_tools == [], line
+        assert not [x for x in result.diagnostics if x.level != "info"], line
+
+
+def test_task_entry_in_disallowed_tools_denies_only_those_types(tmp_path: Path) -> None:
+    text = "---\nname: t\ndescription: x\ndisallowedTools: Bash, Agent(Plan)\n---\n"
+    d = load_one(tmp_path, text)
+    assert d.disallowed_tools == ["bash"]  # task itself stays allowed
+    assert d.denied_task_agents == ["Plan"]
+    assert d.may_start("Explore") and not d.may_start("plan")
+
+
+@pytest.mark.parametrize(
+    ("key", "needle"),
+    [
+        ("hooks", "guard they implement is NOT enforced"),
+        ("mcpServers", "does not start MCP servers"),
+        ("skills", "does not load Claude Code skills"),
+        ("memory", "no persistent agent memory"),
+    ],
+)
+def test_keys_agentcell_does_not_honour_get_one_note_each(
+    tmp_path: Path, key: str, needle: str
+) -> None:
+    value = (
+        "\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        - type: command"
+        if key == "hooks"
+        else " [x]"
+    )
+    result = load_agent_file(
+        write(tmp_path / "k.md", f"---\nname: t\ndescription: x\n{key}:{value}\n---\n")
+    )
+    [d] = result.definitions
+    assert key in d.extra
+    [note] = result.diagnostics
+    assert (
+        note.level == "warning" and note.message.startswith(f"{key}: ") and needle in note.message
+    )

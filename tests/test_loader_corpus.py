@@ -15,8 +15,17 @@ from typing import Any
 
 import pytest
 import yaml
-from agentcell.orchestrator.definitions._loader import LoadResult, field_for_key, load_agents_dir
-from agentcell.orchestrator.definitions._model import AgentDefinition, normalize_model
+from agentcell.orchestrator.definitions._loader import (
+    UNSUPPORTED_KEYS,
+    LoadResult,
+    field_for_key,
+    load_agents_dir,
+)
+from agentcell.orchestrator.definitions._model import (
+    AgentDefinition,
+    is_agent_name,
+    normalize_model,
+)
 from agentcell.orchestrator.definitions._registry import AgentRegistry
 
 CORPUS = Path(__file__).parents[2] / "shared" / "agents-corpus"
@@ -289,3 +298,21 @@ def test_loading_is_deterministic(corpus: Path, loaded: LoadResult) -> None:
     again = load_agents_dir(corpus)
     assert again.definitions == loaded.definitions
     assert again.diagnostics == loaded.diagnostics
+
+
+def test_claude_code_readings_leave_the_corpus_as_it_was(loaded: LoadResult) -> None:
+    # None of the 499 files has a name that needs a slug, a Task(...) limit or a key that
+    # agentcell ignores: the new readings must not invent any of them.
+    assert all(is_agent_name(d.name) for d in loaded.definitions)
+    assert [d.name for d in loaded.definitions if d.task_agents or d.denied_task_agents] == []
+    assert not [m for m in loaded.diagnostics if "not an agent name" in m.message]
+    ignored = UNSUPPORTED_KEYS.values()
+    assert not [m for m in loaded.diagnostics if any(note in m.message for note in ignored)]
+
+
+def test_every_corpus_agent_is_found_by_another_spelling(corpus: Path) -> None:
+    registry = AgentRegistry.load(
+        corpus / "no-project", home=corpus / "no-home", extra_dirs=[corpus / "wshobson__agents"]
+    )
+    for name in registry.names():
+        assert registry.get(name.upper().replace("-", " ")) is registry.get(name), name

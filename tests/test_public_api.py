@@ -307,6 +307,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "READ_ONLY_TOOLS",
         "ResolvedTools",
         "agent_dirs",
+        "agent_slug",
         "field_for_key",
         "is_known_tool",
         "load_agent_file",

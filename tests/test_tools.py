@@ -490,6 +490,31 @@ async def test_grep_caps_and_refusals(tree: Path) -> None:
         await call(Grep(), ctx, pattern="x", path="missing")
 
 
+async def test_records_are_skipped_unless_the_search_starts_inside_them(tmp_path: Path) -> None:
+    for rel in [
+        "src/app.py",
+        ".agentcell/runs/r1/a1.jsonl",
+        ".agentcell/worktrees/a1/src/app.py",
+        "pkg/.agentcell/runs/r2/main.jsonl",  # a nested project's records too
+    ]:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("needle = 1\n")
+    ctx = ctx_for(tmp_path)
+    assert await text_of(Grep(), ctx, pattern="needle") == "src/app.py:1:needle = 1"
+    assert await glob_lines(tmp_path, pattern="**/*") == ["src/app.py"]
+    # Named explicitly (as path, or as the literal start of the pattern), they are read.
+    assert (await text_of(Grep(), ctx, pattern="needle", path=".agentcell")).splitlines() == [
+        ".agentcell/runs/r1/a1.jsonl:1:needle = 1",
+        ".agentcell/worktrees/a1/src/app.py:1:needle = 1",
+    ]
+    assert await glob_lines(tmp_path, pattern=".agentcell/runs/**") == [
+        ".agentcell/runs/r1/a1.jsonl"
+    ]
+    assert await glob_lines(tmp_path, pattern="*.jsonl", path="pkg/.agentcell/runs/r2") == [
+        "pkg/.agentcell/runs/r2/main.jsonl"
+    ]
+
+
 async def test_grep_skips_binary_files(tmp_path: Path) -> None:
     (tmp_path / "blob.bin").write_bytes(b"needle\x00\x01")
     (tmp_path / "text.txt").write_text("needle\n")

@@ -14,9 +14,8 @@ from agentcell.orchestrator.definitions import (
     COORDINATION_TOOLS,
     AgentDefinition,
     AgentRegistry,
+    Diagnostic,
     agent_dirs,
-    load_agent_file,
-    load_agents_dir,
     resolve_model_alias,
     resolve_tools,
 )
@@ -51,6 +50,8 @@ def _describe(
         "timeout_s": definition.timeout_s,
         "context": definition.context,
         "isolation": definition.isolation,
+        "task_agents": definition.task_agents,
+        "denied_task_agents": list(definition.denied_task_agents),
         "extra": definition.extra,
     }
 
@@ -75,11 +76,26 @@ def _registry(
     return registry, settings.aliases, settings.model or "(no main model set)"
 
 
+def problems(registry: AgentRegistry) -> list[Diagnostic]:
+    """What `agents list` counts and `agents validate` reports as problems."""
+    return [d for d in registry.diagnostics if d.level in ("warning", "error")]
+
+
+def _diagnostic_json(diagnostic: Diagnostic) -> dict[str, str]:
+    return {"level": diagnostic.level, "path": diagnostic.path, "message": diagnostic.message}
+
+
 def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) -> None:
     registry, aliases, main_model = _registry(workdir, agents_dirs)
     rows = [_describe(d, workdir, aliases, main_model) for d in registry.definitions()]
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        notes = [d for d in registry.diagnostics if d.level == "info"]
+        document = {
+            "agents": rows,
+            "problems": [_diagnostic_json(d) for d in problems(registry)],
+            "notes": [_diagnostic_json(d) for d in notes],
+        }
+        click.echo(json.dumps(document, indent=2))
         return
     console = Console(highlight=False)
     table = Table(box=None, pad_edge=False)
@@ -96,10 +112,10 @@ def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) ->
         )
         table.add_row(row["name"], row["source"], model, tools)
     console.print(table)
-    problems = [d for d in registry.diagnostics if d.level in ("warning", "error")]
-    if problems:
+    found = problems(registry)
+    if found:
         console.print(
-            f"\n{len(problems)} problem(s) while loading; see: agentcell agents validate",
+            f"\n{len(found)} problem(s) while loading; see: agentcell agents validate",
             style="yellow",
         )
 
@@ -130,6 +146,8 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         "timeout_s",
         "context",
         "isolation",
+        "task_agents",
+        "denied_task_agents",
     ):
         value = row[key]
         if value in (None, [], {}):
@@ -142,32 +160,33 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
     console.print(definition.system_prompt or "(empty)", markup=False)
 
 
-def validate_agents(paths: Sequence[Path], workdir: Path) -> int:
-    """Print one line per problem; 1 if any file failed to load, else 0."""
-    targets = list(paths) or [d for d in agent_dirs(workdir) if d.is_dir()]
-    if not targets:
-        click.echo(
-            "no agent folders here (.claude/agents, .agentcell/agents, ...): nothing to check"
-        )
-        return 0
-    checked = failed = 0
-    for target in targets:
-        if not target.exists():
-            click.echo(f"{target}: error: no such file or folder")
-            failed += 1
-            continue
-        result = load_agents_dir(target) if target.is_dir() else load_agent_file(target)
-        files = {Path(d.source) for d in result.definitions}
-        broken = {Path(d.path) for d in result.diagnostics if d.level == "error"}
-        checked += len(files | broken)
-        failed += len(broken)
-        for diagnostic in result.diagnostics:
-            click.echo(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}")
-        for definition in result.definitions:
-            if os.environ.get("AGENTCELL_VERBOSE"):
-                click.echo(f"{_rel(definition.source)}: ok: {definition.name}")
-    click.echo(f"{checked} file(s) checked, {failed} failed")
-    return 1 if failed else 0
+def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[Path] = ()) -> int:
+    """Print one line per diagnostic (problems, duplicate names, overrides of built-ins and
+    of other sources); 1 if any file failed to load, else 0.
+
+    With `paths`: those files and folders (then each --agents-dir) over the built-ins.
+    Without: the project's agent folders and each --agents-dir, as `agents list` sees them.
+    """
+    if paths:
+        registry = AgentRegistry.from_paths([*paths, *agents_dirs])
+    else:
+        if not agents_dirs and not any(d.is_dir() for d in agent_dirs(workdir)):
+            click.echo(
+                "no agent folders here (.claude/agents, .agentcell/agents, ...): nothing to check"
+            )
+            return 0
+        registry, _, _ = _registry(workdir, agents_dirs)
+    broken = {d.path for d in registry.diagnostics if d.level == "error"}
+    checked = len({d.source for d in registry.loaded} | broken)
+    for diagnostic in registry.diagnostics:
+        click.echo(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}")
+    if os.environ.get("AGENTCELL_VERBOSE"):
+        for definition in registry.loaded:
+            click.echo(f"{_rel(definition.source)}: ok: {definition.name}")
+    click.echo(
+        f"{checked} file(s) checked, {len(broken)} failed, {len(problems(registry))} problem(s)"
+    )
+    return 1 if broken else 0
 
 
 def _rel(path: str) -> str:

@@ -284,13 +284,17 @@ def agents_show(
 @agents.command("validate")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
+@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
 @click.option("--debug", is_flag=True)
 @guarded
-def agents_validate(paths: tuple[Path, ...], workdir: Path, debug: bool) -> None:
-    """Check agent files or folders (default: every agent folder of this project)."""
+def agents_validate(
+    paths: tuple[Path, ...], workdir: Path, agents_dirs: tuple[Path, ...], debug: bool
+) -> None:
+    """Check agent files or folders (default: this project's agent folders and each
+    --agents-dir, as `agents list` sees them), duplicate names and overrides included."""
     from agentcell.orchestrator.cli._agents_cmd import validate_agents
 
-    sys.exit(validate_agents(paths, workdir.resolve()))
+    sys.exit(validate_agents(paths, workdir.resolve(), agents_dirs))
 
 
 # -- runs -----------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ from typing import Any, Literal
 import yaml
 from agentcell.orchestrator.definitions._model import (
     AgentDefinition,
+    agent_slug,
+    is_agent_name,
     model_problem,
     validation_messages,
 )
@@ -42,8 +44,27 @@ Level = Literal["error", "warning", "info"]
 # libyaml when present (same YAML, ~10x faster on a big agents folder).
 _SafeLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-# Fields a frontmatter may set; the rest (system_prompt, extra, source) come from elsewhere.
-_SETTABLE = frozenset(AgentDefinition.model_fields) - {"system_prompt", "extra", "source"}
+# Fields a frontmatter may set; the rest come from elsewhere (the body, unknown keys, the
+# path, and Task(...) entries in the tool lists).
+_SETTABLE = frozenset(AgentDefinition.model_fields) - {
+    "system_prompt",
+    "extra",
+    "source",
+    "task_agents",
+    "denied_task_agents",
+}
+#: Keys Claude Code honours that agentcell does not (yet), by their snake_case spelling,
+#: and what ignoring each means: said once per file, so nobody relies on them unawares.
+UNSUPPORTED_KEYS: dict[str, str] = {
+    "hooks": "agentcell does not run Claude Code hooks: this agent's hooks never run, so a "
+    "guard they implement is NOT enforced (use disallowedTools or deny rules instead)",
+    "mcp_servers": "agentcell does not start MCP servers: the agent runs without their tools",
+    "skills": "agentcell does not load Claude Code skills: the agent runs without them",
+    "memory": "agentcell has no persistent agent memory: the agent starts afresh every run",
+}
+# Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
+# in the tolerant parser with one of these names always starts a new entry.
+_OTHER_KEYS = frozenset({"color", "initial_prompt", "effort", "version", "category", "tags"})
 # Files that commonly sit in an agents folder and are not agents.
 _NOT_AGENTS = frozenset({"readme", "changelog", "license", "contributing", "index"})
 _TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(?:\s|$)")
@@ -83,10 +104,15 @@ class _Skip(Exception):
         self.level: Level = level
 
 
+def _snake(key: str) -> str:
+    """maxTurns, max-turns, max_turns → max_turns."""
+    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key.strip())
+    return snake.replace("-", "_").lower()
+
+
 def field_for_key(key: str) -> str | None:
     """The AgentDefinition field a frontmatter key sets (maxTurns, max-turns, max_turns)."""
-    snake = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", key.strip())
-    snake = snake.replace("-", "_").lower()
+    snake = _snake(key)
     return snake if snake in _SETTABLE else None
 
 
@@ -154,8 +180,8 @@ def _skipped(path: Path, message: str) -> LoadResult:
 def _split(text: str, path: str) -> tuple[str, str, int]:
     """(frontmatter, body, the file line the frontmatter starts on).
 
-    Delimiters are '---' lines; blank lines before, indentation and trailing spaces are
-    allowed."""
+    The opening delimiter is a '---' line, the closing one a line of three or more dashes;
+    blank lines before, indentation and trailing spaces are allowed."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     start = 0
     while start < len(lines) and not lines[start].strip():
@@ -175,12 +201,12 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
         (
             i
             for i in range(start + 1, len(lines))
-            if lines[i].strip() == "---" and len(lines[i]) - len(lines[i].lstrip()) <= indent
+            if _closes(lines[i]) and len(lines[i]) - len(lines[i].lstrip()) <= indent
         ),
         None,
     )
     if end is None:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].strip() == "---"), None)
+        end = next((i for i in range(start + 1, len(lines)) if _closes(lines[i])), None)
     if end is None:
         raise _Skip(
             f"no closing '---' for the frontmatter opened on line {start + 1}: "
@@ -194,6 +220,11 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
     while body and not body[-1].strip():
         body.pop()
     return frontmatter, "\n".join(body), start + 2
+
+
+def _closes(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= 3 and stripped == "-" * len(stripped)
 
 
 def _parse_frontmatter(text: str, first_line: int) -> tuple[dict[Any, Any], list[str]]:
@@ -232,13 +263,16 @@ def _tolerant(text: str) -> dict[str, Any] | None:
     """Top-level `key: value` entries, each parsed by YAML alone where it can be.
 
     An entry is a key line plus the lines that continue it (indented lines, list items,
-    blank lines). An entry YAML still rejects is a plain scalar: the text after the key,
-    its continuation lines folded with spaces, as a person reads it. None when the text has
-    no key line or something before the first key.
+    blank lines, and a column-0 ``Word:`` line that is prose: a capitalised word that is no
+    key agent files use, like "Examples:" inside a long description). An entry YAML still
+    rejects is a plain scalar: the text after the key, as a person reads it — lines of a
+    paragraph joined with spaces, paragraphs kept apart by a blank line. None when the text
+    has no key line or something before the first key.
     """
     entries: list[list[str]] = []
     for line in text.split("\n"):
-        if _TOP_KEY.match(line):
+        top = _TOP_KEY.match(line)
+        if top and (not entries or _starts_entry(top.group(1))):
             entries.append([line])
         elif line.startswith("#"):
             continue  # a top-level comment
@@ -261,9 +295,25 @@ def _tolerant(text: str) -> dict[str, Any] | None:
             fields.update({str(k): v for k, v in parsed.items()})
             continue
         first = entry[0][key_match.end() :]
-        words = " ".join(part.strip() for part in [first, *entry[1:]] if part.strip())
-        fields[key] = _unquote(words)
+        fields[key] = _unquote(_as_prose([first, *entry[1:]]))
     return fields
+
+
+def _starts_entry(key: str) -> bool:
+    """Whether a column-0 `key:` line starts a new entry rather than continuing prose."""
+    snake = _snake(key)
+    known = snake in _SETTABLE or snake in UNSUPPORTED_KEYS or snake in _OTHER_KEYS
+    return known or not key[0].isupper()
+
+
+def _as_prose(lines: list[str]) -> str:
+    paragraphs: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return "\n\n".join(" ".join(words) for words in paragraphs if words)
 
 
 def _yaml_or_none(text: str) -> Any:
@@ -312,6 +362,7 @@ def _build(
     if values.get("name") in (None, ""):
         values["name"] = Path(path).stem
         spelled["name"] = "name (from the file name)"
+    renamed = _slugged_name(values, spelled["name"])
     description = values.get("description")
     if isinstance(description, str):
         # Real files write "\n" for a line break inside a plain one-line description.
@@ -321,8 +372,23 @@ def _build(
     except ValidationError as exc:
         lines = validation_messages(exc, keys=spelled)
         raise _Skip(*lines) from None
+    if renamed:
+        diagnostics.append(Diagnostic("warning", path, renamed))
     diagnostics.extend(Diagnostic(level, path, note) for level, note in _notes(definition))
     return definition
+
+
+def _slugged_name(values: dict[str, Any], spelled: str) -> str:
+    """Give a name like "Python DevOps/CI-CD Expert" its slug, as Claude Code reads it;
+    the warning to report ('' when the name is fine as it is)."""
+    name = values["name"]
+    if not isinstance(name, str) or is_agent_name(name.strip()) or not agent_slug(name):
+        return ""  # fine, or beyond repair: the validator says which
+    values["name"] = agent_slug(name)
+    return (
+        f"{spelled} {name.strip()!r} is not an agent name (letters, digits, '-', '_', '.'): "
+        f"loaded as {values['name']!r}; the task tool accepts either spelling"
+    )
 
 
 def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
@@ -332,6 +398,10 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
         found.append(
             ("warning", "no description: the main agent cannot tell when to use this agent")
         )
+    for key in definition.extra:
+        ignored = UNSUPPORTED_KEYS.get(_snake(key))
+        if ignored is not None:
+            found.append(("warning", f"{key}: {ignored}"))
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))

@@ -17,9 +17,18 @@ from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
     means_all_tools,
     normalize_tool_names,
+    split_tool_entries,
+    task_entry_agents,
 )
 from agentcell.worker import PermissionMode
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 #: The model aliases that configuration maps to PROVIDER:NAME strings.
 MODEL_ALIASES: tuple[str, ...] = ("sonnet", "opus", "haiku")
@@ -36,6 +45,20 @@ NAME_MAX = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _MODES = ", ".join(m.value for m in PermissionMode)
+
+
+def is_agent_name(name: str) -> bool:
+    """True for a name an agent may have as it is (``code-reviewer``, ``Explore``)."""
+    return len(name) <= NAME_MAX and _NAME.match(name) is not None
+
+
+def agent_slug(name: str) -> str:
+    """``name`` folded for matching, and the name a file whose name is none loads under:
+    lower case, each run of characters other than letters, digits and '.' one '-'
+    ("Python DevOps/CI-CD Expert" → "python-devops-ci-cd-expert"). Two spellings of one
+    agent have the same slug, so lookups are case- and separator-insensitive."""
+    slug = re.sub(r"[^a-z0-9.]+", "-", name.strip().lower()).strip("-.")
+    return slug[:NAME_MAX].rstrip("-.")
 
 
 def normalize_model(value: object) -> str:
@@ -129,8 +152,7 @@ def _tool_list(value: object, *, allow_all: bool) -> list[str] | None:
         return None
     hint = "a comma-separated string or a list of tool names (e.g. Read, Grep)"
     if isinstance(value, str):
-        # A flow list that strict YAML could not read arrives as its raw text: "[Read, 'Bash'".
-        items = value.strip().removeprefix("[").removesuffix("]").split(",")
+        items = _string_entries(value)
     elif isinstance(value, list | tuple):
         for position, item in enumerate(value, 1):
             if not isinstance(item, str):
@@ -139,8 +161,6 @@ def _tool_list(value: object, *, allow_all: bool) -> list[str] | None:
     else:
         raise ValueError(f"must be {hint}, got {value!r}")
     names = [item.strip() for item in items if item.strip()]
-    if isinstance(value, str):
-        names = [name.strip("'\"").strip() for name in names]
     if any(means_all_tools(name) for name in names):
         if not allow_all:
             raise ValueError(
@@ -155,6 +175,22 @@ def _tool_list(value: object, *, allow_all: bool) -> list[str] | None:
     return normalize_tool_names(names)
 
 
+def _string_entries(value: str) -> list[str]:
+    """The entries of a tools string; a flow list that strict YAML could not read arrives
+    as its raw text ("[Read, 'Bash'"). Commas inside ``Task(a, b)`` do not split."""
+    text = value.strip().removeprefix("[").removesuffix("]")
+    return [entry.strip().strip("'\"").strip() for entry in split_tool_entries(text)]
+
+
+def _entries(value: object) -> list[str] | None:
+    """The raw entries of a tools value, or None when it is not a string or list of them."""
+    if isinstance(value, str):
+        return _string_entries(value)
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return list(value)
+    return None
+
+
 class AgentDefinition(BaseModel):
     """One sub-agent.
 
@@ -162,6 +198,11 @@ class AgentDefinition(BaseModel):
     empty list gives the agent NO tools (it can only answer from its prompt), and names are
     mapped from Claude Code spellings (Read → read_file). `disallowed_tools` always wins.
     `source` is "builtin", the definition file's path, or "programmatic" for code.
+
+    ``Task(a, b)`` (or ``Agent(a, b)``) in `tools` grants ``task`` limited to the agent
+    types a and b (`task_agents`); in `disallowed_tools` it denies only those types
+    (`denied_task_agents`). Names match case- and separator-insensitively. A bare
+    ``Task`` next to ``Task(a)`` adds no other types: the limit holds.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -183,6 +224,8 @@ class AgentDefinition(BaseModel):
     cpu_limit_s: int | None = None
     max_tool_calls: int | None = None
     max_tool_output_bytes: int | None = None
+    task_agents: list[str] | None = None  # None: any agent type (when it may delegate)
+    denied_task_agents: list[str] = []
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -192,6 +235,36 @@ class AgentDefinition(BaseModel):
         names = [*(self.tools or []), *self.disallowed_tools]
         return [name for name in dict.fromkeys(names) if name not in KNOWN_TOOLS]
 
+    def may_start(self, agent_type: str) -> bool:
+        """Whether this agent's ``task`` may start `agent_type` (its Task(...) limits)."""
+        key = agent_slug(agent_type)
+        if any(agent_slug(name) == key for name in self.denied_task_agents):
+            return False
+        return self.task_agents is None or any(agent_slug(n) == key for n in self.task_agents)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _task_limits(cls, data: Any) -> Any:
+        """Take ``Task(a, b)`` entries out of the tool lists into the task limits."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        limits = (("tools", "task_agents", "Task"), ("disallowed_tools", "denied_task_agents", ""))
+        for field, limit, replacement in limits:
+            entries = _entries(data.get(field))
+            named = [task_entry_agents(entry) for entry in entries or []]
+            if entries is None or all(names is None for names in named):
+                continue
+            data[field] = [
+                entry if names is None else replacement
+                for entry, names in zip(entries, named, strict=True)
+                if names is None or replacement
+            ]
+            given = data.get(limit) or []
+            found = [name for names in named for name in names or []]
+            data[limit] = list(dict.fromkeys([*given, *found]))
+        return data
+
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, value: object) -> str:
@@ -200,8 +273,8 @@ class AgentDefinition(BaseModel):
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"must be a non-empty text such as 'code-reviewer', got {value!r}")
         name = value.strip()
-        if len(name) > NAME_MAX or not _NAME.match(name):
-            suggestion = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:NAME_MAX].lower()
+        if not is_agent_name(name):
+            suggestion = agent_slug(name)
             fix = f": try {suggestion!r}" if suggestion else ""
             raise ValueError(
                 f"must be 1–{NAME_MAX} letters, digits, '-', '_' or '.', starting with a letter "
@@ -306,6 +379,17 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _isolation(cls, value: object) -> str:
         return _choice(value, ("none", "worktree"))
+
+    @field_validator("task_agents", "denied_task_agents", mode="before")
+    @classmethod
+    def _agent_types(cls, value: object, info: ValidationInfo) -> list[str] | None:
+        if value is None:
+            return None if info.field_name == "task_agents" else []
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a list of agent names, got {value!r}")
+        return list(dict.fromkeys(v.strip() for v in value if v.strip()))
 
     @field_validator("extra", mode="before")
     @classmethod

@@ -16,8 +16,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from agentcell.orchestrator.definitions._loader import Diagnostic, load_agents_dir
-from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._loader import (
+    Diagnostic,
+    LoadResult,
+    load_agent_file,
+    load_agents_dir,
+)
+from agentcell.orchestrator.definitions._model import AgentDefinition, agent_slug
 from agentcell.orchestrator.definitions._tool_policy import READ_ONLY_TOOLS
 
 _GENERAL_PURPOSE = """\
@@ -105,6 +110,8 @@ class AgentRegistry:
         self._agents: dict[str, AgentDefinition] = {}
         self._builtin_names: list[str] = []
         self.diagnostics: list[Diagnostic] = []
+        #: Every definition read from a file, in load order, overridden ones included.
+        self.loaded: list[AgentDefinition] = []
 
     @classmethod
     def builtin(cls) -> AgentRegistry:
@@ -142,13 +149,33 @@ class AgentRegistry:
                         )
                     )
                 continue
-            loaded = load_agents_dir(folder)
-            registry.diagnostics.extend(loaded.diagnostics)
-            seen_here: set[str] = set()
-            for definition in loaded.definitions:
-                registry._put(definition, same_source=definition.name in seen_here)
-                seen_here.add(definition.name)
+            registry._absorb(load_agents_dir(folder))
         return registry
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[Path]) -> AgentRegistry:
+        """The built-ins, then each file or folder in `paths`, in the order given (what
+        ``agents validate PATH...`` checks); a missing path is an error diagnostic."""
+        registry = cls.builtin()
+        for path in paths:
+            if path.is_dir():
+                registry._absorb(load_agents_dir(path))
+            elif path.exists():
+                registry._absorb(load_agent_file(path))
+            else:
+                registry.diagnostics.append(
+                    Diagnostic("error", str(path), "no such file or folder: check the path")
+                )
+        return registry
+
+    def _absorb(self, loaded: LoadResult) -> None:
+        """One source's definitions (a later one of a name overrides an earlier one)."""
+        self.diagnostics.extend(loaded.diagnostics)
+        self.loaded.extend(loaded.definitions)
+        seen_here: set[str] = set()
+        for definition in loaded.definitions:
+            self._put(definition, same_source=definition.name in seen_here)
+            seen_here.add(definition.name)
 
     def add(self, definition: AgentDefinition) -> None:
         """Add an agent (e.g. one built in code); one of the same name is overridden."""
@@ -168,15 +195,30 @@ class AgentRegistry:
                     f"from {previous.source}{rule}",
                 )
             )
+        else:
+            key = agent_slug(definition.name)
+            twins = [d for name, d in self._agents.items() if agent_slug(name) == key]
+            for twin in twins:
+                self.diagnostics.append(
+                    Diagnostic(
+                        "warning",
+                        definition.source,
+                        f"agent {definition.name!r} from {definition.source} and "
+                        f"{twin.name!r} from {twin.source} differ only in case or "
+                        "separators: only their exact names tell them apart; rename one",
+                    )
+                )
         self._agents[definition.name] = definition
 
     def get(self, name: str) -> AgentDefinition | None:
         """The agent called `name`; failing an exact match, the one whose name matches
-        ignoring case (`explore` finds `Explore`) when only one does."""
+        ignoring case and separators (`explore` finds `Explore`, "Python DevOps/CI-CD
+        Expert" finds `python-devops-ci-cd-expert`) when only one does."""
         found = self._agents.get(name)
         if found is not None:
             return found
-        folded = [d for key, d in self._agents.items() if key.casefold() == name.casefold()]
+        key = agent_slug(name)
+        folded = [d for known, d in self._agents.items() if key and agent_slug(known) == key]
         return folded[0] if len(folded) == 1 else None
 
     def names(self) -> list[str]:

@@ -8,6 +8,7 @@ passed down through here. Names we do not know are reported, never granted on fa
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 
 #: Our built-in tools, in the order a registry lists them.
@@ -38,6 +39,36 @@ CLAUDE_TOOL_NAMES: dict[str, str] = {
     "Task": "task",
     "Agent": "task",
 }
+
+
+def split_tool_entries(text: str) -> list[str]:
+    """A comma-separated tools string split at top-level commas only, so that
+    ``Read, Task(reviewer, tester)`` is two entries, not three."""
+    entries: list[str] = []
+    depth, start = 0, 0
+    for position, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        elif char == "," and depth == 0:
+            entries.append(text[start:position])
+            start = position + 1
+    entries.append(text[start:])
+    return entries
+
+
+_TASK_ENTRY = re.compile(r"^\s*([A-Za-z_]+)\s*\((.*)\)\s*$", re.DOTALL)
+
+
+def task_entry_agents(entry: str) -> list[str] | None:
+    """For ``Task(a, b)`` or ``Agent(a, b)`` the agent types it names (``['a', 'b']``);
+    None for any other entry (a bare ``Task`` included: that one names no limit)."""
+    match = _TASK_ENTRY.match(entry)
+    if match is None or map_tool_name(match.group(1)) != "task":
+        return None
+    names = (name.strip().strip("'\"").strip() for name in match.group(2).split(","))
+    return [name for name in names if name]
 
 
 def map_tool_name(name: str) -> str:

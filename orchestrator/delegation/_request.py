@@ -13,7 +13,9 @@ class DelegationRequest:
     agent_type: str
     prompt: str
     description: str = ""
-    background: bool = False
+    # None: the definition's default (the task tool resolves it before running); a run
+    # the caller awaits (delegate(), a nested task) is a foreground run.
+    background: bool | None = None
     model: str | None = None  # may only narrow: see Runner._narrow
     max_turns: int | None = None
     isolation: str | None = None  # "worktree" for a git worktree of its own

@@ -29,6 +29,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     depth: int = 1
     worktree: str | None = None  # kept worktree (isolation: worktree, with changes)
     branch: str | None = None
+    commit: str | None = None  # the kept branch's head: the agent's changes, committed
     diff_stat: str = ""
 
     @property
@@ -44,10 +45,11 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
         head += f"{self.duration_ms / 1000:.1f} s)"
         kept = ""
         if self.worktree:
-            kept = (
-                f"\nIts changes are kept in the worktree {self.worktree} on branch "
-                f"{self.branch}:\n{self.diff_stat}"
-            )
+            where = f"on branch {self.branch}"
+            if self.commit:
+                where += f" (commit {self.commit[:12]})"
+            kept = f"\nIts changes are kept in the worktree {self.worktree} {where}:\n"
+            kept += self.diff_stat
         if self.ok:
             return f"{head}\n{self.text}{kept}"
         body = f"{head}: {self.error or self.status.value}"

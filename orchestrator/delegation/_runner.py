@@ -153,7 +153,7 @@ class Runner:
         run_dir: str = "",
         model_objects: dict[str, Any] | None = None,
         custom_tools: Sequence[Tool] = (),
-        task_tool_spec: Callable[[], ToolSpec] | None = None,
+        task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
     ) -> None:
         self.pool = pool
         self.registry = registry
@@ -206,7 +206,7 @@ class Runner:
                 agent_id=agent_id,
                 agent_type=request.agent_type,
                 description=request.description,
-                background=request.background or scope.background,
+                background=bool(request.background) or scope.background,
                 depth=scope.depth + 1,
                 status=handle.cancel_status,
                 error=handle.cancel_reason or "cancelled before it started",
@@ -225,7 +225,7 @@ class Runner:
         task_id: str,
     ) -> SubAgentResult:
         started = time.perf_counter()
-        background = request.background or scope.background
+        background = bool(request.background) or scope.background
         base = dict(
             agent_id=agent_id,
             agent_type=request.agent_type,
@@ -297,6 +297,7 @@ class Runner:
                 )
             await self._relay(
                 lease=lease,
+                definition=definition,
                 spec=spec,
                 request=request,
                 scope=scope,
@@ -332,7 +333,7 @@ class Runner:
                     result, status=handle.cancel_status, error=handle.cancel_reason
                 )
         if tree is not None:  # what it changed is kept, however it ended
-            result = await asyncio.shield(self._settle_worktree(tree, result))
+            result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
         self._finish(result, model, outcome)
         return result
@@ -354,12 +355,21 @@ class Runner:
                 await finish_worktree(await making)
             raise
 
-    async def _settle_worktree(self, tree: Worktree, result: SubAgentResult) -> SubAgentResult:
-        kept = await finish_worktree(tree)
+    async def _settle_worktree(
+        self, tree: Worktree, result: SubAgentResult, prompt: str
+    ) -> SubAgentResult:
+        kept = await finish_worktree(tree, _commit_message(result, prompt))
         if kept is None:
             return result
+        stat = kept.diff_stat
+        if kept.commit_error:
+            stat = f"(not committed, left staged: {kept.commit_error})\n{stat}"
         return msgspec.structs.replace(
-            result, worktree=kept.path, branch=kept.branch, diff_stat=kept.diff_stat
+            result,
+            worktree=kept.path,
+            branch=kept.branch,
+            commit=None if kept.commit_error else kept.commit,
+            diff_stat=stat,
         )
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
@@ -396,8 +406,14 @@ class Runner:
         may_delegate = (definition.tools is None or "task" in definition.tools) and (
             "task" not in definition.disallowed_tools
         )
+        # Task(a, b) in its tools: the schema it is offered lists only those agent types
+        # (and none at all if none of them is registered).
+        limited = definition.task_agents is not None or bool(definition.denied_task_agents)
+        allowed = definition.may_start if limited else None
+        if allowed is not None and not any(allowed(name) for name in self.registry.names()):
+            may_delegate = False
         if depth < max_depth and may_delegate and self.task_tool_spec is not None:
-            task = self.task_tool_spec()
+            task = self.task_tool_spec(allowed)
             remote.append(
                 RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
             )
@@ -476,6 +492,7 @@ class Runner:
         self,
         *,
         lease: Lease,
+        definition: AgentDefinition,
         spec: AgentSpec,
         request: DelegationRequest,
         scope: Scope,
@@ -512,7 +529,10 @@ class Runner:
                     )
                     _spawn(side, self._answer_approval(lease, frame.request_id, query))
                 elif isinstance(frame, DelegateRequest):
-                    _spawn(side, self._answer_delegation(lease, frame, spec, scope, background))
+                    _spawn(
+                        side,
+                        self._answer_delegation(lease, frame, definition, spec, background),
+                    )
         finally:
             # The child is gone (or we are): questions it asked are moot now.
             for task in side:
@@ -528,39 +548,56 @@ class Runner:
             )
 
     async def _answer_delegation(
-        self, lease: Lease, frame: DelegateRequest, spec: AgentSpec, scope: Scope, background: bool
+        self,
+        lease: Lease,
+        frame: DelegateRequest,
+        definition: AgentDefinition,
+        spec: AgentSpec,
+        background: bool,
     ) -> None:
-        offered = {tool.name for tool in spec.remote_tools}
-        if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
-            reply = DelegateReply(
-                request_id=frame.request_id,
-                content=f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
-                f"{frame.tool} (max depth {spec.max_depth})",
-                is_error=True,
-            )
-        else:
-            try:
-                nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
-            except ValueError as exc:
-                reply = DelegateReply(request_id=frame.request_id, content=str(exc), is_error=True)
-            else:
-                # A grandchild's tools are resolved against its parent's — never the root's.
-                child_scope = Scope(
-                    agent_id=spec.agent_id,
-                    tools=spec.tools,
-                    model=spec.model,
-                    depth=spec.depth,
-                    background=background,
-                    permission_mode=spec.permission_mode,
-                    max_depth=spec.max_depth,
-                )
-                nested.background = False  # nested runs block their parent's tool call
-                result = await self.run(nested, child_scope)
-                reply = DelegateReply(
-                    request_id=frame.request_id, content=result.render(), is_error=not result.ok
-                )
+        reply = await self._delegation_reply(frame, definition, spec, background)
         with contextlib.suppress(ChannelClosed):
             await lease.send(reply)
+
+    async def _delegation_reply(
+        self, frame: DelegateRequest, definition: AgentDefinition, spec: AgentSpec, background: bool
+    ) -> DelegateReply:
+        def refuse(text: str) -> DelegateReply:
+            return DelegateReply(request_id=frame.request_id, content=text, is_error=True)
+
+        offered = {tool.name for tool in spec.remote_tools}
+        if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
+            return refuse(
+                f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
+                f"{frame.tool} (max depth {spec.max_depth})"
+            )
+        try:
+            nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
+        except ValueError as exc:
+            return refuse(str(exc))
+        # The schema offered only the allowed types; a forged call is refused here too.
+        target = self.registry.get(nested.agent_type)
+        if not definition.may_start(target.name if target else nested.agent_type):
+            allowed = [n for n in self.registry.names() if definition.may_start(n)]
+            return refuse(
+                f"permission denied: {definition.name} may not start {nested.agent_type!r} "
+                f"(its tools limit task to: {', '.join(allowed) or 'no registered agent'})"
+            )
+        # A grandchild's tools are resolved against its parent's — never the root's.
+        child_scope = Scope(
+            agent_id=spec.agent_id,
+            tools=spec.tools,
+            model=spec.model,
+            depth=spec.depth,
+            background=background,
+            permission_mode=spec.permission_mode,
+            max_depth=spec.max_depth,
+        )
+        nested.background = False  # nested runs block their parent's tool call
+        result = await self.run(nested, child_scope)
+        return DelegateReply(
+            request_id=frame.request_id, content=result.render(), is_error=not result.ok
+        )
 
     # -- after it ended ------------------------------------------------------------------
     def _result(
@@ -684,6 +721,26 @@ def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
     if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
         return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
     return None
+
+
+_PROMPT_IN_COMMIT = 4000
+
+
+def _commit_message(result: SubAgentResult, prompt: str) -> str:
+    """Subject: the agent and its task (the title, else the prompt's first line); body: the
+    whole prompt and how the run ended, so `git log` tells what asked for the change."""
+    task = result.description.strip() or next(
+        (line.strip() for line in prompt.splitlines() if line.strip()), "(no prompt)"
+    )
+    if len(task) > 60:
+        task = task[:59] + "…"
+    subject = f"agentcell: {result.agent_type} ({result.agent_id}): {task}"
+    if len(prompt) > _PROMPT_IN_COMMIT:  # a command line has a length limit
+        prompt = prompt[:_PROMPT_IN_COMMIT] + "\n[... prompt cut]"
+    return (
+        f"{subject}\n\nAgent: {result.agent_type} ({result.agent_id}), "
+        f"{result.status.value}\nTask:\n{prompt.strip()}\n"
+    )
 
 
 def _system_prompt(definition: AgentDefinition, workdir: str) -> str:

@@ -6,6 +6,7 @@ nested ``task`` calls with the same parsing and the same rules.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 import msgspec
@@ -28,12 +29,14 @@ class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         str, msgspec.Meta(description="A short title for the task (3-5 words), for display")
     ] = ""
     background: Annotated[
-        bool,
+        bool | None,
         msgspec.Meta(
             description="Run in the background: returns a task id at once; the result is "
-            "delivered to you later (or use task_wait)."
+            "delivered to you later (or use task_wait). Default: the agent's own setting "
+            "(agents marked 'runs in the background' do); false runs any agent in the "
+            "foreground."
         ),
-    ] = False
+    ] = None
     model: Annotated[
         str | None,
         msgspec.Meta(description="Optional model override (only for agents that inherit one)"),
@@ -72,9 +75,14 @@ def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
     )
 
 
-def task_tool_spec(registry: AgentRegistry) -> ToolSpec:
-    """The task tool as the model sees it, built from what is registered right now."""
+def task_tool_spec(
+    registry: AgentRegistry, *, allowed: Callable[[str], bool] | None = None
+) -> ToolSpec:
+    """The task tool as the model sees it, built from what is registered right now;
+    `allowed` (an agent's Task(a, b) limit) keeps only the agent types it accepts."""
     definitions = registry.definitions()
+    if allowed is not None:
+        definitions = [d for d in definitions if allowed(d.name)]
     lines = [
         "Delegate a well-bounded task to a sub-agent. Each sub-agent runs in its own process "
         "with its own context and a restricted tool set, and returns one final report.",
@@ -89,6 +97,8 @@ def task_tool_spec(registry: AgentRegistry) -> ToolSpec:
         if definition.context == "fork":
             note = " (sees this conversation's completed turns)"
             forking = True
+        if definition.background:
+            note += " (runs in the background unless background is false)"
         lines.append(f"- {definition.name}: {definition.description.strip()}{note}")
     if forking:
         lines.append("Agents marked as seeing this conversation get its completed turns too.")

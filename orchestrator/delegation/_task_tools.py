@@ -58,11 +58,14 @@ class TaskTool(Tool):
             request = parse_task_arguments(msgspec.json.encode(args).decode(), call_id=ctx.call_id)
         except ValueError as exc:
             return ToolOutput(str(exc), True)
-        if self.registry.get(request.agent_type) is None:
+        definition = self.registry.get(request.agent_type)
+        if definition is None:
             names = ", ".join(self.registry.names())
             return ToolOutput(
                 f"unknown subagent_type {request.agent_type!r}; use one of: {names}", True
             )
+        if request.background is None:  # the call did not say: the definition decides
+            request.background = definition.background
         if not request.background:
             result = await self.runner.run(request, self.scope())
             return ToolOutput(result.render(), not result.ok)

@@ -2,9 +2,11 @@
 
 The child works in ``<root>/worktrees/<agent-id>`` on branch ``agentcell/<run>/<agent-id>``.
 When it ends with nothing changed, the worktree and the branch are removed; otherwise
-both are kept and the result says where, on which branch, and what changed — work is
-never silently lost. Git commands on one repository are serialised: concurrent ``git
-worktree add`` calls contend for the same administrative files.
+what it left is committed on that branch (a message naming the agent and its task), both
+are kept, and the result says where, on which branch and commit, and what changed — work
+is never silently lost, and ``git merge <branch>`` takes it. Git commands on one
+repository are serialised: concurrent ``git worktree add`` calls contend for the same
+administrative files.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ class KeptWorktree:
     path: str
     branch: str
     diff_stat: str
+    commit: str  # the branch's head after the agent's changes were committed
+    commit_error: str = ""  # why the changes are left uncommitted (staged), if they are
+
+
+#: Who commits an agent's work when the repository names nobody.
+_FALLBACK_IDENTITY = ("-c", "user.name=agentcell", "-c", "user.email=agentcell@localhost")
 
 
 _locks: dict[tuple[int, Path], asyncio.Lock] = {}
@@ -90,8 +98,11 @@ async def create_worktree(workdir: Path, root: Path, name: str, branch: str) -> 
     return Worktree(repo=repo, path=path, branch=branch, base=base, workdir=path / inside)
 
 
-async def finish_worktree(tree: Worktree) -> KeptWorktree | None:
-    """Remove the worktree if nothing changed; otherwise keep it and describe the changes."""
+async def finish_worktree(
+    tree: Worktree, message: str = "agentcell: sub-agent changes"
+) -> KeptWorktree | None:
+    """Remove the worktree if nothing changed; otherwise commit what the agent left on its
+    branch (with ``message``), keep both, and describe the changes since the base."""
     _, status = await _git("status", "--porcelain", "--untracked-files=all", cwd=tree.path)
     _, ahead = await _git("rev-list", "--count", f"{tree.base}..HEAD", cwd=tree.path)
     if not status and ahead.strip() in ("", "0"):
@@ -99,7 +110,30 @@ async def finish_worktree(tree: Worktree) -> KeptWorktree | None:
             await _git("worktree", "remove", "--force", str(tree.path), cwd=tree.repo)
             await _git("branch", "-D", tree.branch, cwd=tree.repo)
         return None
-    # Stage everything (in the worktree's own index) so that new files count in the stat.
     await _git("add", "--all", cwd=tree.path)
+    commit_error = ""
+    if status:
+        code, out = await _git(*await _identity(tree.path), *_COMMIT, "-m", message, cwd=tree.path)
+        if code != 0:  # left staged, and the result says why
+            commit_error = " ".join(out.split())
+    _, head = await _git("rev-parse", "HEAD", cwd=tree.path)
+    # Against the index: the commit when it worked, the staged changes when it did not.
     _, stat = await _git("diff", "--cached", "--stat", tree.base, cwd=tree.path)
-    return KeptWorktree(path=str(tree.path), branch=tree.branch, diff_stat=stat)
+    return KeptWorktree(
+        path=str(tree.path),
+        branch=tree.branch,
+        diff_stat=stat,
+        commit=head.strip(),
+        commit_error=commit_error,
+    )
+
+
+# No hooks (the repository's pre-commit checks are for people, and could run anything in
+# the parent) and no signing (gpg would wait for a passphrase nobody types).
+_COMMIT = ("-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify")
+
+
+async def _identity(path: Path) -> tuple[str, ...]:
+    """The repository's own author when it has one, else agentcell's."""
+    code, email = await _git("config", "--get", "user.email", cwd=path)
+    return () if code == 0 and email.strip() else _FALLBACK_IDENTITY

@@ -467,7 +467,8 @@ class Glob(Tool):
         "Find files by name pattern. `*` and `?` stay within one directory, `**` spans any "
         "number of directories, `{a,b}` gives alternatives; `*` also matches names starting "
         "with a dot. Returns file paths relative to the working directory, sorted by path, "
-        f"at most {GLOB_MAX_RESULTS}. Version-control directories such as .git are skipped."
+        f"at most {GLOB_MAX_RESULTS}. Version-control directories such as .git are skipped, "
+        "and so are agentcell's records (.agentcell/) unless the search starts inside them."
     )
     Args = GlobArgs
     concurrency_safe = True
@@ -540,8 +541,9 @@ class Grep(Tool):
     name = "grep"
     description = (
         "Search file contents with a Python regular expression. Prints one line per match "
-        "as `path:line_number:line`, paths relative to the working directory. Binary files "
-        "and version-control directories are skipped."
+        "as `path:line_number:line`, paths relative to the working directory. Binary files, "
+        "version-control directories and agentcell's records (.agentcell/, unless the search "
+        "starts inside them) are skipped."
     )
     Args = GrepArgs
     concurrency_safe = True

@@ -21,6 +21,10 @@ from agentcell.worker.tools._base import ToolError
 
 #: Version-control directories that glob and grep never descend into.
 VCS_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj"})
+#: agentcell's own records (run transcripts, kept worktrees): a walk that merely passes
+#: through never enters them, or every earlier agent's transcript would turn up in a later
+#: agent's searches. A walk that starts inside one (the model named the path) reads it.
+RECORD_DIRS = frozenset({".agentcell"})
 
 
 def real_root(workdir: Path) -> str:
@@ -100,7 +104,7 @@ def walk_files(
     limits how many path segments below ``start`` a yielded file may have.
     """
     for dirpath, dirnames, filenames in os.walk(start):
-        dirnames[:] = sorted(d for d in dirnames if d not in VCS_DIRS)
+        dirnames[:] = sorted(d for d in dirnames if d not in VCS_DIRS and d not in RECORD_DIRS)
         if max_depth is not None:
             depth = 0 if dirpath == start else os.path.relpath(dirpath, start).count(os.sep) + 1
             if depth + 1 >= max_depth:
