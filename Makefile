@@ -1,4 +1,4 @@
-# Every target creates .venv and installs the project (with dev extras) when needed.
+# Every target creates .venv and installs the project (with the dev and ray extras) when needed.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation import (
@@ -127,6 +128,7 @@ class Orchestrator:
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
         )
         self._owns_pool = pool is None
+        self.ray = _ray_backend(self.settings, self.registry)
         self.runner = Runner(
             pool=self.pool,
             registry=self.registry,
@@ -139,6 +141,7 @@ class Orchestrator:
             model_objects=self.model_objects,
             custom_tools=self.custom_tools,
             task_tool_spec=lambda allowed: task_tool_spec(self.registry, allowed=allowed),
+            backends={"ray": self.ray} if self.ray is not None else None,
         )
         self._results: list[SubAgentResult] = []
         self._engines: set[Engine] = set()
@@ -151,6 +154,12 @@ class Orchestrator:
     async def __aenter__(self) -> Orchestrator:
         if self._owns_pool:
             await self.pool.start()
+        if self.ray is not None:
+            try:
+                await self.ray.start()
+            except BaseException:
+                await self.aclose()
+                raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -159,6 +168,8 @@ class Orchestrator:
     async def aclose(self) -> None:
         for handle in list(self._handles):
             handle.cancel()
+        if self.ray is not None:
+            await self.ray.close()
         if self._owns_pool:
             await self.pool.close()
 
@@ -362,6 +373,33 @@ class Orchestrator:
             handle.cancel(why, RunStatus.BUDGET)
         for engine in list(self._engines):
             engine.cancel()
+
+
+def _ray_backend(settings: Settings, registry: AgentRegistry) -> RayBackend | None:
+    """A Ray backend when the operator chose Ray or a definition asks for it."""
+    wanted = settings.backend == "ray" or any(d.backend == "ray" for d in registry.definitions())
+    if not wanted:
+        return None
+    ray = settings.ray
+    address = ray.address
+    if address == "auto" and os.environ.get("RAY_ADDRESS"):
+        address = os.environ["RAY_ADDRESS"]
+    return RayBackend(
+        address=address,
+        listen_host=ray.listen_host,
+        listen_port=ray.listen_port,
+        advertise_host=ray.advertise_host,
+        num_cpus=ray.num_cpus,
+        resources=ray.resources,
+        connect_timeout=ray.connect_timeout_s,
+        heartbeat_timeout=settings.heartbeat_timeout_s,
+        max_workers=settings.max_workers,
+        node_ip_address="127.0.0.1" if _is_loopback(ray.listen_host) else None,
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _tee(first: Any, second: Any) -> Any:

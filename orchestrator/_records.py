@@ -42,6 +42,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "pid": result.pid,
+        "node": result.node,
         "peak_rss_bytes": result.peak_rss_bytes,
         "exit_code": result.exit_code,
         "signal": result.signal,

@@ -19,7 +19,7 @@ import signal
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from agentcell.protocol import (
     PROTOCOL_VERSION,
@@ -44,6 +44,7 @@ from agentcell.protocol import (
     RunResult,
     RunStatus,
     Start,
+    StreamChannel,
 )
 from agentcell.worker import _proc
 
@@ -67,12 +68,14 @@ class ChildBoot:
 INHERITED_MODULES: frozenset[str] = frozenset()
 
 Handler = Callable[[Start, "ChildLink"], Awaitable[RunResult]]
+#: The pipe from the fork server's children, or TCP from a remote backend's.
+ChildChannel = PipeChannel | StreamChannel
 
 
 class ChildLink:
     """What a handler running in a child uses to talk to the parent."""
 
-    def __init__(self, channel: PipeChannel, start: Start) -> None:
+    def __init__(self, channel: ChildChannel, start: Start) -> None:
         self.channel = channel
         self.start = start
         self._next_id = 0
@@ -176,13 +179,76 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     global INHERITED_MODULES
     INHERITED_MODULES = frozenset(sys.modules)
     _harden(boot)
-    asyncio.run(_serve_then_exit(conn, boot))
+
+    async def pipe() -> ChildChannel:
+        return await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)
+
+    asyncio.run(_serve_then_exit(pipe, _preload_status))
 
 
-async def _serve_then_exit(conn: Any, boot: ChildBoot) -> None:
+def remote_child_main(connect: Callable[[], Awaitable[ChildChannel]], boot: ChildBoot) -> None:
+    """Serve one run over a channel ``connect`` opens (TCP back to the parent), in a
+    process started by a remote backend (a Ray actor) rather than by the fork server.
+
+    This process stays behind as the run's guardian: a subreaper that forks the process
+    that does the work, waits for it, then kills whatever it left behind (its session,
+    and descendants that left it, re-parented here) and exits the way it did — so the
+    actor reads the real exit status. If the actor itself dies, the guardian's death
+    signal (SIGTERM, caught) still lets it clean up before it goes.
+    """
+    os.setsid()
+    _proc.set_child_subreaper()
+    worker: list[int] = []
+    signal.signal(
+        signal.SIGTERM,
+        lambda *_: _guardian_exit(worker[0] if worker else 0, 128 + signal.SIGTERM),
+    )
+    _proc.set_parent_death_signal(signal.SIGTERM)
+    worker_pid = os.fork()
+    worker.append(worker_pid)
+    if worker_pid == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.setsid()
+        _proc.set_parent_death_signal(signal.SIGKILL)
+        _proc.set_child_subreaper()
+        _proc.raise_oom_score(boot.oom_score_adj)
+        faulthandler.enable(all_threads=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        asyncio.run(_serve_then_exit(connect, lambda: (True, [])))
+        os._exit(EXIT_FAILURE)  # not reached: _serve_then_exit leaves with os._exit
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            _guardian_exit(worker_pid, EXIT_FAILURE)
+        except InterruptedError:
+            continue
+        if pid == worker_pid:
+            break  # orphans it left reparent here and are reaped by the loop's next turns
+    code = os.waitstatus_to_exitcode(status)
+    _guardian_exit(worker_pid, code)
+
+
+def _guardian_exit(worker_pid: int, code: int) -> NoReturn:
+    table = _proc.process_table()
+    if worker_pid:
+        _proc.kill_tree(worker_pid, signal.SIGKILL, table)
+    _proc.kill_descendants(os.getpid())
+    if code < 0:  # leave by the same signal, so whoever waits on us sees it
+        sig = -code
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(code)
+
+
+async def _serve_then_exit(
+    connect: Callable[[], Awaitable[ChildChannel]],
+    preload_status: Callable[[], tuple[bool, list[str]]],
+) -> None:
     code = EXIT_FAILURE
     try:
-        code = await _serve(conn, boot)
+        code = await _serve(await connect(), preload_status)
     finally:
         # Leave at once, from inside the loop: the result is delivered, and a tool thread
         # stuck in a blocking call must not hold the process (asyncio.run would join it).
@@ -265,9 +331,10 @@ def _apply_limits(limits: Limits | None) -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (n, n + 1))
 
 
-async def _serve(conn: Any, boot: ChildBoot) -> int:
-    channel = await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)
-    ok, missing = _preload_status()
+async def _serve(
+    channel: ChildChannel, preload_status: Callable[[], tuple[bool, list[str]]]
+) -> int:
+    ok, missing = preload_status()
     channel.send_nowait(
         Hello(
             protocol_version=PROTOCOL_VERSION,
@@ -319,7 +386,7 @@ async def _call(handler: Handler, start: Start, link: ChildLink) -> RunResult:
         raise _Exit(code) from None
 
 
-async def _run(channel: PipeChannel, start: Start, handler: Handler) -> int:
+async def _run(channel: ChildChannel, start: Start, handler: Handler) -> int:
     link = ChildLink(channel, start)
     task = asyncio.create_task(_call(handler, start, link))
     link.on_cancel = task.cancel
@@ -349,7 +416,7 @@ async def _run(channel: PipeChannel, start: Start, handler: Handler) -> int:
     return EXIT_OK
 
 
-async def _read_parent(channel: PipeChannel, link: ChildLink, task: asyncio.Task[Any]) -> None:
+async def _read_parent(channel: ChildChannel, link: ChildLink, task: asyncio.Task[Any]) -> None:
     try:
         while True:
             link.dispatch(await channel.recv())
@@ -359,7 +426,7 @@ async def _read_parent(channel: PipeChannel, link: ChildLink, task: asyncio.Task
         task.cancel()
 
 
-async def _heartbeat(channel: PipeChannel, interval: float) -> None:
+async def _heartbeat(channel: ChildChannel, interval: float) -> None:
     seq = 0
     with contextlib.suppress(ChannelClosed):
         while True:
@@ -369,7 +436,7 @@ async def _heartbeat(channel: PipeChannel, interval: float) -> None:
 
 
 async def _fail(
-    channel: PipeChannel,
+    channel: ChildChannel,
     error_type: str,
     message: str,
     code: int,

@@ -15,6 +15,7 @@ from agentcell.worker._proc import (
     kill_tree,
     process_table,
     session_members,
+    set_parent_death_signal,
     signal_name,
     tree_rss,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "kill_tree",
     "process_table",
     "session_members",
+    "set_parent_death_signal",
     "signal_name",
     "tree_rss",
 ]

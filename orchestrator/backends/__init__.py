@@ -14,13 +14,31 @@ from agentcell.orchestrator.backends._forkserver import (
     forkserver_pid,
     wait_gone,
 )
+from agentcell.orchestrator.backends._interface import (
+    Backend,
+    WorkerLease,
+)
 from agentcell.orchestrator.backends._outcome import (
     ChildOutcome,
     OutcomeKind,
     describe_exit,
 )
+from agentcell.orchestrator.backends._ray import (
+    LOOPBACK_ENV,
+    RayBackend,
+    RayBackendError,
+    RemoteLease,
+    loopback_ray_environment,
+)
 
 __all__ = [
+    "Backend",
+    "LOOPBACK_ENV",
+    "RayBackend",
+    "RayBackendError",
+    "RemoteLease",
+    "WorkerLease",
+    "loopback_ray_environment",
     "ALLOWED",
     "ChildOutcome",
     "Lease",

@@ -260,6 +260,11 @@ class Lease:
         return self._worker.pid
 
     @property
+    def node(self) -> str:
+        """Where the child runs: "" for this machine."""
+        return ""
+
+    @property
     def state(self) -> WorkerState:
         return self._worker.state
 

@@ -103,7 +103,8 @@ class ProgressView:
         elif isinstance(event, SubAgentProcess):
             row = self._row(event.agent_id)
             row.pid, row.state = event.pid, "running"
-            self._log(row, f"started in process {event.pid}")
+            where = f" on node {event.node}" if event.node else ""
+            self._log(row, f"started in process {event.pid}{where}")
         elif isinstance(event, SubAgentEnded):
             self._ended(event.result)
         elif isinstance(event, AgentActivity):

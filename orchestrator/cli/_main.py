@@ -81,6 +81,16 @@ def common_options(fn: F) -> F:
             type=click.IntRange(min=1),
             help="Nesting depth (1: sub-agents cannot delegate).",
         ),
+        click.option(
+            "--backend",
+            type=click.Choice(["local", "ray"]),
+            help="Where sub-agents run: this machine (default) or a Ray cluster.",
+        ),
+        click.option(
+            "--ray-address",
+            help="The Ray cluster for --backend ray (HOST:PORT; default: $RAY_ADDRESS, "
+            "else a cluster running on this machine).",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -95,6 +105,8 @@ def _load(
     approve: str | None,
     max_workers: int | None,
     max_depth: int | None,
+    backend: str | None = None,
+    ray_address: str | None = None,
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
@@ -103,6 +115,8 @@ def _load(
         "approval": approve,
         "max_workers": max_workers,
         "max_depth": max_depth,
+        "backend": backend,
+        "ray": {"address": ray_address} if ray_address else None,
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     return settings

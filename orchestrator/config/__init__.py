@@ -11,18 +11,22 @@ from agentcell.orchestrator.config._load import (
 from agentcell.orchestrator.config._settings import (
     DEFAULT_ALIASES,
     ApprovalMode,
+    BackendName,
     Budgets,
     Price,
+    RaySettings,
     Settings,
 )
 
 __all__ = [
     "ApprovalMode",
+    "BackendName",
     "Budgets",
     "ConfigError",
     "DEFAULT_ALIASES",
     "ENV_SETTINGS",
     "Price",
+    "RaySettings",
     "Settings",
     "load_settings",
     "project_config",

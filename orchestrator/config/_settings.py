@@ -36,6 +36,23 @@ DEFAULT_ALIASES = {
 }
 
 ApprovalMode = Literal["ask", "allow", "deny", "bubble"]
+BackendName = Literal["local", "ray"]
+
+
+class RaySettings(BaseModel):
+    """Where the Ray backend finds its cluster and how it sizes each sub-agent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # "auto": $RAY_ADDRESS if set, else a cluster already running on this machine.
+    address: str = "auto"
+    num_cpus: float = Field(default=0.25, gt=0, le=1024)  # per sub-agent (they wait on I/O)
+    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources
+    # The parent's listener: an address every node can reach (loopback for a local cluster).
+    listen_host: str = "127.0.0.1"
+    listen_port: int = Field(default=0, ge=0, le=65535)
+    advertise_host: str | None = None  # what nodes dial, if not listen_host (NAT, 0.0.0.0)
+    connect_timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
 
 class Settings(BaseModel):
@@ -61,6 +78,8 @@ class Settings(BaseModel):
     background_wait_s: float = Field(default=600.0, ge=0)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
+    backend: BackendName = "local"  # where sub-agents run: this machine, or a Ray cluster
+    ray: RaySettings = Field(default_factory=RaySettings)
 
     @field_validator("permission_mode")
     @classmethod

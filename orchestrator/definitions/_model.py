@@ -220,6 +220,7 @@ class AgentDefinition(BaseModel):
     context: Literal["fresh", "fork"] = "fresh"
     max_depth: int | None = None
     isolation: Literal["none", "worktree"] = "none"
+    backend: Literal["local", "ray"] | None = None  # None: the operator's choice
     memory_limit_mb: int | None = None
     cpu_limit_s: int | None = None
     max_tool_calls: int | None = None
@@ -374,6 +375,11 @@ class AgentDefinition(BaseModel):
     @classmethod
     def _context(cls, value: object) -> str:
         return _choice(value, ("fresh", "fork"))
+
+    @field_validator("backend", mode="before")
+    @classmethod
+    def _backend(cls, value: object) -> str | None:
+        return None if value is None else _choice(value, ("local", "ray"))
 
     @field_validator("isolation", mode="before")
     @classmethod

@@ -31,6 +31,7 @@ class SubAgentProcess:
 
     agent_id: str
     pid: int
+    node: str = ""  # where it runs: "" for this machine, else the backend's node id
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     turns: int = 0
     tool_calls: int = 0
     pid: int | None = None
+    node: str = ""  # the remote node it ran on ("" for this machine)
     peak_rss_bytes: int = 0
     exit_code: int | None = None
     signal: str | None = None

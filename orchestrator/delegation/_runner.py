@@ -22,9 +22,10 @@ from typing import Any
 import dill
 import msgspec
 from agentcell.orchestrator.backends import (
+    Backend,
     ChildOutcome,
-    Lease,
     OutcomeKind,
+    WorkerLease,
     WorkerPool,
     child_environment,
 )
@@ -86,7 +87,7 @@ class RunHandle:
     process: what arrives early is sent once the child is there."""
 
     def __init__(self) -> None:
-        self.lease: Lease | None = None
+        self.lease: WorkerLease | None = None
         self.task: asyncio.Task[Any] | None = None
         self.result: SubAgentResult | None = None
         self.cancelled = False
@@ -94,7 +95,7 @@ class RunHandle:
         self.cancel_reason = ""
         self._queued: list[Control] = []
 
-    def attach(self, lease: Lease) -> None:
+    def attach(self, lease: WorkerLease) -> None:
         self.lease = lease
         for control in self._queued:
             self._send(control)
@@ -154,8 +155,11 @@ class Runner:
         model_objects: dict[str, Any] | None = None,
         custom_tools: Sequence[Tool] = (),
         task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
+        backends: dict[str, Backend] | None = None,
     ) -> None:
         self.pool = pool
+        # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
+        self.backends: dict[str, Backend] = {**(backends or {}), "local": pool}
         self.registry = registry
         self.settings = settings
         self.broker = broker
@@ -269,12 +273,12 @@ class Runner:
             )
         )
         progress = _Progress(model=model)
-        lease: Lease | None = None
+        lease: WorkerLease | None = None
         cancelled = False
         failure = ""
         try:
-            lease = await self.pool.acquire()
-            self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid))
+            lease = await self._backend(definition).acquire()
+            self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid, node=lease.node))
             await lease.send(
                 Start(
                     protocol_version=PROTOCOL_VERSION,
@@ -332,11 +336,25 @@ class Runner:
                 result = msgspec.structs.replace(
                     result, status=handle.cancel_status, error=handle.cancel_reason
                 )
+        if lease is not None and lease.node:
+            result = msgspec.structs.replace(result, node=lease.node)
         if tree is not None:  # what it changed is kept, however it ended
             result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
         self._finish(result, model, outcome)
         return result
+
+    def _backend(self, definition: AgentDefinition) -> Backend:
+        """The definition's backend (``backend: local`` pins an agent here), else the
+        operator's."""
+        name = definition.backend or self.settings.backend
+        backend = self.backends.get(name)
+        if backend is None:
+            raise RuntimeError(
+                f"{definition.name} runs on the {name!r} backend, which is not started "
+                '(run with --backend ray, or set backend = "ray" in the configuration)'
+            )
+        return backend
 
     async def _worktree(self, agent_id: str) -> Worktree:
         if self.run_dir:
@@ -491,7 +509,7 @@ class Runner:
     async def _relay(
         self,
         *,
-        lease: Lease,
+        lease: WorkerLease,
         definition: AgentDefinition,
         spec: AgentSpec,
         request: DelegationRequest,
@@ -540,7 +558,9 @@ class Runner:
             if side:
                 await asyncio.wait(side)
 
-    async def _answer_approval(self, lease: Lease, request_id: int, query: ApprovalQuery) -> None:
+    async def _answer_approval(
+        self, lease: WorkerLease, request_id: int, query: ApprovalQuery
+    ) -> None:
         answer = await self.broker.decide(query)
         with contextlib.suppress(ChannelClosed):
             await lease.send(
@@ -549,7 +569,7 @@ class Runner:
 
     async def _answer_delegation(
         self,
-        lease: Lease,
+        lease: WorkerLease,
         frame: DelegateRequest,
         definition: AgentDefinition,
         spec: AgentSpec,

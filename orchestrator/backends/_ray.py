@@ -1,0 +1,607 @@
+"""The Ray backend: sub-agents on a Ray cluster, with the same frames as local children.
+
+For each run the parent registers a one-time token with its TCP listener and asks the
+Ray driver (a helper process: ``_ray_driver``) for an actor; the actor starts
+``agentcell.worker.remote`` on its node, which dials back, proves it holds the token and
+then speaks exactly the frames a fork-server child speaks. So streaming, approvals,
+steering, cancellation, background runs, limits and records behave as they do locally.
+
+How a remote run ends is decided from three witnesses: the frames (a ``Result`` or
+``Failure``), the channel (EOF), and the driver's report of how the sub-agent process or
+its actor ended (exit status, or Ray's error: actor died, node died, out of memory).
+Silence past the heartbeat timeout (a vanished node) and the deadline end it from here.
+``import ray`` happens only in the driver process, never in the orchestrator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import sys
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+from agentcell.orchestrator.backends._forkserver import PoolError
+from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
+from agentcell.protocol import (
+    PROTOCOL_VERSION,
+    ChannelClosed,
+    Control,
+    ControlAction,
+    Failure,
+    Frame,
+    Heartbeat,
+    Hello,
+    ProtocolError,
+    Result,
+    StreamChannel,
+    TcpListener,
+)
+
+log = logging.getLogger("agentcell.ray")
+
+#: Environment that keeps a Ray cluster on this machine's loopback (design brief §9):
+#: without these a head probes cloud metadata, posts usage reports and swaps 127.0.0.1
+#: for the interface address. ``ray_bootstrap_config.yaml`` in $HOME completes them.
+LOOPBACK_ENV: dict[str, str] = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_USAGE_STATS_REPORT_URL": "http://127.0.0.1:9/",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+
+
+class RayBackendError(PoolError):
+    """The Ray cluster cannot be reached, or it cannot host a sub-agent."""
+
+
+def loopback_ray_environment(home: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a Ray process that must talk to loopback only.
+
+    ``home`` gets the ``ray_bootstrap_config.yaml`` whose presence stops the head's
+    dashboard module from probing cloud metadata servers.
+    """
+    os.makedirs(home, exist_ok=True)
+    bootstrap = os.path.join(home, "ray_bootstrap_config.yaml")
+    if not os.path.exists(bootstrap):
+        with open(bootstrap, "w") as f:
+            f.write("{}\n")
+    env = dict(os.environ if base is None else base)
+    env.update(LOOPBACK_ENV, HOME=home)
+    return env
+
+
+class _RemoteWorker:
+    """Parent-side record of one remote sub-agent (one actor, one process)."""
+
+    def __init__(self, backend: RayBackend, run_id: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.backend = backend
+        self.run_id = run_id
+        self.channel: StreamChannel | None = None
+        self.hello: Hello | None = None
+        self.result: Result | None = None
+        self.failure: Failure | None = None
+        self.peak_rss = 0
+        self.node = ""
+        self.actor_pid: int | None = None
+        self.report: dict[str, Any] | None = None  # the driver's "ended" message
+        self.kill_kind: OutcomeKind | None = None
+        self.kill_detail = ""
+        self.lease: RemoteLease | None = None
+        self.last_seen = loop.time()
+        self.ready: asyncio.Future[None] = loop.create_future()
+        self.placed: asyncio.Future[None] = loop.create_future()
+        self.dead: asyncio.Future[ChildOutcome] = loop.create_future()
+        self.channel_ended = asyncio.Event()
+        self.timers: list[asyncio.TimerHandle] = []
+
+    @property
+    def pid(self) -> int:
+        return self.hello.pid if self.hello is not None else 0
+
+    # -- frames --------------------------------------------------------------------------
+    def attach(self, channel: StreamChannel) -> None:
+        self.channel = channel
+        channel.set_frame_callback(self.on_channel_activity)
+        self.on_channel_activity()
+
+    def on_channel_activity(self) -> None:
+        assert self.channel is not None
+        while True:
+            try:
+                frame = self.channel.poll()
+            except ChannelClosed:
+                self._channel_done()
+                return
+            except ProtocolError as exc:
+                self.kill(OutcomeKind.PROTOCOL_ERROR, f"protocol error: {exc}")
+                self._channel_done()
+                return
+            if frame is None:
+                return
+            self.on_frame(frame)
+
+    def on_frame(self, frame: Frame) -> None:
+        self.last_seen = asyncio.get_running_loop().time()
+        if isinstance(frame, Heartbeat):
+            self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
+            return
+        if self.hello is None:
+            if not isinstance(frame, Hello):
+                self.kill(OutcomeKind.PROTOCOL_ERROR, "protocol error: expected Hello")
+            elif frame.protocol_version != PROTOCOL_VERSION:
+                self.kill(
+                    OutcomeKind.PROTOCOL_ERROR,
+                    f"protocol mismatch: the node runs agentcell protocol "
+                    f"v{frame.protocol_version}, the parent v{PROTOCOL_VERSION}; install one "
+                    "agentcell version on every node",
+                )
+            else:
+                self.hello = frame
+                if not self.ready.done():
+                    self.ready.set_result(None)
+            return
+        if isinstance(frame, Result):
+            self.result = frame
+            self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
+        elif isinstance(frame, Failure):
+            self.failure = frame
+        if self.lease is not None:
+            self.lease._deliver(frame)
+
+    def _channel_done(self) -> None:
+        if not self.channel_ended.is_set():
+            self.channel_ended.set()
+            self.backend._later(self._settle())
+
+    # -- how it ends ---------------------------------------------------------------------
+    def on_report(self, report: dict[str, Any]) -> None:
+        """The driver says the sub-agent process (or its actor) has ended."""
+        self.report = report
+        if not self.ready.done():
+            self.ready.set_exception(
+                RayBackendError(report.get("error") or "the sub-agent exited before connecting")
+            )
+        if self.channel is None:
+            self._finish()
+        else:
+            self.backend._later(self._settle())
+
+    async def _settle(self) -> None:
+        """Both witnesses, or one and a short wait for the other, then the outcome."""
+        if self.dead.done():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.backend.exit_grace):
+                await self.channel_ended.wait()
+                while self.report is None:
+                    await self.backend._reported.wait()
+        self._finish()
+
+    def kill(self, kind: OutcomeKind, detail: str) -> None:
+        if self.dead.done():
+            return
+        if self.kill_kind is None:
+            self.kill_kind, self.kill_detail = kind, detail
+        self.backend._command({"op": "stop", "id": self.run_id})
+        if self.channel is not None:
+            self.channel.abort()
+
+    def escalate(self, kind: OutcomeKind, detail: str, grace: float) -> None:
+        """Cancel politely over the channel, then stop the actor after ``grace``."""
+        if self.dead.done() or self.kill_kind is not None:
+            return
+        self.kill_kind, self.kill_detail = kind, detail
+        if self.channel is not None:
+            with contextlib.suppress(ChannelClosed):
+                self.channel.send_nowait(Control(action=ControlAction.CANCEL))
+        loop = asyncio.get_running_loop()
+        self.timers.append(loop.call_later(grace, self.kill, kind, detail))
+
+    def _finish(self) -> None:
+        if self.dead.done():
+            return
+        for timer in self.timers:
+            timer.cancel()
+        if self.channel is not None:
+            self.channel.close()
+        outcome = self._outcome()
+        self.dead.set_result(outcome)
+        if self.lease is not None:
+            self.lease._deliver(None)
+        self.backend._workers.pop(self.run_id, None)
+
+    def _outcome(self) -> ChildOutcome:
+        report = self.report or {}
+        code, sig = report.get("exit_code"), report.get("signal")
+        if sig is not None:
+            exit_text = describe_exit(-int(signal.Signals[sig]))[2]
+        elif code is not None:
+            exit_text = describe_exit(int(code))[2]
+        else:
+            exit_text = report.get("error") or "the connection to the remote sub-agent was lost"
+        common: dict[str, Any] = {
+            "pid": self.pid,
+            "exit_code": code,
+            "signal": sig,
+            "result": self.result.result if self.result is not None else None,
+            "failure": self.failure,
+            "peak_rss_bytes": self.peak_rss,
+        }
+        if self.kill_kind is not None:
+            return ChildOutcome(kind=self.kill_kind, detail=self.kill_detail, **common)
+        cause = report.get("cause") or ""
+        if cause:  # Ray itself failed it: the actor or the node died, memory ran out
+            return ChildOutcome(kind=OutcomeKind.SIGNALED, detail=report["error"], **common)
+        clean = self.result is not None and code == 0
+        if clean:
+            assert self.result is not None
+            return ChildOutcome(
+                kind=OutcomeKind.RESULT, detail=self.result.result.status.value, **common
+            )
+        if self.failure is not None and sig is None:
+            detail = f"{self.failure.error_type}: {self.failure.message}"
+            return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)
+        if self.result is not None and sig is not None:
+            # A result followed by a death by signal counts as that death, never as done.
+            common["result"] = None
+        kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
+        return ChildOutcome(kind=kind, detail=exit_text, **common)
+
+
+class RemoteLease:
+    """A remote sub-agent for one run: the same surface as a local ``Lease``."""
+
+    def __init__(self, worker: _RemoteWorker) -> None:
+        self._worker = worker
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+        worker.lease = self
+
+    @property
+    def pid(self) -> int:
+        return self._worker.pid
+
+    @property
+    def node(self) -> str:
+        return self._worker.node
+
+    @property
+    def hello(self) -> Hello | None:
+        return self._worker.hello
+
+    @property
+    def outcome(self) -> ChildOutcome | None:
+        dead = self._worker.dead
+        return dead.result() if dead.done() else None
+
+    def _deliver(self, frame: Frame | None) -> None:
+        if frame is None:
+            self._ended = True
+        else:
+            self._frames.append(frame)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def send(self, frame: Frame) -> None:
+        channel = self._worker.channel
+        if channel is None:
+            raise ChannelClosed("the remote sub-agent is not connected")
+        await channel.send(frame)
+
+    def send_nowait(self, frame: Frame) -> None:
+        channel = self._worker.channel
+        if channel is None:
+            raise ChannelClosed("the remote sub-agent is not connected")
+        channel.send_nowait(frame)
+
+    async def recv(self) -> Frame | None:
+        while not self._frames:
+            if self._ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._frames.popleft()
+
+    async def wait(self) -> ChildOutcome:
+        return await asyncio.shield(self._worker.dead)
+
+    def set_deadline(
+        self, seconds: float, *, cancel_grace: float = 2.0, term_grace: float = 2.0
+    ) -> None:
+        worker = self._worker
+        detail = f"deadline of {seconds:g} s passed"
+        loop = asyncio.get_running_loop()
+        worker.timers.append(
+            loop.call_later(
+                seconds, worker.escalate, OutcomeKind.DEADLINE, detail, cancel_grace + term_grace
+            )
+        )
+
+    def set_memory_limit(self, limit_bytes: int) -> None:
+        """Remote children apply RLIMIT_AS to themselves (from ``Start.limits``); the
+        tree-wide watchdog of the local pool does not reach other machines."""
+
+    def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
+        self._worker.escalate(OutcomeKind.KILLED, reason, 2 * grace)
+
+    def kill(self, reason: str = "killed by the caller") -> None:
+        self._worker.kill(OutcomeKind.KILLED, reason)
+
+    async def release(self) -> ChildOutcome:
+        worker = self._worker
+        if not worker.dead.done():
+            if worker.result is None and worker.failure is None:
+                worker.kill(OutcomeKind.KILLED, "lease released before the sub-agent finished")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(worker.backend.exit_grace * 2):
+                    await asyncio.shield(worker.dead)
+            if not worker.dead.done():
+                worker.kill(OutcomeKind.KILLED, "the remote sub-agent did not exit")
+                worker._finish()
+        return await asyncio.shield(worker.dead)
+
+
+class RayBackend:
+    """Sub-agents as Ray actors: ``async with RayBackend(address=...) as ray: ...``.
+
+    ``acquire`` places one actor per run and returns a lease once the sub-agent has
+    connected back and said ``Hello``; it raises ``RayBackendError`` when no node takes
+    it within ``connect_timeout`` (a request Ray cannot place would pend forever).
+    """
+
+    def __init__(
+        self,
+        *,
+        address: str = "auto",
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        advertise_host: str | None = None,
+        num_cpus: float = 0.25,
+        resources: Mapping[str, float] | None = None,
+        connect_timeout: float = 60.0,
+        heartbeat_timeout: float = 60.0,
+        exit_grace: float = 5.0,
+        max_workers: int = 64,
+        env: Mapping[str, str] | None = None,
+        node_ip_address: str | None = None,
+    ) -> None:
+        self.address = address
+        self.listen_host = listen_host
+        self.listen_port = listen_port
+        self.advertise_host = advertise_host or listen_host
+        self.num_cpus = num_cpus
+        self.resources = dict(resources or {})
+        self.connect_timeout = connect_timeout
+        self.heartbeat_timeout = heartbeat_timeout
+        self.exit_grace = exit_grace
+        self.max_workers = max_workers
+        self.env = dict(env) if env is not None else None
+        self.node_ip_address = node_ip_address
+        self.nodes = 0
+        self._listener: TcpListener | None = None
+        self._driver: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._workers: dict[str, _RemoteWorker] = {}
+        self._slots = asyncio.Semaphore(max_workers)
+        self._reported = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._driver_error = ""
+        self.driver_log = ""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> RayBackend:
+        self._listener = await TcpListener(handshake_timeout=self.connect_timeout).start(
+            self.listen_host, self.listen_port
+        )
+        env = dict(self.env if self.env is not None else os.environ)
+        env.update(LOOPBACK_ENV)
+        # Ray's own logging (its C++ core writes straight to fd 2) goes to a file, not
+        # over the user's terminal; errors below point at it.
+        fd, self.driver_log = tempfile.mkstemp(prefix="agentcell-ray-driver-", suffix=".log")
+        self._driver = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "agentcell.orchestrator.backends._ray_driver",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+            stderr=fd,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+        os.close(fd)
+        config = {"address": self.address, "node_ip_address": self.node_ip_address}
+        assert self._driver.stdin is not None and self._driver.stdout is not None
+        self._driver.stdin.write(json.dumps(config).encode() + b"\n")
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                first = json.loads(await self._driver.stdout.readline() or b"{}")
+        except TimeoutError:
+            await self.close()
+            raise RayBackendError(
+                f"the Ray cluster at {self.address} did not answer within "
+                f"{self.connect_timeout:g} s (check --ray-address; Ray's log: {self.driver_log})"
+            ) from None
+        if first.get("op") != "ready":
+            await self.close()
+            error = first.get("error") or "the Ray driver exited"
+            raise RayBackendError(f"{error} (address {self.address}; Ray's log: {self.driver_log})")
+        self.nodes = int(first.get("nodes", 0))
+        self._reader = asyncio.ensure_future(self._read_driver())
+        self._watchdog = asyncio.ensure_future(self._watch())
+        return self
+
+    async def __aenter__(self) -> RayBackend:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for worker in list(self._workers.values()):
+            worker.kill(OutcomeKind.KILLED, "the backend was closed")
+        if self._workers:
+            await asyncio.wait([w.dead for w in self._workers.values()], timeout=15)
+        for worker in list(self._workers.values()):
+            worker._finish()
+        driver = self._driver
+        if driver is not None and driver.returncode is None:
+            with contextlib.suppress(Exception):
+                assert driver.stdin is not None
+                driver.stdin.write(b'{"op": "shutdown"}\n')
+                driver.stdin.close()
+            try:
+                async with asyncio.timeout(15):
+                    await driver.wait()
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(driver.pid, signal.SIGKILL)
+                await driver.wait()
+        for task in (self._reader, self._watchdog, *self._tasks):
+            if task is not None:
+                task.cancel()
+        if self._listener is not None:
+            await self._listener.aclose()
+
+    # -- leasing -------------------------------------------------------------------------
+    async def acquire(self) -> RemoteLease:
+        if self._closed or self._listener is None or self._driver is None:
+            raise RayBackendError("the Ray backend is not running")
+        if self._driver_error:
+            raise RayBackendError(self._driver_error)
+        await self._slots.acquire()
+        run_id = f"r{secrets.token_hex(6)}"
+        worker = _RemoteWorker(self, run_id)
+        worker.dead.add_done_callback(lambda _f: self._slots.release())
+        self._workers[run_id] = worker
+        token = self._listener.expect(run_id)
+        host, port = self._listener.address
+        request = {
+            "host": self.advertise_host,
+            "port": port,
+            "agent_id": run_id,
+            "token": token.hex(),
+            "connect_timeout_s": self.connect_timeout,
+        }
+        self._command(
+            {
+                "op": "start",
+                "id": run_id,
+                "request": request,
+                "num_cpus": self.num_cpus,
+                "resources": self.resources,
+            }
+        )
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                accepting = asyncio.ensure_future(self._listener.accept(run_id))
+                ended: asyncio.Future[Any] = worker.dead
+                done, _ = await asyncio.wait(
+                    {accepting, ended}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if accepting not in done:
+                    accepting.cancel()
+                    raise RayBackendError(
+                        self.report_error(worker) or "the sub-agent ended before connecting"
+                    )
+                worker.attach(accepting.result())
+                await worker.ready
+        except TimeoutError:
+            worker.kill(OutcomeKind.KILLED, "never connected")
+            worker._finish()
+            self._listener.forget(run_id)
+            raise RayBackendError(
+                f"no Ray node started the sub-agent within {self.connect_timeout:g} s "
+                "(the cluster may lack the CPUs or resources it asks for, or cannot reach "
+                f"the parent at {self.advertise_host}:{port})"
+            ) from None
+        except BaseException:
+            worker.kill(OutcomeKind.KILLED, "acquire failed")
+            worker._finish()
+            self._listener.forget(run_id)
+            raise
+        worker.last_seen = asyncio.get_running_loop().time()
+        return RemoteLease(worker)
+
+    @staticmethod
+    def report_error(worker: _RemoteWorker) -> str:
+        return str((worker.report or {}).get("error") or "")
+
+    # -- the driver ----------------------------------------------------------------------
+    def _command(self, message: dict[str, Any]) -> None:
+        driver = self._driver
+        if driver is None or driver.stdin is None or driver.stdin.is_closing():
+            return
+        driver.stdin.write(json.dumps(message).encode() + b"\n")
+
+    async def _read_driver(self) -> None:
+        assert self._driver is not None and self._driver.stdout is not None
+        while line := await self._driver.stdout.readline():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            worker = self._workers.get(str(message.get("id")))
+            if worker is None:
+                continue
+            if message.get("op") == "placed":
+                worker.node = str(message.get("node", ""))[:12]
+                worker.actor_pid = message.get("actor_pid")
+            elif message.get("op") == "ended":
+                worker.on_report(message)
+                self._reported.set()
+                self._reported.clear()
+        # The driver is gone: nothing it hosted can report any more.
+        self._driver_error = "the Ray driver process exited"
+        for worker in list(self._workers.values()):
+            if worker.report is None:
+                worker.on_report(
+                    {"cause": "driver", "error": "the Ray driver process exited unexpectedly"}
+                )
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(min(1.0, self.heartbeat_timeout / 4))
+            now = asyncio.get_running_loop().time()
+            for worker in list(self._workers.values()):
+                silent = now - worker.last_seen
+                if worker.hello is not None and silent > self.heartbeat_timeout:
+                    worker.kill(
+                        OutcomeKind.HEARTBEAT,
+                        f"no heartbeat for {silent:.1f} s (limit {self.heartbeat_timeout:g} s): "
+                        "its node may be gone",
+                    )
+
+    def _later(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @property
+    def live(self) -> int:
+        return len(self._workers)
+
+
+def _die_with_parent() -> None:
+    # The driver owns the run's actors; Ray kills an owner's actors when the owner dies,
+    # so the orchestrator's death takes the driver, then the actors, then their processes.
+    from agentcell.worker.process import set_parent_death_signal
+
+    set_parent_death_signal(signal.SIGKILL)
