@@ -12,11 +12,15 @@ tables. See bench/README.md for how to read them.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,29 @@ def run_runner(job: dict[str, Any], timeout: float, log: Path | None) -> dict[st
         return {"rows": [], "unavailable": f"the runner failed: {tail[0][:200]}"}
 
 
+@contextlib.contextmanager
+def ray_head_for(only: set[str]) -> Iterator[None]:
+    """A loopback Ray head for the Ray rows, started before any clock runs (the runners
+    inherit its address); none when those rows are not selected or Ray is missing."""
+    from bench.systems.agentcell_ray import ADDRESS_ENV
+    from bench.workloads import RAY
+
+    if (only and RAY not in only) or importlib.util.find_spec("ray") is None:
+        yield
+        return
+    from agentcell.orchestrator.backends import local_ray_head
+
+    with local_ray_head() as head:
+        saved = dict(os.environ)
+        os.environ.update({k: v for k, v in head.env.items() if k.startswith("RAY_")})
+        os.environ[ADDRESS_ENV] = head.address
+        try:
+            yield
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
 def tool_cpu_s() -> float:
     """What one crunch costs here (median of 3): the cpu workload's ideal is built on it."""
     times = []
@@ -72,7 +99,7 @@ def sweep(
         tag = f"{workload.name}-{system}" + (f"-{label}" if label else "")
         job = {
             "system": system,
-            "ns": ns,
+            "ns": [n for n in ns if n <= fields.get("max_n", n)],
             "repeats": repeats,
             "spec": workload.spec,
             "port": port,
@@ -135,7 +162,7 @@ def main(argv: list[str] | None = None) -> Path:
         "workloads": [],
     }
     cores = results["machine"]["cpus"] or 1
-    with LoadServer(latency_ms=args.latency_ms) as server:
+    with LoadServer(latency_ms=args.latency_ms) as server, ray_head_for(only_systems):
         floor = run_runner(
             {"kind": "raw_floor", "samples": 30 if quick else 100, "port": server.port}, 300, None
         )

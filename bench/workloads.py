@@ -7,8 +7,12 @@ from typing import Any
 
 from bench.systems import SYSTEMS
 
-ALL = list(SYSTEMS)
+RAY = "agentcell (ray)"
+ALL = [name for name in SYSTEMS if name != RAY]  # Ray runs only where a row says so
 PEERS = ["deepagents", "openai-agents", "pydantic-ai"]
+# One actor (a fresh Ray worker process) per sub-agent: on 2 cores, N=128 would take
+# minutes. The Ray rows stop at 32 sub-agents.
+RAY_ROWS = ((RAY, "", {"max_n": 32, "timeout_s": 120.0}),)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +59,7 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             ),
             systems=ALL,
             spec=io,
+            extra=RAY_ROWS,
         ),
         Workload(
             name="cpu",
@@ -80,6 +85,7 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             systems=["agentcell"],
             spec={"turns": 1, "tool": "probe", "lat": lat},
             variants=(("warm spares", {"warm": "n"}), ("no spares", {"warm": 0})),
+            extra=RAY_ROWS,
         ),
         Workload(
             name="memory",

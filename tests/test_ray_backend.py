@@ -22,12 +22,12 @@ from typing import Any
 import psutil
 import pytest
 from agentcell.orchestrator import AgentActivity, CallbackChannel, RunHandle, Scope
+from agentcell.orchestrator.backends import RayHead, local_ray_head
 from agentcell.orchestrator.delegation import DelegationRequest
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
 from delegation_util import gate
 from model_servers import Call, ModelServer, Reply
-from ray_cluster import RayHead, ray_head
 from test_cli import AGENTCELL, cli_env
 
 from agentcell import AgentDefinition, Orchestrator, Settings
@@ -41,7 +41,7 @@ SLEEPER = ["sleep", "600"]
 
 @pytest.fixture(scope="module")
 def head() -> Iterator[RayHead]:
-    with ray_head() as cluster:
+    with local_ray_head() as cluster:
         yield cluster
 
 

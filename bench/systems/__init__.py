@@ -15,6 +15,7 @@ __all__ = ["SYSTEMS", "Options", "Outcome", "System", "load"]
 #: name → "module:class". The order is the order of the tables.
 SYSTEMS = {
     "agentcell": "bench.systems.agentcell:Agentcell",
+    "agentcell (ray)": "bench.systems.agentcell_ray:AgentcellRay",
     "in-process engine": "bench.systems.inprocess:InProcessEngine",
     "ProcessPoolExecutor": "bench.systems.procpool:ProcessPool",
     "raw floor": "bench.systems.floor:RawFloor",

@@ -39,8 +39,7 @@ class Agentcell(System):
         self.events = 0
         self.chars = 0
 
-    async def open(self, n: int, options: Options) -> None:
-        self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
+    def settings(self, n: int, options: Options) -> Settings:
         settings = Settings(
             model="openai:bench",
             approval="allow",
@@ -50,6 +49,11 @@ class Agentcell(System):
         )
         if options.warm is not None:
             settings.warm_spares = options.warm
+        return settings
+
+    async def open(self, n: int, options: Options) -> None:
+        self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
+        settings = self.settings(n, options)
         worker = AgentDefinition(
             name="worker",
             description=WORKER_DESCRIPTION,
@@ -70,6 +74,10 @@ class Agentcell(System):
         await self.orch.__aenter__()
         if options.count_events:
             self.orch.bus.subscribe(self._on_event)
+        await self.warm_up(settings)
+
+    async def warm_up(self, settings: Settings) -> None:
+        assert self.orch is not None
         # The starting line of a long-lived parent: the warm spares are up, and the fork
         # server has forked before (its first fork costs ~0.1 s more than later ones, and
         # without spares the run would pay it).

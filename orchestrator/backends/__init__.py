@@ -30,14 +30,20 @@ from agentcell.orchestrator.backends._ray import (
     RemoteLease,
     loopback_ray_environment,
 )
+from agentcell.orchestrator.backends._ray_local import (
+    RayHead,
+    local_ray_head,
+)
 
 __all__ = [
     "Backend",
     "LOOPBACK_ENV",
     "RayBackend",
     "RayBackendError",
+    "RayHead",
     "RemoteLease",
     "WorkerLease",
+    "local_ray_head",
     "loopback_ray_environment",
     "ALLOWED",
     "ChildOutcome",

@@ -1,8 +1,9 @@
-"""A Ray head on this machine's loopback for the Ray backend's tests.
+"""A throwaway Ray head on this machine's loopback: for tests, the bench and trying it out.
 
-Started once per test module (``ray start --head --block`` in a session of its own, with
-the settings that keep Ray off every address but 127.0.0.1) and killed, session and all,
-at the end. ``processes()`` lists what it runs, so tests can check sockets and leftovers.
+``with local_ray_head() as head:`` runs ``ray start --head --block`` in a session of its
+own, with every setting that keeps Ray off any address but 127.0.0.1 (the one helper all
+of them use), and kills it, session and all, on leaving. ``processes()`` lists what it
+runs, so a test can check sockets and leftovers.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from agentcell.orchestrator.backends import loopback_ray_environment
+from agentcell.orchestrator.backends._ray import loopback_ray_environment
 
+#: The ``ray`` command of this environment (the ``ray`` extra installs it).
 RAY = str(Path(sys.executable).with_name("ray"))
 
 
 @dataclasses.dataclass
 class RayHead:
+    """A running local head: its address, the environment its processes run with."""
+
     address: str
     env: dict[str, str]
     home: str
@@ -59,7 +63,7 @@ def _connectable(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
+def local_ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
     # Short: Ray's Unix socket paths live under its temp dir and must stay < 108 bytes.
     home = tempfile.mkdtemp(prefix="acray-", dir="/tmp")
     env = loopback_ray_environment(home)
@@ -91,7 +95,7 @@ def ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
                 raise RuntimeError(
                     "the Ray head did not start: " + Path(home, "head.log").read_text()[-2000:]
                 )
-            time.sleep(0.2)  # polling a real condition with a deadline, not a guess
+            time.sleep(0.2)  # another program's start-up: polled, with a deadline
         yield RayHead(address=f"127.0.0.1:{port}", env=env, home=home, leader=head.pid)
     finally:
         with contextlib.suppress(ProcessLookupError):
