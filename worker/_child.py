@@ -45,7 +45,7 @@ from agentcell.protocol import (
     RunStatus,
     Start,
 )
-from agentcell.worker import _proc
+from agentcell.worker import _proc, _sandbox
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0
@@ -187,6 +187,8 @@ async def _serve_then_exit(conn: Any, boot: ChildBoot) -> None:
         # Leave at once, from inside the loop: the result is delivered, and a tool thread
         # stuck in a blocking call must not hold the process (asyncio.run would join it).
         _reap_descendants()
+        if _sandbox.CURRENT is not None:
+            _sandbox.CURRENT.cleanup()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -36,6 +36,7 @@ DEFAULT_ALIASES = {
 }
 
 ApprovalMode = Literal["ask", "allow", "deny", "bubble"]
+SandboxMode = Literal["workspace", "read-only", "off", "required"]
 
 
 class Settings(BaseModel):
@@ -61,6 +62,14 @@ class Settings(BaseModel):
     background_wait_s: float = Field(default=600.0, ge=0)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
+    # The OS sandbox each sub-agent puts itself in (see docs/security.md); "required"
+    # is "workspace", refusing to start where this machine cannot enforce all of it.
+    sandbox: SandboxMode = "workspace"
+    network: bool = False  # may sub-agents' bash commands use the network?
+    max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
+    sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
+    # Give bash the model credentials: honoured from the user's own config only.
+    bash_credentials: bool = False
 
     @field_validator("permission_mode")
     @classmethod

@@ -183,6 +183,9 @@ class AgentDefinition(BaseModel):
     cpu_limit_s: int | None = None
     max_tool_calls: int | None = None
     max_tool_output_bytes: int | None = None
+    sandbox: Literal["workspace", "read-only", "off"] | None = None  # may only narrow
+    network: bool | None = None  # bash commands' network under the sandbox
+    max_processes: int | None = None
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -241,6 +244,7 @@ class AgentDefinition(BaseModel):
         "cpu_limit_s",
         "max_tool_calls",
         "max_tool_output_bytes",
+        "max_processes",
         mode="before",
     )
     @classmethod

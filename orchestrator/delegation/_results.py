@@ -30,6 +30,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     worktree: str | None = None  # kept worktree (isolation: worktree, with changes)
     branch: str | None = None
     diff_stat: str = ""
+    sandbox: str = ""  # the walls the child ran behind, as it reported them ("off", ...)
 
     @property
     def ok(self) -> bool:

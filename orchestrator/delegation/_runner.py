@@ -72,7 +72,7 @@ from agentcell.protocol import (
     Usage,
     UsageUpdate,
 )
-from agentcell.worker import PermissionMode
+from agentcell.worker import PermissionMode, release_sandbox, stricter_sandbox
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
 
@@ -315,6 +315,8 @@ class Runner:
             failure = f"{type(exc).__name__}: {exc}"
         finally:
             outcome = await asyncio.shield(lease.release()) if lease is not None else None
+            if lease is not None:
+                release_sandbox(lease.pid)  # its cgroup and temp folder, now it is gone
         if failure:
             result = SubAgentResult(
                 **base,  # type: ignore[arg-type]
@@ -407,7 +409,10 @@ class Runner:
             scope.permission_mode or settings.permission_mode, definition.permission_mode
         )
         env, bash_env = child_environment(
-            model, bash_gets_credentials=bool(definition.extra.get("bash_credentials", False))
+            model, bash_gets_credentials=bash_credentials(settings, definition)
+        )
+        sandbox = stricter_sandbox(
+            "workspace" if settings.sandbox == "required" else settings.sandbox, definition.sandbox
         )
         spec = AgentSpec(
             agent_id=agent_id,
@@ -432,6 +437,10 @@ class Runner:
             background=background,
             env=env,
             bash_env=bash_env,
+            sandbox=sandbox,
+            network=settings.network if definition.network is None else definition.network,
+            max_processes=definition.max_processes or settings.max_processes,
+            read_paths=list(settings.sandbox_read),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -600,6 +609,7 @@ class Runner:
         run = outcome.result
         if run is not None:
             common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
+            common["sandbox"] = str(run.data.get("sandbox", ""))
             if run.usage.total_tokens >= usage.total_tokens:
                 common["usage"] = run.usage
         kind = outcome.kind
@@ -684,6 +694,14 @@ def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
     if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
         return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
     return None
+
+
+def bash_credentials(settings: Settings, definition: AgentDefinition) -> bool:
+    """Does bash get the model keys? From the user's own config, or a definition made in
+    code (never from an agent file: a cloned repository must not hand them out)."""
+    if settings.bash_credentials:
+        return True
+    return definition.source == "programmatic" and bool(definition.extra.get("bash_credentials"))
 
 
 def _system_prompt(definition: AgentDefinition, workdir: str) -> str:
