@@ -152,7 +152,7 @@ async def test_the_child_itself_reaches_only_its_model_endpoint(
     port, accepted = listener
     probe = (
         "python3 -c 'import socket,sys;"
-        f"socket.create_connection((\"127.0.0.1\", {port}), timeout=5);print(\"CONNECTED\")'"
+        f'socket.create_connection(("127.0.0.1", {port}), timeout=5);print("CONNECTED")\''
     )
     served.responder = bash_script([probe])
     orch = Orchestrator(

@@ -280,9 +280,10 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
     """Build (now, outside the fork) the stacked domain bash's commands enter."""
     box.bash_network = False
     if abi >= 4:
-        box._bash_ruleset = Ruleset(
-            fs=0, net=_landlock.net_rights(abi), scoped=_landlock.scopes(abi)
-        )
+        # No signal scope at this layer: the child's own layer already keeps signals in
+        # its tree, and bash may still signal the sub-agent process (its own parent).
+        scoped = _landlock.scopes(abi) & _landlock.SCOPE_ABSTRACT_UNIX_SOCKET
+        box._bash_ruleset = Ruleset(fs=0, net=_landlock.net_rights(abi), scoped=scoped)
     box.bash_netns = _can_unshare_net()
     if box._bash_ruleset is None and box.bash_netns is None:
         box.bash_network = True

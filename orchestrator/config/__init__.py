@@ -15,6 +15,12 @@ from agentcell.orchestrator.config._settings import (
     Price,
     Settings,
 )
+from agentcell.orchestrator.config._trust import (
+    is_trusted,
+    revoke,
+    trust,
+    trusted_folders,
+)
 
 __all__ = [
     "ApprovalMode",
@@ -24,8 +30,12 @@ __all__ = [
     "ENV_SETTINGS",
     "Price",
     "Settings",
+    "is_trusted",
     "load_settings",
     "project_config",
+    "revoke",
     "settings_messages",
+    "trust",
+    "trusted_folders",
     "user_config_path",
 ]
