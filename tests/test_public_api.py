@@ -289,9 +289,13 @@ PUBLIC_API: dict[str, list[str]] = {
         "ENV_SETTINGS",
         "Price",
         "Settings",
+        "is_trusted",
         "load_settings",
         "project_config",
+        "revoke",
         "settings_messages",
+        "trust",
+        "trusted_folders",
         "user_config_path",
     ],
     "agentcell.orchestrator.definitions": [

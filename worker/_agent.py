@@ -151,7 +151,7 @@ CAP_CHECK_S = 0.25
 async def watch_process_cap(box: Any, engine: Engine) -> None:
     """End the run (status ``limit``) as soon as the cap has refused a fork: kill every
     process this one started, then cancel the engine (``run_agent`` relabels it)."""
-    while not box.process_cap_hit():
+    while not box.process_cap_hit():  # noqa: ASYNC110 - nothing to wait on: it is a file
         await asyncio.sleep(CAP_CHECK_S)
     _proc.kill_session(os.getpid())
     _proc.kill_descendants(os.getpid())

@@ -121,8 +121,8 @@ class Rule:
             return True
         command = getattr(args, "command", None)
         if isinstance(command, str):
-            commands = plain_commands(command)
-            return bool(commands) and all(
+            commands = plain_commands(command)  # None: not provably plain, so ask
+            return commands is not None and all(
                 fnmatch.fnmatchcase(" ".join(words), self.pattern) for words in commands
             )
         subject = main_argument(args)

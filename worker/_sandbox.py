@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import agentcell.worker._cgroup as _cgroup
-import agentcell.worker._landlock as _landlock
+from agentcell.worker import _cgroup, _landlock
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -234,7 +233,14 @@ def apply(
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
     else:
-        _restrict_process(box, caps_abi, workdir, run_dir, model_ports, read_paths)
+        _restrict_process(
+            box,
+            abi=caps_abi,
+            workdir=workdir,
+            run_dir=run_dir,
+            model_ports=model_ports,
+            read_paths=read_paths,
+        )
     if not network:
         _prepare_bash_wall(box, caps_abi)
     return box
@@ -242,6 +248,7 @@ def apply(
 
 def _restrict_process(
     box: Sandbox,
+    *,
     abi: int,
     workdir: str,
     run_dir: str,

@@ -45,9 +45,8 @@ def trusted_folders(user_config: Path) -> list[str]:
 
 def is_trusted(folder: Path, user_config: Path) -> bool:
     real = os.path.realpath(folder)
-    return any(
-        real == t or real.startswith(t.rstrip("/") + "/") for t in trusted_folders(user_config)
-    )
+    folders = trusted_folders(user_config)
+    return any(real == t or real.startswith(t.rstrip("/") + "/") for t in folders)
 
 
 def _save(user_config: Path, folders: list[str]) -> None:
