@@ -50,6 +50,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "worktree": result.worktree,
         "branch": result.branch,
         "diff_stat": result.diff_stat,
+        "sandbox": result.sandbox,
     }
 
 

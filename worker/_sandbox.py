@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import sys
@@ -69,11 +70,11 @@ def parse_mode(value: str) -> str:
 
 def _can_unshare_net() -> str | None:
     """Which way a fresh network namespace can be had here ("net", "user+net") or None."""
+    unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded before fork, not after
     for flags, name in ((_CLONE_NEWNET, "net"), (_CLONE_NEWUSER | _CLONE_NEWNET, "user+net")):
         pid = os.fork()
         if pid == 0:  # try it in a throwaway child: unshare changes the caller for good
-            code = 0 if ctypes.CDLL(None, use_errno=True).unshare(flags) == 0 else 1
-            os._exit(code)
+            os._exit(0 if unshare(flags) == 0 else 1)
         _, status = os.waitpid(pid, 0)
         if os.waitstatus_to_exitcode(status) == 0:
             return name
@@ -82,6 +83,11 @@ def _can_unshare_net() -> str | None:
 
 def probe() -> dict[str, Any]:
     """What this machine can enforce, as plain data (``agentcell sandbox`` prints it)."""
+    return dict(_probe())
+
+
+@functools.cache  # the kernel's offer does not change while we run
+def _probe() -> dict[str, Any]:
     abi = _landlock.abi_version()
     cgroup = _cgroup.controller()
     seccomp = "unknown"

@@ -81,6 +81,11 @@ def common_options(fn: F) -> F:
             type=click.IntRange(min=1),
             help="Nesting depth (1: sub-agents cannot delegate).",
         ),
+        click.option(
+            "--sandbox",
+            type=click.Choice(["workspace", "read-only", "off", "required"]),
+            help="The OS walls around each sub-agent (see 'agentcell sandbox').",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -95,6 +100,7 @@ def _load(
     approve: str | None,
     max_workers: int | None,
     max_depth: int | None,
+    sandbox: str | None = None,
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
@@ -103,6 +109,7 @@ def _load(
         "approval": approve,
         "max_workers": max_workers,
         "max_depth": max_depth,
+        "sandbox": sandbox,
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     return settings
@@ -322,6 +329,31 @@ def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, as_json=as_json)
+
+
+# -- sandbox and trust ---------------------------------------------------------------------
+@cli.command("sandbox")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def sandbox_cmd(as_json: bool) -> None:
+    """What this machine enforces, and what each sandbox mode does here."""
+    from agentcell.orchestrator.cli._sandbox_cmd import show_sandbox
+
+    show_sandbox(as_json=as_json)
+
+
+@cli.command("trust")
+@click.argument("folder", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--list", "list_them", is_flag=True, help="The folders you trust.")
+@click.option("--revoke", "revoke_folder", type=click.Path(path_type=Path), help="Stop trusting.")
+@click.option("--debug", is_flag=True)
+@guarded
+def trust_cmd(
+    folder: Path | None, list_them: bool, revoke_folder: Path | None, debug: bool
+) -> None:
+    """Honour FOLDER's own configuration (default: here); until then it may only tighten."""
+    from agentcell.orchestrator.cli._trust_cmd import run_trust
+
+    run_trust(folder, list_them=list_them, revoke_folder=revoke_folder)
 
 
 def main() -> None:
