@@ -148,10 +148,12 @@ def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
         if not isinstance(table, dict):
             kept[provider] = table
             continue
-        kept[provider] = {}
+        rest = {}
         for key, value in table.items():
             if key.lower() in _ROUTING_KEYS:
                 dropped.append(f"{provider}.{key}")
             else:
-                kept[provider][key] = value
+                rest[key] = value
+        if rest:
+            kept[provider] = rest
     return kept, dropped
