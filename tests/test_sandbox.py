@@ -106,6 +106,8 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
         f"tr '\\0' '\\n' < /proc/{me}/environ | grep AGENTCELL_PARENT_SECRET",
         f"kill -0 {me} && echo SIGNALLED",
         'echo "tmp=$TMPDIR" && touch "$TMPDIR/scratch" && echo tmp-ok',
+        # The model's port is open to the sub-agent process, never to its commands.
+        f"exec 3<>/dev/tcp/127.0.0.1/{served.port} && echo MODEL-REACHED",
     ]
     served.responder = bash_script(commands)
     orch = Orchestrator(
@@ -139,6 +141,7 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
     assert "tmp-ok" in out[10] and "tmp=/" in out[10]
     private_tmp = out[10].split("tmp=")[1].split()[0]
     assert not Path(private_tmp).exists()  # the private temp folder is gone with the child
+    assert "MODEL-REACHED" not in out[11] and "Permission denied" in out[11]
 
 
 async def test_the_child_itself_reaches_only_its_model_endpoint(
