@@ -163,3 +163,11 @@ def test_an_allowed_line_runs_only_git(sandbox_dir: Path, line: str) -> None:
     assert "command not found" not in out.stderr, (line, out.stderr)
     assert "No such file or directory" not in out.stderr, (line, out.stderr)
     assert sorted(p.name for p in sandbox_dir.iterdir()) == before, line
+
+
+def test_a_program_named_by_a_path_is_never_the_one_a_wildcard_rule_meant() -> None:
+    # "any program's --version" must not cover a program planted in the workdir.
+    rule = Rule.parse("bash(* --version)")
+    assert allowed("git --version", rule)
+    for command in ("./evil --version", "/tmp/x/git --version", "../bin/git --version"):
+        assert not allowed(command, rule), command
