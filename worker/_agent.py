@@ -121,6 +121,8 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         model_ports=ports,
         env=engine.env,
         read_paths=spec.read_paths,
+        # Only a run that can start processes needs the cap (making a cgroup costs ms).
+        cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
 
 

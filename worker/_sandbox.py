@@ -139,7 +139,6 @@ class Sandbox:
         self.cap: _cgroup.ProcessCap | None = None
         self.model_ports: list[int] | None = None  # None: the process's own TCP is open
         self.bash_network = True
-        self.bash_netns: str | None = None
         self.missing: list[str] = []
         self._bash_ruleset: Ruleset | None = None
 
@@ -165,17 +164,18 @@ class Sandbox:
         """What bash's child runs between fork and exec: the no-network domain."""
         if self.bash_network:
             return None
-        ruleset, netns = self._bash_ruleset, self.bash_netns
-        unshare = ctypes.CDLL(None, use_errno=True).unshare
-        flags = {"net": _CLONE_NEWNET, "user+net": _CLONE_NEWUSER | _CLONE_NEWNET}.get(
-            netns or "", 0
-        )
+        ruleset = self._bash_ruleset
+        unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded now, not after fork
 
         def enter() -> None:
             if ruleset is not None:
                 ruleset.restrict_self_in_child()
-            if flags and unshare(flags) != 0:
-                os._exit(126)
+            # A network namespace of its own (no UDP, no abstract sockets either): as
+            # root directly, else through a user namespace; where neither is allowed,
+            # the Landlock layer above still refuses every TCP connection.
+            isolated = unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+            if not isolated and ruleset is None:
+                os._exit(126)  # no wall at all would be a silent skip: refuse instead
 
         return enter
 
@@ -217,6 +217,7 @@ def apply(
     model_ports: list[int] | None = None,
     env: dict[str, str] | None = None,
     read_paths: Iterable[str] = (),
+    cap_processes: bool = True,
 ) -> Sandbox:
     """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``."""
     global CURRENT
@@ -232,9 +233,10 @@ def apply(
     tempfile.tempdir = box.tmpdir
     if env is not None:
         env["TMPDIR"] = box.tmpdir
-    box.cap = _cgroup.ProcessCap.create(max_processes or DEFAULT_MAX_PROCESSES)
-    if box.cap is None:
-        box.missing.append("process cap")
+    if cap_processes:
+        box.cap = _cgroup.ProcessCap.create(max_processes or DEFAULT_MAX_PROCESSES)
+        if box.cap is None:
+            box.missing.append("process cap")
     if caps_abi < 1:
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
@@ -297,8 +299,7 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
         # its tree, and bash may still signal the sub-agent process (its own parent).
         scoped = _landlock.scopes(abi) & _landlock.SCOPE_ABSTRACT_UNIX_SOCKET
         box._bash_ruleset = Ruleset(fs=0, net=_landlock.net_rights(abi), scoped=scoped)
-    box.bash_netns = _can_unshare_net()
-    if box._bash_ruleset is None and box.bash_netns is None:
+    if box._bash_ruleset is None and _probe()["network_namespace"] is None:
         box.bash_network = True
         box.missing.append("bash network wall")
 
