@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -235,3 +236,45 @@ async def test_a_sub_agent_cannot_signal_its_sibling(
 def test_probe_reports_what_this_machine_enforces() -> None:
     assert CAPS["landlock_abi"] >= 6 and CAPS["landlock_tcp"] and CAPS["landlock_files"]
     assert set(json.loads(json.dumps(CAPS))) == set(CAPS)
+
+
+def git_repo(repo: Path) -> Path:
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
+
+
+async def test_git_works_in_a_worktree_and_read_only_mode_keeps_the_workdir_unchanged(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    served.responder = bash_script(
+        ["git log --oneline | wc -l && echo changed >> README.md && git status --short"]
+    )
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=repo,
+        agents=[
+            agent("tree", ["bash"], isolation="worktree"),
+            agent("reader", ["bash"], sandbox="read-only"),
+            agent("loose", ["bash"], sandbox="off"),
+        ],
+        load_agent_files=False,
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        tree = await asyncio.wait_for(orch.delegate("tree", "go"), 60)
+        reader = await asyncio.wait_for(orch.delegate("reader", "go"), 60)
+        served.responder = bash_script(["echo $TMPDIR"])
+        loose = await asyncio.wait_for(orch.delegate("loose", "go"), 60)
+    assert tree.status is RunStatus.COMPLETED, tree
+    assert tree.text.split() == ["1", "M", "README.md"], tree.text  # git read and wrote
+    assert tree.worktree is not None  # the change is kept in the worktree, as before
+    assert reader.sandbox.startswith("read-only")
+    assert "Permission denied" in reader.text and (repo / "README.md").read_text() == "hello\n"
+    # A definition may narrow the mode, never widen it: "off" still ran in the workspace.
+    assert loose.sandbox.startswith("workspace") and "agentcell-sandbox" in loose.text

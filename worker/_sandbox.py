@@ -279,6 +279,8 @@ def _restrict_process(
             outputs.mkdir(parents=True, exist_ok=True)
             writable.append(str(outputs))
         ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
+        for path, writable_too in _git_admin(workdir):
+            ruleset.allow_path(path, everything if writable_too else _landlock.READ)
         ruleset.allow_paths(writable, everything)
         if model_ports is not None:
             for port in model_ports:
@@ -323,7 +325,30 @@ def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
         if real in ("/", "") or _contains(real, home) or _contains(real, workdir):
             continue
         paths.append(real)
+    # git treats an unreadable global config as fatal: its configuration (not the rest of
+    # the home) is readable.
+    paths += [os.path.join(home, ".gitconfig"), os.path.join(home, ".config", "git")]
     return paths + [os.path.realpath(os.path.expanduser(p)) for p in extra]
+
+
+def _git_admin(workdir: str) -> list[tuple[str, bool]]:
+    """For a git worktree: its own admin folder (HEAD, index: writable) and the shared
+    repository (read-only: objects, refs, config and hooks stay out of its reach)."""
+    marker = Path(workdir) / ".git"
+    if not marker.is_file():
+        return []
+    try:
+        text = marker.read_text().strip()
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    admin = (Path(workdir) / text.removeprefix("gitdir:").strip()).resolve()
+    found = [(str(admin), True)]
+    with contextlib.suppress(OSError):
+        common = (admin / (admin / "commondir").read_text().strip()).resolve()
+        found.append((str(common), False))
+    return found
 
 
 def _contains(folder: str, path: str) -> bool:
