@@ -238,3 +238,19 @@ def test_required_refuses_with_one_line_where_the_kernel_cannot(
     assert result.exit_code == 2
     assert result.output.count("\n") == 1 and "sandbox = 'required'" in result.output
     assert "Landlock" in result.output
+
+
+def test_a_missing_mechanism_is_said_once_never_skipped_silently(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, project: Path
+) -> None:
+    from agentcell.orchestrator import _sandbox_policy
+
+    bare = {**_sandbox_policy.probe_sandbox(), "process_cap": None}
+    monkeypatch.setattr(_sandbox_policy, "probe_sandbox", lambda: bare)
+    monkeypatch.setattr(_sandbox_policy, "_said", set())
+    with caplog.at_level("WARNING", logger="agentcell.sandbox"):
+        for _ in range(2):
+            Orchestrator(settings=Settings(warm_spares=0), workdir=project, record=False)
+    said = [r.getMessage() for r in caplog.records if "process cap" in r.getMessage()]
+    assert len(said) == 1, said
+    Orchestrator(settings=Settings(sandbox="off", warm_spares=0), workdir=project, record=False)
