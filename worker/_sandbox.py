@@ -193,7 +193,7 @@ class Sandbox:
 def private_tmp(pid: int) -> Path:
     """The private temp folder of sub-agent process ``pid`` (it cannot remove it itself:
     that takes a right on the folder above, which it does not have)."""
-    return Path(tempfile.gettempdir()) / "agentcell-sandbox" / str(pid)
+    return Path(tempfile.gettempdir()) / f"agentcell-sandbox-{os.getuid()}" / str(pid)
 
 
 def release(pid: int) -> None:
@@ -227,8 +227,12 @@ def apply(
         return box
     caps_abi = _landlock.abi_version()
     box.abi = caps_abi
-    box.tmpdir = str(private_tmp(os.getpid()))
-    os.makedirs(box.tmpdir, mode=0o700)
+    private = private_tmp(os.getpid())
+    private.parent.mkdir(mode=0o700, exist_ok=True)
+    if private.parent.is_symlink() or private.parent.stat().st_uid != os.getuid():
+        raise OSError(f"{private.parent} is not this user's own folder: remove it")
+    private.mkdir(mode=0o700)
+    box.tmpdir = str(private)
     os.environ["TMPDIR"] = box.tmpdir
     tempfile.tempdir = box.tmpdir
     if env is not None:
