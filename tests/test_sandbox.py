@@ -94,6 +94,9 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("AGENTCELL_PARENT_SECRET", "parent-only-secret-42")
     port, accepted = listener
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
     me = os.getpid()
     commands = [
         "echo work > inside.txt && mkdir -p sub && mv inside.txt sub/ && cat sub/inside.txt",
@@ -109,6 +112,8 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
         'echo "tmp=$TMPDIR" && touch "$TMPDIR/scratch" && echo tmp-ok',
         # The model's port is open to the sub-agent process, never to its commands.
         f"exec 3<>/dev/tcp/127.0.0.1/{served.port} && echo MODEL-REACHED",
+        # UDP is not Landlock's: the command's own network namespace has none to offer.
+        f"echo leak > /dev/udp/127.0.0.1/{udp.getsockname()[1]} && echo UDP-SENT",
     ]
     served.responder = bash_script(commands)
     orch = Orchestrator(
@@ -143,6 +148,10 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
     private_tmp = out[10].split("tmp=")[1].split()[0]
     assert not Path(private_tmp).exists()  # the private temp folder is gone with the child
     assert "MODEL-REACHED" not in out[11] and "Permission denied" in out[11]
+    assert "UDP-SENT" not in out[12]
+    with pytest.raises(BlockingIOError):
+        udp.recv(100)
+    udp.close()
 
 
 async def test_the_child_itself_reaches_only_its_model_endpoint(
@@ -195,6 +204,7 @@ async def test_a_fork_bomb_ends_that_sub_agent_with_limit_and_nothing_else(
         served.responder = bash_script(["echo fine"])
         quiet = await asyncio.wait_for(orch.delegate("quiet", "go"), 60)
     assert bomber.status is RunStatus.LIMIT, bomber
+    assert bomber.sandbox.startswith("workspace, landlock abi")  # it reported before the end
     assert "max_processes=40" in bomber.error
     assert quiet.status is RunStatus.COMPLETED and quiet.text.strip() == "fine"
 
@@ -278,3 +288,20 @@ async def test_git_works_in_a_worktree_and_read_only_mode_keeps_the_workdir_unch
     assert "Permission denied" in reader.text and (repo / "README.md").read_text() == "hello\n"
     # A definition may narrow the mode, never widen it: "off" still ran in the workspace.
     assert loose.sandbox.startswith("workspace") and "agentcell-sandbox" in loose.text
+
+
+async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = bash_script(["kill -9 $PPID"])  # bash may still end its own agent
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=tmp_path,
+        agents=[agent("doomed", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        doomed = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
+    assert doomed.status is RunStatus.CRASHED, doomed
+    assert doomed.sandbox == "workspace (requested; not confirmed by the child)"

@@ -245,6 +245,8 @@ class Runner:
         try:
             spec, limits, model = self._prepare(definition, request, scope, agent_id, background)
             self.ledger.reserve_subagent()
+            # Replaced by what the child reports it applied; kept if it ended before that.
+            base["sandbox"] = f"{spec.sandbox} (requested; not confirmed by the child)"
         except (ValueError, BudgetExceeded) as exc:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
@@ -366,6 +368,7 @@ class Runner:
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
+        base = {k: v for k, v in base.items() if k != "sandbox"}  # no process, no walls
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
@@ -609,7 +612,8 @@ class Runner:
         run = outcome.result
         if run is not None:
             common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
-            common["sandbox"] = str(run.data.get("sandbox", ""))
+            if "sandbox" in run.data:
+                common["sandbox"] = str(run.data["sandbox"])
             if run.usage.total_tokens >= usage.total_tokens:
                 common["usage"] = run.usage
         kind = outcome.kind
