@@ -85,7 +85,9 @@ def test_plain_git_lines_are_allowed(command: str) -> None:
     assert allowed(command)
 
 
-@pytest.mark.parametrize("command", ["git log 'unterminated", "git (", "git status &&"])
+@pytest.mark.parametrize(
+    "command", ["git log 'unterminated", "git (", "git status &&", "git status; " * 1000]
+)
 async def test_a_line_the_parser_cannot_read_asks(command: str) -> None:
     policy = PermissionPolicy(allow=["bash(git *)"])
     call = ToolCall(id="c", name="bash", arguments="{}")

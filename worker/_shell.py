@@ -67,6 +67,8 @@ _RUNS_COMMAND = {
 _OPAQUE = re.compile(r"`|\$\(|\$\{|<\(|>\(|[\x00-\x08\x0b-\x1f\x7f]")
 _GROUPING = frozenset({"(", ")", "{", "}"})
 _OUTPUT_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+#: Longer lines are not parsed (the parser's time grows with them): they ask.
+MAX_LINE = 8192
 
 
 class _NotPlain(Exception):
@@ -75,7 +77,7 @@ class _NotPlain(Exception):
 
 def plain_commands(line: str) -> list[list[str]] | None:
     """The words of every simple command of ``line``, or None if it is not provably plain."""
-    if not line.strip() or _OPAQUE.search(line):
+    if not line.strip() or len(line) > MAX_LINE or _OPAQUE.search(line):
         return None
     try:
         trees = bashlex.parse(line)
