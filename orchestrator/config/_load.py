@@ -42,6 +42,7 @@ ENV_SETTINGS: dict[str, tuple[str, type]] = {
     "AGENTCELL_APPROVE": ("approval", str),
     "AGENTCELL_MAX_DEPTH": ("max_depth", int),
     "AGENTCELL_PERMISSION_MODE": ("permission_mode", str),
+    "AGENTCELL_SANDBOX": ("sandbox", str),
 }
 
 log = logging.getLogger("agentcell.config")
