@@ -18,6 +18,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -93,6 +94,7 @@ class Orchestrator:
         pool: WorkerPool | None = None,
     ) -> None:
         self.settings = settings or Settings()
+        check_sandbox(self.settings)
         self.workdir = Path(workdir).resolve()
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self.record = record
@@ -106,6 +108,7 @@ class Orchestrator:
             self.registry = AgentRegistry.load(
                 self.workdir, home=home, extra_dirs=[Path(d) for d in agents_dirs]
             )
+            distrust_project_agents(self.registry, self.workdir, home)
         else:
             self.registry = AgentRegistry.builtin()
         for definition in agents:

@@ -52,6 +52,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "branch": result.branch,
         "commit": result.commit,
         "diff_stat": result.diff_stat,
+        "sandbox": result.sandbox,
     }
 
 

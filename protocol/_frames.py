@@ -62,6 +62,10 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     background: bool = False
     env: dict[str, str] | None = None  # the process environment for this run (None: keep)
     bash_env: dict[str, str] = msgspec.field(default_factory=dict)
+    sandbox: str = "off"  # off | workspace | read-only: the walls the child puts up itself
+    network: bool = False  # under a sandbox: may bash's commands use the network?
+    max_processes: int | None = None  # cap on the child's process tree (None: the default)
+    read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):

@@ -14,6 +14,12 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._redact import SECRET_NAMES, Redactor
+from agentcell.worker._sandbox import MODES as SANDBOX_MODES
+from agentcell.worker._sandbox import missing_for as sandbox_missing
+from agentcell.worker._sandbox import parse_mode as parse_sandbox_mode
+from agentcell.worker._sandbox import probe as probe_sandbox
+from agentcell.worker._sandbox import release as release_sandbox
+from agentcell.worker._sandbox import stricter as stricter_sandbox
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
@@ -31,6 +37,7 @@ __all__ = [
     "PermissionPolicy",
     "Redactor",
     "Rule",
+    "SANDBOX_MODES",
     "SECRET_NAMES",
     "Session",
     "Transcript",
@@ -38,4 +45,9 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
+    "parse_sandbox_mode",
+    "probe_sandbox",
+    "release_sandbox",
+    "sandbox_missing",
+    "stricter_sandbox",
 ]

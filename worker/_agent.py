@@ -30,7 +30,7 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker import _proc
+from agentcell.worker import _proc, _sandbox
 from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
@@ -69,10 +69,27 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     link.on_cancel = engine.cancel
     _capture_output(spec)
     transcript = _open_transcript(spec)
+    # Last step before the agent's first action: what is open now (the pipe, the record
+    # files) stays usable; everything opened from here on goes through the walls.
+    try:
+        box = enter_sandbox(spec, engine, model, objects)
+    except OSError as exc:
+        return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
+    engine.command_preexec = box.bash_preexec()
+    watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
     sink = CoalescingSink(link, transcript)
     session = Session(spec.history)
     try:
         result = await engine.run(spec.prompt, session, on_event=sink)
+        if watch is not None:
+            watch.cancel()
+        if box.process_cap_hit() and result.status is RunStatus.CANCELLED:
+            result.status = RunStatus.LIMIT
+            result.error = (
+                f"process limit: this sub-agent's processes reached max_processes="
+                f"{box.cap.limit if box.cap else '?'} (a fork was refused), so it was stopped"
+            )
+        result.data["sandbox"] = box.report()
     finally:
         sink.flush()
         await model.aclose()
@@ -85,6 +102,62 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if export is not None:
         result.data["test_model"] = export()
     return result
+
+
+def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[str, Any]) -> Any:
+    """Apply the run's sandbox to this process; bash's environment gets the private TMPDIR."""
+    if engine.env is None:
+        engine.env = dict(os.environ)
+    # Custom objects (tools, a model object) are the caller's own Python code running in
+    # this process: its network is theirs. Otherwise only the model endpoint is reachable.
+    ports = None if objects else model_ports(model, os.environ)
+    return _sandbox.apply(
+        spec.sandbox,
+        workdir=os.path.realpath(spec.workdir),
+        run_dir=spec.run_dir,
+        agent_id=spec.agent_id,
+        network=spec.network,
+        max_processes=spec.max_processes,
+        model_ports=ports,
+        env=engine.env,
+        read_paths=spec.read_paths,
+        # Only a run that can start processes needs the cap (making a cgroup costs ms).
+        cap_processes="bash" in spec.tools or bool(objects.get("tools")),
+    )
+
+
+def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:
+    """The TCP ports the model client connects to: its base URL's, or its proxy's."""
+    import httpx
+
+    urls = [getattr(model, "base_url", None)]
+    urls += [env.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")]
+    ports: set[int] = set()
+    for url in urls:
+        if not url:
+            continue
+        try:
+            parsed = httpx.URL(str(url))
+        except (httpx.InvalidURL, TypeError):
+            continue
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        ports.add(port)
+    return sorted(ports)
+
+
+#: How often the process cap's counter is read. cgroup v1 sends no change notification
+#: for ``pids.events``, so it is read; a fork bomb is stopped within this much time.
+CAP_CHECK_S = 0.25
+
+
+async def watch_process_cap(box: Any, engine: Engine) -> None:
+    """End the run (status ``limit``) as soon as the cap has refused a fork: kill every
+    process this one started, then cancel the engine (``run_agent`` relabels it)."""
+    while not box.process_cap_hit():  # noqa: ASYNC110 - nothing to wait on: it is a file
+        await asyncio.sleep(CAP_CHECK_S)
+    _proc.kill_session(os.getpid())
+    _proc.kill_descendants(os.getpid())
+    engine.cancel()
 
 
 #: How much of a child's stdout/stderr is kept; the rest is read and dropped.

@@ -46,7 +46,7 @@ from agentcell.protocol import (
     Start,
     StreamChannel,
 )
-from agentcell.worker import _proc
+from agentcell.worker import _proc, _sandbox
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0
@@ -234,6 +234,7 @@ def _guardian_exit(worker_pid: int, code: int) -> NoReturn:
     table = _proc.process_table()
     if worker_pid:
         _proc.kill_tree(worker_pid, signal.SIGKILL, table)
+        _sandbox.release(worker_pid)  # its cgroup and private temp folder, on this node
     _proc.kill_descendants(os.getpid())
     if code < 0:  # leave by the same signal, so whoever waits on us sees it
         sig = -code
@@ -253,6 +254,8 @@ async def _serve_then_exit(
         # Leave at once, from inside the loop: the result is delivered, and a tool thread
         # stuck in a blocking call must not hold the process (asyncio.run would join it).
         _reap_descendants()
+        if _sandbox.CURRENT is not None:
+            _sandbox.CURRENT.cleanup()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

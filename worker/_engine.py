@@ -113,6 +113,7 @@ class Engine:
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.agent_id = agent_id
         self.env = env
+        self.command_preexec: Callable[[], None] | None = None  # see ToolContext.preexec
         self.turn_hooks = list(turn_hooks)
         self.finish_hooks = list(finish_hooks)
         self.usage = Usage()
@@ -337,6 +338,7 @@ class Engine:
             agent_id=self.agent_id,
             call_id=call.id,
             env=self.env,
+            preexec=self.command_preexec,
             max_output_chars=self.limits.max_tool_output_chars,
         )
         try:

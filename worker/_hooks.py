@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from agentcell.protocol import ToolCall
+from agentcell.worker._shell import plain_commands
 from agentcell.worker.tools import Tool, ToolOutput
 
 
@@ -71,17 +72,16 @@ _EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 _RULE = re.compile(r"^\s*([A-Za-z0-9_.:-]+)\s*(?:\((.*)\))?\s*$")
 
 
-# Shell commands are judged piece by piece: an allow rule must match every command of a
-# chain (`git status; curl … | sh` is not `git *`), and a deny rule any one of them.
-_SHELL_SEPARATORS = re.compile(r"\s*(?:&&|\|\||;|\||&|\n)\s*")
-# Substitutions and redirections hide what runs or where output goes: never auto-allowed.
-_SHELL_OPAQUE = re.compile(r"`|\$\(|<\(|>\(|[<>]")
+# Deny and ask rules are judged on every piece a line could run, found generously (this
+# splitting is only ever used to catch more, never to allow).
+_SHELL_SEPARATORS = re.compile(r"\s*(?:&&|\|\||;|\||&|\n|\$\(|`|<\(|>\(|\))\s*")
 _ASSIGNMENT = re.compile(r"^(?:[A-Za-z_][A-Za-z0-9_]*=\S*\s+)+")
 
 
 def command_segments(command: str) -> list[str]:
-    """The simple commands of a shell line, each with leading ``VAR=x`` assignments dropped
-    and its program reduced to a base name (``/bin/rm -rf x`` → ``rm -rf x``)."""
+    """Every piece of a shell line that could be a command, with leading ``VAR=x``
+    assignments dropped and the program reduced to a base name (``/bin/rm -rf x`` →
+    ``rm -rf x``). For deny and ask rules only: it over-approximates what runs."""
     segments = []
     for raw in _SHELL_SEPARATORS.split(command):
         part = _ASSIGNMENT.sub("", raw.strip()).strip("() ")
@@ -121,10 +121,10 @@ class Rule:
             return True
         command = getattr(args, "command", None)
         if isinstance(command, str):
-            if _SHELL_OPAQUE.search(command):
-                return False
-            segments = command_segments(command)
-            return bool(segments) and all(fnmatch.fnmatchcase(s, self.pattern) for s in segments)
+            commands = plain_commands(command)  # None: not provably plain, so ask
+            return commands is not None and all(
+                fnmatch.fnmatchcase(" ".join(words), self.pattern) for words in commands
+            )
         subject = main_argument(args)
         return subject is not None and fnmatch.fnmatchcase(_clean_path(subject), self.pattern)
 

@@ -206,6 +206,7 @@ def results_table(results: Iterable[SubAgentResult]) -> Table:
         "pid",
         "peak RSS",
         "exit",
+        "sandbox",
     ):
         table.add_column(name, no_wrap=True)
     for r in results:
@@ -222,6 +223,8 @@ def results_table(results: Iterable[SubAgentResult]) -> Table:
             str(r.pid or ""),
             f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
             exit_text,
+            # The mode, and "!" when the child said something was missing (see --json).
+            r.sandbox.partition(",")[0] + ("!" if "missing:" in r.sandbox else ""),
         )
     return table
 

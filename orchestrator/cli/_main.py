@@ -91,6 +91,11 @@ def common_options(fn: F) -> F:
             help="The Ray cluster for --backend ray (HOST:PORT; default: $RAY_ADDRESS, "
             "else a cluster running on this machine).",
         ),
+        click.option(
+            "--sandbox",
+            type=click.Choice(["workspace", "read-only", "off", "required"]),
+            help="The OS walls around each sub-agent (see 'agentcell sandbox').",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -107,6 +112,7 @@ def _load(
     max_depth: int | None,
     backend: str | None = None,
     ray_address: str | None = None,
+    sandbox: str | None = None,
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
@@ -117,6 +123,7 @@ def _load(
         "max_depth": max_depth,
         "backend": backend,
         "ray": {"address": ray_address} if ray_address else None,
+        "sandbox": sandbox,
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     return settings
@@ -340,6 +347,31 @@ def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, as_json=as_json)
+
+
+# -- sandbox and trust ---------------------------------------------------------------------
+@cli.command("sandbox")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def sandbox_cmd(as_json: bool) -> None:
+    """What this machine enforces, and what each sandbox mode does here."""
+    from agentcell.orchestrator.cli._sandbox_cmd import show_sandbox
+
+    show_sandbox(as_json=as_json)
+
+
+@cli.command("trust")
+@click.argument("folder", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--list", "list_them", is_flag=True, help="The folders you trust.")
+@click.option("--revoke", "revoke_folder", type=click.Path(path_type=Path), help="Stop trusting.")
+@click.option("--debug", is_flag=True)
+@guarded
+def trust_cmd(
+    folder: Path | None, list_them: bool, revoke_folder: Path | None, debug: bool
+) -> None:
+    """Honour FOLDER's own configuration (default: here); until then it may only tighten."""
+    from agentcell.orchestrator.cli._trust_cmd import run_trust
+
+    run_trust(folder, list_them=list_them, revoke_folder=revoke_folder)
 
 
 def main() -> None:

@@ -17,6 +17,12 @@ from agentcell.orchestrator.config._settings import (
     RaySettings,
     Settings,
 )
+from agentcell.orchestrator.config._trust import (
+    is_trusted,
+    revoke,
+    trust,
+    trusted_folders,
+)
 
 __all__ = [
     "ApprovalMode",
@@ -28,8 +34,12 @@ __all__ = [
     "Price",
     "RaySettings",
     "Settings",
+    "is_trusted",
     "load_settings",
     "project_config",
+    "revoke",
     "settings_messages",
+    "trust",
+    "trusted_folders",
     "user_config_path",
 ]

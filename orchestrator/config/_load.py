@@ -1,7 +1,9 @@
 """Where settings come from, merged in increasing precedence:
 
 1. ``~/.config/agentcell/config.toml`` (or ``$XDG_CONFIG_HOME/agentcell/config.toml``)
-2. the project: ``agentcell.toml``, or ``[tool.agentcell]`` in ``pyproject.toml``
+2. the project: ``agentcell.toml``, or ``[tool.agentcell]`` in ``pyproject.toml`` — until
+   the user trusts the folder (``agentcell trust``), only the keys that tighten the user's
+   settings; each key left out is named in one line (see ``_trust``)
 3. environment variables (``AGENTCELL_MODEL``, ``AGENTCELL_MAX_WORKERS``, ...)
 4. command-line flags
 
@@ -12,6 +14,7 @@ belong in these files: providers read them from the environment.
 
 from __future__ import annotations
 
+import logging
 import os
 import tomllib
 from collections.abc import Mapping
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
 from pydantic import ValidationError
 
 
@@ -38,7 +42,10 @@ ENV_SETTINGS: dict[str, tuple[str, type]] = {
     "AGENTCELL_APPROVE": ("approval", str),
     "AGENTCELL_MAX_DEPTH": ("max_depth", int),
     "AGENTCELL_PERMISSION_MODE": ("permission_mode", str),
+    "AGENTCELL_SANDBOX": ("sandbox", str),
 }
+
+log = logging.getLogger("agentcell.config")
 
 _SECRET_KEYS = {"api_key", "apikey", "key", "token", "secret", "password"}
 
@@ -69,8 +76,12 @@ def load_settings(
     home: Path | None = None,
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
+    notices: list[str] | None = None,
 ) -> tuple[Settings, list[str]]:
-    """The merged, validated settings and the list of sources that contributed."""
+    """The merged, validated settings and the list of sources that contributed.
+
+    Keys of an untrusted project that were ignored are logged, one line each, and added
+    to ``notices`` when given."""
     env = os.environ if env is None else env
     merged: dict[str, Any] = {}
     sources: list[str] = []
@@ -83,6 +94,18 @@ def load_settings(
     if found is not None:
         path, table = found
         name = f"{path} [tool.agentcell]" if path.name == "pyproject.toml" else str(path)
+        user_table = layers[0][1] if layers else {}
+        if is_trusted(workdir, user):
+            ignored = []
+            if "bash_credentials" in table:
+                table = {k: v for k, v in table.items() if k != "bash_credentials"}
+                ignored.append(f"{name}: bash_credentials ignored: only your own config may set it")
+        else:
+            table, ignored = untrusted_layer(table, user_table, name)
+        for line in ignored:
+            log.warning("%s", line)
+        if notices is not None:
+            notices.extend(ignored)
         layers.append((name, table))
     for origin, table in layers:
         problems += _secret_problems(table, origin)

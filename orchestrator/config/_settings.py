@@ -55,6 +55,9 @@ class RaySettings(BaseModel):
     connect_timeout_s: float = Field(default=60.0, gt=0, le=3600)
 
 
+SandboxMode = Literal["workspace", "read-only", "off", "required"]
+
+
 class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -80,6 +83,14 @@ class Settings(BaseModel):
     prices: dict[str, Price] = Field(default_factory=dict)
     backend: BackendName = "local"  # where sub-agents run: this machine, or a Ray cluster
     ray: RaySettings = Field(default_factory=RaySettings)
+    # The OS sandbox each sub-agent puts itself in (see docs/security.md); "required"
+    # is "workspace", refusing to start where this machine cannot enforce all of it.
+    sandbox: SandboxMode = "workspace"
+    network: bool = False  # may sub-agents' bash commands use the network?
+    max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
+    sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
+    # Give bash the model credentials: honoured from the user's own config only.
+    bash_credentials: bool = False
 
     @field_validator("permission_mode")
     @classmethod

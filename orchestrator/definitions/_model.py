@@ -227,6 +227,9 @@ class AgentDefinition(BaseModel):
     max_tool_output_bytes: int | None = None
     task_agents: list[str] | None = None  # None: any agent type (when it may delegate)
     denied_task_agents: list[str] = []
+    sandbox: Literal["workspace", "read-only", "off"] | None = None  # may only narrow
+    network: bool | None = None  # bash commands' network under the sandbox
+    max_processes: int | None = None
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -315,6 +318,7 @@ class AgentDefinition(BaseModel):
         "cpu_limit_s",
         "max_tool_calls",
         "max_tool_output_bytes",
+        "max_processes",
         mode="before",
     )
     @classmethod

@@ -32,6 +32,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     branch: str | None = None
     commit: str | None = None  # the kept branch's head: the agent's changes, committed
     diff_stat: str = ""
+    sandbox: str = ""  # the walls the child ran behind, as it reported them ("off", ...)
 
     @property
     def ok(self) -> bool:

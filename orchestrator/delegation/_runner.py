@@ -73,7 +73,7 @@ from agentcell.protocol import (
     Usage,
     UsageUpdate,
 )
-from agentcell.worker import PermissionMode
+from agentcell.worker import PermissionMode, release_sandbox, stricter_sandbox
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
 
@@ -249,6 +249,8 @@ class Runner:
         try:
             spec, limits, model = self._prepare(definition, request, scope, agent_id, background)
             self.ledger.reserve_subagent()
+            # Replaced by what the child reports it applied; kept if it ended before that.
+            base["sandbox"] = f"{spec.sandbox} (requested; not confirmed by the child)"
         except (ValueError, BudgetExceeded) as exc:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
@@ -320,6 +322,10 @@ class Runner:
             failure = f"{type(exc).__name__}: {exc}"
         finally:
             outcome = await asyncio.shield(lease.release()) if lease is not None else None
+            if lease is not None and not lease.node:
+                # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
+                # does this on its own node).
+                release_sandbox(lease.pid)
         if failure:
             result = SubAgentResult(
                 **base,  # type: ignore[arg-type]
@@ -392,6 +398,7 @@ class Runner:
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
+        base = {k: v for k, v in base.items() if k != "sandbox"}  # no process, no walls
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
@@ -441,7 +448,10 @@ class Runner:
             scope.permission_mode or settings.permission_mode, definition.permission_mode
         )
         env, bash_env = child_environment(
-            model, bash_gets_credentials=bool(definition.extra.get("bash_credentials", False))
+            model, bash_gets_credentials=bash_credentials(settings, definition)
+        )
+        sandbox = stricter_sandbox(
+            "workspace" if settings.sandbox == "required" else settings.sandbox, definition.sandbox
         )
         spec = AgentSpec(
             agent_id=agent_id,
@@ -466,6 +476,10 @@ class Runner:
             background=background,
             env=env,
             bash_env=bash_env,
+            sandbox=sandbox,
+            network=settings.network if definition.network is None else definition.network,
+            max_processes=definition.max_processes or settings.max_processes,
+            read_paths=list(settings.sandbox_read),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -657,6 +671,8 @@ class Runner:
         run = outcome.result
         if run is not None:
             common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
+            if "sandbox" in run.data:
+                common["sandbox"] = str(run.data["sandbox"])
             if run.usage.total_tokens >= usage.total_tokens:
                 common["usage"] = run.usage
         kind = outcome.kind
@@ -761,6 +777,14 @@ def _commit_message(result: SubAgentResult, prompt: str) -> str:
         f"{subject}\n\nAgent: {result.agent_type} ({result.agent_id}), "
         f"{result.status.value}\nTask:\n{prompt.strip()}\n"
     )
+
+
+def bash_credentials(settings: Settings, definition: AgentDefinition) -> bool:
+    """Does bash get the model keys? From the user's own config, or a definition made in
+    code (never from an agent file: a cloned repository must not hand them out)."""
+    if settings.bash_credentials:
+        return True
+    return definition.source == "programmatic" and bool(definition.extra.get("bash_credentials"))
 
 
 def _system_prompt(definition: AgentDefinition, workdir: str) -> str:

@@ -40,6 +40,8 @@ class ToolContext:
     call_id: str = ""
     env: dict[str, str] | None = None  # environment for subprocesses (None: inherit)
     max_output_chars: int = 30_000  # longer outputs are truncated (see truncate_output)
+    # Run by a command's process between fork and exec (the sandbox's no-network wall).
+    preexec: Callable[[], None] | None = None
 
 
 class Tool(abc.ABC):

@@ -129,6 +129,7 @@ async def _spawn(
             cwd=ctx.workdir,
             env=ctx.env,
             process_group=0,
+            preexec_fn=ctx.preexec,
         )
     except BaseException as exc:
         os.close(read_fd)

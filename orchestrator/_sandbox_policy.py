@@ -1,0 +1,54 @@
+"""The parent's side of the sandbox: refuse ``required`` where it cannot hold, say once
+what is missing, and keep an untrusted project's agent files from loosening it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from agentcell.orchestrator.config import Settings, is_trusted, user_config_path
+from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.worker import probe_sandbox, sandbox_missing
+
+log = logging.getLogger("agentcell.sandbox")
+_said: set[str] = set()
+
+
+class SandboxUnavailable(ValueError):
+    """``sandbox = "required"`` on a machine that cannot enforce ``workspace``."""
+
+
+def check_sandbox(settings: Settings) -> list[str]:
+    """What the configured mode cannot enforce here (said once per process, as a warning);
+    raises ``SandboxUnavailable`` for ``required``."""
+    if settings.sandbox == "off":
+        return []
+    missing = sandbox_missing("workspace", probe_sandbox())
+    if missing and settings.sandbox == "required":
+        raise SandboxUnavailable(
+            f"sandbox = 'required' but this machine lacks {'; '.join(missing)}: run "
+            "'agentcell sandbox' for details, or choose --sandbox workspace"
+        )
+    for item in missing:
+        if item not in _said:
+            _said.add(item)
+            log.warning("the sandbox cannot enforce everything here: no %s", item)
+    return missing
+
+
+def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path | None) -> None:
+    """An untrusted project's agent files may not give bash the network."""
+    user = user_config_path(home)
+    if is_trusted(workdir, user):
+        return
+    root = os.path.realpath(workdir)
+    for definition in registry.definitions():
+        source = os.path.realpath(definition.source) if os.sep in definition.source else ""
+        if definition.network and source.startswith(root + os.sep):
+            log.warning(
+                "%s: network ignored: this folder is not trusted (run 'agentcell trust' "
+                "in it to honour its configuration)",
+                definition.source,
+            )
+            registry.add(definition.model_copy(update={"network": None}))

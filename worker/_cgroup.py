@@ -1,0 +1,113 @@
+"""A cap on the number of processes of one sub-agent's tree: a cgroup ``pids`` controller.
+
+``RLIMIT_NPROC`` counts per user and does not bind root, so a fork bomb in a root
+sub-agent's bash would take the machine's process table; a cgroup counts exactly the
+tree of the process put in it (what it forks stays in it) and refuses ``fork`` past
+``pids.max``. The child creates its own cgroup and moves itself in before it restricts
+itself; ``pids.events`` then says whether the cap was hit; the parent removes the cgroup
+once the child is gone (``release_process_cap``).
+
+cgroup v1 (a ``pids`` hierarchy) and v2 (``pids`` enabled for our subtree) are both
+detected, never assumed; where neither can be written, ``ProcessCap.create`` returns None
+and the caller says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_GROUP = "agentcell"
+
+
+def _v1_base() -> Path | None:
+    base = CGROUP_ROOT / "pids"
+    return base if (base / "cgroup.procs").is_file() else None
+
+
+def _v2_base() -> Path | None:
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    if not controllers.is_file():
+        return None
+    try:
+        own = next(
+            line.partition("::")[2]
+            for line in Path("/proc/self/cgroup").read_text().splitlines()
+            if line.startswith("0::")
+        )
+    except (OSError, StopIteration):
+        return None
+    base = CGROUP_ROOT / own.lstrip("/")
+    try:
+        enabled = (base / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return None
+    return base if "pids" in enabled else None
+
+
+def controller() -> tuple[str, Path] | None:
+    """("v1" | "v2", the folder per-agent cgroups go under), or None when there is none."""
+    v1 = _v1_base()
+    if v1 is not None:
+        return "v1", v1 / _GROUP
+    v2 = _v2_base()
+    if v2 is not None:
+        return "v2", v2 / _GROUP
+    return None
+
+
+def cap_path(pid: int) -> Path | None:
+    """Where the cgroup of the sub-agent process ``pid`` is (whether it exists or not)."""
+    found = controller()
+    return None if found is None else found[1] / str(pid)
+
+
+class ProcessCap:
+    """The cgroup this process and its descendants count against."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+
+    @classmethod
+    def create(cls, limit: int) -> ProcessCap | None:
+        """Put this process into a new cgroup allowing ``limit`` processes, or None."""
+        path = cap_path(os.getpid())
+        if path is None:
+            return None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "pids.max").write_text(str(limit))
+            (path / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return None
+        return cls(path, limit)
+
+    def times_hit(self) -> int:
+        """How often a fork was refused because the tree was at the cap."""
+        try:
+            for line in (self.path / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+
+def release_process_cap(pid: int) -> None:
+    """Kill whatever is left in sub-agent ``pid``'s cgroup and remove it (parent side)."""
+    path = cap_path(pid)
+    if path is None or not path.is_dir():
+        return
+    with contextlib.suppress(OSError, ValueError):
+        for line in (path / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(line), signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        path.rmdir()

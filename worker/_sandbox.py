@@ -1,0 +1,381 @@
+"""The OS sandbox a sub-agent process puts itself in before it runs anything of the agent.
+
+Modes (strictest last): ``off``, ``workspace``, ``read-only``. Under ``workspace`` the
+process (and so its tools, its bash and everything they start) may
+
+- write only beneath its workdir, a private temp folder and the run's tool-output folder;
+  read those, the Python runtime it runs on, system libraries and programs, ``/etc``
+  without its secrets, ``/proc``, ``/sys`` and the usual ``/dev`` files — nothing else of
+  the user's home (Landlock file rules);
+- connect over TCP only to its model endpoint's port, when its model is an HTTP provider
+  and no in-process custom code (tools, a model object) came with the run (Landlock);
+- not signal or ptrace anything outside its own tree (Landlock scopes, ABI 6);
+- have at most ``max_processes`` processes and threads in its tree (cgroup ``pids``).
+
+``bash`` commands get one more, stacked domain with no TCP at all and, where the kernel
+lets us, a network namespace of their own (no UDP, no abstract sockets either), unless
+the run has ``network: true``. ``read-only`` is ``workspace`` with the workdir read-only.
+
+Every mechanism is detected, never assumed; what is missing is named in the report that
+goes back to the parent (``SandboxReport``), never silently skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from agentcell.worker import _cgroup, _landlock
+from agentcell.worker._landlock import Ruleset
+
+MODES = ("off", "workspace", "read-only")  # in increasing strictness
+DEFAULT_MAX_PROCESSES = 512
+
+#: Files of /etc that hold secrets: never readable inside the sandbox.
+_ETC_SECRETS = frozenset(
+    {"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "security", "ssl"}
+)
+_SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWNET = 0x40000000
+
+
+def stricter(first: str, second: str | None) -> str:
+    """The stricter of two modes (a definition's ``sandbox:`` may only narrow)."""
+    if second is None:
+        return first
+    return max(first, second, key=MODES.index)
+
+
+def parse_mode(value: str) -> str:
+    mode = value.strip().lower().replace("_", "-")
+    if mode == "readonly":
+        mode = "read-only"
+    if mode not in MODES:
+        raise ValueError(f"unknown sandbox mode {value!r}: use one of {', '.join(MODES)}")
+    return mode
+
+
+# -- what this machine offers ----------------------------------------------------------------
+
+
+def _can_unshare_net() -> str | None:
+    """Which way a fresh network namespace can be had here ("net", "user+net") or None."""
+    unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded before fork, not after
+    for flags, name in ((_CLONE_NEWNET, "net"), (_CLONE_NEWUSER | _CLONE_NEWNET, "user+net")):
+        pid = os.fork()
+        if pid == 0:  # try it in a throwaway child: unshare changes the caller for good
+            os._exit(0 if unshare(flags) == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0:
+            return name
+    return None
+
+
+def probe() -> dict[str, Any]:
+    """What this machine can enforce, as plain data (``agentcell sandbox`` prints it)."""
+    return dict(_probe())
+
+
+@functools.cache  # the kernel's offer does not change while we run
+def _probe() -> dict[str, Any]:
+    abi = _landlock.abi_version()
+    cgroup = _cgroup.controller()
+    seccomp = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Seccomp:"):
+                seccomp = "available (not used by agentcell)"
+    return {
+        "landlock_abi": abi,
+        "landlock_files": abi >= 1,
+        "landlock_refer": abi >= 2,
+        "landlock_truncate": abi >= 3,
+        "landlock_tcp": abi >= 4,
+        "landlock_ioctl_dev": abi >= 5,
+        "landlock_scopes": abi >= 6,
+        "no_new_privs": True,
+        "network_namespace": _can_unshare_net(),
+        "process_cap": None if cgroup is None else f"cgroup {cgroup[0]} pids",
+        "seccomp": seccomp,
+    }
+
+
+def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
+    """What ``mode`` cannot enforce on a machine with ``caps`` (empty: all of it holds)."""
+    if mode == "off":
+        return []
+    missing = []
+    if not caps["landlock_files"]:
+        missing.append("Landlock (file walls): the kernel has none or it is disabled")
+    if not caps["landlock_tcp"] and caps["network_namespace"] is None:
+        missing.append("a network wall for bash (Landlock ABI 4 or network namespaces)")
+    if not caps["landlock_scopes"]:
+        missing.append("signal and abstract-socket scoping (Landlock ABI 6)")
+    if caps["process_cap"] is None:
+        missing.append("a process cap (a writable cgroup pids controller)")
+    return missing
+
+
+# -- the child applying it to itself ----------------------------------------------------------
+
+
+class Sandbox:
+    """What this process applied; ``report`` says it in the words the parent records."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.abi = 0
+        self.tmpdir: str | None = None
+        self.cap: _cgroup.ProcessCap | None = None
+        self.model_ports: list[int] | None = None  # None: the process's own TCP is open
+        self.bash_network = True
+        self.missing: list[str] = []
+        self._bash_ruleset: Ruleset | None = None
+
+    # The shape recorded on SubAgentResult.sandbox.
+    def report(self) -> str:
+        if self.mode == "off":
+            return "off"
+        parts = [self.mode]
+        parts.append(f"landlock abi {self.abi}" if self.abi else "no landlock")
+        if self.model_ports is not None:
+            parts.append("own tcp: " + (",".join(map(str, self.model_ports)) or "none"))
+        parts.append("bash network" if self.bash_network else "bash no network")
+        if self.cap is not None:
+            parts.append(f"max {self.cap.limit} processes")
+        if self.missing:
+            parts.append("missing: " + "; ".join(self.missing))
+        return ", ".join(parts)
+
+    def process_cap_hit(self) -> bool:
+        return self.cap is not None and self.cap.times_hit() > 0
+
+    def bash_preexec(self) -> Callable[[], None] | None:
+        """What bash's child runs between fork and exec: the no-network domain."""
+        if self.bash_network:
+            return None
+        ruleset = self._bash_ruleset
+        unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded now, not after fork
+
+        def enter() -> None:
+            if ruleset is not None:
+                ruleset.restrict_self_in_child()
+            # A network namespace of its own (no UDP, no abstract sockets either): as
+            # root directly, else through a user namespace; where neither is allowed,
+            # the Landlock layer above still refuses every TCP connection.
+            isolated = unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+            if not isolated and ruleset is None:
+                os._exit(126)  # no wall at all would be a silent skip: refuse instead
+
+        return enter
+
+    def cleanup(self) -> None:
+        # What is inside; the folder itself is the parent's to remove (see release).
+        if self.tmpdir is not None:
+            for entry in os.scandir(self.tmpdir):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+
+
+def private_tmp(pid: int) -> Path:
+    """The private temp folder of sub-agent process ``pid`` (it cannot remove it itself:
+    that takes a right on the folder above, which it does not have)."""
+    return Path(tempfile.gettempdir()) / f"agentcell-sandbox-{os.getuid()}" / str(pid)
+
+
+def release(pid: int) -> None:
+    """Parent side, once sub-agent ``pid`` is gone: its cgroup and its temp folder."""
+    _cgroup.release_process_cap(pid)
+    shutil.rmtree(private_tmp(pid), ignore_errors=True)
+
+
+#: The sandbox this process is in (set once by ``apply``); bash asks it for its preexec.
+CURRENT: Sandbox | None = None
+
+
+def apply(
+    mode: str,
+    *,
+    workdir: str,
+    run_dir: str = "",
+    agent_id: str = "agent",
+    network: bool = False,
+    max_processes: int | None = None,
+    model_ports: list[int] | None = None,
+    env: dict[str, str] | None = None,
+    read_paths: Iterable[str] = (),
+    cap_processes: bool = True,
+) -> Sandbox:
+    """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``."""
+    global CURRENT
+    box = Sandbox(parse_mode(mode))
+    CURRENT = box
+    if box.mode == "off":
+        return box
+    caps_abi = _landlock.abi_version()
+    box.abi = caps_abi
+    private = private_tmp(os.getpid())
+    private.parent.mkdir(mode=0o700, exist_ok=True)
+    if private.parent.is_symlink() or private.parent.stat().st_uid != os.getuid():
+        raise OSError(f"{private.parent} is not this user's own folder: remove it")
+    private.mkdir(mode=0o700)
+    box.tmpdir = str(private)
+    os.environ["TMPDIR"] = box.tmpdir
+    tempfile.tempdir = box.tmpdir
+    if env is not None:
+        env["TMPDIR"] = box.tmpdir
+    if cap_processes:
+        box.cap = _cgroup.ProcessCap.create(max_processes or DEFAULT_MAX_PROCESSES)
+        if box.cap is None:
+            box.missing.append("process cap")
+    if caps_abi < 1:
+        box.missing.append("file walls (no Landlock)")
+        _landlock.set_no_new_privs()
+    else:
+        _restrict_process(
+            box,
+            abi=caps_abi,
+            workdir=workdir,
+            run_dir=run_dir,
+            model_ports=model_ports,
+            read_paths=read_paths,
+        )
+    if not network:
+        _prepare_bash_wall(box, caps_abi)
+    return box
+
+
+def _restrict_process(
+    box: Sandbox,
+    *,
+    abi: int,
+    workdir: str,
+    run_dir: str,
+    model_ports: list[int] | None,
+    read_paths: Iterable[str],
+) -> None:
+    everything = _landlock.fs_rights(abi)
+    net = _landlock.net_rights(abi) if model_ports is not None else 0
+    ruleset = Ruleset(fs=everything, net=net, scoped=_landlock.scopes(abi))
+    try:
+        ruleset.allow_paths(_read_paths(workdir, read_paths), _landlock.READ)
+        ruleset.allow_path("/etc", _landlock.READ_DIR)  # listing only: files one by one
+        ruleset.allow_paths(_etc_paths(), _landlock.READ_FILE | _landlock.READ_DIR)
+        device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
+        ruleset.allow_paths(_DEVICES, device)
+        ruleset.allow_path("/dev/pts", device | _landlock.READ_DIR)
+        writable = [box.tmpdir or ""]
+        if run_dir:
+            outputs = Path(run_dir) / "tool-outputs"
+            outputs.mkdir(parents=True, exist_ok=True)
+            writable.append(str(outputs))
+        ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
+        for path, writable_too in _git_admin(workdir):
+            ruleset.allow_path(path, everything if writable_too else _landlock.READ)
+        ruleset.allow_paths(writable, everything)
+        if model_ports is not None:
+            for port in model_ports:
+                ruleset.allow_port(port)
+            box.model_ports = sorted(model_ports)
+        ruleset.restrict_self()
+    finally:
+        ruleset.close()
+    if abi < 6:
+        box.missing.append("signal scoping (Landlock ABI 6)")
+
+
+def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
+    """Build (now, outside the fork) the stacked domain bash's commands enter."""
+    box.bash_network = False
+    if abi >= 4:
+        # No signal scope at this layer: the child's own layer already keeps signals in
+        # its tree, and bash may still signal the sub-agent process (its own parent).
+        scoped = _landlock.scopes(abi) & _landlock.SCOPE_ABSTRACT_UNIX_SOCKET
+        box._bash_ruleset = Ruleset(fs=0, net=_landlock.net_rights(abi), scoped=scoped)
+    if box._bash_ruleset is None and _probe()["network_namespace"] is None:
+        box.bash_network = True
+        box.missing.append("bash network wall")
+
+
+def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
+    """System folders and the Python runtime this process runs (with its source checkout)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    paths = list(_SYSTEM_READ)
+    runtime = {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    runtime.add(os.path.dirname(os.path.realpath(sys.executable)))
+    runtime.update(entry for entry in sys.path if entry)
+    # The folder this package is installed from (an editable install: the source checkout).
+    runtime.add(str(Path(__file__).resolve().parents[1]))
+    base = os.path.realpath(sys.base_prefix)
+    if _contains(home, base):
+        # A Python manager in the home (~/.pyenv): its shims on PATH need all of it.
+        runtime.add(os.path.join(home, os.path.relpath(base, home).split(os.sep)[0]))
+    for entry in sorted(runtime):
+        real = os.path.realpath(entry)
+        # Never a folder that holds the home (or the workdir's surroundings) as a whole.
+        if real in ("/", "") or _contains(real, home) or _contains(real, workdir):
+            continue
+        paths.append(real)
+    # git treats an unreadable global config as fatal: its configuration (not the rest of
+    # the home) is readable.
+    paths += [os.path.join(home, ".gitconfig"), os.path.join(home, ".config", "git")]
+    return paths + [os.path.realpath(os.path.expanduser(p)) for p in extra]
+
+
+def _git_admin(workdir: str) -> list[tuple[str, bool]]:
+    """For a git worktree: its own admin folder (HEAD, index: writable) and the shared
+    repository (read-only: objects, refs, config and hooks stay out of its reach)."""
+    marker = Path(workdir) / ".git"
+    if not marker.is_file():
+        return []
+    try:
+        text = marker.read_text().strip()
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    admin = (Path(workdir) / text.removeprefix("gitdir:").strip()).resolve()
+    found = [(str(admin), True)]
+    with contextlib.suppress(OSError):
+        common = (admin / (admin / "commondir").read_text().strip()).resolve()
+        found.append((str(common), False))
+    return found
+
+
+def _contains(folder: str, path: str) -> bool:
+    return os.path.realpath(path).startswith(folder.rstrip("/") + "/") or folder == path
+
+
+def _etc_paths() -> Iterable[str]:
+    """``/etc`` entry by entry, without the secrets (Landlock rules can only allow)."""
+    try:
+        names = os.listdir("/etc")
+    except OSError:
+        return
+    for name in sorted(names):
+        if name in _ETC_SECRETS:
+            continue
+        path = f"/etc/{name}"
+        if name == "ssh":  # host keys: only the public halves and the configuration
+            with contextlib.suppress(OSError):
+                for inner in os.listdir(path):
+                    if not inner.endswith("_key"):
+                        yield f"{path}/{inner}"
+            continue
+        yield path
+    yield "/etc/ssl/certs"
+    for name in ("openssl.cnf", "cert.pem"):
+        yield f"/etc/ssl/{name}"

@@ -1,0 +1,155 @@
+"""What a bash line runs, when that can be proved: the words of each simple command.
+
+An allow rule such as ``bash(git *)`` may only auto-allow a line whose every command is
+plainly that program. ``plain_commands`` parses the line with a real shell parser
+(bashlex) and returns the word lists, or None whenever the line does anything a glob on
+the words cannot see: leading assignments (``GIT_SSH_COMMAND=… git``, ``PATH=. git``),
+command or process substitution, parameter expansion, redirection to a path outside the
+workdir, compound commands and functions, a program named by a path (``./git``,
+``/tmp/x/git`` are other programs than the ``git`` PATH finds), or a wrapper that runs
+another program (``env``, ``xargs``, ``sh -c``, ``git -c``, ``find -exec``, …). None
+means "not proved safe": the caller asks (or denies in the background).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Any
+
+import bashlex
+
+#: Programs whose job is to run another program given in their arguments.
+WRAPPERS = frozenset(
+    {
+        ".",
+        "builtin",
+        "busybox",
+        "chroot",
+        "command",
+        "doas",
+        "env",
+        "eval",
+        "exec",
+        "flock",
+        "ionice",
+        "nice",
+        "nohup",
+        "nsenter",
+        "parallel",
+        "script",
+        "setsid",
+        "source",
+        "stdbuf",
+        "strace",
+        "su",
+        "sudo",
+        "taskset",
+        "time",
+        "timeout",
+        "trap",
+        "unbuffer",
+        "unshare",
+        "watch",
+        "xargs",
+    }
+)
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "ash"})
+#: Options that make a program run a command of the caller's choosing.
+_RUNS_COMMAND = {
+    "find": ("-exec", "-execdir", "-ok", "-okdir"),
+    "git": ("-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack"),
+    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script"),
+    "rsync": ("-e", "--rsh", "--rsync-path"),
+    "rg": ("--pre",),
+}
+# Characters whose meaning a parser differential could hide: never in an allowed line.
+_OPAQUE = re.compile(r"`|\$\(|\$\{|<\(|>\(|[\x00-\x08\x0b-\x1f\x7f]")
+_GROUPING = frozenset({"(", ")", "{", "}"})
+_OUTPUT_DEVICES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+#: Longer lines are not parsed (the parser's time grows with them): they ask.
+MAX_LINE = 8192
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def plain_commands(line: str) -> list[list[str]] | None:
+    """The words of every simple command of ``line``, or None if it is not provably plain."""
+    if not line.strip() or len(line) > MAX_LINE or _OPAQUE.search(line):
+        return None
+    try:
+        trees = bashlex.parse(line)
+    except Exception:  # bashlex raises several kinds: anything it cannot read is not plain
+        return None
+    commands: list[list[str]] = []
+    try:
+        for tree in trees:
+            _walk(tree, commands)
+    except _NotPlain:
+        return None
+    return commands or None
+
+
+def _walk(node: Any, out: list[list[str]]) -> None:
+    kind = node.kind
+    if kind in ("list", "pipeline"):
+        for part in node.parts:
+            _walk(part, out)
+    elif kind == "compound":  # only grouping: ( … ) and { …; }
+        for part in node.list:
+            if part.kind == "reservedword" and part.word in _GROUPING:
+                continue
+            _walk(part, out)
+    elif kind == "command":
+        out.append(_simple(node))
+    elif kind in ("operator", "pipe"):
+        return  # ; && || & | |&: what runs is in the commands around them
+    else:  # if/for/while/case/functions, reserved words out of place: not proved
+        raise _NotPlain(kind)
+
+
+def _simple(node: Any) -> list[str]:
+    words: list[str] = []
+    for part in node.parts:
+        if part.kind == "assignment":
+            raise _NotPlain("assignment")
+        if part.kind == "redirect":
+            _check_redirect(part)
+            continue
+        if part.kind != "word" or _expands(part):
+            raise _NotPlain(part.kind)
+        words.append(part.word)
+    if not words:
+        raise _NotPlain("no program")
+    program = words[0]
+    if "/" in program or program in WRAPPERS or program in SHELLS:
+        raise _NotPlain(program)
+    risky = _RUNS_COMMAND.get(program, ())
+    for word in words[1:]:
+        if any(word == opt or word.startswith(opt + "=") for opt in risky) or (
+            program == "git" and word.startswith("-c")
+        ):
+            raise _NotPlain(word)
+    return words
+
+
+def _expands(word: Any) -> bool:
+    """A word with a parameter expansion or substitution in it (a ``~`` is allowed)."""
+    return any(part.kind != "tilde" for part in getattr(word, "parts", []) or [])
+
+
+def _check_redirect(node: Any) -> None:
+    if node.type in ("<<", "<<<", "<<-"):
+        raise _NotPlain("here-document")
+    target = node.output
+    if isinstance(target, int):  # 2>&1: onto another descriptor
+        return
+    if target.kind != "word" or _expands(target):
+        raise _NotPlain("redirect target")
+    path = target.word
+    if path in _OUTPUT_DEVICES:
+        return
+    if path.startswith(("/", "~")) or ".." in posixpath.normpath(path).split("/"):
+        raise _NotPlain("redirect outside the workdir")
