@@ -21,7 +21,13 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.orchestrator import AgentActivity, CallbackChannel, RunHandle, Scope
+from agentcell.orchestrator import (
+    AgentActivity,
+    CallbackChannel,
+    RunHandle,
+    Scope,
+    SubAgentProcess,
+)
 from agentcell.orchestrator.backends import RayHead, local_ray_head
 from agentcell.orchestrator.delegation import DelegationRequest
 from agentcell.protocol import Notice, RunStatus
@@ -164,37 +170,53 @@ async def test_a_crash_a_hang_and_an_exception_are_contained_beside_siblings(
         task = messages[1].content if len(messages) > 1 else ""
         if tool_results(messages):
             return "sibling done"
-        if task == "kill your actor":  # bash → sub-agent → its guardian → the actor
-            guardian = "$(ps -o ppid= -p $PPID)"
-            return reply("", tool_call("bash", command=f"kill -9 $(ps -o ppid= -p {guardian})"))
+        if task == "victim":
+            return reply("", tool_call("wait_at_gate"))
         if task == "hang":
             return reply("", tool_call("bash", command="sleep 600"))
         if task == "raise":
             return reply("", tool_call("explode"))
         return reply("", tool_call("glob", pattern="*"))
 
-    fn = FunctionModel(model, name="function:remote")
-    agents = [
-        AgentDefinition(name="worker", model="function:remote", tools=["bash", "glob", "explode"]),
-        AgentDefinition(name="hanger", model="function:remote", tools=["bash"], timeout_s=3),
-    ]
-    async with Orchestrator(
-        settings=settings(ray_env, approval="allow", permission_mode="bypass"),
-        workdir=tmp_path,
-        agents=agents,
-        tools=[explode],
-        models={"function:remote": fn},
-        record=False,
-    ) as orch:
-        crash, hang, boom, one, two = await asyncio.gather(
-            orch.delegate("worker", "kill your actor"),
-            orch.delegate("hanger", "hang"),
-            orch.delegate("worker", "raise"),
-            orch.delegate("worker", "sibling one"),
-            orch.delegate("worker", "sibling two"),
-        )
+    async with gate() as g:
+        fn = FunctionModel(model, name="function:remote")
+        tools = ["bash", "glob", "explode", "wait_at_gate"]
+        agents = [
+            AgentDefinition(name="worker", model="function:remote", tools=tools),
+            AgentDefinition(name="hanger", model="function:remote", tools=["bash"], timeout_s=3),
+        ]
+        async with Orchestrator(
+            settings=settings(ray_env, approval="allow", permission_mode="bypass"),
+            workdir=tmp_path,
+            agents=agents,
+            tools=[explode, g.tool()],
+            models={"function:remote": fn},
+            record=False,
+        ) as orch:
+            pids: dict[str, int] = {}
+            orch.bus.subscribe(
+                lambda e: (
+                    pids.__setitem__(e.agent_id, e.pid) if isinstance(e, SubAgentProcess) else None
+                )
+            )
+            victim = asyncio.ensure_future(orch.delegate("worker", "victim"))
+            async with asyncio.timeout(120):
+                await g.wait_arrivals(1)  # the victim is at work on its node
+            # SIGKILL the actor's process: the sub-agent's parent is its guardian, whose
+            # parent is the actor (from outside: the sandbox stops a sub-agent doing it).
+            (sub_pid,) = pids.values()
+            actor = psutil.Process(sub_pid).parent().parent()
+            assert "SubAgentHost" in " ".join(actor.cmdline()), actor.cmdline()
+            actor.kill()
+            hang, boom, one, two = await asyncio.gather(
+                orch.delegate("hanger", "hang"),
+                orch.delegate("worker", "raise"),
+                orch.delegate("worker", "sibling one"),
+                orch.delegate("worker", "sibling two"),
+            )
+            crash = await victim
     assert crash.status is RunStatus.CRASHED, crash
-    assert "Ray" in crash.error or "SIGKILL" in crash.error, crash.error
+    assert crash.error.startswith("its Ray actor died: The actor is dead because"), crash.error
     assert hang.status is RunStatus.TIMEOUT, hang
     assert boom.status is RunStatus.ERROR and "MemoryError" in boom.error, boom
     assert (one.status, two.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)

@@ -41,23 +41,41 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def _reason(text: str) -> str:
+    """Ray's own sentence about why an actor died, else its first line."""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith(("The actor is dead because", "The actor died because")):
+            return line.split(". There are some potential root causes")[0][:300]
+    return _first_line_of(text)
+
+
+def _first_line_of(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def _cause(exc: BaseException) -> tuple[str, str]:
-    """(cause, message) for a Ray failure, in words the sub-agent's result can carry."""
+    """(cause, message) for a Ray failure, in words the sub-agent's result can carry.
+
+    Ray keeps the structured death cause to itself (only its text reaches us), so the
+    cause is read from the sentences Ray writes for each case; the message quotes them.
+    """
     import ray.exceptions as rex
 
-    detail = _first_line(exc)
-    text = str(exc).lower()
-    if isinstance(exc, rex.OutOfMemoryError) or "out of memory" in text or "oom" in text:
-        return "oom", f"Ray's memory monitor killed it (the node ran out of memory): {detail}"
+    text = str(exc)
+    reason = _reason(text) or type(exc).__name__
+    if isinstance(exc, rex.OutOfMemoryError) or "running low on memory" in text:
+        return "oom", f"Ray's memory monitor killed it (the node ran low on memory): {reason}"
     if isinstance(exc, rex.ActorUnschedulableError | rex.TaskUnschedulableError):
-        return "unschedulable", f"no Ray node can host it: {detail}"
+        return "unschedulable", f"no Ray node can host it: {reason}"
+    if "its node has died" in text or "node died" in text.lower():
+        return "node_died", f"its Ray node died: {reason}"
     if isinstance(exc, rex.ActorDiedError | rex.RayActorError):
-        if "node" in text and ("died" in text or "dead" in text or "failed" in text):
-            return "node_died", f"its Ray node died: {detail}"
-        return "actor_died", f"its Ray actor died: {detail}"
+        return "actor_died", f"its Ray actor died: {reason}"
     if isinstance(exc, rex.WorkerCrashedError | rex.LocalRayletDiedError):
-        return "node_died", f"Ray lost its worker: {detail}"
-    return "error", f"Ray failed: {type(exc).__name__}: {detail}"
+        return "node_died", f"Ray lost its worker: {reason}"
+    return "error", f"Ray failed: {type(exc).__name__}: {reason}"
 
 
 class Driver:
