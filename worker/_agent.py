@@ -22,6 +22,7 @@ from agentcell.protocol import (
     AgentEvent,
     AgentSpec,
     Message,
+    Notice,
     RemoteTool,
     RunResult,
     RunStatus,
@@ -197,11 +198,15 @@ def build_engine(
 
 
 def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLink) -> ToolRegistry:
-    """Exactly the tools the parent resolved for this child, coordination tools excluded."""
-    wanted = [name for name in spec.tools if name not in COORDINATION_TOOLS]
+    """Exactly the tools the parent resolved for this child.
+
+    The parent's ``resolve_tools`` never hands over a coordination tool; should it ever
+    (a bug, a custom tool under a coordination name), the ``DenyTools`` hook in
+    ``build_engine`` refuses the call here, in the child: the second, independent layer.
+    """
     available = {tool.name: tool for tool in builtin_tools()}
     available.update((tool.name, tool) for tool in custom_tools)
-    registry = ToolRegistry(available[name] for name in wanted if name in available)
+    registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
         registry.add(ParentTool(remote, link))
     return registry
@@ -255,6 +260,9 @@ class TurnControls:
         self.link = link
 
     async def __call__(self, session: Session) -> Sequence[Message]:
+        if self.link.paused:
+            # Said before waiting, so the parent knows the pause has taken hold.
+            self.link.emit(Notice(message="paused at the turn boundary: waiting for resume"))
         await self.link.wait_if_paused()
         return [UserMessage(content=text) for text in self.link.take_steering()]
 
