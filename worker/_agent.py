@@ -68,7 +68,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         return RunResult(status=RunStatus.ERROR, error=str(exc))
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
     link.on_cancel = engine.cancel
-    _capture_output(spec)
+    drain = _capture_output(spec)
     transcript = _open_transcript(spec)
     sink = CoalescingSink(link, transcript)
     session = Session(spec.history)
@@ -79,6 +79,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         await model.aclose()
         if transcript is not None:
             transcript.messages(session.messages)
+        if drain is not None:
+            _end_capture(drain)
     if transcript is not None:
         transcript.result(result)
         transcript.close()
@@ -92,7 +94,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
 OUTPUT_CAP_BYTES = 1 << 20
 
 
-def _capture_output(spec: AgentSpec) -> None:
+def _capture_output(spec: AgentSpec) -> threading.Thread | None:
     """Send this process's stdout and stderr to ``<run_dir>/<agent>.stderr.log``, capped.
 
     The descriptors become a pipe drained by a thread that writes up to the cap and then
@@ -101,7 +103,7 @@ def _capture_output(spec: AgentSpec) -> None:
     to the file: a dying process cannot count on the thread.
     """
     if not spec.run_dir:
-        return
+        return None
     path = Path(spec.run_dir) / f"{spec.agent_id}.stderr.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -112,9 +114,24 @@ def _capture_output(spec: AgentSpec) -> None:
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
     os.close(write_end)
-    threading.Thread(
+    drain = threading.Thread(
         target=_drain, args=(read_end, log, OUTPUT_CAP_BYTES), name="output-drain", daemon=True
-    ).start()
+    )
+    drain.start()
+    return drain
+
+
+def _end_capture(drain: threading.Thread) -> None:
+    """Flush what this process printed into the log before it exits (a child ends with
+    ``os._exit``: nothing is flushed for it). A tool's leftover process may still hold
+    the pipe, so the wait for the drain is bounded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    drain.join(timeout=1.0)
 
 
 def _drain(fd: int, log: Any, cap: int) -> None:
