@@ -281,6 +281,9 @@ class TurnControls:
             # Said before waiting, so the parent knows the pause has taken hold.
             self.link.emit(Notice(message="paused at the turn boundary: waiting for resume"))
         await self.link.wait_if_paused()
+        # A parent that fell behind our events has stopped reading: wait for it here
+        # rather than queue another turn's events in this process.
+        await self.link.writable()
         return [UserMessage(content=text) for text in self.link.take_steering()]
 
 
