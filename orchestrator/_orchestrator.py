@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,9 @@ from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usag
 from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
+
+#: What a crossed budget calls on what a call started: (reason, status).
+Stop = Callable[[str, RunStatus], None]
 
 
 @dataclasses.dataclass(slots=True)
@@ -188,7 +191,7 @@ class Orchestrator:
         self.tracker.release_delivered()
         run_dir = self._call_run_dir()
         transcript = self._main_transcript(prompt, run_dir)
-        stops: list[Any] = []
+        stops: list[Stop] = []
         account = self._account(run_dir, stops)
         task_tool = TaskTool(
             registry=self.registry,
@@ -292,8 +295,9 @@ class Orchestrator:
         started = time.perf_counter()
         run_dir = self._call_run_dir()
         account, handles = self._direct_account(run_dir)
+        returned: list[SubAgentResult] = []
         try:
-            return await self._delegate_one(
+            result = await self._delegate_one(
                 agent,
                 prompt,
                 description=description,
@@ -301,9 +305,11 @@ class Orchestrator:
                 account=account,
                 handles=handles,
             )
+            returned.append(result)
+            return result
         finally:
             self._write_call_summary(
-                account, run_dir, started, prompt=prompt, agent=agent, kind="delegate"
+                account, returned, run_dir, started, prompt=prompt, agent=agent, kind="delegate"
             )
 
     async def map(
@@ -337,11 +343,14 @@ class Orchestrator:
                     handles=handles,
                 )
 
+        returned: list[SubAgentResult] = []
         try:
-            return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(items))))
+            returned += await asyncio.gather(*(one(i, p) for i, p in enumerate(items)))
+            return list(returned)
         finally:
             self._write_call_summary(
                 account,
+                returned,
                 run_dir,
                 started,
                 prompt=f"{len(items)} prompts, e.g.: {items[0]}" if items else "no prompts",
@@ -384,7 +393,7 @@ class Orchestrator:
         transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
         return transcript
 
-    def _account(self, run_dir: Path | None, stops: list[Any]) -> RunAccount:
+    def _account(self, run_dir: Path | None, stops: list[Stop]) -> RunAccount:
         """A call's own ledger (its budgets) that also feeds the lifetime one; crossing a
         budget calls every function in ``stops`` with the reason and ``budget``."""
 
@@ -437,6 +446,7 @@ class Orchestrator:
     def _write_call_summary(
         self,
         account: RunAccount,
+        returned: list[SubAgentResult],
         run_dir: Path | None,
         started: float,
         *,
@@ -444,26 +454,26 @@ class Orchestrator:
         agent: str,
         kind: str,
     ) -> None:
+        """``summary.json`` of a ``delegate`` or ``map``: its status is that of what the
+        call returned (nothing returned: it was cancelled); ``subagents`` lists every
+        sub-agent it ran, nested ones included."""
         if run_dir is None:
             return
-        results = account.results
-        statuses = {r.status for r in results}
-        if not results:
-            status, error = RunStatus.CANCELLED.value, "cancelled before any sub-agent ended"
-        elif statuses == {RunStatus.COMPLETED}:
+        failed = [r for r in returned if not r.ok]
+        if not returned:
+            status, error = RunStatus.CANCELLED.value, "cancelled before it returned"
+        elif not failed:
             status, error = RunStatus.COMPLETED.value, ""
+        elif len(returned) == 1:
+            status, error = failed[0].status.value, failed[0].error
         else:
-            failed = [r for r in results if not r.ok]
-            status = failed[0].status.value if len(results) == 1 else "partial"
-            error = (
-                failed[0].error if len(results) == 1 else f"{len(failed)} of {len(results)} failed"
-            )
+            status, error = "partial", f"{len(failed)} of {len(returned)} failed"
         write_summary(
             run_dir,
             {
                 "kind": kind,
                 "status": status,
-                "final_text": results[0].text if kind == "delegate" and results else "",
+                "final_text": returned[0].text if kind == "delegate" and returned else "",
                 "error": error,
                 "usage": msgspec.to_builtins(account.ledger.total),
                 "cost_usd": account.ledger.cost_usd,
@@ -472,7 +482,7 @@ class Orchestrator:
                 "agent_type": agent,
                 "model": self.model_name or "",
                 "prompt": prompt,
-                "subagents": [subagent_json(r) for r in results],
+                "subagents": [subagent_json(r) for r in account.results],
             },
         )
 
