@@ -252,7 +252,44 @@ async def test_a_prompt_too_large_for_a_frame_is_refused_in_one_line(
     async with orch:
         result = await orch.delegate("big", "x" * (MAX_FRAME_BYTES + 1))
     assert result.status is RunStatus.ERROR
-    assert result.error.startswith("the prompt is too large to send to a sub-agent: 16.0 MiB")
+    assert result.error.startswith("the prompt is too large to send to a sub-agent: 16.0 MiB,")
     assert "at most 16 MiB (MAX_FRAME_BYTES)" in result.error
     assert "\n" not in result.error and result.pid is None  # no process was spent on it
     assert not [r for r in caplog.records if r.exc_info]  # no traceback anywhere
+
+
+async def test_engine_cancel_stops_its_own_task_never_the_callers() -> None:
+    from agentcell.protocol import UsageUpdate
+    from agentcell.worker import Engine
+
+    engine = Engine(FunctionModel(big_answer, name="function:big"))
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, UsageUpdate):  # as the final answer arrives
+            engine.cancel("over budget", RunStatus.BUDGET)
+
+    result = await engine.run("go", on_event=on_event)
+    assert (result.status, result.error, result.text) == (
+        RunStatus.BUDGET,
+        "over budget",
+        "the answer",
+    )
+    assert caller_cancelled() == 0
+    await asyncio.sleep(0)  # a yield: a stray cancel of this task would land here
+
+
+async def test_a_budget_stop_that_lands_as_the_loop_returns_still_ends_the_run_as_budget() -> None:
+    from agentcell.worker import Engine
+
+    engine = Engine(FunctionModel(lambda m, t: "the answer", name="function:quick"))
+    running = asyncio.ensure_future(engine.run("go"))
+    await asyncio.sleep(0)  # a yield: run() has started its loop task
+    assert engine._task is not None
+    # Runs right after the loop's task ended and before run() resumes to report it.
+    engine._task.add_done_callback(lambda _: engine.cancel("over budget", RunStatus.BUDGET))
+    result = await running
+    assert (result.status, result.error, result.text) == (
+        RunStatus.BUDGET,
+        "over budget",
+        "the answer",
+    )

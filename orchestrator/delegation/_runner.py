@@ -404,10 +404,15 @@ class Runner:
         except FrameTooLarge:
             spec = start.spec
             prompt = len(spec.prompt.encode()) if spec is not None else 0
+            cap = f"one frame may carry at most {limit / 2**20:g} MiB (MAX_FRAME_BYTES)"
+            if prompt * 2 >= limit:
+                return (
+                    f"the prompt is too large to send to a sub-agent: {prompt / 2**20:.1f} MiB, "
+                    f"and {cap}; put the material in a file and pass its path instead"
+                )
             return (
-                f"the prompt is too large to send to a sub-agent: {prompt / 2**20:.1f} MiB of "
-                f"prompt, and one frame may carry at most {limit / 2**20:g} MiB "
-                "(MAX_FRAME_BYTES); put the material in a file and pass its path instead"
+                "the sub-agent's start message is too large to send (its forked history or "
+                f"its custom tools and model objects), and {cap}"
             )
         return ""
 
