@@ -164,7 +164,9 @@ class _PipeProtocol(asyncio.Protocol):
 
     async def writable(self) -> None:
         if self._resume is not None:
-            await self._resume
+            # Shielded: the future is shared by every writer, and a cancelled waiter
+            # must not cancel it for the others (the next send would then fail at once).
+            await asyncio.shield(self._resume)
 
     async def flushed(self) -> None:
         """Wait until everything written has left for the peer (or the peer is gone)."""

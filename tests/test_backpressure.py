@@ -89,3 +89,43 @@ async def test_the_pool_stops_reading_a_child_whose_frames_are_not_read(
     finally:
         outcome = await lease.release()
     assert outcome.kind is OutcomeKind.RESULT
+
+
+async def test_a_held_child_that_is_cancelled_still_ends_promptly(pool: WorkerPool) -> None:
+    lease = await pool.acquire()
+    try:
+        held = watch_for_hold(lease._worker.channel)
+        await lease.send(start("flood", events=FLOOD))
+        await asyncio.wait_for(held.wait(), 30)
+        lease.cancel("enough", grace=60)  # signals only after a minute: it must not need them
+        outcome = await asyncio.wait_for(lease.wait(), 30)
+    finally:
+        await lease.release()
+    # It stopped on the cancel frame and left by itself, its last frames read.
+    assert outcome.signal is None and outcome.exit_code == 0, outcome
+    assert outcome.result is not None and outcome.result.status.value == "cancelled"
+
+
+async def test_a_cancelled_writer_waiting_for_the_peer_does_not_break_the_next_send() -> None:
+    ours, theirs = socket.socketpair()
+    channel = await PipeChannel.open(ours)
+    try:
+        while not channel._protocol._resume:  # write until the transport pauses us
+            channel.send_nowait(notice(0))
+        waiting = asyncio.ensure_future(channel.writable())
+        await asyncio.sleep(0)  # a yield: it is now waiting on the peer
+        waiting.cancel()
+        await asyncio.wait({waiting})
+        theirs.setblocking(False)
+        drain = asyncio.ensure_future(drain_socket(theirs))
+        await asyncio.wait_for(channel.send(notice(1)), 30)  # not the cancelled waiter's fate
+        drain.cancel()
+    finally:
+        channel.close()
+        theirs.close()
+
+
+async def drain_socket(sock: socket.socket) -> None:
+    loop = asyncio.get_running_loop()
+    while await loop.sock_recv(sock, 1 << 16):
+        pass

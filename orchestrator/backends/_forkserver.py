@@ -265,6 +265,7 @@ class Lease:
         self._frames: collections.deque[Frame] = collections.deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
+        self._waiting = False  # someone waits for the end without reading: never hold
 
     @property
     def pid(self) -> int:
@@ -293,7 +294,7 @@ class Lease:
             self._ended = True
         else:
             self._frames.append(frame)
-            if len(self._frames) >= self.high_water and not self._ended:
+            if len(self._frames) >= self.high_water and not self._ended and not self._waiting:
                 self._worker.channel.hold("lease")
         waiter = self._waiter
         if waiter is not None and not waiter.done():
@@ -333,6 +334,10 @@ class Lease:
 
     async def wait(self) -> ChildOutcome:
         """Wait until the child has ended (frames not yet read stay readable)."""
+        # Nobody reads while we wait: a held pipe would keep a cancelled child from
+        # sending its last frames and exiting.
+        self._waiting = True
+        self._worker.channel.release("lease")
         return await asyncio.shield(self._worker.dead)
 
     def set_deadline(
