@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,12 @@ from agentcell.orchestrator.delegation import (
     DelegationRequest,
     DenyAll,
     EventBus,
+    EventStream,
     OrchestratorEvent,
+    RunAccount,
     RunHandle,
     Runner,
     Scope,
-    SubAgentEnded,
     SubAgentResult,
     TaskControlTool,
     TaskStatusTool,
@@ -53,10 +54,18 @@ from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
+#: What a crossed budget calls on what a call started: (reason, status).
+Stop = Callable[[str, RunStatus], None]
+
 
 @dataclasses.dataclass(slots=True)
 class RunReport:
-    """What one main-agent run produced (the CLI's ``--json`` object)."""
+    """What one main-agent run produced (the CLI's ``--json`` object).
+
+    ``usage`` and ``cost_usd`` cover this run alone (the main agent and every sub-agent it
+    started); ``Orchestrator.total_usage`` / ``total_cost_usd`` add up the orchestrator's
+    whole life.
+    """
 
     status: RunStatus
     final_text: str
@@ -116,11 +125,9 @@ class Orchestrator:
         self.custom_tools = list(tools)
         self.bus = EventBus()
         self.tracker = TaskTracker()
-        self.ledger = UsageLedger(
-            prices=self.settings.prices,
-            budgets=self.settings.budgets,
-            on_exceeded=self._budget_exceeded,
-        )
+        # The lifetime ledger: totals over every call, the latest agents' rows. Budgets
+        # live in each call's own ledger (see _account).
+        self.ledger = UsageLedger(prices=self.settings.prices, max_rows=LEDGER_ROWS)
         self.broker = ApprovalBroker(
             approval or _default_channel(self.settings),
             bubble_background=self.settings.approval == "bubble",
@@ -146,12 +153,9 @@ class Orchestrator:
             task_tool_spec=lambda allowed: task_tool_spec(self.registry, allowed=allowed),
             backends={"ray": self.ray} if self.ray is not None else None,
         )
-        self._results: list[SubAgentResult] = []
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
-        self._budget_error: str | None = None
         self._main_tools: list[str] = []
-        self.bus.subscribe(self._collect)
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
@@ -175,6 +179,7 @@ class Orchestrator:
             await self.ray.close()
         if self._owns_pool:
             await self.pool.close()
+        self.bus.close()  # every events() stream ends
 
     # -- the main agent ------------------------------------------------------------------
     def cancel(self) -> None:
@@ -187,17 +192,26 @@ class Orchestrator:
     async def run(
         self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
     ) -> RunReport:
-        """Run the main agent on ``prompt`` until it answers (sub-agents included)."""
+        """Run the main agent on ``prompt`` until it answers (sub-agents included).
+
+        A run-wide budget (``settings.budgets``) crossed at any point ends the run with
+        status ``budget`` and an error naming it; the caller's task is never cancelled.
+        """
         started = time.perf_counter()
         session = session if session is not None else Session()
-        first = len(self._results)
         model = self._main_model()
-        transcript = self._main_transcript(prompt)
+        # Tasks whose results earlier runs already received are of no further use; the
+        # last run's stay readable (orch.tracker, /tasks) until the next one starts.
+        self.tracker.release_delivered()
+        run_dir = self._call_run_dir()
+        transcript = self._main_transcript(prompt, run_dir)
+        stops: list[Stop] = []
+        account = self._account(run_dir, stops)
         task_tool = TaskTool(
             registry=self.registry,
             runner=self.runner,
             tracker=self.tracker,
-            scope=lambda: self._main_scope(session),
+            scope=lambda: self._main_scope(session, account),
         )
         tools: list[Tool] = [*builtin_tools(), *self.custom_tools]
         tools += [
@@ -222,16 +236,17 @@ class Orchestrator:
             approver=self._main_approver,
             limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
             workdir=self.workdir,
-            run_dir=self.run_dir,
+            run_dir=run_dir,
             agent_id="main",
             turn_hooks=[background_injector(self.tracker)],
             finish_hooks=[background_finisher(self.tracker, task_tool, settings.background_wait_s)],
         )
+        stops += [engine.cancel, task_tool.cancel_all]
         self._main_tools = [tool.name for tool in tools]
         self._engines.add(engine)
-        on_event = self._main_event
+        on_event = self._main_events(account.ledger)
         if transcript is not None:
-            on_event = _tee(self._main_event, transcript.event)
+            on_event = _tee(on_event, transcript.event)
         try:
             result = await engine.run(prompt, session, on_event=on_event)
         finally:
@@ -241,43 +256,75 @@ class Orchestrator:
                 await model.aclose()
             if transcript is not None:
                 transcript.messages(session.messages)
-        status, error = result.status, result.error
-        if self._budget_error is not None and status is not RunStatus.COMPLETED:
-            status, error = RunStatus.BUDGET, self._budget_error
         report = RunReport(
-            status=status,
+            status=result.status,
             final_text=result.text,
-            error=error,
-            usage=self.ledger.total,
-            cost_usd=self.ledger.cost_usd,
+            error=result.error,
+            usage=account.ledger.total,
+            cost_usd=account.ledger.cost_usd,
             duration_ms=(time.perf_counter() - started) * 1000,
-            run_dir=str(self.run_dir) if self.run_dir else "",
-            subagents=self._results[first:],
+            run_dir=str(run_dir) if run_dir else "",
+            subagents=account.results,
             main=result,
         )
         if transcript is not None:
             transcript.result(result)
             transcript.close()
-            assert self.run_dir is not None
-            write_summary(self.run_dir, report_json(report, prompt=prompt, model=model.name))
+            assert run_dir is not None
+            write_summary(run_dir, report_json(report, prompt=prompt, model=model.name))
         return report
+
+    async def run_stream(
+        self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
+    ) -> AsyncIterator[OrchestratorEvent | RunReport]:
+        """Run like ``run`` and yield every event of this orchestrator while it runs, then
+        the ``RunReport`` as the last item::
+
+            async for item in orch.run_stream("..."):
+                if isinstance(item, RunReport): ...  # always last, exactly once
+
+        Leaving the loop early cancels the run (its sub-agents included).
+        """
+        stream = self.events()
+        running = asyncio.ensure_future(self.run(prompt, session=session, timeout_s=timeout_s))
+        running.add_done_callback(lambda _: stream.close())
+        try:
+            async for event in stream:
+                yield event
+            yield await running
+        finally:
+            stream.close()
+            if not running.done():
+                running.cancel()
+                await asyncio.wait({running})
 
     async def delegate(
         self, agent: str, prompt: str, *, description: str = "", background: bool = False
     ) -> SubAgentResult:
-        """Run one sub-agent directly (no main model), e.g. ``@Explore where is X?``."""
-        handle = RunHandle()
-        self._handles.add(handle)
+        """Run one sub-agent directly (no main model), e.g. ``@Explore where is X?``.
+
+        Recorded like ``run`` (a run directory with ``summary.json`` and the sub-agent's
+        transcript and output); ``settings.budgets`` apply to this call.
+        """
+        started = time.perf_counter()
+        run_dir = self._call_run_dir()
+        account, handles = self._direct_account(run_dir)
+        returned: list[SubAgentResult] = []
         try:
-            return await self.runner.run(
-                DelegationRequest(
-                    agent_type=agent, prompt=prompt, description=description, background=background
-                ),
-                self._direct_scope(),
-                handle=handle,
+            result = await self._delegate_one(
+                agent,
+                prompt,
+                description=description,
+                background=background,
+                account=account,
+                handles=handles,
             )
+            returned.append(result)
+            return result
         finally:
-            self._handles.discard(handle)
+            self._write_call_summary(
+                account, returned, run_dir, started, prompt=prompt, agent=agent, kind="delegate"
+            )
 
     async def map(
         self,
@@ -288,33 +335,170 @@ class Orchestrator:
         description: str = "",
     ) -> list[SubAgentResult]:
         """One sub-agent per prompt over the pool; results in input order, failures
-        contained per item (a crashed item is a ``crashed`` result, not an exception)."""
+        contained per item (a crashed item is a ``crashed`` result, not an exception).
+
+        One run directory for the whole call; ``settings.budgets`` apply to the call."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        items = list(prompts)
+        started = time.perf_counter()
+        run_dir = self._call_run_dir()
+        account, handles = self._direct_account(run_dir)
         gate = asyncio.Semaphore(concurrency)
 
         async def one(index: int, prompt: str) -> SubAgentResult:
             async with gate:
-                return await self.delegate(
-                    agent, prompt, description=description or f"item {index}"
+                return await self._delegate_one(
+                    agent,
+                    prompt,
+                    description=description or f"item {index}",
+                    background=False,
+                    account=account,
+                    handles=handles,
                 )
 
-        return list(await asyncio.gather(*(one(i, p) for i, p in enumerate(prompts))))
+        returned: list[SubAgentResult] = []
+        try:
+            returned += await asyncio.gather(*(one(i, p) for i, p in enumerate(items)))
+            return list(returned)
+        finally:
+            self._write_call_summary(
+                account,
+                returned,
+                run_dir,
+                started,
+                prompt=f"{len(items)} prompts, e.g.: {items[0]}" if items else "no prompts",
+                agent=agent,
+                kind="map",
+            )
 
-    def events(self) -> AsyncIterator[OrchestratorEvent]:
-        """Live events of every agent from now on."""
+    def events(self) -> EventStream:
+        """Every event of every agent from this call on, as an async iterator.
+
+        It is subscribed at once (not at the first read), ends by itself when the
+        orchestrator closes, and may be ended early with ``close()``. Its buffer is
+        bounded: if the reader falls far behind, text deltas are dropped (counted in
+        ``dropped``); every other event is kept.
+        """
         return self.bus.stream()
 
+    @property
+    def total_usage(self) -> Usage:
+        """Tokens over this orchestrator's whole life (every run, delegate and map)."""
+        return self.ledger.total
+
+    @property
+    def total_cost_usd(self) -> float | None:
+        """Dollars over this orchestrator's whole life (None while nothing was priced)."""
+        return self.ledger.cost_usd
+
     # -- internals -----------------------------------------------------------------------
-    def _main_transcript(self, prompt: str) -> Transcript | None:
+    def _call_run_dir(self) -> Path | None:
+        """Where one call is recorded: the directory given to the constructor (every call
+        shares it), else a new one per call; None when not recording."""
         if not self.record:
             return None
-        if self.run_dir is None:
-            self.run_dir = new_run_dir(self.workdir)
-            self.runner.run_dir = str(self.run_dir)
-        transcript = Transcript(self.run_dir / "main.jsonl", "main", redact=Redactor.from_env())
+        return self.run_dir if self.run_dir is not None else new_run_dir(self.workdir)
+
+    def _main_transcript(self, prompt: str, run_dir: Path | None) -> Transcript | None:
+        if run_dir is None:
+            return None
+        transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env())
         transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
         return transcript
+
+    def _account(self, run_dir: Path | None, stops: list[Stop]) -> RunAccount:
+        """A call's own ledger (its budgets) that also feeds the lifetime one; crossing a
+        budget calls every function in ``stops`` with the reason and ``budget``."""
+
+        def exceeded(why: str) -> None:
+            for stop in list(stops):
+                stop(why, RunStatus.BUDGET)
+
+        ledger = UsageLedger(
+            prices=self.settings.prices,
+            budgets=self.settings.budgets,
+            on_exceeded=exceeded,
+            parent=self.ledger,
+        )
+        return RunAccount(ledger=ledger, run_dir=str(run_dir) if run_dir else "")
+
+    def _direct_account(self, run_dir: Path | None) -> tuple[RunAccount, set[RunHandle]]:
+        handles: set[RunHandle] = set()
+
+        def stop(why: str, status: RunStatus) -> None:
+            for handle in list(handles):
+                handle.cancel(why, status)
+
+        return self._account(run_dir, [stop]), handles
+
+    async def _delegate_one(
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        description: str,
+        background: bool,
+        account: RunAccount,
+        handles: set[RunHandle],
+    ) -> SubAgentResult:
+        handle = RunHandle()
+        self._handles.add(handle)
+        handles.add(handle)
+        try:
+            return await self.runner.run(
+                DelegationRequest(
+                    agent_type=agent, prompt=prompt, description=description, background=background
+                ),
+                self._direct_scope(account),
+                handle=handle,
+            )
+        finally:
+            self._handles.discard(handle)
+            handles.discard(handle)
+
+    def _write_call_summary(
+        self,
+        account: RunAccount,
+        returned: list[SubAgentResult],
+        run_dir: Path | None,
+        started: float,
+        *,
+        prompt: str,
+        agent: str,
+        kind: str,
+    ) -> None:
+        """``summary.json`` of a ``delegate`` or ``map``: its status is that of what the
+        call returned (nothing returned: it was cancelled); ``subagents`` lists every
+        sub-agent it ran, nested ones included."""
+        if run_dir is None:
+            return
+        failed = [r for r in returned if not r.ok]
+        if not returned:
+            status, error = RunStatus.CANCELLED.value, "cancelled before it returned"
+        elif not failed:
+            status, error = RunStatus.COMPLETED.value, ""
+        elif len(returned) == 1:
+            status, error = failed[0].status.value, failed[0].error
+        else:
+            status, error = "partial", f"{len(failed)} of {len(returned)} failed"
+        write_summary(
+            run_dir,
+            {
+                "kind": kind,
+                "status": status,
+                "final_text": returned[0].text if kind == "delegate" and returned else "",
+                "error": error,
+                "usage": msgspec.to_builtins(account.ledger.total),
+                "cost_usd": account.ledger.cost_usd,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "run_dir": str(run_dir),
+                "agent_type": agent,
+                "model": self.model_name or "",
+                "prompt": prompt,
+                "subagents": [subagent_json(r) for r in account.results],
+            },
+        )
 
     def _main_model(self) -> Model:
         if self.model_name is None:
@@ -330,18 +514,21 @@ class Orchestrator:
             self.model_name, self.settings.model_options.get(self.model_name.partition(":")[0])
         )
 
-    def _main_scope(self, session: Session) -> Scope:
+    def _main_scope(self, session: Session, account: RunAccount | None = None) -> Scope:
         return Scope(
             agent_id="main",
             tools=self._main_tools,
             model=self.model_name or "",
             depth=0,
             history=session.completed_turns,
+            account=account,
         )
 
-    def _direct_scope(self) -> Scope:
+    def _direct_scope(self, account: RunAccount | None = None) -> Scope:
         names = [t.name for t in builtin_tools()] + [t.name for t in self.custom_tools]
-        return Scope(agent_id="user", tools=names, model=self.model_name or "", depth=0)
+        return Scope(
+            agent_id="user", tools=names, model=self.model_name or "", depth=0, account=account
+        )
 
     async def _main_approver(self, call: ToolCall, reason: str) -> tuple[bool, str]:
         answer = await self.broker.decide(
@@ -356,26 +543,18 @@ class Orchestrator:
         )
         return answer.approved, answer.reason
 
-    def _main_event(self, event: Any) -> None:
-        if isinstance(event, UsageUpdate):
-            self.ledger.add_usage("main", "main", event.model, event.usage)
-        elif isinstance(event, TurnStarted):
-            self.ledger.add_turn("main", "main")
-        self.bus.publish(AgentActivity(agent_id="main", event=event))
+    def _main_events(self, ledger: UsageLedger) -> Any:
+        """The main engine's event sink: usage and turns into this run's ledger, then out."""
+        publish = self.bus.publish
 
-    def _collect(self, event: OrchestratorEvent) -> None:
-        if isinstance(event, SubAgentEnded):
-            self._results.append(event.result)
+        def on_event(event: Any) -> None:
+            if isinstance(event, UsageUpdate):
+                ledger.add_usage("main", "main", event.model, event.usage)
+            elif isinstance(event, TurnStarted):
+                ledger.add_turn("main", "main")
+            publish(AgentActivity(agent_id="main", event=event))
 
-    def _budget_exceeded(self, why: str) -> None:
-        self._budget_error = why
-        for record in self.tracker.running():
-            if isinstance(record.controls, RunHandle):
-                record.controls.cancel(why, RunStatus.BUDGET)
-        for handle in list(self._handles):
-            handle.cancel(why, RunStatus.BUDGET)
-        for engine in list(self._engines):
-            engine.cancel()
+        return on_event
 
 
 def _ray_backend(settings: Settings, registry: AgentRegistry) -> RayBackend | None:
@@ -440,6 +619,9 @@ def _default_channel(settings: Settings) -> ApprovalChannel:
         return TerminalPrompt()
     return DenyAll("no terminal to ask on, so approvals are denied (use --approve allow or deny)")
 
+
+#: Per-agent rows the lifetime ledger keeps; older ones are folded into its totals.
+LEDGER_ROWS = 1000
 
 MAIN_SYSTEM_PROMPT = """\
 You are the main agent of agentcell. You work in {workdir}.

@@ -40,14 +40,20 @@ class Channel(Protocol):
 class _Inbox:
     """Frames received and not yet taken, plus how the stream ended (if it has)."""
 
-    __slots__ = ("_end", "_frames", "_parser", "_waiter", "on_frame")
+    __slots__ = ("_end", "_frames", "_parser", "_waiter", "high_water", "on_backlog", "on_frame")
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, high_water: int = 1024) -> None:
         self._parser = FrameParser(max_bytes)
         self._frames: collections.deque[Frame] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
         self._end: BaseException | None = None
         self.on_frame: collections.abc.Callable[[], None] | None = None
+        self.on_backlog: collections.abc.Callable[[], None] | None = None
+        self.high_water = high_water
+
+    @property
+    def buffered(self) -> int:
+        return len(self._frames)
 
     def feed(self, data: bytes | bytearray | memoryview) -> bool:
         """Parse ``data``; False if the stream is broken (the error is kept for ``take``)."""
@@ -61,6 +67,8 @@ class _Inbox:
             return False
         if frames:
             self._frames.extend(frames)
+            if self.on_backlog is not None and len(self._frames) > self.high_water:
+                self.on_backlog()
         if self._parser.error is not None:
             self._end = self._parser.error
         if frames or self._end is not None:
@@ -112,6 +120,19 @@ class _PipeProtocol(asyncio.Protocol):
         self.inbox = inbox
         self.transport: asyncio.Transport | None = None
         self._resume: asyncio.Future[None] | None = None
+        self.holds: set[str] = set()  # who asked us to stop reading (see PipeChannel.hold)
+
+    def hold(self, who: str) -> None:
+        if not self.holds and self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self.holds.add(who)
+
+    def release(self, who: str) -> None:
+        if who not in self.holds:
+            return
+        self.holds.discard(who)
+        if not self.holds and self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -143,7 +164,9 @@ class _PipeProtocol(asyncio.Protocol):
 
     async def writable(self) -> None:
         if self._resume is not None:
-            await self._resume
+            # Shielded: the future is shared by every writer, and a cancelled waiter
+            # must not cancel it for the others (the next send would then fail at once).
+            await asyncio.shield(self._resume)
 
     async def flushed(self) -> None:
         """Wait until everything written has left for the peer (or the peer is gone)."""
@@ -173,8 +196,9 @@ class PipeChannel:
     async def open(cls, conn: object, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> PipeChannel:
         sock = _as_socket(conn)
         fd = sock.fileno()
-        inbox = _Inbox(max_frame_bytes)
+        inbox = _Inbox(max_frame_bytes, cls.high_water)
         protocol = _PipeProtocol(inbox)
+        inbox.on_backlog = lambda: protocol.hold("recv")
         loop = asyncio.get_running_loop()
         await loop.connect_accepted_socket(lambda: protocol, sock)
         return cls(protocol, fd, max_frame_bytes)
@@ -197,7 +221,34 @@ class PipeChannel:
     async def recv(self) -> Frame:
         if self._closed:
             raise ChannelClosed("channel is closed")
-        return await self._protocol.inbox.take()
+        protocol = self._protocol
+        frame = await protocol.inbox.take()
+        if protocol.holds and protocol.inbox.buffered <= self.low_water:
+            protocol.release("recv")
+        return frame
+
+    # -- flow control ------------------------------------------------------------------
+    #: Unread frames past which ``recv``'s reader stops reading the socket, and the
+    #: number it must fall back to before reading resumes. A peer that sends faster
+    #: than we read then blocks on its full socket instead of growing our memory.
+    high_water = 1024
+    low_water = 256
+
+    def hold(self, who: str) -> None:
+        """Stop reading the socket until every holder has released it: the peer's
+        writes then fill the kernel buffer and it is slowed (``writable`` waits)."""
+        self._protocol.hold(who)
+
+    def release(self, who: str) -> None:
+        self._protocol.release(who)
+
+    @property
+    def reading_paused(self) -> bool:
+        return bool(self._protocol.holds)
+
+    async def writable(self) -> None:
+        """Wait while the peer is not keeping up with what we sent (its reading paused)."""
+        await self._protocol.writable()
 
     async def aclose(self) -> None:
         """Close after everything sent so far has been written (use before exiting)."""
@@ -206,7 +257,11 @@ class PipeChannel:
 
     def poll(self) -> Frame | None:
         """A received frame if one is ready, else None. Raises when the stream has ended."""
-        return self._protocol.inbox.poll()
+        protocol = self._protocol
+        frame = protocol.inbox.poll()
+        if protocol.holds and protocol.inbox.buffered <= self.low_water:
+            protocol.release("recv")
+        return frame
 
     def set_frame_callback(self, callback: collections.abc.Callable[[], None] | None) -> None:
         """Call ``callback`` (from the event loop) whenever frames arrive or the stream ends."""
@@ -305,6 +360,9 @@ class MemoryChannel:
 
     def poll(self) -> Frame | None:
         return self._inbox.poll()
+
+    async def writable(self) -> None:
+        return None  # delivery is immediate: the peer never falls behind its socket
 
     def set_frame_callback(self, callback: collections.abc.Callable[[], None] | None) -> None:
         self._inbox.on_frame = callback

@@ -102,6 +102,11 @@ class StreamChannel:
         except (ConnectionError, OSError) as exc:
             raise ChannelClosed(f"cannot send: {exc}") from None
 
+    async def writable(self) -> None:
+        """Wait while the peer is not keeping up with what we sent (TCP's window)."""
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.drain()
+
     def send_nowait(self, frame: Frame) -> None:
         """Queue a frame without waiting for the peer to catch up (no backpressure)."""
         if self._closed or self._writer.is_closing():

@@ -39,10 +39,11 @@ class SpawnRecorder:
 
     def leftovers(self) -> list[str]:
         found = []
+        table = _proc.process_table()  # one scan for every child (a test may start thousands)
         for pid in sorted(self.pids):
             if _proc.is_alive(pid):
                 found.append(f"child {pid} is alive")
-            for member in _proc.session_members(pid):
+            for member in _proc.session_members(pid, table):
                 if member != pid:
                     found.append(f"process {member} of child {pid}'s session is alive")
         for pid in self.forkservers:

@@ -23,6 +23,11 @@ async def run(start: Start, link: ChildLink) -> RunResult:
         for i in range(int(args.get("events", 0))):
             link.emit(Notice(message=f"event {i}"))
         return RunResult(status=RunStatus.COMPLETED, text=str(args.get("text", "")))
+    if op == "flood":  # as many events as asked, each sent only when the pipe takes it
+        for i in range(int(args["events"])):
+            link.emit(Notice(message=f"event {i}"))
+            await link.writable()
+        return RunResult(status=RunStatus.COMPLETED, text="flooded")
     if op == "wait_for_cancel":
         link.emit(Notice(message="waiting"))
         await link.cancel_requested.wait()

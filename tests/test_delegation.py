@@ -632,7 +632,14 @@ async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
     frame = DelegateRequest(
         request_id=7, call_id="c", tool="task", arguments='{"subagent_type":"Explore","prompt":"x"}'
     )
-    await orch.runner._answer_delegation(FakeLease(), frame, AgentDefinition(name="x"), spec, False)  # type: ignore[arg-type]
+    await orch.runner._answer_delegation(
+        FakeLease(),  # type: ignore[arg-type]
+        frame,
+        AgentDefinition(name="x"),
+        spec,
+        background=False,
+        account=None,
+    )
     (reply,) = sent
     assert isinstance(reply, DelegateReply) and reply.is_error and reply.request_id == 7
     assert "permission denied" in reply.content

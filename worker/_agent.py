@@ -22,6 +22,7 @@ from agentcell.protocol import (
     AgentEvent,
     AgentSpec,
     Message,
+    Notice,
     RemoteTool,
     RunResult,
     RunStatus,
@@ -67,7 +68,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         return RunResult(status=RunStatus.ERROR, error=str(exc))
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
     link.on_cancel = engine.cancel
-    _capture_output(spec)
+    drain = _capture_output(spec)
     transcript = _open_transcript(spec)
     # Last step before the agent's first action: what is open now (the pipe, the record
     # files) stays usable; everything opened from here on goes through the walls.
@@ -95,6 +96,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         await model.aclose()
         if transcript is not None:
             transcript.messages(session.messages)
+        if drain is not None:
+            _end_capture(drain)
     if transcript is not None:
         transcript.result(result)
         transcript.close()
@@ -164,7 +167,7 @@ async def watch_process_cap(box: Any, engine: Engine) -> None:
 OUTPUT_CAP_BYTES = 1 << 20
 
 
-def _capture_output(spec: AgentSpec) -> None:
+def _capture_output(spec: AgentSpec) -> threading.Thread | None:
     """Send this process's stdout and stderr to ``<run_dir>/<agent>.stderr.log``, capped.
 
     The descriptors become a pipe drained by a thread that writes up to the cap and then
@@ -173,7 +176,7 @@ def _capture_output(spec: AgentSpec) -> None:
     to the file: a dying process cannot count on the thread.
     """
     if not spec.run_dir:
-        return
+        return None
     path = Path(spec.run_dir) / f"{spec.agent_id}.stderr.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
@@ -184,9 +187,24 @@ def _capture_output(spec: AgentSpec) -> None:
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
     os.close(write_end)
-    threading.Thread(
+    drain = threading.Thread(
         target=_drain, args=(read_end, log, OUTPUT_CAP_BYTES), name="output-drain", daemon=True
-    ).start()
+    )
+    drain.start()
+    return drain
+
+
+def _end_capture(drain: threading.Thread) -> None:
+    """Flush what this process printed into the log before it exits (a child ends with
+    ``os._exit``: nothing is flushed for it). A tool's leftover process may still hold
+    the pipe, so the wait for the drain is bounded."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    drain.join(timeout=1.0)
 
 
 def _drain(fd: int, log: Any, cap: int) -> None:
@@ -270,11 +288,15 @@ def build_engine(
 
 
 def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLink) -> ToolRegistry:
-    """Exactly the tools the parent resolved for this child, coordination tools excluded."""
-    wanted = [name for name in spec.tools if name not in COORDINATION_TOOLS]
+    """Exactly the tools the parent resolved for this child.
+
+    The parent's ``resolve_tools`` never hands over a coordination tool; should it ever
+    (a bug, a custom tool under a coordination name), the ``DenyTools`` hook in
+    ``build_engine`` refuses the call here, in the child: the second, independent layer.
+    """
     available = {tool.name: tool for tool in builtin_tools()}
     available.update((tool.name, tool) for tool in custom_tools)
-    registry = ToolRegistry(available[name] for name in wanted if name in available)
+    registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
         registry.add(ParentTool(remote, link))
     return registry
@@ -328,7 +350,13 @@ class TurnControls:
         self.link = link
 
     async def __call__(self, session: Session) -> Sequence[Message]:
+        if self.link.paused:
+            # Said before waiting, so the parent knows the pause has taken hold.
+            self.link.emit(Notice(message="paused at the turn boundary: waiting for resume"))
         await self.link.wait_if_paused()
+        # A parent that fell behind our events has stopped reading: wait for it here
+        # rather than queue another turn's events in this process.
+        await self.link.writable()
         return [UserMessage(content=text) for text in self.link.take_steering()]
 
 

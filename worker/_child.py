@@ -92,6 +92,10 @@ class ChildLink:
         """Send a progress event (no waiting: events are small and the parent is quick)."""
         self.channel.send_nowait(Event(event=event))
 
+    async def writable(self) -> None:
+        """Wait while the parent is behind on our frames (it stopped reading our pipe)."""
+        await self.channel.writable()
+
     async def request_approval(
         self, call_id: str, tool: str, arguments: str, reason: str = ""
     ) -> tuple[bool, str]:

@@ -122,6 +122,8 @@ class Engine:
         self._emit: EventSink = _ignore
         self._task: asyncio.Task[Any] | None = None
         self._cancel_requested = False
+        self._cancel_status = RunStatus.CANCELLED
+        self._cancel_reason = ""
         self._session: Session | None = None
 
     # -- public API ------------------------------------------------------------------------
@@ -135,45 +137,74 @@ class Engine:
         """Run to a terminal state. ``prompt`` (if given) is added as the user's message.
 
         Never raises for anything the run itself can go through (model errors, tool
-        failures, limits, ``cancel()``); cancelling the *calling* task still propagates
-        ``CancelledError`` after the session has been left consistent.
+        failures, limits, ``cancel()``). The loop runs in a task of the engine's own, so
+        ``cancel()`` never touches the caller's task; cancelling the *calling* task stops
+        the loop, leaves the session consistent, and propagates ``CancelledError``.
         """
         if self._task is not None:
             raise RuntimeError("an Engine runs once; create a new one for the next run")
-        self._task = asyncio.current_task()
         self._emit = on_event or _ignore
         self._session = session = session if session is not None else Session()
         if prompt is not None:
             session.add(UserMessage(content=prompt))
+        inner = asyncio.create_task(self._drive(session), name=f"agentcell-engine-{self.agent_id}")
+        self._task = inner
         try:
-            if self.limits.timeout_s is not None:
-                async with asyncio.timeout(self.limits.timeout_s):
-                    result = await self._loop(session)
-            else:
-                result = await self._loop(session)
-        except TimeoutError:
-            self._settle(session, "the run's time limit was reached")
-            result = self._result(
-                RunStatus.TIMEOUT, f"the run timed out after {self.limits.timeout_s:g} s"
-            )
+            await asyncio.wait({inner})
         except asyncio.CancelledError:
-            self._settle(session, "the run was cancelled")
-            task = asyncio.current_task()
-            if not self._cancel_requested or task is None:
-                raise
-            task.uncancel()  # our own cancel(): report it instead of propagating
-            result = self._result(RunStatus.CANCELLED, "the run was cancelled")
-        except _Stop as stop:
-            self._settle(session, stop.error)
-            result = self._result(stop.status, stop.error, text=_last_text(session))
+            inner.cancel()
+            await asyncio.wait({inner})
+            raise
+        if inner.cancelled():
+            # cancel() landed as the loop returned: the run still ends the way cancel() said.
+            self._settle(session, self._cancel_reason or "the run was cancelled")
+            result = self._cancelled_result(session)
+        else:
+            result = inner.result()
+        if (
+            self._cancel_requested
+            and result.status is RunStatus.COMPLETED
+            and (self._cancel_status is not RunStatus.CANCELLED)
+        ):
+            # A budget crossed on the last turn: the answer came, but past the budget.
+            result = self._cancelled_result(session)
         self._emit(RunFinished(result=result))
         return result
 
-    def cancel(self) -> None:
-        """Stop the run promptly; ``run`` then returns a ``cancelled`` result."""
-        if self._task is not None and not self._task.done() and not self._cancel_requested:
-            self._cancel_requested = True
+    def cancel(self, reason: str = "", status: RunStatus = RunStatus.CANCELLED) -> None:
+        """Stop the run promptly; ``run`` then returns a result with ``status`` (e.g.
+        ``budget``) and ``reason`` as its error. The first call decides."""
+        if self._cancel_requested:
+            return
+        self._cancel_requested = True
+        self._cancel_status, self._cancel_reason = status, reason
+        if self._task is not None and not self._task.done():
             self._task.cancel()
+
+    async def _drive(self, session: Session) -> RunResult:
+        try:
+            if self.limits.timeout_s is not None:
+                async with asyncio.timeout(self.limits.timeout_s):
+                    return await self._loop(session)
+            return await self._loop(session)
+        except TimeoutError:
+            self._settle(session, "the run's time limit was reached")
+            return self._result(
+                RunStatus.TIMEOUT, f"the run timed out after {self.limits.timeout_s:g} s"
+            )
+        except asyncio.CancelledError:
+            self._settle(session, self._cancel_reason or "the run was cancelled")
+            if not self._cancel_requested:
+                raise  # the caller's cancellation: run() propagates it
+            return self._cancelled_result(session)
+        except _Stop as stop:
+            self._settle(session, stop.error)
+            return self._result(stop.status, stop.error, text=_last_text(session))
+
+    def _cancelled_result(self, session: Session) -> RunResult:
+        if self._cancel_status is RunStatus.CANCELLED:
+            return self._result(RunStatus.CANCELLED, self._cancel_reason or "the run was cancelled")
+        return self._result(self._cancel_status, self._cancel_reason, text=_last_text(session))
 
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self, session: Session) -> RunResult:

@@ -163,7 +163,16 @@ class _Worker:
         if self.kill_kind is None:
             self.kill_kind, self.kill_detail = kind, detail
         self.state = WorkerState.STOPPING
-        proc.kill_tree(self.pid, signal.SIGKILL, table)
+        if table is not None:
+            proc.kill_tree(self.pid, signal.SIGKILL, table)  # scanned already: signals only
+        else:
+            self.kill_tree_off_loop()
+
+    def kill_tree_off_loop(self, sig: int = signal.SIGKILL) -> None:
+        """``kill_tree`` in a thread: it scans all of /proc, too slow for the event loop.
+        The scan runs before the child is signalled, so its tree is still whole; the
+        sentinel (the child's death) can only come after."""
+        self.pool._background(asyncio.to_thread(proc.kill_tree, self.pid, sig))
 
     def escalate(
         self, kind: OutcomeKind, detail: str, cancel_grace: float, term_grace: float
@@ -179,7 +188,7 @@ class _Worker:
         self._timers.append(
             loop.call_later(cancel_grace, proc.kill_group, self.pid, signal.SIGTERM)
         )
-        self._timers.append(loop.call_later(cancel_grace + term_grace, proc.kill_tree, self.pid))
+        self._timers.append(loop.call_later(cancel_grace + term_grace, self.kill_tree_off_loop))
 
     def on_sentinel(self) -> None:
         loop = self.pool._loop
@@ -198,18 +207,20 @@ class _Worker:
         # A clean child reaped its own descendants (it is their subreaper): one cheap
         # signal to its group suffices. Otherwise, everything left in its session goes.
         if not clean or proc.kill_group(self.pid):
-            leftovers = [p for p in proc.kill_session(self.pid) if p != self.pid]
-            if leftovers:
-                task = asyncio.ensure_future(self._finish_after(leftovers, exit_code))
-                self.pool._tasks.add(task)
-                task.add_done_callback(self.pool._tasks.discard)
-                return
+            self.pool._background(self._finish_after_sweep(exit_code))
+            return
         self._finish(exit_code)
 
-    async def _finish_after(self, pids: list[int], exit_code: int) -> None:
-        """Declare the child dead only once what it left behind is gone too."""
-        await wait_gone(pids, within=10.0)
-        self._finish(exit_code)
+    async def _finish_after_sweep(self, exit_code: int) -> None:
+        """Declare the child dead only once what it left behind is gone too. The /proc
+        scan that finds the leftovers runs in a thread, off the event loop."""
+        try:
+            signalled = await asyncio.to_thread(proc.kill_session, self.pid)
+            leftovers = [p for p in signalled if p != self.pid]
+            if leftovers:
+                await wait_gone(leftovers, within=10.0)
+        finally:
+            self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
         self.outcome = self._outcome(exit_code)
@@ -254,6 +265,7 @@ class Lease:
         self._frames: collections.deque[Frame] = collections.deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
+        self._waiting = False  # someone waits for the end without reading: never hold
 
     @property
     def pid(self) -> int:
@@ -276,11 +288,19 @@ class Lease:
     def hello(self) -> Hello | None:
         return self._worker.hello
 
+    #: Frames a lease holds for a reader that fell behind before the pool stops reading
+    #: the child's socket (the child then blocks on its full pipe), and the count it
+    #: must fall back to before reading resumes.
+    high_water = 1024
+    low_water = 256
+
     def _deliver(self, frame: Frame | None) -> None:
         if frame is None:
             self._ended = True
         else:
             self._frames.append(frame)
+            if len(self._frames) >= self.high_water and not self._ended and not self._waiting:
+                self._worker.channel.hold("lease")
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -302,7 +322,16 @@ class Lease:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._frames.popleft()
+        frame = self._frames.popleft()
+        if len(self._frames) <= self.low_water and self._worker.channel.reading_paused:
+            self._worker.last_seen = self._worker.pool._loop.time()  # silence was ours
+            self._worker.channel.release("lease")
+        return frame
+
+    @property
+    def pending(self) -> int:
+        """Frames received from the child and not read yet."""
+        return len(self._frames)
 
     async def __aiter__(self) -> AsyncIterator[Frame]:
         while (frame := await self.recv()) is not None:
@@ -310,6 +339,10 @@ class Lease:
 
     async def wait(self) -> ChildOutcome:
         """Wait until the child has ended (frames not yet read stay readable)."""
+        # Nobody reads while we wait: a held pipe would keep a cancelled child from
+        # sending its last frames and exiting.
+        self._waiting = True
+        self._worker.channel.release("lease")
         return await asyncio.shield(self._worker.dead)
 
     def set_deadline(
@@ -358,7 +391,7 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
                 if not worker.dead.done():
-                    proc.kill_tree(worker.pid)
+                    worker.kill_tree_off_loop()
         return await asyncio.shield(worker.dead)
 
 
@@ -465,7 +498,7 @@ class WorkerPool:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         workers = list(self._workers.values())
-        table = proc.process_table()  # one scan for all of them
+        table = await asyncio.to_thread(proc.process_table)  # one scan for all, off the loop
         for worker in workers:
             worker.kill(OutcomeKind.KILLED, "the pool was closed", table)
         if workers:
@@ -576,6 +609,12 @@ class WorkerPool:
 
     def pids(self) -> list[int]:
         return list(self._workers)
+
+    def _background(self, work: Any) -> None:
+        """Run ``work`` as a task the pool waits for on close."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
@@ -689,7 +728,12 @@ class WorkerPool:
                 await self._check_memory()
             for worker in list(self._workers.values()):
                 silent = now - worker.last_seen
-                if worker.state is WorkerState.BUSY and silent > self.heartbeat_timeout:
+                held = worker.channel.reading_paused  # its heartbeats wait behind its frames
+                if (
+                    worker.state is WorkerState.BUSY
+                    and silent > self.heartbeat_timeout
+                    and not held
+                ):
                     worker.kill(
                         OutcomeKind.HEARTBEAT,
                         f"no heartbeat for {silent:.1f} s (limit {self.heartbeat_timeout:g} s); "

@@ -13,6 +13,7 @@ from agentcell.orchestrator.delegation._approvals import (
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
+    EventStream,
     OrchestratorEvent,
     SubAgentEnded,
     SubAgentProcess,
@@ -20,6 +21,7 @@ from agentcell.orchestrator.delegation._events import (
 )
 from agentcell.orchestrator.delegation._request import (
     DelegationRequest,
+    RunAccount,
     Scope,
 )
 from agentcell.orchestrator.delegation._results import (
@@ -67,7 +69,9 @@ __all__ = [
     "DelegationRequest",
     "DenyAll",
     "EventBus",
+    "EventStream",
     "OrchestratorEvent",
+    "RunAccount",
     "RunHandle",
     "Runner",
     "Scope",

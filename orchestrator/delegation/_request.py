@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.protocol import Message
 
 
@@ -34,3 +36,15 @@ class Scope:
     history: Callable[[], list[Message]] | None = None  # completed turns, for context: fork
     permission_mode: str | None = None  # the delegating agent's: a child's can only be stricter
     max_depth: int | None = None  # the deepest its descendants may go
+    # The orchestrator call this delegation belongs to; nested delegations inherit it.
+    account: RunAccount | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class RunAccount:
+    """What one orchestrator call (``run``, ``delegate``, ``map``) gathers: its usage and
+    budgets, the results of its sub-agents (nested ones included), where it is recorded."""
+
+    ledger: UsageLedger
+    results: list[SubAgentResult] = dataclasses.field(default_factory=list)
+    run_dir: str = ""  # "" : not recorded

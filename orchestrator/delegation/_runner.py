@@ -44,7 +44,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
@@ -55,6 +55,7 @@ from agentcell.orchestrator.delegation._worktree import (
     finish_worktree,
 )
 from agentcell.protocol import (
+    MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     AgentSpec,
     ApprovalReply,
@@ -65,6 +66,7 @@ from agentcell.protocol import (
     DelegateReply,
     DelegateRequest,
     Event,
+    FrameTooLarge,
     Limits,
     RemoteTool,
     RunStatus,
@@ -72,6 +74,7 @@ from agentcell.protocol import (
     TurnStarted,
     Usage,
     UsageUpdate,
+    encode_frame,
 )
 from agentcell.worker import PermissionMode, release_sandbox, stricter_sandbox
 from agentcell.worker.models import ToolSpec
@@ -204,6 +207,8 @@ class Runner:
         except asyncio.CancelledError:
             inner.cancel()
             await asyncio.wait({inner})
+            if handle.result is not None and scope.account is not None:
+                scope.account.results.append(handle.result)
             raise
         if inner.cancelled():  # cancelled before its first step: it never got going
             result = SubAgentResult(
@@ -217,8 +222,11 @@ class Runner:
             )
             handle.result = result
             self.bus.publish(SubAgentEnded(agent_id=agent_id, result=result))
-            return result
-        return inner.result()
+        else:
+            result = inner.result()
+        if scope.account is not None:
+            scope.account.results.append(result)
+        return result
 
     async def _run(
         self,
@@ -246,9 +254,13 @@ class Runner:
                 f"unknown agent type {request.agent_type!r}; available: {names}",
             )
         base["agent_type"] = definition.name
+        ledger = _ledger(scope, self.ledger)
+        run_dir = scope.account.run_dir if scope.account is not None else self.run_dir
         try:
-            spec, limits, model = self._prepare(definition, request, scope, agent_id, background)
-            self.ledger.reserve_subagent()
+            spec, limits, model = self._prepare(
+                definition, request, scope, agent_id, background, run_dir=run_dir
+            )
+            ledger.reserve_subagent()
             # Replaced by what the child reports it applied; kept if it ended before that.
             base["sandbox"] = f"{spec.sandbox} (requested; not confirmed by the child)"
         except (ValueError, BudgetExceeded) as exc:
@@ -257,7 +269,7 @@ class Runner:
         tree: Worktree | None = None
         if (request.isolation or definition.isolation) == "worktree":
             try:
-                tree = await self._worktree(agent_id)
+                tree = await self._worktree(agent_id, run_dir)
             except (WorktreeError, OSError) as exc:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             spec.workdir = str(tree.workdir)
@@ -274,6 +286,19 @@ class Runner:
                 task_id=task_id,
             )
         )
+        start = Start(
+            protocol_version=PROTOCOL_VERSION,
+            run_id=agent_id,
+            handler=AGENT_HANDLER,
+            spec=spec,
+            limits=limits,
+            objects=self._objects_blob(model, spec.tools),
+        )
+        too_large = self._too_large(start)
+        if too_large:
+            if tree is not None:
+                await finish_worktree(tree)
+            return self._refused(base, RunStatus.ERROR, too_large)
         progress = _Progress(model=model)
         lease: WorkerLease | None = None
         cancelled = False
@@ -281,16 +306,7 @@ class Runner:
         try:
             lease = await self._backend(definition).acquire()
             self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid, node=lease.node))
-            await lease.send(
-                Start(
-                    protocol_version=PROTOCOL_VERSION,
-                    run_id=agent_id,
-                    handler=AGENT_HANDLER,
-                    spec=spec,
-                    limits=limits,
-                    objects=self._objects_blob(model, spec.tools),
-                )
-            )
+            await lease.send(start)
             # Only now: controls queued while it waited for a process must follow Start.
             handle.attach(lease)
             if limits.address_space_bytes is not None:
@@ -336,9 +352,20 @@ class Runner:
             )
         else:
             result = self._result(
-                base, outcome, progress, started, limits=limits, cancelled=cancelled
+                base,
+                outcome,
+                progress,
+                started,
+                limits=limits,
+                cancelled=cancelled,
+                ledger=ledger,
+                run_dir=run_dir,
             )
-            if cancelled and handle.cancel_reason and result.status is RunStatus.CANCELLED:
+            # A budget stops the run even if its answer came as the budget was crossed.
+            replaced = result.status is RunStatus.CANCELLED or (
+                result.status is RunStatus.COMPLETED and handle.cancel_status is RunStatus.BUDGET
+            )
+            if cancelled and handle.cancel_reason and replaced:
                 result = msgspec.structs.replace(
                     result, status=handle.cancel_status, error=handle.cancel_reason
                 )
@@ -362,9 +389,9 @@ class Runner:
             )
         return backend
 
-    async def _worktree(self, agent_id: str) -> Worktree:
-        if self.run_dir:
-            root, run = Path(self.run_dir), Path(self.run_dir).name
+    async def _worktree(self, agent_id: str, run_dir: str) -> Worktree:
+        if run_dir:
+            root, run = Path(run_dir), Path(run_dir).name
         else:  # no run record: a name of its own, so sessions never collide
             run = f"session-{self._session}"
             root = Path(self.workdir) / ".agentcell" / "worktrees" / run
@@ -403,6 +430,27 @@ class Runner:
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
 
+    def _too_large(self, start: Start) -> str:
+        """Why ``start`` cannot cross the pipe ("" if it can): said before a process is
+        taken, in words that name the cause and the limit."""
+        limit = getattr(getattr(self.pool, "boot", None), "max_frame_bytes", MAX_FRAME_BYTES)
+        try:
+            encode_frame(start, limit)
+        except FrameTooLarge:
+            spec = start.spec
+            prompt = len(spec.prompt.encode()) if spec is not None else 0
+            cap = f"one frame may carry at most {limit / 2**20:g} MiB (MAX_FRAME_BYTES)"
+            if prompt * 2 >= limit:
+                return (
+                    f"the prompt is too large to send to a sub-agent: {prompt / 2**20:.1f} MiB, "
+                    f"and {cap}; put the material in a file and pass its path instead"
+                )
+            return (
+                "the sub-agent's start message is too large to send (its forked history or "
+                f"its custom tools and model objects), and {cap}"
+            )
+        return ""
+
     # -- preparing a run -----------------------------------------------------------------
     def _prepare(
         self,
@@ -411,6 +459,8 @@ class Runner:
         scope: Scope,
         agent_id: str,
         background: bool,
+        *,
+        run_dir: str,
     ) -> tuple[AgentSpec, Limits, str]:
         settings = self.settings
         model = self._narrow_model(definition, request, scope)
@@ -470,7 +520,7 @@ class Runner:
             deny_rules=list(settings.deny_rules),
             ask_rules=list(settings.ask_rules),
             workdir=self.workdir,
-            run_dir=self.run_dir,
+            run_dir=run_dir,
             depth=depth,
             max_depth=max_depth,
             background=background,
@@ -534,7 +584,7 @@ class Runner:
         agent_id = spec.agent_id
         agent_type = spec.agent_type
         publish = self.bus.publish
-        ledger = self.ledger
+        ledger = _ledger(scope, self.ledger)
         call_id = request.call_id
         side: set[asyncio.Task[None]] = set()
         try:
@@ -563,7 +613,14 @@ class Runner:
                 elif isinstance(frame, DelegateRequest):
                     _spawn(
                         side,
-                        self._answer_delegation(lease, frame, definition, spec, background),
+                        self._answer_delegation(
+                            lease,
+                            frame,
+                            definition,
+                            spec,
+                            background=background,
+                            account=scope.account,
+                        ),
                     )
         finally:
             # The child is gone (or we are): questions it asked are moot now.
@@ -587,14 +644,24 @@ class Runner:
         frame: DelegateRequest,
         definition: AgentDefinition,
         spec: AgentSpec,
+        *,
         background: bool,
+        account: RunAccount | None,
     ) -> None:
-        reply = await self._delegation_reply(frame, definition, spec, background)
+        reply = await self._delegation_reply(
+            frame, definition, spec, background=background, account=account
+        )
         with contextlib.suppress(ChannelClosed):
             await lease.send(reply)
 
     async def _delegation_reply(
-        self, frame: DelegateRequest, definition: AgentDefinition, spec: AgentSpec, background: bool
+        self,
+        frame: DelegateRequest,
+        definition: AgentDefinition,
+        spec: AgentSpec,
+        *,
+        background: bool,
+        account: RunAccount | None,
     ) -> DelegateReply:
         def refuse(text: str) -> DelegateReply:
             return DelegateReply(request_id=frame.request_id, content=text, is_error=True)
@@ -626,6 +693,7 @@ class Runner:
             background=background,
             permission_mode=spec.permission_mode,
             max_depth=spec.max_depth,
+            account=account,
         )
         nested.background = False  # nested runs block their parent's tool call
         result = await self.run(nested, child_scope)
@@ -643,18 +711,19 @@ class Runner:
         *,
         limits: Limits,
         cancelled: bool,
+        ledger: UsageLedger,
+        run_dir: str,
     ) -> SubAgentResult:
         duration_ms = (time.perf_counter() - started) * 1000
         usage = progress.usage
+        entry = ledger.agents.get(base["agent_id"])
         common = dict(
             base,
             usage=usage,
             model=progress.model,
             duration_ms=duration_ms,
             turns=progress.turns,
-            cost_usd=self.ledger.agents[base["agent_id"]].cost_usd
-            if base["agent_id"] in self.ledger.agents
-            else None,
+            cost_usd=entry.cost_usd if entry is not None else None,
         )
         if outcome is None:
             return SubAgentResult(
@@ -698,8 +767,8 @@ class Runner:
         if kind is OutcomeKind.FAILURE:
             return SubAgentResult(**common, status=RunStatus.ERROR, error=outcome.detail)
         error = outcome.detail
-        if self.run_dir:
-            log = Path(self.run_dir) / f"{base['agent_id']}.stderr.log"
+        if run_dir:
+            log = Path(run_dir) / f"{base['agent_id']}.stderr.log"
             if log.is_file() and log.stat().st_size:
                 error += f"; its last output is in {log}"
         return SubAgentResult(**common, status=RunStatus.CRASHED, error=error)
@@ -735,6 +804,10 @@ def stricter_mode(parent: str, wanted: str | None) -> str:
         return parent
     wanted = PermissionMode.parse(wanted).value
     return min(parent, wanted, key=_STRICTNESS.index)
+
+
+def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
+    return scope.account.ledger if scope.account is not None else default
 
 
 def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:

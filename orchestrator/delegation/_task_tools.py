@@ -49,6 +49,7 @@ class TaskTool(Tool):
         self.tracker = tracker
         self.scope = scope
         self._background: set[asyncio.Task[None]] = set()
+        self._handles: set[RunHandle] = set()  # this tool's runs in flight, both kinds
 
     def spec(self) -> ToolSpec:
         return task_tool_spec(self.registry)
@@ -66,10 +67,15 @@ class TaskTool(Tool):
             )
         if request.background is None:  # the call did not say: the definition decides
             request.background = definition.background
-        if not request.background:
-            result = await self.runner.run(request, self.scope())
-            return ToolOutput(result.render(), not result.ok)
         handle = RunHandle()
+        if not request.background:
+            self._handles.add(handle)
+            try:
+                result = await self.runner.run(request, self.scope(), handle=handle)
+            finally:
+                self._handles.discard(handle)
+            return ToolOutput(result.render(), not result.ok)
+        self._handles.add(handle)
         record = self.tracker.start(request.agent_type, request.description, handle)
         task = asyncio.create_task(self._run_in_background(record, request, handle))
         self._background.add(task)
@@ -91,6 +97,7 @@ class TaskTool(Tool):
                 request, self.scope(), handle=handle, agent_id=agent_id, task_id=record.task_id
             )
         finally:
+            self._handles.discard(handle)
             # Whatever happened, the task ends in exactly one recorded state: a record left
             # "running" would hold the end of the run hostage.
             self.tracker.finish(
@@ -106,6 +113,11 @@ class TaskTool(Tool):
                     background=True,
                 ),
             )
+
+    def cancel_all(self, reason: str, status: RunStatus) -> None:
+        """End every run this tool started (foreground and background) with ``status``."""
+        for handle in list(self._handles):
+            handle.cancel(reason, status)
 
     async def shutdown(self) -> None:
         """Cancel every background run still going and wait until each has ended."""

@@ -110,6 +110,14 @@ class TaskTracker:
             record.delivered = True
         return ready
 
+    def release_delivered(self) -> int:
+        """Forget finished tasks whose results were handed out (a long-lived orchestrator
+        must not keep every task it ever ran); returns how many were forgotten."""
+        done = [t for t, r in self._tasks.items() if r.state.terminal and r.delivered]
+        for task_id in done:
+            del self._tasks[task_id]
+        return len(done)
+
     async def wait(
         self, task_ids: Iterable[str] | None = None, wait_s: float | None = None
     ) -> bool:

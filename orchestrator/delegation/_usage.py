@@ -28,26 +28,42 @@ class AgentUsage:
 
 
 class UsageLedger:
+    """Usage of one run (with its budgets), or of an orchestrator's whole life.
+
+    A run's ledger forwards everything to its ``parent`` (the orchestrator's lifetime
+    ledger), so totals over hours are kept without keeping every run. ``max_rows`` bounds
+    the per-agent rows: beyond it the oldest rows are folded into ``folded`` (their
+    tokens, turns and cost stay in the totals).
+    """
+
     def __init__(
         self,
         *,
         prices: dict[str, Price] | None = None,
         budgets: Budgets | None = None,
         on_exceeded: Callable[[str], None] | None = None,
+        parent: UsageLedger | None = None,
+        max_rows: int | None = None,
     ) -> None:
         self.prices = prices or {}
         self.budgets = budgets or Budgets()
         self.on_exceeded = on_exceeded
+        self.parent = parent
+        self.max_rows = max_rows
         self.agents: dict[str, AgentUsage] = {}
+        self.folded = AgentUsage("(earlier agents)", "")
         self.total = Usage()
         self.turns = 0
         self.subagents = 0
         self.exceeded: str | None = None
+        self._cost: float | None = None
 
     def agent(self, agent_id: str, agent_type: str, model: str = "") -> AgentUsage:
         entry = self.agents.get(agent_id)
         if entry is None:
             entry = self.agents[agent_id] = AgentUsage(agent_id, agent_type, model)
+            if self.max_rows is not None and len(self.agents) > self.max_rows:
+                self._fold(next(iter(self.agents)))
         return entry
 
     def reserve_subagent(self) -> None:
@@ -57,10 +73,14 @@ class UsageLedger:
         if limit is not None and self.subagents >= limit:
             raise BudgetExceeded(f"sub-agent budget used up: max_subagents is {limit}")
         self.subagents += 1
+        if self.parent is not None:
+            self.parent.reserve_subagent()
 
     def add_turn(self, agent_id: str, agent_type: str) -> None:
         self.agent(agent_id, agent_type).turns += 1
         self.turns += 1
+        if self.parent is not None:
+            self.parent.add_turn(agent_id, agent_type)
         limit = self.budgets.max_turns
         if limit is not None and self.turns > limit:
             self._exceed(f"turn budget exceeded: {self.turns} turns, max_turns is {limit}")
@@ -72,7 +92,10 @@ class UsageLedger:
         cost = self.cost(model, usage)
         if cost is not None:
             entry.cost_usd = (entry.cost_usd or 0.0) + cost
+            self._cost = (self._cost or 0.0) + cost
         self.total = self.total + usage
+        if self.parent is not None:
+            self.parent.add_usage(agent_id, agent_type, model, usage)
         limit = self.budgets.max_tokens
         if limit is not None and self.total.total_tokens > limit:
             self._exceed(
@@ -92,8 +115,16 @@ class UsageLedger:
 
     @property
     def cost_usd(self) -> float | None:
-        costs = [a.cost_usd for a in self.agents.values() if a.cost_usd is not None]
-        return sum(costs) if costs else None
+        """Dollars over everything this ledger saw (None while nothing was priced)."""
+        return self._cost
+
+    def _fold(self, agent_id: str) -> None:
+        entry = self.agents.pop(agent_id)
+        folded = self.folded
+        folded.usage = folded.usage + entry.usage
+        folded.turns += entry.turns
+        if entry.cost_usd is not None:
+            folded.cost_usd = (folded.cost_usd or 0.0) + entry.cost_usd
 
     def _raise_if_exceeded(self) -> None:
         if self.exceeded is not None:

@@ -1,0 +1,54 @@
+"""The full /proc scans that follow a kill or a crash run in a thread, never on the event
+loop, and a child's outcome is still final only once what it left behind is gone."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from agentcell.orchestrator import OutcomeKind, WorkerPool
+from agentcell.worker import _proc
+from conftest import SpawnRecorder
+from pool_util import first_frame, run_op, start
+
+
+@pytest.fixture
+def scans(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """One entry per /proc scan: True when it ran on a thread with a running event loop."""
+    seen: list[bool] = []
+    original = _proc.process_table
+
+    def recording() -> Any:
+        try:
+            asyncio.get_running_loop()
+            seen.append(True)
+        except RuntimeError:
+            seen.append(False)
+        return original()
+
+    monkeypatch.setattr(_proc, "process_table", recording)
+    return seen
+
+
+async def test_scans_after_crashes_and_kills_stay_off_the_event_loop(
+    spawned: SpawnRecorder, scans: list[bool]
+) -> None:
+    async with WorkerPool(max_workers=4, warm=0) as pool:
+        # A crash that leaves a grandchild behind: swept, and gone before the outcome.
+        frames, crashed = await run_op(pool, "grandchild", then="sigkill")
+        grandchild = int(frames[0].event.message.split()[1])  # type: ignore[union-attr]
+        assert crashed.kind is OutcomeKind.SIGNALED
+        assert not _proc.is_alive(grandchild)
+        # A kill by the parent (deadline, then SIGKILL to a child that ignores SIGTERM).
+        async with pool.lease() as lease:
+            await lease.send(start("block_loop"))
+            await first_frame(lease)
+            lease.set_deadline(0.01, cancel_grace=0.05, term_grace=0.05)
+            killed = await lease.wait()
+        assert killed.kind is OutcomeKind.DEADLINE and killed.signal == "SIGKILL"
+        # A protocol error: killed at once by the parent.
+        _, broken = await run_op(pool, "garbage")
+        assert broken.kind is OutcomeKind.PROTOCOL_ERROR
+    assert len(scans) >= 4  # the sweeps and the kills did scan
+    assert not any(scans), scans
