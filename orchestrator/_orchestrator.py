@@ -145,6 +145,7 @@ class Orchestrator:
         self._handles: set[RunHandle] = set()
         self._budget_error: str | None = None
         self._main_tools: list[str] = []
+        self._kept_task_tools: dict[int, TaskTool] = {}  # per session, for keep_background
         self.bus.subscribe(self._collect)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -159,10 +160,25 @@ class Orchestrator:
     async def aclose(self) -> None:
         for handle in list(self._handles):
             handle.cancel()
+        for kept in list(self._kept_task_tools.values()):
+            await kept.shutdown()
+        self._kept_task_tools.clear()
         if self._owns_pool:
             await self.pool.close()
 
     # -- the main agent ------------------------------------------------------------------
+    async def check_setup(self) -> None:
+        """Raise ``ModelError`` now for what would fail a run at its start (no model, an
+        unknown provider, a missing API key), before anything is started or recorded."""
+        model = self._main_model()
+        try:
+            check = getattr(model, "check_ready", None)
+            if check is not None:
+                check()
+        finally:
+            if model.name not in self.model_objects:
+                await model.aclose()
+
     def cancel(self) -> None:
         """Cancel what runs now (the main agent's turn, direct runs); the pool stays up."""
         for engine in list(self._engines):
@@ -171,20 +187,34 @@ class Orchestrator:
             handle.cancel()
 
     async def run(
-        self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        session: Session | None = None,
+        timeout_s: float | None = None,
+        keep_background: bool = False,
     ) -> RunReport:
-        """Run the main agent on ``prompt`` until it answers (sub-agents included)."""
+        """Run the main agent on ``prompt`` until it answers (sub-agents included).
+
+        ``keep_background`` (a conversation, e.g. ``agentcell chat``): the run ends with
+        the main agent's answer while its background sub-agents keep running; their
+        results are delivered, once each, into a later run on the same ``session``, and
+        whatever still runs is cancelled when the orchestrator closes.
+        """
         started = time.perf_counter()
         session = session if session is not None else Session()
         first = len(self._results)
         model = self._main_model()
         transcript = self._main_transcript(prompt)
-        task_tool = TaskTool(
+        kept = self._kept_task_tools.get(id(session)) if keep_background else None
+        task_tool = kept or TaskTool(
             registry=self.registry,
             runner=self.runner,
             tracker=self.tracker,
             scope=lambda: self._main_scope(session),
         )
+        if keep_background:
+            self._kept_task_tools[id(session)] = task_tool
         tools: list[Tool] = [*builtin_tools(), *self.custom_tools]
         tools += [
             task_tool,
@@ -211,7 +241,9 @@ class Orchestrator:
             run_dir=self.run_dir,
             agent_id="main",
             turn_hooks=[background_injector(self.tracker)],
-            finish_hooks=[background_finisher(self.tracker, task_tool, settings.background_wait_s)],
+            finish_hooks=[]
+            if keep_background
+            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)],
         )
         self._main_tools = [tool.name for tool in tools]
         self._engines.add(engine)
@@ -222,7 +254,8 @@ class Orchestrator:
             result = await engine.run(prompt, session, on_event=on_event)
         finally:
             self._engines.discard(engine)
-            await task_tool.shutdown()
+            if not keep_background:
+                await task_tool.shutdown()
             if model.name not in self.model_objects:  # ours to close; objects are the caller's
                 await model.aclose()
             if transcript is not None:

@@ -137,6 +137,7 @@ class _Progress:
     turns: int = 0
     usage: Usage = dataclasses.field(default_factory=Usage)
     model: str = ""
+    queued_ms: float = 0.0
 
 
 class Runner:
@@ -274,6 +275,7 @@ class Runner:
         failure = ""
         try:
             lease = await self.pool.acquire()
+            progress.queued_ms = (time.perf_counter() - started) * 1000
             self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid))
             await lease.send(
                 Start(
@@ -580,6 +582,7 @@ class Runner:
             usage=usage,
             model=progress.model,
             duration_ms=duration_ms,
+            queued_ms=progress.queued_ms,
             turns=progress.turns,
             cost_usd=self.ledger.agents[base["agent_id"]].cost_usd
             if base["agent_id"] in self.ledger.agents
