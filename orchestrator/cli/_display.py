@@ -308,3 +308,12 @@ def make_console(*, stderr: bool = True, force_plain: bool = False) -> tuple[Con
         console = Console(stderr=stderr, highlight=False, width=160)
     live = console.is_terminal and not console.no_color and not force_plain
     return console, live
+
+
+def output_console() -> Console:
+    """A console for a command's output on stdout: the terminal's width on a terminal;
+    in a pipe or a file, no width at all, so nothing wraps mid-word or mid-row."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=100_000, no_color=True)
+    return console

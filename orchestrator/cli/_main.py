@@ -312,15 +312,17 @@ def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
+@click.argument("agent", required=False)
 @workdir_option
 @json_option
 @debug_option
 @guarded
-def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
-    """One run: its summary and what each agent did."""
+def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debug: bool) -> None:
+    """One run: what each sub-agent was asked, did and answered (RUN_ID may be a unique
+    prefix); with AGENT (an id such as a3, or main), that agent's transcript."""
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
-    show_recorded(workdir.resolve(), run_id, as_json=as_json)
+    show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
 
 
 def main() -> None:
