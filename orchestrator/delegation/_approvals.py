@@ -124,7 +124,7 @@ def question_text(query: ApprovalQuery) -> str:
     )
     subject = approval_subject(query.tool, query.arguments)
     lines = [f"\n{visible(who)} wants to run {visible(query.tool)}:"]
-    lines += [f"    {visible(line)}" for line in subject.splitlines() or [""]]
+    lines += [f"    {visible(line)}" for line in subject.split("\n")]
     if query.reason:
         lines.append(f"  why it asks: {visible(query.reason)}")
     return "\n".join(lines) + "\n" + _keys(query)
