@@ -93,9 +93,7 @@ def test_progress_view_shows_text_literally(description: str, tool_args: str) ->
     view = ProgressView(con, live=False)
     view.on_event(SubAgentStarted("a1", "Explore", description, False, 1, "main"))
     view.on_event(SubAgentProcess("a1", 123))
-    view.on_event(
-        AgentActivity("a1", ToolStarted(call_id="c1", name="grep", arguments=tool_args))
-    )
+    view.on_event(AgentActivity("a1", ToolStarted(call_id="c1", name="grep", arguments=tool_args)))
     view.on_event(AgentActivity("a1", Notice(message=description)))
     result = SubAgentResult(
         agent_id="a1",
@@ -274,9 +272,7 @@ def _records_and_agents(root: Path, text: str) -> None:
 def test_the_main_row_says_how_the_main_agent_ended() -> None:
     con, _ = console()
     view = ProgressView(con, live=False)
-    view.on_event(
-        AgentActivity("main", RunFinished(result=RunResult(status=RunStatus.CANCELLED)))
-    )
+    view.on_event(AgentActivity("main", RunFinished(result=RunResult(status=RunStatus.CANCELLED))))
     view.stop()
     assert view.rows["main"].state == "cancelled"
     quiet = ProgressView(con, live=False)

@@ -23,6 +23,7 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
 from prompt_toolkit.patch_stdout import patch_stdout
+from prompt_toolkit.utils import is_dumb_terminal
 
 
 class PlainInput:
@@ -205,13 +206,13 @@ class PromptInput:
             return line
 
     async def ask(self, question: str) -> str:
-        """Ask in the prompt (an approval): the text above the last line is printed, the
-        last line becomes the prompt until answered."""
-        head, _, keys = question.rpartition("\n")
-        if head:
-            print(head, flush=True)
+        """Ask in the prompt (an approval): the whole question becomes the prompt until
+        it is answered, so it is drawn at once and nothing draws over it."""
+        if is_dumb_terminal():  # no redrawing there: the question goes out as text
+            print(question, flush=True)
+            question = "you> "
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._questions.append((keys, answer))
+        self._questions.append((question.lstrip("\n"), answer))
         self._redraw()
         try:
             return await answer

@@ -1,0 +1,223 @@
+"""``agentcell chat`` and ``run`` the way a person uses them: on a pseudo-terminal, against a
+local model server speaking the real OpenAI wire format, asserting what the screen shows."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from agentcell.worker import _proc
+from model_servers import Call, ModelServer, Reply
+from terminal_util import Screen
+from test_cli import assert_gone, cli_env, project
+
+__all__ = ["project"]  # the fixture, shared with test_cli
+
+ODD_ANSWER = "[/oops] and [bold]not bold[/bold], [completed] \x1b[31mred"
+
+
+def _last_user(body: dict[str, Any]) -> str:
+    return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+
+
+def _is_main(body: dict[str, Any]) -> bool:
+    return "main agent of agentcell" in body["messages"][0]["content"]
+
+
+def _background_deliveries(body: dict[str, Any]) -> int:
+    return sum(
+        1
+        for m in body["messages"]
+        if m["role"] == "user" and "Background task results" in (m["content"] or "")
+    )
+
+
+def chat_responder(body: dict[str, Any], api: str) -> Reply:
+    last = _last_user(body)
+    fresh = body["messages"][-1]["role"] == "user"
+    if not _is_main(body):
+        return Reply(hang=True) if last == "hang" else Reply(text=f"explored: {last}")
+    if last == "odd please":
+        return Reply(text=ODD_ANSWER)
+    if last == "second turn":
+        return Reply(text="the second answer")
+    if last == "run echo please":
+        if fresh:
+            return Reply(tool_calls=[Call("bash", {"command": "echo approved-42"})])
+        result = [m for m in body["messages"] if m["role"] == "tool"][-1]["content"]
+        return Reply(text=f"bash said: {result.strip()}")
+    if last == "start a survey":
+        if fresh:
+            task = {
+                "subagent_type": "Explore",
+                "prompt": "hang",
+                "description": "slow one",
+                "background": True,
+            }
+            return Reply(tool_calls=[Call("task", task)])
+        return Reply(text="the survey runs in the background")
+    if last == "something slow":
+        if fresh:
+            task = {"subagent_type": "Explore", "prompt": "hang", "description": "slow fg"}
+            return Reply(tool_calls=[Call("task", task)])
+        return Reply(text="unexpected")
+    if "Background task results" in last or _background_deliveries(body):
+        return Reply(text=f"delivered {_background_deliveries(body)} time(s)")
+    return Reply(text="ok")
+
+
+def _chat(project: Path, server: ModelServer, *extra: str) -> Screen:
+    server.responder = chat_responder
+    env = cli_env(project, server)
+    return Screen(["chat", "--model", "openai:gpt-test", *extra], project, env)
+
+
+def test_chat_shows_markup_literally_and_records_every_turn(
+    project: Path, model_server: ModelServer
+) -> None:
+    term = _chat(project, model_server)
+    try:
+        term.expect("you>")
+        term.send("odd please\n")
+        term.expect("agent> [/oops] and [bold]not bold[/bold], [completed] \\e[31mred")
+        term.send("second turn\n")
+        term.expect("agent> the second answer")
+        term.send("@nosuch look\n")
+        term.expect("no agent named 'nosuch'; see /agents")
+        term.send("/quit\n")
+        screen = term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    assert "Traceback" not in screen
+    assert "agent  type" not in screen  # no (empty) table for a turn without sub-agents
+    # One recorded run for the whole session, every turn in it.
+    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["kind"] == "chat"
+    assert [t["prompt"] for t in summary["turns"]] == ["odd please", "second turn"]
+    assert [t["final_text"] for t in summary["turns"]] == [ODD_ANSWER, "the second answer"]
+    main = (run_dir / "main.jsonl").read_text()
+    assert main.count('"kind":"start"') == 2
+
+
+def test_chat_asks_for_approval_in_the_prompt(project: Path, model_server: ModelServer) -> None:
+    term = _chat(project, model_server)
+    try:
+        term.expect("you>")
+        term.send("run echo please\n")
+        screen = term.expect("allow? [y]es / [n]o / [a]lways for bash:")
+        assert "main agent wants to run bash:\n    echo approved-42\n" in screen, screen[:2000]
+        term.send("y\n")
+        term.expect("agent> bash said: approved-42")
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+
+
+def test_chat_background_tasks_across_turns_with_tasks_and_cancel(
+    project: Path, model_server: ModelServer
+) -> None:
+    term = _chat(project, model_server)
+    pids: list[int] = []
+    try:
+        term.expect("you>")
+        term.send("start a survey\n")
+        screen = term.expect("agent> the survey runs in the background")
+        pids = [int(p) for p in re.findall(r'"slow one": started in process (\d+)', screen)]
+        (agent_id,) = set(re.findall(r'(a\d+) Explore "slow one": queued', screen))
+        # The turn is over; the sub-agent runs on, under the same id everywhere.
+        term.expect(f"{agent_id} Explore slow one: running")  # the status bar
+        term.send("/tasks\n")
+        term.expect(f'task {agent_id} [running] Explore "slow one"')
+        term.send(f"/cancel {agent_id}\n")
+        term.expect(f"cancelling {agent_id}")
+        term.expect(f"background {agent_id} Explore ended (cancelled)")
+        assert_gone(pids)
+        term.send("what happened\n")
+        term.expect("agent> delivered 1 time(s)")
+        term.send("and now\n")
+        term.expect_count("agent> delivered 1 time(s)", 2)  # once, never again
+        term.send("/tasks\n")
+        term.expect(f'task {agent_id} [cancelled] Explore "slow one"')
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+        for pid in pids:
+            _proc.kill_session(pid)
+
+
+def test_chat_commands_answer_while_a_turn_runs_and_ctrl_c_cancels_it(
+    project: Path, model_server: ModelServer
+) -> None:
+    term = _chat(project, model_server)
+    pids: list[int] = []
+    try:
+        term.expect("you>")
+        term.send("something slow\n")
+        screen = term.expect('"slow fg": started in process')
+        pids = [int(p) for p in re.findall(r'"slow fg": started in process (\d+)', screen)]
+        term.send("/usage\n")  # answered now, while the turn runs
+        term.expect("total: ")
+        term.send("another question\n")
+        term.expect("the main agent is still on your last message")
+        term.send("\x03")  # Ctrl-C: cancels the turn, not the program
+        term.expect("cancelling this turn")
+        term.expect("cancelled: ")
+        assert_gone(pids)
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+        for pid in pids:
+            _proc.kill_session(pid)
+
+
+def test_chat_completes_commands_and_agent_names(project: Path, model_server: ModelServer) -> None:
+    term = _chat(project, model_server)
+    try:
+        term.expect("you>")
+        term.send("@Expl\t")
+        term.expect("you> @Explore")
+        term.send(" where is it\n")
+        term.expect("explored: where is it")
+        term.send("/ta\t")
+        term.expect("you> /tasks")
+        term.send("\n")
+        term.expect("no background tasks")
+        term.send("\x12@Ex")  # Ctrl-R: search the history
+        term.expect("@Explore where is it")
+        term.send("\x07")  # Ctrl-G: leave the search
+        term.send("\x04")  # Ctrl-D on an empty line: leave
+        term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+
+
+def test_run_asks_under_the_live_table(project: Path, model_server: ModelServer) -> None:
+    model_server.responder = chat_responder
+    env = cli_env(project, model_server)
+    env.pop("NO_COLOR")  # colours on: the live table draws
+    term = Screen(
+        ["run", "--model", "openai:gpt-test", "--approve", "ask", "run echo please"], project, env
+    )
+    try:
+        term.expect("main agent wants to run bash:")
+        screen = term.expect("allow? [y]es / [n]o / [a]lways for bash:")
+        assert "\n    echo approved-42\n" in screen
+        term.send("y\n")
+        screen = term.expect("completed in")
+        assert "bash said: approved-42" in screen
+        # The question is still there, whole: nothing was drawn over it.
+        assert "  allow? [y]es / [n]o / [a]lways for bash: y" in screen
+        assert term.close() == 0
+    finally:
+        term.kill()
