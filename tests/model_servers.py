@@ -93,8 +93,9 @@ class Reply:
     (``error_message``, ``error_type``, ``error_code``), plus ``retry_after`` as a
     Retry-After header; ``drop_after=N`` closes the socket after N stream events;
     ``hang`` sends nothing and ``hang_after=N`` stops after N events, both until the
-    server stops; ``pause_after=N`` stops after N events until ``release`` is set; ``stream_error`` (an error type such as ``overloaded_error``) is sent
-    as an in-stream error event after ``stream_error_after`` events; ``raw`` is sent
+    server stops; ``pause_after=N`` stops after N events until ``release`` is set;
+    ``stream_error`` (an error type such as ``overloaded_error``) is sent as an in-stream
+    error event after ``stream_error_after`` events; ``raw`` is sent
     verbatim as the body (garbage, hand-written streams) with ``content_type``.
     """
 
