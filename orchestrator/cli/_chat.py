@@ -351,8 +351,11 @@ async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path
         )
         ask = prompt_input.ask
     else:
-        plain_input = PlainInput(out=sys.stdout)
-        ask = plain_input.ask
+
+        async def ask(question: str) -> str:
+            assert plain_input is not None
+            return await plain_input.ask(question)
+
     orch = Orchestrator(
         settings=settings,
         workdir=workdir,
@@ -360,14 +363,11 @@ async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path
         approval=_approval(settings, ask),
     )
     orch_box.append(orch)
-    try:
-        # A setup error (no model, unknown provider, missing key) ends the command here:
-        # exit 2, and no run directory.
-        await orch.check_setup()
-    except BaseException:
-        if plain_input is not None:
-            plain_input.close()
-        raise
+    # A setup error (no model, unknown provider, missing key) ends the command here:
+    # exit 2, and no run directory.
+    await orch.check_setup()
+    if not terminal:
+        plain_input = PlainInput(out=sys.stdout)
     run_dir = new_run_dir(workdir)
     orch.run_dir = run_dir
     orch.runner.run_dir = str(run_dir)
@@ -413,8 +413,11 @@ async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path
                 assert plain_input is not None
                 await _loop(chat, plain_input.read)
             if chat.turn is not None and not chat.turn.done():
-                orch.cancel()
-                chat.turn.cancel()
+                if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
+                    await asyncio.wait({chat.turn})
+                else:
+                    orch.cancel()
+                    chat.turn.cancel()
                 await asyncio.gather(chat.turn, return_exceptions=True)
     finally:
         loop.remove_signal_handler(signal.SIGINT)

@@ -35,11 +35,22 @@ class PlainInput:
         self._reading = False
         self._questions: collections.deque[asyncio.Future[str]] = collections.deque()
         self._buffer = b""
+        self._lines_done = False
         self._lines: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._fd = sys.stdin.fileno()
         self._blocking = os.get_blocking(self._fd)
         os.set_blocking(self._fd, False)
-        asyncio.get_running_loop().add_reader(self._fd, self._readable)
+        loop = asyncio.get_running_loop()
+        try:
+            loop.add_reader(self._fd, self._readable)
+            self._watched = True
+        except PermissionError:  # a regular file or /dev/null: reading never waits
+            self._watched = False
+            loop.call_soon(self._read_all)
+
+    def _read_all(self) -> None:
+        while not self._lines_done:
+            self._readable()
 
     def _readable(self) -> None:
         try:
@@ -49,6 +60,7 @@ class PlainInput:
         except OSError:
             data = b""
         if not data:
+            self._lines_done = True
             asyncio.get_running_loop().remove_reader(self._fd)
             if self._buffer:
                 self._lines.put_nowait(self._buffer)
