@@ -221,3 +221,61 @@ def test_run_asks_under_the_live_table(project: Path, model_server: ModelServer)
         assert term.close() == 0
     finally:
         term.kill()
+
+
+def two_jobs_responder(body: dict[str, Any], api: str) -> Reply:
+    last = _last_user(body)
+    fresh = body["messages"][-1]["role"] == "user"
+    if _is_main(body):
+        if last == "two jobs" and fresh:
+            calls = [
+                Call(
+                    "task",
+                    {
+                        "subagent_type": "general-purpose",
+                        "prompt": f"job {n}",
+                        "description": f"job {n}",
+                        "background": True,
+                    },
+                )
+                for n in ("one", "two")
+            ]
+            return Reply(tool_calls=calls)
+        return Reply(text="both started")
+    if fresh:
+        return Reply(tool_calls=[Call("bash", {"command": f"echo {last.split()[1]}-ran"})])
+    result = [m for m in body["messages"] if m["role"] == "tool"][-1]["content"]
+    return Reply(text=f"{last} said {result.strip()}")
+
+
+def test_chat_asks_background_questions_one_at_a_time(
+    project: Path, model_server: ModelServer
+) -> None:
+    model_server.responder = two_jobs_responder
+    env = cli_env(project, model_server)
+    term = Screen(["chat", "--model", "openai:gpt-test", "--approve", "bubble"], project, env)
+    try:
+        term.expect("you>")
+        term.send("two jobs\n")
+        term.expect("agent> both started")
+        # Both sub-agents ask; one question is open, the other waits its turn.
+        screen = term.expect("allow? [y]es / [n]o / [a]lways for bash:")
+        assert screen.count("wants to run bash:") == 1
+        first = re.findall(r"general-purpose \((a\d+), background\) wants to run bash:", screen)
+        assert len(first) == 1
+        term.send("y\n")
+        screen = term.expect_count("wants to run bash:", 2)
+        second = re.findall(r"general-purpose \((a\d+), background\) wants to run bash:", screen)
+        assert len(set(second)) == 2
+        term.send("n\n")
+        term.expect_count("ended (completed)", 2)
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    subagents = json.loads((run_dir / "summary.json").read_text())["subagents"]
+    texts = sorted(s["final_text"] for s in subagents)
+    assert any("-ran" in t for t in texts)  # the one allowed ran
+    assert any("the user said no" in t for t in texts)  # the other was refused
