@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -279,3 +280,24 @@ def test_chat_asks_background_questions_one_at_a_time(
     texts = sorted(s["final_text"] for s in subagents)
     assert any("-ran" in t for t in texts)  # the one allowed ran
     assert any("the user said no" in t for t in texts)  # the other was refused
+
+
+def test_chat_leaves_on_sigterm_with_exit_143(project: Path, model_server: ModelServer) -> None:
+    term = _chat(project, model_server)
+    pids: list[int] = []
+    try:
+        term.expect("you>")
+        term.send("something slow\n")
+        screen = term.expect('"slow fg": started in process')
+        pids = [int(p) for p in re.findall(r'"slow fg": started in process (\d+)', screen)]
+        term.signal(signal.SIGTERM)
+        term.expect("terminated: cancelling every sub-agent")
+        term.expect("bye")
+        assert term.close() == 143
+        assert_gone(pids)
+    finally:
+        term.kill()
+        for pid in pids:
+            _proc.kill_session(pid)
+    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    assert json.loads((run_dir / "summary.json").read_text())["kind"] == "chat"
