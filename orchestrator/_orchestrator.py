@@ -145,7 +145,8 @@ class Orchestrator:
         self._handles: set[RunHandle] = set()
         self._budget_error: str | None = None
         self._main_tools: list[str] = []
-        self._kept_task_tools: dict[int, TaskTool] = {}  # per session, for keep_background
+        # keep_background: one task tool per session (kept with it: an id alone may be reused)
+        self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
         self.bus.subscribe(self._collect)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -160,8 +161,8 @@ class Orchestrator:
     async def aclose(self) -> None:
         for handle in list(self._handles):
             handle.cancel()
-        for kept in list(self._kept_task_tools.values()):
-            await kept.shutdown()
+        for _, kept_tool in list(self._kept_task_tools.values()):
+            await kept_tool.shutdown()
         self._kept_task_tools.clear()
         if self._owns_pool:
             await self.pool.close()
@@ -207,14 +208,17 @@ class Orchestrator:
         model = self._main_model()
         transcript = self._main_transcript(prompt)
         kept = self._kept_task_tools.get(id(session)) if keep_background else None
-        task_tool = kept or TaskTool(
+        task_tool = kept[1] if kept is not None and kept[0] is session else None
+        if kept is not None and task_tool is None:  # a session gone, its id reused
+            await kept[1].shutdown()
+        task_tool = task_tool or TaskTool(
             registry=self.registry,
             runner=self.runner,
             tracker=self.tracker,
             scope=lambda: self._main_scope(session),
         )
         if keep_background:
-            self._kept_task_tools[id(session)] = task_tool
+            self._kept_task_tools[id(session)] = (session, task_tool)
         tools: list[Tool] = [*builtin_tools(), *self.custom_tools]
         tools += [
             task_tool,
