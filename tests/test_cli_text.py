@@ -304,3 +304,26 @@ def test_the_table_shows_queue_wait_and_running_time_apart() -> None:
         agent_id="a1", agent_type="Explore", status=RunStatus.COMPLETED, turns=1, tool_calls=1
     ).render()
     assert "1 turn, 1 tool call," in rendered
+
+
+def test_a_narrow_terminal_gets_the_table_without_the_process_columns() -> None:
+    result = SubAgentResult(
+        agent_id="a1", agent_type="Explore", description="a job", status=RunStatus.COMPLETED
+    )
+    narrow = Console(file=io.StringIO(), width=80, color_system=None)
+    narrow.print(results_table([result], width=80))
+    header = narrow.file.getvalue().splitlines()[1]  # type: ignore[attr-defined]
+    assert header.split() == [
+        "agent",
+        "type",
+        "task",
+        "status",
+        "turns",
+        "tools",
+        "wait",
+        "time",
+        "tokens",
+    ]
+    wide, out = console()
+    wide.print(results_table([result], width=160))
+    assert out.getvalue().splitlines()[1].split()[-4:] == ["pid", "peak", "RSS", "exit"]

@@ -248,7 +248,7 @@ class Chat:
             self.say(f"{report.status.value}: {report.error}", "red")
         foreground = [r for r in report.subagents if not r.background]
         if foreground:
-            self.console.print(results_table(foreground))
+            self.console.print(results_table(foreground, width=self.console.width))
         self.record.turn(
             line,
             kind="main",

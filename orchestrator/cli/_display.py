@@ -258,28 +258,24 @@ class ProgressView:
         return lines
 
 
-def results_table(results: Iterable[SubAgentResult]) -> Table:
-    """The per-sub-agent table printed after a run."""
+#: The process columns, left out on a narrow terminal (``runs show`` has them all).
+_PROCESS_COLUMNS = ("pid", "peak RSS", "exit")
+
+
+def results_table(results: Iterable[SubAgentResult], *, width: int | None = None) -> Table:
+    """The per-sub-agent table printed after a run. Below 110 columns of ``width`` the
+    process columns are left out, so that the rest is not cut to "…"."""
     redact = Redactor.from_env()
+    narrow = width is not None and width < 110
     table = Table(title="sub-agents", title_justify="left", box=None, pad_edge=False)
-    for name in (
-        "agent",
-        "type",
-        "task",
-        "status",
-        "turns",
-        "tools",
-        "wait",
-        "time",
-        "tokens",
-        "pid",
-        "peak RSS",
-        "exit",
-    ):
+    names = ["agent", "type", "task", "status", "turns", "tools", "wait", "time", "tokens"]
+    if not narrow:
+        names += _PROCESS_COLUMNS
+    for name in names:
         table.add_column(name, no_wrap=True)
     for r in results:
         exit_text = r.signal or ("" if r.exit_code is None else str(r.exit_code))
-        table.add_row(
+        cells: list[Text | str] = [
             literal(r.agent_id),
             literal(r.agent_type + (" (bg)" if r.background else "")),
             literal(redact(one_line(r.description, 28))),
@@ -289,10 +285,14 @@ def results_table(results: Iterable[SubAgentResult]) -> Table:
             f"{r.queued_ms / 1000:.1f}s",
             f"{(r.duration_ms - r.queued_ms) / 1000:.1f}s",
             _tokens(r.usage.total_tokens),
-            str(r.pid or ""),
-            f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
-            literal(exit_text),
-        )
+        ]
+        if not narrow:
+            cells += [
+                str(r.pid or ""),
+                f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
+                literal(exit_text),
+            ]
+        table.add_row(*cells)
     return table
 
 

@@ -31,7 +31,7 @@ def emit_report(
     if not quiet:
         if report.subagents:
             console.print()
-            console.print(results_table(report.subagents))
+            console.print(results_table(report.subagents, width=console.width))
         status = report.status.value
         line = (
             f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
