@@ -118,6 +118,10 @@ def test_chat_asks_for_approval_in_the_prompt(project: Path, model_server: Model
         assert term.close() == 0
     finally:
         term.kill()
+    # The history keeps what was typed for the conversation, not the answers.
+    history = (project.parent / "home" / ".agentcell" / "chat_history").read_text()
+    entries = [line[1:] for line in history.splitlines() if line.startswith("+")]
+    assert entries == ["run echo please", "/quit"]
 
 
 def test_chat_background_tasks_across_turns_with_tasks_and_cancel(

@@ -157,11 +157,12 @@ class PromptInput:
         status: Callable[[], list[str]],
         history_file: Path | None,
     ) -> None:
-        history: History = InMemoryHistory()
+        history = _AnswersLeftOut()
         if history_file is not None:
             with contextlib.suppress(OSError):
                 history_file.parent.mkdir(parents=True, exist_ok=True)
-                history = FileHistory(str(history_file))
+                history = _AnswersLeftOut(FileHistory(str(history_file)))
+        history.keep = lambda: not self._questions
         self._status = status
         self._questions: collections.deque[tuple[str, asyncio.Future[str]]] = collections.deque()
         self.session: PromptSession[str] = PromptSession(
@@ -235,3 +236,23 @@ class PromptInput:
         app = self.session.app
         if app.is_running:
             app.invalidate()
+
+
+class _AnswersLeftOut(History):
+    """A history that leaves out the answers to approval questions (``y`` is not worth
+    finding again with Up or Ctrl-R)."""
+
+    def __init__(self, inner: History | None = None) -> None:
+        super().__init__()
+        self.inner = inner or InMemoryHistory()
+        self.keep: Callable[[], bool] = lambda: True
+
+    def load_history_strings(self) -> Iterable[str]:
+        return self.inner.load_history_strings()
+
+    def store_string(self, string: str) -> None:
+        self.inner.store_string(string)
+
+    def append_string(self, string: str) -> None:
+        if self.keep():  # called as the line is accepted, before the question is closed
+            super().append_string(string)
