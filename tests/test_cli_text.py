@@ -9,6 +9,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from agentcell.orchestrator import Orchestrator
 from agentcell.orchestrator._text import one_line, visible
 from agentcell.orchestrator.cli._agents_cmd import list_agents, show_agent
@@ -327,3 +328,18 @@ def test_a_narrow_terminal_gets_the_table_without_the_process_columns() -> None:
     wide, out = console()
     wide.print(results_table([result], width=160))
     assert out.getvalue().splitlines()[1].split()[-4:] == ["pid", "peak", "RSS", "exit"]
+
+
+def test_a_secret_split_across_streamed_deltas_is_still_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcell.orchestrator.cli._run_cmd import AnswerStream
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value-123456")
+    out = io.StringIO()
+    stream = AnswerStream(out)
+    for piece in ("the key is sk-sec", "ret-value-12", "3456 and \x1b[2J done"):
+        stream.on_event(AgentActivity("main", TextDelta(text=piece)))
+        assert "sk-sec" not in out.getvalue()
+    stream.finish("")
+    assert out.getvalue() == "the key is [REDACTED] and \\e[2J done\n"
