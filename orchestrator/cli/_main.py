@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
 from agentcell.worker.models import ModelError
@@ -30,7 +31,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(f"agentcell: error: {message}", err=True)
+    # Errors quote files, servers and user input: their control characters are shown.
+    click.echo(f"agentcell: error: {visible(message)}", err=True)
     sys.exit(code)
 
 
