@@ -27,7 +27,7 @@ lint: $(STAMP)
 # mypy reads the installed layout (agentcell.protocol is protocol/, ...) from symlinks.
 .typecheck:
 	mkdir -p .typecheck/agentcell
-	for f in __init__.py testing.py; do ln -sfn ../../agentcell/$$f .typecheck/agentcell/$$f; done
+	for f in agentcell/*.py; do ln -sfn ../../$$f .typecheck/$$f; done
 	for d in protocol worker orchestrator; do ln -sfn ../../$$d .typecheck/agentcell/$$d; done
 
 # Coverage-guided fuzzing of the frame decoder for a bounded time (atheris).

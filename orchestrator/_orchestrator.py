@@ -156,6 +156,8 @@ class Orchestrator:
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
+        # keep_background: one task tool per session (kept with it: an id alone may be reused)
+        self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
@@ -177,11 +179,26 @@ class Orchestrator:
             handle.cancel()
         if self.ray is not None:
             await self.ray.close()
+        for _, kept_tool in list(self._kept_task_tools.values()):
+            await kept_tool.shutdown()
+        self._kept_task_tools.clear()
         if self._owns_pool:
             await self.pool.close()
         self.bus.close()  # every events() stream ends
 
     # -- the main agent ------------------------------------------------------------------
+    async def check_setup(self) -> None:
+        """Raise ``ModelError`` now for what would fail a run at its start (no model, an
+        unknown provider, a missing API key), before anything is started or recorded."""
+        model = self._main_model()
+        try:
+            check = getattr(model, "check_ready", None)
+            if check is not None:
+                check()
+        finally:
+            if model.name not in self.model_objects:
+                await model.aclose()
+
     def cancel(self) -> None:
         """Cancel what runs now (the main agent's turn, direct runs); the pool stays up."""
         for engine in list(self._engines):
@@ -190,12 +207,22 @@ class Orchestrator:
             handle.cancel()
 
     async def run(
-        self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        session: Session | None = None,
+        timeout_s: float | None = None,
+        keep_background: bool = False,
     ) -> RunReport:
         """Run the main agent on ``prompt`` until it answers (sub-agents included).
 
         A run-wide budget (``settings.budgets``) crossed at any point ends the run with
         status ``budget`` and an error naming it; the caller's task is never cancelled.
+
+        ``keep_background`` (a conversation, e.g. ``agentcell chat``): the run ends with
+        the main agent's answer while its background sub-agents keep running; their
+        results are delivered, once each, into a later run on the same ``session``, and
+        whatever still runs is cancelled when the orchestrator closes.
         """
         started = time.perf_counter()
         session = session if session is not None else Session()
@@ -207,12 +234,20 @@ class Orchestrator:
         transcript = self._main_transcript(prompt, run_dir)
         stops: list[Stop] = []
         account = self._account(run_dir, stops)
-        task_tool = TaskTool(
+        kept = self._kept_task_tools.get(id(session)) if keep_background else None
+        task_tool = kept[1] if kept is not None and kept[0] is session else None
+        if kept is not None and task_tool is None:  # a session gone, its id reused
+            await kept[1].shutdown()
+        if task_tool is not None:  # a kept tool: this run's sub-agents count to this run
+            task_tool.scope = lambda: self._main_scope(session, account)
+        task_tool = task_tool or TaskTool(
             registry=self.registry,
             runner=self.runner,
             tracker=self.tracker,
             scope=lambda: self._main_scope(session, account),
         )
+        if keep_background:
+            self._kept_task_tools[id(session)] = (session, task_tool)
         tools: list[Tool] = [*builtin_tools(), *self.custom_tools]
         tools += [
             task_tool,
@@ -239,7 +274,9 @@ class Orchestrator:
             run_dir=run_dir,
             agent_id="main",
             turn_hooks=[background_injector(self.tracker)],
-            finish_hooks=[background_finisher(self.tracker, task_tool, settings.background_wait_s)],
+            finish_hooks=[]
+            if keep_background
+            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)],
         )
         stops += [engine.cancel, task_tool.cancel_all]
         self._main_tools = [tool.name for tool in tools]
@@ -251,7 +288,8 @@ class Orchestrator:
             result = await engine.run(prompt, session, on_event=on_event)
         finally:
             self._engines.discard(engine)
-            await task_tool.shutdown()
+            if not keep_background:
+                await task_tool.shutdown()
             if model.name not in self.model_objects:  # ours to close; objects are the caller's
                 await model.aclose()
             if transcript is not None:

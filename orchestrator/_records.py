@@ -39,6 +39,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "cost_usd": result.cost_usd,
         "model": result.model,
         "duration_ms": round(result.duration_ms, 1),
+        "queued_ms": round(result.queued_ms, 1),
         "turns": result.turns,
         "tool_calls": result.tool_calls,
         "pid": result.pid,

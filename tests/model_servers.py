@@ -93,8 +93,9 @@ class Reply:
     (``error_message``, ``error_type``, ``error_code``), plus ``retry_after`` as a
     Retry-After header; ``drop_after=N`` closes the socket after N stream events;
     ``hang`` sends nothing and ``hang_after=N`` stops after N events, both until the
-    server stops; ``stream_error`` (an error type such as ``overloaded_error``) is sent
-    as an in-stream error event after ``stream_error_after`` events; ``raw`` is sent
+    server stops; ``pause_after=N`` stops after N events until ``release`` is set;
+    ``stream_error`` (an error type such as ``overloaded_error``) is sent as an in-stream
+    error event after ``stream_error_after`` events; ``raw`` is sent
     verbatim as the body (garbage, hand-written streams) with ``content_type``.
     """
 
@@ -113,6 +114,10 @@ class Reply:
     drop_after: int | None = None
     hang: bool = False
     hang_after: int | None = None
+    # Stop after this many stream events until ``release`` is set (or the server stops):
+    # a test sees what a client does with half an answer.
+    pause_after: int | None = None
+    release: threading.Event | None = None
     stream_error: str | None = None
     stream_error_message: str = "Overloaded"
     stream_error_after: int = 1
@@ -460,6 +465,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.server.owner._stopping.wait()
                 self.close_connection = True
                 return
+            if reply.pause_after == i and reply.release is not None:
+                self.wfile.flush()
+                owner = self.server.owner
+                while not (reply.release.wait(0.05) or owner._stopping.is_set()):
+                    pass
             if reply.stream_error is not None and reply.stream_error_after == i:
                 for error_event in _error_events(api, reply):
                     self._chunk(error_event)

@@ -437,7 +437,7 @@ def test_chat_through_a_pseudo_terminal(project: Path, model_server: ModelServer
         pids = [int(p) for p in re.findall(r'"slow one": started in process (\d+)', started)]
         term.send("\x03")  # Ctrl-C: cancels the turn, not the program
         term.expect("cancelling this turn")
-        term.expect("you> ", timeout=60)
+        term.expect("cancelled: the run was cancelled", timeout=60)
         assert_gone(pids)
 
         term.send("/quit\n")

@@ -80,7 +80,7 @@ def main_agent(count: int) -> FunctionModel:
                 ),
             )
         if len(results) == count:  # the task calls' results, in call order
-            match = re.search(r"task (t\d+) started", results[count // 2].content)
+            match = re.search(r"task (a\d+) started", results[count // 2].content)
             assert match, results[count // 2].content
             return reply("", tool_call("task_wait", task_ids=[match.group(1)], timeout_s=120))
         return f"have {len(delivered_answers(messages))} answers"

@@ -66,25 +66,95 @@ def test_python_snippets_run(index: int, tmp_path: Path) -> None:
 
 def _normalise(line: str) -> str:
     line = re.sub(r"\S*\.agentcell/runs/[\w.-]+", "RUN", line)
+    line = re.sub(r"\b\d{8}-\d{6}-[0-9a-f]{4}\b", "RUN-ID", line)
     line = re.sub(r"\d+(\.\d+)?", "N", line)
     return " ".join(line.split())
 
 
-def test_the_demo_output_in_the_readme_is_current(tmp_path: Path) -> None:
-    text = README.read_text()
-    block = text.split("<!-- demo-output:start -->")[1].split("<!-- demo-output:end -->")[0]
-    shown = [
+def readme_block(name: str) -> list[str]:
+    """The lines of the README's ``<!-- NAME:start -->`` ... ``<!-- NAME:end -->`` block."""
+    block = README.read_text().split(f"<!-- {name}:start -->")[1].split(f"<!-- {name}:end -->")[0]
+    return [
         line for line in block.strip().strip("`").removeprefix("text").splitlines() if line.strip()
     ]
+
+
+def assert_shown(name: str, output: str) -> None:
+    printed = {_normalise(line) for line in output.splitlines()}
+    missing = [line for line in readme_block(name) if _normalise(line) not in printed]
+    assert not missing, f"README {name} lines the program no longer prints:\n" + "\n".join(missing)
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One demo run for the tests that read its output and its record."""
+    where = tmp_path_factory.mktemp("demo")
     done = subprocess.run(
         [AGENTCELL, "demo"],
-        cwd=tmp_path,
-        env=clean_env(tmp_path),
+        cwd=where,
+        env=clean_env(where),
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    printed = {_normalise(line) for line in (done.stdout + done.stderr).splitlines()}
-    missing = [line for line in shown if _normalise(line) not in printed]
-    assert not missing, "README lines the demo no longer prints:\n" + "\n".join(missing)
+    return where, done.stdout + done.stderr
+
+
+def test_the_demo_output_in_the_readme_is_current(demo_run: tuple[Path, str]) -> None:
+    assert_shown("demo-output", demo_run[1])
+
+
+def test_the_runs_show_screen_in_the_readme_is_current(demo_run: tuple[Path, str]) -> None:
+    where, _ = demo_run
+    (run_dir,) = (where / ".agentcell" / "runs").iterdir()
+    done = subprocess.run(
+        [AGENTCELL, "runs", "show", run_dir.name],
+        cwd=where,
+        env=clean_env(where),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert_shown("runs-show", done.stdout)
+
+
+def test_the_chat_screen_in_the_readme_is_current(tmp_path: Path) -> None:
+    """The same session, typed on a pseudo-terminal and read through a terminal emulator."""
+    from terminal_util import Screen
+
+    work = tmp_path / "work"
+    work.mkdir()
+    term = Screen(["chat", "--model", "scripted:echo"], work, clean_env(tmp_path), cols=240)
+    try:
+        term.expect("you>")
+        term.send("Summarise [this] for me\n")
+        term.expect("agent> echo")
+        term.send("@Explore where is the config loaded?\n")
+        term.expect("echo: where is the config loaded?")
+        term.send("/tasks\n")
+        term.expect("no background tasks")
+        term.send("/quit\n")
+        screen = term.expect("bye")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    assert_shown("chat-screen", screen.replace(str(work), "/tmp/chatcap/work"))
+
+
+def test_the_readme_names_every_environment_variable_and_built_in_model() -> None:
+    root = README.parent
+    used = set()
+    for folder in ("protocol", "worker", "orchestrator", "agentcell"):
+        for path in (root / folder).rglob("*.py"):
+            used |= set(
+                re.findall(r"\"((?:AGENTCELL|OPENAI|ANTHROPIC)_[A-Z_]+)\"", path.read_text())
+            )
+    text = README.read_text()
+    table = text.split("### Environment variables")[1].split("\n## ")[0]
+    assert used and not [name for name in sorted(used) if f"`{name}`" not in table]
+    from agentcell.worker.models._scripted import SCRIPTED_MODELS
+
+    for name in SCRIPTED_MODELS:
+        assert f"`scripted:{name}`" in text.split("### Built-in models")[1]

@@ -209,7 +209,7 @@ class Harness:
             CONTEXT,
         )
         assert isinstance(output, ToolOutput) and not output.is_error, output
-        match = re.search(r"task (t\d+) started in the background", output.content)
+        match = re.search(r"task (a\d+) started in the background", output.content)
         assert match, output.content
         return match.group(1)
 

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+from agentcell.orchestrator._text import literal, one_line, visible
+from agentcell.orchestrator.cli._display import output_console
 from agentcell.orchestrator.config import load_settings
 from agentcell.orchestrator.definitions import (
     COORDINATION_TOOLS,
@@ -20,8 +22,8 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
 )
 from agentcell.worker.tools import BUILTIN_TOOL_NAMES
-from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 #: What the main agent has, so ``resolve_tools`` shows what a sub-agent would get.
 MAIN_TOOLS = [*BUILTIN_TOOL_NAMES, *sorted(COORDINATION_TOOLS)]
@@ -97,26 +99,34 @@ def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) ->
         }
         click.echo(json.dumps(document, indent=2))
         return
-    console = Console(highlight=False)
+    console = output_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("name", "source", "model", "tools"):
-        table.add_column(column, overflow="fold")
+    for column in ("name", "source", "model", "tools", "description"):
+        table.add_column(column, no_wrap=column in ("name", "source", "model"))
     for row in rows:
-        tools = ", ".join(row["tools"]) if row["tools"] else "(none)"
+        tools = literal(", ".join(row["tools"]) if row["tools"] else "(none)")
         if row["unknown_tools"]:
-            tools += f"  [yellow](unknown: {', '.join(row['unknown_tools'])})[/yellow]"
+            tools.append_text(literal(f"  (unknown: {', '.join(row['unknown_tools'])})", "yellow"))
         model = (
             row["model"]
             if row["model"] == row["resolved_model"]
             else f"{row['model']} → {row['resolved_model']}"
         )
-        table.add_row(row["name"], row["source"], model, tools)
+        table.add_row(
+            literal(row["name"]),
+            literal(row["source"]),
+            literal(model),
+            tools,
+            literal(one_line(row["description"], 60)),
+        )
     console.print(table)
     found = problems(registry)
     if found:
         console.print(
-            f"\n{len(found)} problem(s) while loading; see: agentcell agents validate",
-            style="yellow",
+            Text(
+                f"\n{len(found)} problem(s) while loading; see: agentcell agents validate",
+                style="yellow",
+            )
         )
 
 
@@ -130,9 +140,9 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
     if as_json:
         click.echo(json.dumps(row, indent=2))
         return
-    console = Console(highlight=False)
-    console.print(f"[bold]{row['name']}[/bold]  ({row['source']})")
-    console.print(row["description"].strip(), markup=False)
+    console = output_console()
+    console.print(literal(row["name"], "bold") + literal(f"  ({row['source']})"))
+    console.print(literal(row["description"].strip()))
     console.print()
     for key in (
         "model",
@@ -153,11 +163,11 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         if value in (None, [], {}):
             continue
         shown = ", ".join(value) if isinstance(value, list) else value
-        console.print(f"  {key.replace('_', ' '):18} {shown}", markup=False)
+        console.print(literal(f"  {key.replace('_', ' '):18} {shown}"))
     if row["extra"]:
-        console.print(f"  {'other keys':18} {', '.join(sorted(row['extra']))}", markup=False)
-    console.print("\n[bold]System prompt[/bold]")
-    console.print(definition.system_prompt or "(empty)", markup=False)
+        console.print(literal(f"  {'other keys':18} {', '.join(sorted(row['extra']))}"))
+    console.print(Text("\nSystem prompt", style="bold"))
+    console.print(literal(definition.system_prompt or "(empty)"))
 
 
 def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[Path] = ()) -> int:
@@ -179,10 +189,10 @@ def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
     for diagnostic in registry.diagnostics:
-        click.echo(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}")
+        click.echo(visible(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}"))
     if os.environ.get("AGENTCELL_VERBOSE"):
         for definition in registry.loaded:
-            click.echo(f"{_rel(definition.source)}: ok: {definition.name}")
+            click.echo(visible(f"{_rel(definition.source)}: ok: {definition.name}"))
     click.echo(
         f"{checked} file(s) checked, {len(broken)} failed, {len(problems(registry))} problem(s)"
     )

@@ -1,235 +1,441 @@
 """``agentcell chat``: an interactive session with the main agent.
 
-The main agent keeps its history across turns. ``@agent-name task`` runs that sub-agent
+The prompt stays usable while a turn runs: ``/tasks``, ``/cancel`` and ``/usage`` answer
+at once, background sub-agents keep running across turns and their results reach the
+main agent with the next message (once each). ``@agent-name task`` runs that sub-agent
 directly (no main model). Ctrl-C cancels the current turn and its foreground sub-agents;
-Ctrl-C again (or at the prompt) leaves, with every child process reaped.
+Ctrl-C again (or at an idle prompt) leaves, with every child process reaped. The whole
+session is one recorded run: every turn's prompt, answer and sub-agents.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from agentcell.orchestrator._orchestrator import Orchestrator
-from agentcell.orchestrator._records import new_run_dir
-from agentcell.orchestrator.cli._display import ProgressView, make_console, results_table
+from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
+from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._text import literal, one_line, visible
+from agentcell.orchestrator.cli._display import ProgressView, results_table
+from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation import ApprovalChannel, DenyAll, TerminalPrompt
-from agentcell.worker import Session
+from agentcell.orchestrator.delegation import (
+    AgentActivity,
+    AllowAll,
+    ApprovalChannel,
+    DenyAll,
+    OrchestratorEvent,
+    SubAgentEnded,
+    SubAgentResult,
+    TerminalPrompt,
+)
+from agentcell.protocol import RunStatus, TextDelta, TurnStarted
+from agentcell.worker import Redactor, Session
 from rich.console import Console
 from rich.table import Table
+
+COMMANDS = ("/help", "/tasks", "/cancel", "/agents", "/usage", "/quit", "/exit")
 
 HELP = """\
 Type a request for the main agent, or:
   @AGENT TASK     run sub-agent AGENT on TASK directly (e.g. @Explore where is X defined?)
-  /tasks          background tasks and their state
-  /cancel ID      cancel a background task
+  /tasks          background sub-agents and their state (works while a turn runs)
+  /cancel ID      cancel a background sub-agent (its id as in /tasks and the tables)
   /agents         the sub-agents you can use
   /usage          tokens (and cost) so far, per agent
   /help           this text
   /quit           leave (Ctrl-D works too)
+Tab completes /commands and @agent names; Up and Ctrl-R search your history.
 Ctrl-C cancels the current turn; Ctrl-C again leaves."""
 
+EXIT_TERMINATED = 143
 
-class LineReader:
-    """Reads lines from stdin on the event loop (no thread), so that the prompt, the
-    approval questions and Ctrl-C all cooperate."""
 
-    def __init__(self, out: Console) -> None:
-        self.out = out
-        self._buffer = b""
-        self._lines: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self._fd = sys.stdin.fileno()
-        os.set_blocking(self._fd, False)
-        asyncio.get_running_loop().add_reader(self._fd, self._readable)
+class ChatAnswer:
+    """The main agent's text as it arrives, a line at a time above the prompt."""
 
-    def _readable(self) -> None:
-        try:
-            data = os.read(self._fd, 4096)
-        except BlockingIOError:
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.redact = Redactor.from_env()
+        self.shown = False
+        self._line = ""
+
+    def on_event(self, event: OrchestratorEvent) -> None:
+        if not isinstance(event, AgentActivity) or event.agent_id != "main":
             return
-        if not data:
-            asyncio.get_running_loop().remove_reader(self._fd)
-            if self._buffer:
-                self._lines.put_nowait(self._buffer)
-            self._lines.put_nowait(None)
+        if isinstance(event.event, TextDelta):
+            *lines, self._line = (self._line + event.event.text).split("\n")
+            for line in lines:
+                self._print(line)
+        elif isinstance(event.event, TurnStarted) and self._line:
+            self._print(self._line)
+            self._line = ""
+
+    def _print(self, line: str) -> None:
+        prefix = "" if self.shown else "\nagent> "
+        self.shown = True
+        self.console.print(literal(prefix + self.redact(line)), soft_wrap=True)
+
+    def finish(self, final_text: str) -> None:
+        if self._line:
+            self._print(self._line)
+            self._line = ""
+        if not self.shown and final_text:
+            for line in final_text.split("\n"):
+                self._print(line)
+
+
+class ChatRecord:
+    """The session's one run record: ``summary.json`` rewritten after every turn."""
+
+    def __init__(self, run_dir: Path, model: str) -> None:
+        self.run_dir = run_dir
+        self.model = model
+        self.started = time.perf_counter()
+        self.turns: list[dict[str, Any]] = []
+        self.results: dict[str, SubAgentResult] = {}
+
+    def on_event(self, event: OrchestratorEvent) -> None:
+        if isinstance(event, SubAgentEnded):
+            self.results[event.result.agent_id] = event.result
+
+    def turn(
+        self,
+        prompt: str,
+        *,
+        kind: str,
+        status: RunStatus,
+        text: str,
+        error: str,
+        subagents: Sequence[SubAgentResult],
+    ) -> None:
+        self.turns.append(
+            {
+                "turn": len(self.turns) + 1,
+                "kind": kind,
+                "prompt": prompt,
+                "status": status.value,
+                "final_text": text,
+                "error": error,
+                "subagents": [r.agent_id for r in subagents],
+            }
+        )
+
+    def write(self, orch: Orchestrator) -> None:
+        last = self.turns[-1] if self.turns else {}
+        write_summary(
+            self.run_dir,
+            {
+                "kind": "chat",
+                "status": last.get("status", "completed"),
+                "final_text": last.get("final_text", ""),
+                "error": last.get("error", ""),
+                "usage": {
+                    "input_tokens": orch.ledger.total.input_tokens,
+                    "output_tokens": orch.ledger.total.output_tokens,
+                },
+                "cost_usd": orch.ledger.cost_usd,
+                "duration_ms": round((time.perf_counter() - self.started) * 1000, 1),
+                "run_dir": str(self.run_dir),
+                "model": self.model,
+                "prompt": self.turns[0]["prompt"] if self.turns else "",
+                "turns": self.turns,
+                "subagents": [subagent_json(r) for r in self.results.values()],
+            },
+        )
+
+
+class Chat:
+    def __init__(
+        self, orch: Orchestrator, console: Console, view: ProgressView, record: ChatRecord
+    ) -> None:
+        self.orch = orch
+        self.console = console
+        self.view = view
+        self.record = record
+        self.session = Session()
+        self.turn: asyncio.Task[None] | None = None
+        self.presses = 0  # Ctrl-C presses since the last line
+        self.leaving = False
+        self.exit_code = 0
+
+    def say(self, text: str, style: str = "") -> None:
+        self.console.print(literal(text, style=style), soft_wrap=True)
+
+    @property
+    def busy(self) -> bool:
+        return self.turn is not None and not self.turn.done()
+
+    # -- input ---------------------------------------------------------------------------
+    def on_line(self, line: str) -> None:
+        self.presses = 0
+        if not line:
             return
-        self._buffer += data
-        *complete, self._buffer = self._buffer.split(b"\n")
-        for line in complete:
-            self._lines.put_nowait(line)
-
-    async def read_line(self, prompt: str) -> str:
-        self.out.print(prompt, end="", markup=False, highlight=False)
-        line = await self._lines.get()
-        if line is None:
-            self._lines.put_nowait(None)  # stay at EOF for later readers
-            raise EOFError
-        return line.decode(errors="replace").rstrip("\r")
-
-    def stop(self) -> None:
-        """End input now: the next read sees EOF."""
-        self._lines.put_nowait(None)
-
-    def close(self) -> None:
-        asyncio.get_running_loop().remove_reader(self._fd)
-        os.set_blocking(self._fd, True)
-
-
-async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path]) -> int:
-    console, live = make_console(stderr=False)
-    reader = LineReader(console)
-    approval: ApprovalChannel
-    if settings.approval in ("ask", "bubble"):
-        approval = TerminalPrompt(read_line=reader.read_line, out=sys.stdout)
-    else:
-        approval = DenyAll() if settings.approval == "deny" else _allow()
-    orch = Orchestrator(
-        settings=settings,
-        workdir=workdir,
-        agents_dirs=agents_dirs,
-        approval=approval,
-        run_dir=new_run_dir(workdir),
-    )
-    session = Session()
-    loop = asyncio.get_running_loop()
-    turn: asyncio.Task[None] | None = None
-    presses = 0  # Ctrl-C presses since the last line was read
-
-    def on_sigint() -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
-            if turn is not None and not turn.done():
-                console.print("\n[yellow]cancelling this turn… (Ctrl-C again to leave)[/yellow]")
-                orch.cancel()
-            else:
-                console.print("\n[yellow](Ctrl-C again or /quit to leave)[/yellow]")
-            return
-        console.print("\n[yellow]leaving…[/yellow]")
-        if turn is not None:
-            turn.cancel()
-        reader.stop()
-
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    console.print(
-        f"agentcell chat · model {settings.model or '(none: set --model)'} · {workdir}\n"
-        "Type /help for commands.",
-        highlight=False,
-    )
-    try:
-        async with orch:
-            while True:
-                try:
-                    line = (await reader.read_line("\nyou> ")).strip()
-                except EOFError:
-                    break
-                presses = 0
-                if not line:
-                    continue
-                if line in ("/quit", "/exit"):
-                    break
-                if line.startswith("/"):
-                    _command(line, orch, console)
-                    continue
-                turn = asyncio.create_task(_turn(line, orch, session, console, live))
-                try:
-                    await turn
-                except asyncio.CancelledError:
-                    if turn.cancelled():
-                        break  # a second Ctrl-C: leave
-                    raise
-                finally:
-                    turn = None
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        reader.close()
-    console.print("bye: every sub-agent process has been stopped.")
-    return 0
-
-
-async def _turn(
-    line: str, orch: Orchestrator, session: Session, console: Console, live: bool
-) -> None:
-    view = ProgressView(console, live=live, show_main=not line.startswith("@"))
-    unsubscribe = orch.bus.subscribe(view.on_event)
-    view.start()
-    try:
-        if line.startswith("@"):
-            name, _, task = line[1:].partition(" ")
-            if not task.strip():
-                console.print("usage: @AGENT TASK (see /agents)")
-                return
-            if orch.registry.get(name) is None:
-                console.print(f"no agent named {name!r}; see /agents", markup=False)
-                return
-            result = await orch.delegate(name, task.strip(), description=task.strip()[:40])
-            view.stop()
-            console.print(result.render(), markup=False, highlight=False)
+        if line in ("/quit", "/exit"):
+            self.leaving = True
+        elif line.startswith("/"):
+            self.command(line)
+        elif self.busy:
+            self.say(
+                "the main agent is still on your last message: wait, or Ctrl-C to cancel it "
+                "(/tasks, /cancel and /usage work meanwhile)",
+                "yellow",
+            )
         else:
-            report = await orch.run(line, session=session)
-            view.stop()
-            if report.final_text:
-                console.print(f"\n[bold]agent>[/bold] {report.final_text}", highlight=False)
-            if not report.ok:
-                console.print(f"[red]{report.status.value}: {report.error}[/red]", highlight=False)
-            elif report.subagents:
-                console.print(results_table(report.subagents))
-    finally:
-        view.stop()
-        unsubscribe()
+            self.turn = asyncio.create_task(self._turn(line))
 
+    def on_interrupt(self) -> None:
+        """Ctrl-C: cancel the turn; a second press (or one at an idle prompt) leaves."""
+        self.presses += 1
+        if self.presses == 1 and self.busy:
+            self.say("\ncancelling this turn… (Ctrl-C again to leave)", "yellow")
+            self.orch.cancel()
+        elif self.presses == 1:
+            self.say("\n(Ctrl-C again or /quit to leave)", "yellow")
+        else:
+            self.say("\nleaving…", "yellow")
+            self.leaving = True
 
-def _command(line: str, orch: Orchestrator, console: Console) -> None:
-    command, _, argument = line.partition(" ")
-    if command == "/help":
-        console.print(HELP, markup=False, highlight=False)
-    elif command == "/tasks":
-        records = orch.tracker.records()
-        if not records:
-            console.print("no background tasks")
-        for record in records:
-            console.print(record.summary(), markup=False)
-    elif command == "/cancel":
-        target = orch.tracker.get(argument.strip())
+    # -- turns ---------------------------------------------------------------------------
+    async def _turn(self, line: str) -> None:
+        try:
+            if line.startswith("@"):
+                await self._direct(line)
+            else:
+                await self._main(line)
+        except Exception as exc:  # e.g. a model error: one line, the session goes on
+            self.say(f"error: {exc}", "red")
+        finally:
+            self.record.write(self.orch)
+
+    async def _direct(self, line: str) -> None:
+        name, _, task = line[1:].partition(" ")
+        task = task.strip()
+        if not task:
+            self.say("usage: @AGENT TASK (see /agents)")
+            return
+        definition = self.orch.registry.get(name)
+        if definition is None:
+            self.say(f"no agent named {name!r}; see /agents")
+            return
+        result = await self.orch.delegate(definition.name, task, description=one_line(task, 40))
+        self.say(result.render())
+        self.record.turn(
+            line,
+            kind="direct",
+            status=result.status,
+            text=result.text,
+            error=result.error,
+            subagents=[result],
+        )
+
+    async def _main(self, line: str) -> None:
+        answer = ChatAnswer(self.console)
+        unsubscribe = self.orch.bus.subscribe(answer.on_event)
+        try:
+            report: RunReport = await self.orch.run(
+                line, session=self.session, keep_background=True
+            )
+        finally:
+            unsubscribe()
+        answer.finish(report.final_text)
+        if not report.ok:
+            self.say(f"{report.status.value}: {report.error}", "red")
+        foreground = [r for r in report.subagents if not r.background]
+        if foreground:
+            self.console.print(results_table(foreground, width=self.console.width))
+        self.record.turn(
+            line,
+            kind="main",
+            status=report.status,
+            text=report.final_text,
+            error=report.error,
+            subagents=report.subagents,
+        )
+
+    def on_event(self, event: OrchestratorEvent) -> None:
+        if isinstance(event, SubAgentEnded) and event.result.background and not self.leaving:
+            result = event.result
+            self.say(
+                f"background {result.agent_id} {result.agent_type} ended "
+                f"({result.status.value}); the main agent gets its result with your next "
+                "message"
+            )
+
+    # -- commands ------------------------------------------------------------------------
+    def command(self, line: str) -> None:
+        command, _, argument = line.partition(" ")
+        argument = argument.strip()
+        orch = self.orch
+        if command == "/help":
+            self.say(HELP)
+        elif command == "/tasks":
+            records = orch.tracker.records()
+            if not records:
+                self.say("no background tasks")
+            for record in records:
+                self.say(record.summary())
+        elif command == "/cancel":
+            self._cancel(argument)
+        elif command == "/agents":
+            for definition in orch.registry.definitions():
+                self.say(f"@{definition.name}: {one_line(definition.description, 100)}")
+        elif command == "/usage":
+            self._usage()
+        else:
+            self.say(f"unknown command {command}; /help lists them")
+
+    def _cancel(self, task_id: str) -> None:
+        if not task_id:
+            self.say("usage: /cancel ID (see /tasks)")
+            return
+        target = self.orch.tracker.get(task_id)
         if target is None:
-            console.print(f"no task {argument.strip()!r}; see /tasks", markup=False)
+            foreground = task_id in self.view.rows and self.view.rows[task_id].ended is None
+            hint = (
+                f"{task_id} runs in the foreground of this turn: Ctrl-C cancels the turn"
+                if foreground
+                else f"no background sub-agent {task_id!r}; see /tasks"
+            )
+            self.say(hint)
         elif target.controls is None:
-            console.print(f"task {target.task_id} has already ended ({target.state.value})")
+            self.say(f"{target.task_id} has already ended ({target.state.value})")
         else:
             target.controls.cancel()
-            console.print(f"cancelling task {target.task_id}")
-    elif command == "/agents":
-        for definition in orch.registry.definitions():
-            console.print(
-                f"@{definition.name}: {definition.description.strip()[:100]}", markup=False
-            )
-    elif command == "/usage":
+            self.say(f"cancelling {target.task_id}")
+
+    def _usage(self) -> None:
         table = Table(box=None, pad_edge=False)
         for column in ("agent", "type", "model", "turns", "input", "output", "cost"):
-            table.add_column(column)
-        for entry in orch.ledger.agents.values():
+            table.add_column(column, no_wrap=True)
+        for entry in self.orch.ledger.agents.values():
             cost = f"${entry.cost_usd:.4f}" if entry.cost_usd is not None else ""
             table.add_row(
-                entry.agent_id,
-                entry.agent_type,
-                entry.model,
+                literal(entry.agent_id),
+                literal(entry.agent_type),
+                literal(entry.model),
                 str(entry.turns),
                 str(entry.usage.input_tokens),
                 str(entry.usage.output_tokens),
                 cost,
             )
-        console.print(table)
-        console.print(f"total: {orch.ledger.total.total_tokens} tokens")
+        self.console.print(table)
+        self.say(f"total: {self.orch.ledger.total.total_tokens} tokens")
+
+
+def _approval(settings: Settings, ask: Any) -> ApprovalChannel:
+    if settings.approval in ("ask", "bubble"):
+        return TerminalPrompt(read_line=ask, out=sys.stdout)
+    return DenyAll() if settings.approval == "deny" else AllowAll()
+
+
+async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path]) -> int:
+    console = Console(highlight=False)
+    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    view = ProgressView(console, live=False, show_main=False)
+    prompt_input: PromptInput | None = None
+    plain_input: PlainInput | None = None
+    orch_box: list[Orchestrator] = []
+    if terminal:
+        prompt_input = PromptInput(
+            completer=ChatCompleter(
+                COMMANDS, lambda: orch_box[0].registry.names() if orch_box else []
+            ),
+            status=view.status_lines,
+            history_file=Path.home() / ".agentcell" / "chat_history",
+        )
+        ask = prompt_input.ask
     else:
-        console.print(f"unknown command {command}; /help lists them", markup=False)
+
+        async def ask(question: str) -> str:
+            assert plain_input is not None
+            return await plain_input.ask(question)
+
+    orch = Orchestrator(
+        settings=settings,
+        workdir=workdir,
+        agents_dirs=agents_dirs,
+        approval=_approval(settings, ask),
+    )
+    orch_box.append(orch)
+    # A setup error (no model, unknown provider, missing key) ends the command here:
+    # exit 2, and no run directory.
+    await orch.check_setup()
+    if not terminal:
+        plain_input = PlainInput(out=sys.stdout)
+    run_dir = new_run_dir(workdir)
+    orch.run_dir = run_dir
+    orch.runner.run_dir = str(run_dir)
+    record = ChatRecord(run_dir, orch.model_name or "")
+    chat = Chat(orch, console, view, record)
+    for listener in (view.on_event, record.on_event, chat.on_event):
+        orch.bus.subscribe(listener)
+
+    loop = asyncio.get_running_loop()
+
+    def wake_input() -> None:
+        if prompt_input is not None:
+            app = prompt_input.session.app
+            if app.is_running:
+                app.exit(exception=EOFError())
+        elif plain_input is not None:
+            plain_input.stop()
+
+    def on_sigint() -> None:  # a SIGINT from outside (on a terminal, Ctrl-C is a key)
+        chat.on_interrupt()
+        if chat.leaving:
+            wake_input()
+
+    def on_sigterm() -> None:
+        chat.exit_code = EXIT_TERMINATED
+        chat.leaving = True
+        chat.say("\nterminated: cancelling every sub-agent…", "yellow")
+        orch.cancel()
+        wake_input()
+
+    loop.add_signal_handler(signal.SIGINT, on_sigint)
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    chat.say(
+        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n"
+        "Type /help for commands."
+    )
+    try:
+        async with orch:
+            if prompt_input is not None:
+                with prompt_input:
+                    await _loop(chat, prompt_input.read)
+            else:
+                assert plain_input is not None
+                await _loop(chat, plain_input.read)
+            if chat.turn is not None and not chat.turn.done():
+                if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
+                    await asyncio.wait({chat.turn})
+                else:
+                    orch.cancel()
+                    chat.turn.cancel()
+                await asyncio.gather(chat.turn, return_exceptions=True)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        if plain_input is not None:
+            plain_input.close()
+        record.write(orch)
+    chat.say(f"bye: every sub-agent process has been stopped. record: {run_dir}")
+    return chat.exit_code
 
 
-def _allow() -> ApprovalChannel:
-    from agentcell.orchestrator.delegation import AllowAll
-
-    return AllowAll()
+async def _loop(chat: Chat, read: Any) -> None:
+    while not chat.leaving:
+        try:
+            line = (await read()).strip()
+        except EOFError:
+            break
+        except KeyboardInterrupt:
+            chat.on_interrupt()
+            continue
+        chat.on_line(line)

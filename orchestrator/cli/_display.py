@@ -3,10 +3,12 @@ plain log lines otherwise (a pipe, a log file, ``NO_COLOR``)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
+from agentcell.orchestrator._text import literal, one_line, plural
 from agentcell.orchestrator.delegation import (
     AgentActivity,
     OrchestratorEvent,
@@ -15,7 +17,14 @@ from agentcell.orchestrator.delegation import (
     SubAgentResult,
     SubAgentStarted,
 )
-from agentcell.protocol import Notice, RunStatus, ToolStarted, TurnStarted, UsageUpdate
+from agentcell.protocol import (
+    Notice,
+    RunFinished,
+    RunStatus,
+    ToolStarted,
+    TurnStarted,
+    UsageUpdate,
+)
 from agentcell.worker import Redactor
 from rich.console import Console
 from rich.live import Live
@@ -47,12 +56,26 @@ class Row:
     turns: int = 0
     tokens: int = 0
     last_tool: str = ""
-    started: float = dataclasses.field(default_factory=time.monotonic)
+    queued: float = dataclasses.field(default_factory=time.monotonic)
+    started: float | None = None  # when it got its process
     ended: float | None = None
     note: str = ""
 
     @property
     def elapsed(self) -> float:
+        """Since it was asked for (the log's clock)."""
+        return (self.ended or time.monotonic()) - self.queued
+
+    @property
+    def waited(self) -> float:
+        """Waiting for a free process."""
+        return (self.started or self.ended or time.monotonic()) - self.queued
+
+    @property
+    def running(self) -> float:
+        """In its process."""
+        if self.started is None:
+            return 0.0
         return (self.ended or time.monotonic()) - self.started
 
 
@@ -65,29 +88,58 @@ class ProgressView:
         self.live_mode = live
         self.rows: dict[str, Row] = {}
         if show_main:
-            self.rows["main"] = Row("main", "main", "the main agent", state="running")
+            main = Row("main", "main", "the main agent", state="running")
+            main.started = main.queued
+            self.rows["main"] = main
         self._live: Live | None = None
+        self._holds = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        if self.live_mode and self._live is None:
+        if self.live_mode and self._live is None and self._holds == 0:
+            # Transient: the table is gone when the view stops (the report prints the
+            # final one), and never drawn twice. stdout and stderr are left alone: the
+            # answer streams to stdout, and a question writes to the terminal itself.
             self._live = Live(
                 get_renderable=self.render,
                 console=self.console,
                 refresh_per_second=8,
-                transient=False,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
             )
             self._live.start()
 
-    def stop(self) -> None:
+    def stop(self, status: RunStatus | None = None) -> None:
+        """Stop drawing; ``status`` is how the main agent ended (else what its events said)."""
         main = self.rows.get("main")
         if main is not None and main.ended is None:
             main.ended = time.monotonic()
-            main.state = "done"
+            if status is not None:
+                main.state = status.value
+        self._stop_live()
+
+    def _stop_live(self) -> None:
         if self._live is not None:
-            self._live.refresh()
             self._live.stop()
             self._live = None
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """No redrawing while a question is open (the table would draw over it)."""
+        self._holds += 1
+        was_live = self._live is not None
+        self._stop_live()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+            if was_live and self._holds == 0:
+                self.start()
+
+    def print_above(self, text: str) -> None:
+        """A line of output above the live table (or just a line, without one)."""
+        self.console.print(literal(text), soft_wrap=True)
 
     # -- events ----------------------------------------------------------------------------
     def on_event(self, event: OrchestratorEvent) -> None:
@@ -102,8 +154,8 @@ class ProgressView:
             self._log(row, "queued" + (" (background)" if event.background else ""))
         elif isinstance(event, SubAgentProcess):
             row = self._row(event.agent_id)
-            row.pid, row.state = event.pid, "running"
-            where = f" on node {event.node}" if event.node else ""
+            row.pid, row.state, row.started = event.pid, "running", time.monotonic()
+            where = f" on node {literal(event.node)}" if event.node else ""
             self._log(row, f"started in process {event.pid}{where}")
         elif isinstance(event, SubAgentEnded):
             self._ended(event.result)
@@ -122,10 +174,13 @@ class ProgressView:
         elif isinstance(event, ToolStarted):
             row.last_tool = event.name
             if activity.agent_id != "main" or event.name != "task":
-                self._log(row, f"→ {event.name} {_short(event.arguments, 70)}")
+                self._log(row, f"→ {event.name} {one_line(event.arguments, 70)}")
         elif isinstance(event, Notice):
             row.note = event.message
             self._log(row, event.message)
+        elif isinstance(event, RunFinished) and activity.agent_id == "main":
+            row.state = event.result.status.value
+            row.ended = time.monotonic()
 
     def _ended(self, result: SubAgentResult) -> None:
         row = self._row(result.agent_id, result)
@@ -154,10 +209,9 @@ class ProgressView:
             return
         who = row.agent_id if row.agent_id == "main" else f"{row.agent_id} {row.agent_type}"
         if row.description:
-            who += f' "{row.description}"'
+            who += f' "{one_line(row.description)}"'
         self.console.print(
-            self.redact(f"[{row.elapsed:6.1f}s] {who}: {text}"),
-            markup=False,
+            literal(self.redact(f"[{row.elapsed:6.1f}s] {who}: {one_line(text)}")),
             highlight=False,
             soft_wrap=True,
         )
@@ -172,6 +226,7 @@ class ProgressView:
             ("state", "left"),
             ("turns", "right"),
             ("last tool", "left"),
+            ("wait", "right"),
             ("time", "right"),
             ("tokens", "right"),
         ):
@@ -179,59 +234,69 @@ class ProgressView:
         for row in self.rows.values():
             state = row.state + (" (bg)" if row.background else "")
             table.add_row(
-                row.agent_id,
-                row.agent_type,
-                self.redact(_short(row.description, 28)),
-                Text(state, style=_STATE_STYLE.get(row.state, "")),
+                literal(row.agent_id),
+                literal(row.agent_type),
+                literal(self.redact(one_line(row.description, 28))),
+                literal(state, style=_STATE_STYLE.get(row.state, "")),
                 str(row.turns),
-                row.last_tool,
-                f"{row.elapsed:.1f}s",
+                literal(row.last_tool),
+                f"{row.waited:.1f}s" if row.agent_id != "main" else "",
+                f"{row.running:.1f}s",
                 _tokens(row.tokens),
             )
         return table
 
+    def status_lines(self) -> list[str]:
+        """The sub-agents still going, one plain line each (chat's status bar)."""
+        lines = []
+        for row in self.rows.values():
+            if row.agent_id == "main" or row.ended is not None:
+                continue
+            where = f"running {row.running:.0f}s" if row.started else f"queued {row.waited:.0f}s"
+            tool = f", last tool {one_line(row.last_tool)}" if row.last_tool else ""
+            line = f"{row.agent_id} {row.agent_type} {one_line(row.description, 28)!s}: "
+            lines.append(self.redact(line + where + f", {plural(row.turns, 'turn')}{tool}"))
+        return lines
 
-def results_table(results: Iterable[SubAgentResult]) -> Table:
-    """The per-sub-agent table printed after a run."""
+
+#: The process columns, left out on a narrow terminal (``runs show`` has them all).
+_PROCESS_COLUMNS = ("pid", "peak RSS", "exit", "sandbox")
+
+
+def results_table(results: Iterable[SubAgentResult], *, width: int | None = None) -> Table:
+    """The per-sub-agent table printed after a run. Below 110 columns of ``width`` the
+    process columns are left out, so that the rest is not cut to "…"."""
+    redact = Redactor.from_env()
+    narrow = width is not None and width < 110
     table = Table(title="sub-agents", title_justify="left", box=None, pad_edge=False)
-    for name in (
-        "agent",
-        "type",
-        "task",
-        "status",
-        "turns",
-        "tools",
-        "time",
-        "tokens",
-        "pid",
-        "peak RSS",
-        "exit",
-        "sandbox",
-    ):
+    names = ["agent", "type", "task", "status", "turns", "tools", "wait", "time", "tokens"]
+    if not narrow:
+        names += _PROCESS_COLUMNS
+    for name in names:
         table.add_column(name, no_wrap=True)
     for r in results:
         exit_text = r.signal or ("" if r.exit_code is None else str(r.exit_code))
-        table.add_row(
-            r.agent_id,
-            r.agent_type + (" (bg)" if r.background else ""),
-            _short(r.description, 28),
+        cells: list[Text | str] = [
+            literal(r.agent_id),
+            literal(r.agent_type + (" (bg)" if r.background else "")),
+            literal(redact(one_line(r.description, 28))),
             Text(r.status.value, style=_STATE_STYLE.get(r.status.value, "")),
             str(r.turns),
             str(r.tool_calls),
-            f"{r.duration_ms / 1000:.1f}s",
+            f"{r.queued_ms / 1000:.1f}s",
+            f"{(r.duration_ms - r.queued_ms) / 1000:.1f}s",
             _tokens(r.usage.total_tokens),
-            str(r.pid or ""),
-            f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
-            exit_text,
-            # The mode, and "!" when the child said something was missing (see --json).
-            r.sandbox.partition(",")[0] + ("!" if "missing:" in r.sandbox else ""),
-        )
+        ]
+        if not narrow:
+            cells += [
+                str(r.pid or ""),
+                f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
+                literal(exit_text),
+                # The mode, and "!" when the child said something was missing (see --json).
+                literal(r.sandbox.partition(",")[0] + ("!" if "missing:" in r.sandbox else "")),
+            ]
+        table.add_row(*cells)
     return table
-
-
-def _short(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _tokens(n: int) -> str:
@@ -246,3 +311,12 @@ def make_console(*, stderr: bool = True, force_plain: bool = False) -> tuple[Con
         console = Console(stderr=stderr, highlight=False, width=160)
     live = console.is_terminal and not console.no_color and not force_plain
     return console, live
+
+
+def output_console() -> Console:
+    """A console for a command's output on stdout: the terminal's width on a terminal;
+    in a pipe or a file, no width at all, so nothing wraps mid-word or mid-row."""
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=100_000, no_color=True)
+    return console

@@ -1,7 +1,11 @@
 """The ``agentcell`` command.
 
 Exit codes: 0 the run completed; 1 it ended otherwise (error, crash, timeout, max_turns,
-budget, cancelled); 2 bad usage or configuration; 130 interrupted (Ctrl-C).
+budget, cancelled); 2 bad usage or configuration; 130 interrupted (Ctrl-C); 143
+terminated (SIGTERM).
+
+Each command is a small function here that parses its options and hands over to its own
+module (``_run_cmd``, ``_chat``, ``_agents_cmd``, ``_runs_cmd``, ``_demo``).
 """
 
 from __future__ import annotations
@@ -9,28 +13,26 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
-from agentcell.orchestrator._orchestrator import Orchestrator
-from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
-from agentcell.orchestrator.cli._display import ProgressView, make_console
-from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
 from agentcell.worker.models import ModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+WORKDIR_HELP = "The project folder: its config and agent files, and where runs are recorded."
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> NoReturn:
-    click.echo(f"agentcell: error: {message}", err=True)
+    # Errors quote files, servers and user input: their control characters are shown.
+    click.echo(f"agentcell: error: {visible(message)}", err=True)
     sys.exit(code)
 
 
@@ -52,7 +54,12 @@ def guarded(fn: F) -> F:
 
 def common_options(fn: F) -> F:
     options = [
-        click.option("--model", help="Main model, e.g. openai:gpt-4o-mini, scripted:demo."),
+        click.option(
+            "--model",
+            help="Main model as PROVIDER:NAME, e.g. openai:gpt-4o-mini, "
+            "anthropic:claude-sonnet-4-5, scripted:demo.  [default: AGENTCELL_MODEL, else "
+            "`model` in agentcell.toml or ~/.config/agentcell/config.toml; none built in]",
+        ),
         click.option(
             "--workdir",
             type=click.Path(file_okay=False, path_type=Path),
@@ -71,15 +78,17 @@ def common_options(fn: F) -> F:
             "--approve",
             type=click.Choice(["ask", "allow", "deny", "bubble"]),
             help="ask: prompt on the terminal (deny without one); bubble: background "
-            "sub-agents may ask too.",
+            "sub-agents may ask too.  [default: ask]",
         ),
         click.option(
-            "--max-workers", type=click.IntRange(min=1), help="Most sub-agent processes at once."
+            "--max-workers",
+            type=click.IntRange(min=1),
+            help="Most sub-agent processes at once.  [default: 16]",
         ),
         click.option(
             "--max-depth",
             type=click.IntRange(min=1),
-            help="Nesting depth (1: sub-agents cannot delegate).",
+            help="Nesting depth (1: sub-agents cannot delegate).  [default: 1]",
         ),
         click.option(
             "--backend",
@@ -101,6 +110,24 @@ def common_options(fn: F) -> F:
     for option in reversed(options):
         fn = option(fn)
     return fn
+
+
+workdir_option = click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help=WORKDIR_HELP,
+)
+agents_dir_option = click.option(
+    "--agents-dir",
+    "agents_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Extra folder of agent files (repeatable; later ones win).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")
+debug_option = click.option("--debug", is_flag=True, help="Show tracebacks and debug logs.")
 
 
 def _load(
@@ -149,7 +176,12 @@ def cli() -> None:
 
 # -- run ------------------------------------------------------------------------------------
 @cli.command()
-@click.argument("prompt")
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read the prompt from this file (for long prompts).",
+)
 @common_options
 @click.option(
     "--timeout",
@@ -160,8 +192,9 @@ def cli() -> None:
 @click.option("--quiet", is_flag=True, help="No progress on stderr.")
 @guarded
 def run(
-    prompt: str,
+    prompt: str | None,
     *,
+    prompt_file: Path | None,
     workdir: Path,
     agents_dirs: tuple[Path, ...],
     timeout: float | None,
@@ -170,12 +203,16 @@ def run(
     debug: bool,
     **flags: Any,
 ) -> None:
-    """Run the main agent once on PROMPT; the answer goes to stdout."""
+    """Run the main agent once on PROMPT (`-` reads it from stdin); the answer streams
+    to stdout, progress to stderr."""
+    from agentcell.orchestrator.cli._run_cmd import run_once
+
     _setup_logging(debug)
+    text = _read_prompt(prompt, prompt_file)
     settings = _load(workdir, **flags)
     code = asyncio.run(
-        _run(
-            prompt,
+        run_once(
+            text,
             settings,
             workdir=workdir.resolve(),
             agents_dirs=agents_dirs,
@@ -187,59 +224,23 @@ def run(
     sys.exit(code)
 
 
-async def _run(
-    prompt: str,
-    settings: Settings,
-    *,
-    workdir: Path,
-    agents_dirs: tuple[Path, ...],
-    timeout_s: float | None,
-    as_json: bool,
-    quiet: bool,
-) -> int:
-    console, live = make_console()
-    orch = Orchestrator(
-        settings=settings, workdir=workdir, agents_dirs=agents_dirs, run_dir=new_run_dir(workdir)
-    )
-    if not quiet:
-        print_diagnostics(orch, console)
-    view = None if quiet else ProgressView(console, live=live)
-    interrupted = False
-    main_task = asyncio.current_task()
-    assert main_task is not None
-
-    def on_sigint() -> None:
-        nonlocal interrupted
-        if interrupted:  # a second Ctrl-C: stop waiting for a clean cancel
-            main_task.cancel()
-            return
-        interrupted = True
-        console.print("\ncancelling (Ctrl-C again to force)…", style="yellow")
-        orch.cancel()
-
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGINT, on_sigint)
-    try:
-        async with orch:
-            if view is not None:
-                orch.bus.subscribe(view.on_event)
-                view.start()
-            try:
-                report = await orch.run(prompt, timeout_s=timeout_s)
-            finally:
-                if view is not None:
-                    view.stop()
-    except asyncio.CancelledError:
-        console.print("interrupted; every sub-agent process was stopped", style="yellow")
-        return EXIT_INTERRUPTED
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-    emit_report(
-        report, console, as_json=as_json, quiet=quiet, prompt=prompt, model=orch.model_name or ""
-    )
-    if interrupted:
-        return EXIT_INTERRUPTED
-    return EXIT_OK if report.ok else EXIT_FAILED
+def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
+    if prompt is not None and prompt_file is not None:
+        raise click.UsageError("give PROMPT or --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            text = prompt_file.read_text(errors="replace")
+        except OSError as exc:
+            raise click.UsageError(f"--prompt-file {prompt_file}: {exc.strerror}") from None
+    elif prompt == "-":
+        text = sys.stdin.read()
+    else:
+        text = prompt or ""
+    if not text.strip():
+        raise click.UsageError(
+            "the prompt is empty: give PROMPT, `-` to read it from stdin, or --prompt-file PATH"
+        )
+    return text
 
 
 # -- demo -----------------------------------------------------------------------------------
@@ -274,10 +275,10 @@ def agents() -> None:
 
 
 @agents.command("list")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--debug", is_flag=True)
+@workdir_option
+@agents_dir_option
+@json_option
+@debug_option
 @guarded
 def agents_list(workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool) -> None:
     """Every definition with its source, model and resolved tools."""
@@ -288,10 +289,10 @@ def agents_list(workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, deb
 
 @agents.command("show")
 @click.argument("name")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--debug", is_flag=True)
+@workdir_option
+@agents_dir_option
+@json_option
+@debug_option
 @guarded
 def agents_show(
     name: str, workdir: Path, agents_dirs: tuple[Path, ...], as_json: bool, debug: bool
@@ -304,9 +305,15 @@ def agents_show(
 
 @agents.command("validate")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("--agents-dir", "agents_dirs", multiple=True, type=click.Path(path_type=Path))
-@click.option("--debug", is_flag=True)
+@workdir_option
+@click.option(
+    "--agents-dir",
+    "agents_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Extra folder of agent files (repeatable; later ones win).",
+)
+@debug_option
 @guarded
 def agents_validate(
     paths: tuple[Path, ...], workdir: Path, agents_dirs: tuple[Path, ...], debug: bool
@@ -325,9 +332,9 @@ def runs() -> None:
 
 
 @runs.command("list")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--debug", is_flag=True)
+@workdir_option
+@json_option
+@debug_option
 @guarded
 def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
     """Recorded runs, newest first."""
@@ -338,15 +345,17 @@ def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
 
 @runs.command("show")
 @click.argument("run_id")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=Path("."))
-@click.option("--json", "as_json", is_flag=True)
-@click.option("--debug", is_flag=True)
+@click.argument("agent", required=False)
+@workdir_option
+@json_option
+@debug_option
 @guarded
-def runs_show(run_id: str, workdir: Path, as_json: bool, debug: bool) -> None:
-    """One run: its summary and what each agent did."""
+def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debug: bool) -> None:
+    """One run: what each sub-agent was asked, did and answered (RUN_ID may be a unique
+    prefix); with AGENT (an id such as a3, or main), that agent's transcript."""
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
-    show_recorded(workdir.resolve(), run_id, as_json=as_json)
+    show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
 
 
 # -- sandbox and trust ---------------------------------------------------------------------
@@ -375,4 +384,8 @@ def trust_cmd(
 
 
 def main() -> None:
-    cli()
+    try:
+        cli()
+    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
+        click.echo("", err=True)
+        sys.exit(EXIT_INTERRUPTED)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from agentcell.orchestrator._text import literal, visible
 from agentcell.orchestrator.cli._display import results_table
 from agentcell.worker import Redactor
 
@@ -19,16 +20,18 @@ def emit_report(
     quiet: bool,
     prompt: str = "",
     model: str = "",
+    answer_shown: bool = False,
 ) -> None:
+    """``answer_shown``: the answer has been streamed to stdout already."""
     redact = Redactor.from_env()
     if as_json:
         click.echo(redact(json.dumps(report_json(report, prompt=prompt, model=model), indent=2)))
-    elif report.final_text:
-        click.echo(redact(report.final_text))
+    elif report.final_text and not answer_shown:
+        click.echo(visible(redact(report.final_text)))
     if not quiet:
         if report.subagents:
             console.print()
-            console.print(results_table(report.subagents))
+            console.print(results_table(report.subagents, width=console.width))
         status = report.status.value
         line = (
             f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
@@ -37,14 +40,15 @@ def emit_report(
             line += f" · ${report.cost_usd:.4f}"
         if report.run_dir:
             line += f" · record: {report.run_dir}"
-        console.print(line, style="green" if report.ok else "red", highlight=False)
+        console.print(literal(line, style="green" if report.ok else "red"), highlight=False)
         if not report.ok and report.error:
-            console.print(f"  {redact(report.error)}", style="red", highlight=False)
+            console.print(literal(f"  {redact(report.error)}", style="red"), highlight=False)
 
 
 def print_diagnostics(orch: Orchestrator, console: Any) -> None:
     for diagnostic in orch.registry.diagnostics:
         if diagnostic.level in ("warning", "error"):
             console.print(
-                f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow", highlight=False
+                literal(f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow"),
+                highlight=False,
             )

@@ -1,14 +1,26 @@
-"""``agentcell runs list|show``."""
+"""``agentcell runs list|show``: recorded runs read back.
+
+``runs show ID`` says what each sub-agent was asked, how it ended, what it answered, which
+tools it used (with counts), its time and tokens; ``runs show ID AGENT`` prints that
+agent's transcript. Everything shown comes from files an agent (or a model) wrote, so
+all of it is printed literally.
+"""
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 from agentcell.orchestrator._records import list_runs, load_run
+from agentcell.orchestrator._text import literal, one_line, plural
+from agentcell.orchestrator.cli._display import output_console
 from rich.console import Console
 from rich.table import Table
+
+PREVIEW = 160
 
 
 def list_recorded(workdir: Path, *, as_json: bool) -> None:
@@ -19,53 +31,170 @@ def list_recorded(workdir: Path, *, as_json: bool) -> None:
     if not runs:
         click.echo(f"no recorded runs under {workdir / '.agentcell' / 'runs'}")
         return
+    console = output_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("run", "status", "time", "sub-agents", "tokens", "prompt"):
-        table.add_column(column, no_wrap=column != "prompt", overflow="ellipsis")
+    for column in ("run", "kind", "status", "time", "sub-agents", "tokens", "prompt"):
+        table.add_column(column, no_wrap=True, overflow="ellipsis")
     for run in runs:
         seconds = run.get("duration_ms", 0) / 1000
         table.add_row(
-            run["run_id"],
-            run.get("status", "?"),
+            literal(run["run_id"]),
+            literal(run.get("kind", "run")),
+            literal(run.get("status", "?")),
             f"{seconds:.1f}s" if seconds else "",
             str(len(run.get("subagents", []))),
-            str(
-                run.get("usage", {}).get("input_tokens", 0)
-                + run.get("usage", {}).get("output_tokens", 0)
-            ),
-            (run.get("prompt") or "").splitlines()[0][:60] if run.get("prompt") else "",
+            str(_tokens(run.get("usage", {}))),
+            literal(one_line(run.get("prompt") or "", 60)),
         )
-    Console(highlight=False).print(table)
+    console.print(table)
 
 
-def show_recorded(workdir: Path, run_id: str, *, as_json: bool) -> None:
+def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_json: bool) -> None:
     summary, transcripts = load_run(workdir, run_id)
-    if as_json:
-        click.echo(json.dumps({"summary": summary, "transcripts": transcripts}, indent=2))
+    if agent is not None:
+        _show_agent(summary, transcripts, agent, as_json=as_json)
         return
-    console = Console(highlight=False)
-    console.print(f"[bold]run {summary['run_id']}[/bold]: {summary.get('status', '?')}")
-    if summary.get("prompt"):
-        console.print(f"prompt: {summary['prompt']}", markup=False)
+    subagents = [
+        _subagent_view(sub, transcripts.get(sub["agent_id"], []))
+        for sub in summary.get("subagents", [])
+    ]
+    if as_json:
+        click.echo(json.dumps({**summary, "subagents": subagents}, indent=2))
+        return
+    console = output_console()
+    say = _printer(console)
+    head = f"run {summary['run_id']}: {summary.get('status', '?')}"
     if summary.get("model"):
-        console.print(f"model: {summary['model']}", markup=False)
-    for sub in summary.get("subagents", []):
-        line = (
-            f"  {sub['agent_id']:>4} {sub['agent_type']:<16} {sub['status']:<10} "
-            f"{sub['turns']} turns, {sub['tool_calls']} tool calls, "
-            f"{sub['duration_ms'] / 1000:.1f} s"
+        head += f" · {summary['model']}"
+    if summary.get("duration_ms"):
+        head += f" · {summary['duration_ms'] / 1000:.1f} s"
+    head += f" · {_tokens(summary.get('usage', {}))} tokens"
+    say(head, "bold")
+    turns = summary.get("turns")
+    if turns:  # a chat: every turn
+        for turn in turns:
+            say(f"\nturn {turn['turn']} ({turn['kind']}): {turn['prompt']}", "bold")
+            text = turn.get("final_text") or turn.get("error") or ""
+            say(f"  {turn['status']}: {one_line(text, PREVIEW)}")
+            if turn.get("subagents"):
+                say(f"  sub-agents: {', '.join(turn['subagents'])}")
+    elif summary.get("prompt"):
+        say(f"prompt: {summary['prompt']}")
+    if summary.get("error"):
+        say(f"error: {summary['error']}", "red")
+    if subagents:
+        say(f"\n{plural(len(subagents), 'sub-agent')}:", "bold")
+    for sub in subagents:
+        say(_subagent_line(sub))
+        if sub["prompt"]:
+            say(f"      prompt: {one_line(sub['prompt'], PREVIEW)}")
+        outcome = sub["final_text"] if sub["status"] == "completed" else sub["error"]
+        say(f"      result: {one_line(outcome or '(none)', PREVIEW)}")
+        tools = ", ".join(f"{name} ×{count}" for name, count in sub["tools_used"].items())
+        say(f"      tools:  {tools or 'none'}")
+    if summary.get("final_text") and not turns:
+        say("\nfinal answer", "bold")
+        say(summary["final_text"])
+    if subagents:
+        say(f"\nOne agent's transcript: agentcell runs show {summary['run_id']} AGENT")
+
+
+def _subagent_view(sub: dict[str, Any], lines: list[dict[str, Any]]) -> dict[str, Any]:
+    start = next((ln for ln in lines if ln.get("kind") == "start"), {})
+    used = collections.Counter(
+        ln["event"].get("name", "?")
+        for ln in lines
+        if ln.get("kind") == "event" and ln.get("event", {}).get("kind") == "tool_start"
+    )
+    return {**sub, "prompt": start.get("prompt", ""), "tools_used": dict(used.most_common())}
+
+
+def _subagent_line(sub: dict[str, Any]) -> str:
+    line = f"  {sub['agent_id']:>4}  {sub['agent_type']}"
+    if sub.get("description"):
+        line += f' "{one_line(sub["description"], 40)}"'
+    if sub.get("background"):
+        line += " (background)"
+    running = (sub.get("duration_ms", 0) - sub.get("queued_ms", 0)) / 1000
+    line += f"  {sub['status']}  {running:.1f} s"
+    if sub.get("queued_ms"):
+        line += f" (+{sub['queued_ms'] / 1000:.1f} s queued)"
+    line += f"  {plural(sub.get('turns', 0), 'turn')}  {_tokens(sub.get('usage', {}))} tokens"
+    return line
+
+
+def _show_agent(
+    summary: dict[str, Any],
+    transcripts: dict[str, list[dict[str, Any]]],
+    agent: str,
+    *,
+    as_json: bool,
+) -> None:
+    lines = transcripts.get(agent)
+    if lines is None:
+        known = ", ".join(sorted(transcripts)) or "none"
+        raise LookupError(f"run {summary['run_id']} has no agent {agent!r} (agents: {known})")
+    if as_json:
+        click.echo(
+            json.dumps({"run_id": summary["run_id"], "agent": agent, "records": lines}, indent=2)
         )
-        if sub.get("error"):
-            line += f" — {sub['error']}"
-        console.print(line, markup=False)
-    for agent_id, lines in transcripts.items():
-        tools = [
-            ln["event"]["name"]
-            for ln in lines
-            if ln.get("kind") == "event" and ln["event"].get("kind") == "tool_start"
-        ]
-        called = ", ".join(tools) or "none"
-        console.print(f"\n[bold]{agent_id}[/bold]: {len(lines)} records; tools called: {called}")
-    if summary.get("final_text"):
-        console.print("\n[bold]final answer[/bold]")
-        console.print(summary["final_text"], markup=False)
+        return
+    console = output_console()
+    say = _printer(console)
+    start = next((ln for ln in lines if ln.get("kind") == "start"), {})
+    say(
+        f"{agent} {start.get('agent_type', '')} · {start.get('model', '')} · run "
+        f"{summary['run_id']}",
+        "bold",
+    )
+    # The last "messages" record holds the whole conversation (chat appends turns).
+    messages = next(
+        (ln["messages"] for ln in reversed(lines) if ln.get("kind") == "messages"), None
+    )
+    if messages is None:  # it never finished a turn cleanly: what its events said
+        say("(no messages recorded; its events follow)", "yellow")
+        for ln in lines:
+            if ln.get("kind") == "event":
+                say(f"  {_event_text(ln['event'])}")
+    else:
+        for message in messages:
+            _print_message(say, message)
+    for ln in lines:
+        if ln.get("kind") == "result":
+            result = ln["result"]
+            text = f"\n── end: {result.get('status', '?')}"
+            if result.get("error"):
+                text += f": {result['error']}"
+            say(text, "bold")
+
+
+def _print_message(say: Any, message: dict[str, Any]) -> None:
+    role = message.get("role", "?")
+    if role == "tool":
+        say(f"\n── tool result ({message.get('name', '')})", "dim")
+    else:
+        say(f"\n── {role}", "bold")
+    if message.get("content"):
+        say(message["content"])
+    for call in message.get("tool_calls") or []:
+        say(f"→ {call.get('name', '?')} {call.get('arguments', '')}", "cyan")
+
+
+def _event_text(event: dict[str, Any]) -> str:
+    kind = event.get("kind", "?")
+    if kind == "tool_start":
+        return f"→ {event.get('name', '?')} {event.get('arguments', '')}"
+    if kind == "text":
+        return event.get("text", "")
+    return kind
+
+
+def _printer(console: Console) -> Any:
+    def say(text: str, style: str = "") -> None:
+        console.print(literal(text, style=style), soft_wrap=True)
+
+    return say
+
+
+def _tokens(usage: dict[str, Any]) -> int:
+    return int(usage.get("input_tokens", 0)) + int(usage.get("output_tokens", 0))

@@ -14,6 +14,7 @@ belong in these files: providers read them from the environment.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import tomllib
@@ -117,7 +118,11 @@ def load_settings(
         _merge(merged, from_env)
         sources.append("environment")
     if flags:
-        _merge(merged, {k: v for k, v in flags.items() if v is not None})
+        given = {k: v for k, v in flags.items() if v is not None}
+        for field, value in given.items():  # each named as the person typed it
+            flag = "--" + FLAG_NAMES.get(field, field).replace("_", "-")
+            _validate_layer({field: value}, f"{flag} {value}", problems)
+        _merge(merged, given)
         sources.append("flags")
     if problems:
         raise ConfigError(problems)
@@ -149,6 +154,7 @@ def _env_layer(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
                 continue
         else:
             layer[field] = raw
+        _validate_layer({field: layer[field]}, f"{name}={raw!r}", problems)
     return layer
 
 
@@ -184,16 +190,30 @@ def _secret_problems(table: Mapping[str, Any], origin: str, prefix: str = "") ->
     return found
 
 
+#: Settings whose command-line flag is not named after the setting.
+FLAG_NAMES = {"approval": "approve"}
+
+
 def settings_messages(exc: ValidationError, origin: str) -> list[str]:
     """One readable line per problem: where, what is wrong, and what was given."""
     lines = []
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            known = ", ".join(sorted(Settings.model_fields))
-            lines.append(f"{origin}: unknown setting {where!r} (known settings: {known})")
+            lines.append(f"{origin}: unknown setting {where!r}{_suggestion(where)}")
             continue
         given = error.get("input")
-        message = error["msg"][0].lower() + error["msg"][1:]
+        if error["type"] == "value_error" and "error" in error.get("ctx", {}):
+            message = str(error["ctx"]["error"])  # our own text, without pydantic's prefix
+        else:
+            message = error["msg"][0].lower() + error["msg"][1:]
         lines.append(f"{origin}: {where}: {message} (got {given!r})")
     return lines
+
+
+def _suggestion(where: str) -> str:
+    name = where.rpartition(".")[2]
+    near = difflib.get_close_matches(name, list(Settings.model_fields), n=1, cutoff=0.6)
+    if near:
+        return f": did you mean {near[0]!r}?"
+    return " (the README's Configuration section lists the settings)"

@@ -9,11 +9,14 @@ up to the channel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
+from agentcell.orchestrator._text import visible
 from agentcell.worker import describe_arguments
 
 
@@ -67,27 +70,33 @@ class CallbackChannel:
 
 
 class TerminalPrompt:
-    """Asks on the terminal: yes, no, or always (for this tool, for the rest of the session)."""
+    """Asks on the terminal: yes, no, or always (for this tool, for the rest of the session).
+
+    The question names the agent, the tool and the exact command or path, and shows the
+    keys literally. ``hold`` is entered while the question is open: the command line
+    passes its live display's, so that nothing redraws over the question.
+    """
 
     def __init__(
         self,
         *,
         read_line: Callable[[str], Awaitable[str]] | None = None,
         out: TextIO | None = None,
+        hold: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
     ) -> None:
         self._read_line = read_line or _read_tty_line
         self._out = out or sys.stderr
+        self._hold = hold or contextlib.nullcontext
         self.always: set[str] = set()
 
     async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
         if query.tool in self.always:
             return ApprovalAnswer(True, "always allowed this session")
-        who = "main agent" if query.agent_id == "main" else f"{query.agent_type} ({query.agent_id})"
-        prompt = (
-            f"\n{who} wants to run {query.tool}: {describe_arguments(query.arguments)}\n"
-            f"  why it asks: {query.reason}\n"
-            f"  allow? [y]es / [n]o / [a]lways for {query.tool}: "
-        )
+        with self._hold():
+            return await self._ask(query)
+
+    async def _ask(self, query: ApprovalQuery) -> ApprovalAnswer:
+        prompt = question_text(query)
         while True:
             try:
                 line = await self._read_line(prompt)
@@ -101,7 +110,49 @@ class TerminalPrompt:
             if choice in ("a", "always"):
                 self.always.add(query.tool)
                 return ApprovalAnswer(True)
-            print("  please answer y, n or a", file=self._out)
+            print("  please answer y, n or a", file=self._out, flush=True)
+            prompt = _keys(query)
+
+
+def question_text(query: ApprovalQuery) -> str:
+    """The whole question, plain text: who, what exactly, why, and the keys (last line)."""
+    who = (
+        "main agent"
+        if query.agent_id == "main"
+        else f"{query.agent_type} ({query.agent_id}"
+        + (", background)" if query.background else ")")
+    )
+    subject = approval_subject(query.tool, query.arguments)
+    lines = [f"\n{visible(who)} wants to run {visible(query.tool)}:"]
+    lines += [f"    {visible(line)}" for line in subject.split("\n")]
+    if query.reason:
+        lines.append(f"  why it asks: {visible(query.reason)}")
+    return "\n".join(lines) + "\n" + _keys(query)
+
+
+def _keys(query: ApprovalQuery) -> str:
+    return f"  allow? [y]es / [n]o / [a]lways for {visible(query.tool)}: "
+
+
+def approval_subject(tool: str, arguments: str) -> str:
+    """What exactly the call would do: the whole command for bash, the path for a file
+    tool, else the arguments (never cut: the person approves exactly this)."""
+    try:
+        parsed = json.loads(arguments, strict=False)
+    except ValueError:
+        return arguments
+    if isinstance(parsed, dict):
+        for key in ("command", "path", "file_path", "pattern", "url"):
+            value = parsed.get(key)
+            if isinstance(value, str):
+                rest = {k: v for k, v in parsed.items() if k != key}
+                extra = (
+                    f"\n({describe_arguments(json.dumps(rest))})"
+                    if rest and key != "command"
+                    else ""
+                )
+                return value + extra
+    return describe_arguments(arguments, limit=2000)
 
 
 async def _read_tty_line(prompt: str) -> str:

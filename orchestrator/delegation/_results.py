@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+from agentcell.orchestrator._text import plural
 from agentcell.protocol import RunStatus, Usage
 
 
@@ -18,7 +19,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     usage: Usage = msgspec.field(default_factory=Usage)
     cost_usd: float | None = None
     model: str = ""
-    duration_ms: float = 0.0
+    duration_ms: float = 0.0  # from the request to the end, queue wait included
+    queued_ms: float = 0.0  # of which waiting for a free process
     turns: int = 0
     tool_calls: int = 0
     pid: int | None = None
@@ -43,8 +45,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
         head = f"[{self.status.value}] {self.agent_type}"
         if self.description:
             head += f' "{self.description}"'
-        head += f" (agent {self.agent_id}, {self.turns} turns, {self.tool_calls} tool calls, "
-        head += f"{self.duration_ms / 1000:.1f} s)"
+        head += f" (agent {self.agent_id}, {plural(self.turns, 'turn')}, "
+        head += f"{plural(self.tool_calls, 'tool call')}, {self.duration_ms / 1000:.1f} s)"
         kept = ""
         if self.worktree:
             where = f"on branch {self.branch}"

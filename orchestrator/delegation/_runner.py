@@ -141,6 +141,7 @@ class _Progress:
     turns: int = 0
     usage: Usage = dataclasses.field(default_factory=Usage)
     model: str = ""
+    queued_ms: float = 0.0
 
 
 class Runner:
@@ -305,6 +306,7 @@ class Runner:
         failure = ""
         try:
             lease = await self._backend(definition).acquire()
+            progress.queued_ms = (time.perf_counter() - started) * 1000
             self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid, node=lease.node))
             await lease.send(start)
             # Only now: controls queued while it waited for a process must follow Start.
@@ -722,6 +724,7 @@ class Runner:
             usage=usage,
             model=progress.model,
             duration_ms=duration_ms,
+            queued_ms=progress.queued_ms,
             turns=progress.turns,
             cost_usd=entry.cost_usd if entry is not None else None,
         )

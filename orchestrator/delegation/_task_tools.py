@@ -76,7 +76,11 @@ class TaskTool(Tool):
                 self._handles.discard(handle)
             return ToolOutput(result.render(), not result.ok)
         self._handles.add(handle)
-        record = self.tracker.start(request.agent_type, request.description, handle)
+        # One id for the sub-agent everywhere: the task id is its agent id.
+        agent_id = self.runner.new_agent_id()
+        record = self.tracker.start(
+            request.agent_type, request.description, handle, task_id=agent_id
+        )
         task = asyncio.create_task(self._run_in_background(record, request, handle))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
@@ -89,8 +93,7 @@ class TaskTool(Tool):
     async def _run_in_background(
         self, record: TaskRecord, request: DelegationRequest, handle: RunHandle
     ) -> None:
-        agent_id = self.runner.new_agent_id()
-        record.agent_id = agent_id
+        agent_id = record.task_id
         result: SubAgentResult | None = None
         try:
             result = await self.runner.run(

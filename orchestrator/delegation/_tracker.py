@@ -65,10 +65,22 @@ class TaskTracker:
         self._changed = asyncio.Event()
 
     def start(
-        self, agent_type: str, description: str, controls: TaskControls | None = None
+        self,
+        agent_type: str,
+        description: str,
+        controls: TaskControls | None = None,
+        *,
+        task_id: str = "",
     ) -> TaskRecord:
+        """Track a background run. ``task_id`` is the sub-agent's agent id (one id per
+        sub-agent everywhere: tables, /tasks, /cancel, records and the task_* tools);
+        without one the tracker numbers the task itself."""
+        task_id = task_id or f"t{next(self._ids)}"
+        if task_id in self._tasks:
+            raise ValueError(f"task id {task_id!r} is already tracked")
         record = TaskRecord(
-            task_id=f"t{next(self._ids)}",
+            task_id=task_id,
+            agent_id=task_id,
             agent_type=agent_type,
             description=description,
             controls=controls,

@@ -76,15 +76,20 @@ class HttpChatModel:
             lambda: self._parser(position),
         )
 
-    def _body(self, request: ModelRequest) -> bytes:
-        # Checked when the stream starts rather than in the constructor, so that the
-        # engine's model-error handling reports it like any other failed call.
+    def check_ready(self) -> None:
+        """Raise the ``ModelError`` a first call would meet for lack of set-up (a missing
+        API key), without sending anything: the command line checks before it starts."""
         if not self._api_key and self._official:
             raise ModelError(
                 ModelErrorKind.CONFIG,
                 f"{self.key_env} is not set: export it (or point {self.base_env} at a server "
                 "that needs no key)",
             )
+
+    def _body(self, request: ModelRequest) -> bytes:
+        # Checked when the stream starts rather than in the constructor, so that the
+        # engine's model-error handling reports it like any other failed call.
+        self.check_ready()
         return self._payload(request)
 
     async def aclose(self) -> None:

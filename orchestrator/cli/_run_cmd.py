@@ -1,0 +1,180 @@
+"""``agentcell run``: one run of the main agent, its answer streamed to stdout.
+
+Progress goes to stderr (a live table on a terminal, log lines otherwise). Ctrl-C and
+SIGTERM both cancel the run the same way: every sub-agent is stopped, the summary and the
+record are written, and the exit code says which signal it was (130, 143).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from agentcell.orchestrator._orchestrator import Orchestrator
+from agentcell.orchestrator._text import visible
+from agentcell.orchestrator.cli._display import ProgressView, make_console
+from agentcell.orchestrator.cli._input import PlainInput
+from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation import (
+    AgentActivity,
+    ApprovalChannel,
+    OrchestratorEvent,
+    TerminalPrompt,
+)
+from agentcell.protocol import TextDelta, TurnStarted
+from agentcell.worker import Redactor
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class AnswerStream:
+    """The main agent's text, written as it arrives: to ``out`` (flushed per delta) or,
+    with a live table on the same terminal, above the table a line at a time."""
+
+    def __init__(self, out: TextIO, view: ProgressView | None = None) -> None:
+        self.out = out
+        self.view = view if view is not None and view.live_mode and out.isatty() else None
+        self.redact = Redactor.from_env()
+        self.written = ""  # everything shown so far
+        self._held = ""  # a tail that may be the start of a secret (masked once complete)
+        self._line = ""  # the line in progress above a live table
+
+    def on_event(self, event: OrchestratorEvent) -> None:
+        if not isinstance(event, AgentActivity) or event.agent_id != "main":
+            return
+        inner = event.event
+        if isinstance(inner, TextDelta):
+            self._feed(inner.text)
+        elif isinstance(inner, TurnStarted) and self.written and not self.written.endswith("\n"):
+            self._feed("\n")  # text of an earlier turn stands on its own line
+
+    def _feed(self, text: str) -> None:
+        pending = self.redact(self._held + text)
+        keep = _secret_prefix_length(pending, self.redact.secrets)
+        ready, self._held = pending[: len(pending) - keep], pending[len(pending) - keep :]
+        if ready:
+            self._write(visible(ready))
+
+    def _write(self, text: str) -> None:
+        self.written += text
+        if self.view is None:
+            self.out.write(text)
+            self.out.flush()
+            return
+        *lines, self._line = (self._line + text).split("\n")
+        for line in lines:
+            self.view.print_above(line)
+
+    def finish(self, final_text: str) -> None:
+        """End the answer with a newline; print ``final_text`` if nothing streamed."""
+        if self._held:
+            self._write(visible(self.redact(self._held)))
+            self._held = ""
+        if not self.written and final_text:
+            self._write(visible(self.redact(final_text)))
+        if self.written and not self.written.endswith("\n"):
+            self._write("\n")
+        if self.view is not None and self._line:
+            self.view.print_above(self._line)
+            self._line = ""
+
+
+def _secret_prefix_length(text: str, secrets: list[str]) -> int:
+    """How many characters at the end of ``text`` could begin a secret."""
+    longest = 0
+    for secret in secrets:
+        for size in range(min(len(secret) - 1, len(text)), longest, -1):
+            if text.endswith(secret[:size]):
+                longest = size
+                break
+    return longest
+
+
+async def run_once(
+    prompt: str,
+    settings: Settings,
+    *,
+    workdir: Path,
+    agents_dirs: tuple[Path, ...],
+    timeout_s: float | None,
+    as_json: bool,
+    quiet: bool,
+) -> int:
+    console, live = make_console()
+    view = None if quiet else ProgressView(console, live=live)
+    reader: PlainInput | None = None
+    approval: ApprovalChannel | None = None
+    if settings.approval in ("ask", "bubble") and sys.stdin.isatty():
+        reader = PlainInput(out=sys.stderr)
+        approval = TerminalPrompt(
+            read_line=reader.read_line,
+            out=sys.stderr,
+            hold=view.hold if view is not None else None,
+        )
+    # No run directory yet: it is made when the run starts, after the checks above.
+    orch = Orchestrator(
+        settings=settings, workdir=workdir, agents_dirs=agents_dirs, approval=approval
+    )
+    answer = None if as_json else AnswerStream(sys.stdout, view)
+    received: signal.Signals | None = None
+    main_task = asyncio.current_task()
+    assert main_task is not None
+
+    def on_signal(signum: signal.Signals) -> None:
+        nonlocal received
+        if received is not None:  # a second signal: stop waiting for a clean cancel
+            main_task.cancel()
+            return
+        received = signum
+        what = "interrupted" if signum is signal.SIGINT else "terminated"
+        hint = " (Ctrl-C again to force)" if signum is signal.SIGINT else ""
+        console.print(f"\n{what}: cancelling every sub-agent…{hint}", style="yellow")
+        orch.cancel()
+
+    loop = asyncio.get_running_loop()
+    for signum in EXIT_BY_SIGNAL:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        # Setup errors (no model, unknown provider, missing key) end here: exit 2, and no
+        # run directory (it is made when the run starts).
+        await orch.check_setup()
+        if not quiet:
+            print_diagnostics(orch, console)
+        async with orch:
+            if answer is not None:
+                orch.bus.subscribe(answer.on_event)
+            if view is not None:
+                orch.bus.subscribe(view.on_event)
+                view.start()
+            try:
+                report = await orch.run(prompt, timeout_s=timeout_s)
+            finally:
+                if view is not None:
+                    view.stop()
+    except asyncio.CancelledError:
+        console.print("interrupted; every sub-agent process was stopped", style="yellow")
+        return EXIT_BY_SIGNAL[received or signal.SIGINT]
+    finally:
+        for signum in EXIT_BY_SIGNAL:
+            loop.remove_signal_handler(signum)
+        if reader is not None:
+            reader.close()
+    if answer is not None:
+        answer.finish(report.final_text)
+    emit_report(
+        report,
+        console,
+        as_json=as_json,
+        quiet=quiet,
+        prompt=prompt,
+        model=orch.model_name or "",
+        answer_shown=answer is not None,
+    )
+    if received is not None:
+        return EXIT_BY_SIGNAL[received]
+    return EXIT_OK if report.ok else EXIT_FAILED
