@@ -417,7 +417,8 @@ def test_a_task_limit_naming_no_registered_agent_offers_no_task(tmp_path: Any) -
     scope = Scope("main", ["read_file", "task"], "function:x")
     for tools, offered in ((["Task(ghost)"], False), (["Task(ghost, Explore)"], True)):
         lead = AgentDefinition(name="lead", tools=tools, model="inherit")
-        spec, _, _ = orch.runner._prepare(lead, DelegationRequest("lead", "p"), scope, "a1", False)
+        request = DelegationRequest("lead", "p")
+        spec, _, _ = orch.runner._prepare(lead, request, scope, "a1", False, run_dir="")
         assert [t.name for t in spec.remote_tools] == (["task"] if offered else []), tools
     enum = spec.remote_tools[0].parameters["properties"]["subagent_type"]["enum"]
     assert enum == ["Explore"]
