@@ -147,8 +147,10 @@ def test_chat_background_tasks_across_turns_with_tasks_and_cancel(
         term.expect("agent> delivered 1 time(s)")
         term.send("and now\n")
         term.expect_count("agent> delivered 1 time(s)", 2)  # once, never again
+        # Delivered in "what happened", released when the next turn started (a long
+        # chat keeps no finished task records in memory; the run record keeps them).
         term.send("/tasks\n")
-        term.expect(f'task {agent_id} [cancelled] Explore "slow one"')
+        term.expect("no background tasks")
         term.send("/quit\n")
         term.expect("bye")
         assert term.close() == 0

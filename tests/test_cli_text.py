@@ -327,7 +327,7 @@ def test_a_narrow_terminal_gets_the_table_without_the_process_columns() -> None:
     ]
     wide, out = console()
     wide.print(results_table([result], width=160))
-    assert out.getvalue().splitlines()[1].split()[-4:] == ["pid", "peak", "RSS", "exit"]
+    assert out.getvalue().splitlines()[1].split()[-5:] == ["pid", "peak", "RSS", "exit", "sandbox"]
 
 
 def test_a_secret_split_across_streamed_deltas_is_still_masked(

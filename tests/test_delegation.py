@@ -458,7 +458,7 @@ async def test_a_background_definition_runs_in_the_background_unless_the_call_sa
         report = await asyncio.wait_for(orch.run("go"), 60)
     assert report.final_text == "done"
     by_default, forced = first_results
-    assert by_default.startswith("[running] task t1 started in the background (watcher)")
+    assert by_default.startswith("[running] task a1 started in the background (watcher)")
     assert forced.startswith("[completed] watcher") and "answer to: now" in forced
     (record,) = orch.tracker.records()  # only the default run went through the tracker
     assert record.delivered and record.result is not None

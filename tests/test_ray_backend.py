@@ -26,7 +26,6 @@ from agentcell.orchestrator import (
     CallbackChannel,
     RunHandle,
     Scope,
-    SubAgentProcess,
 )
 from agentcell.orchestrator.backends import RayHead, local_ray_head
 from agentcell.orchestrator.delegation import DelegationRequest
@@ -168,10 +167,14 @@ async def test_a_crash_a_hang_and_an_exception_are_contained_beside_siblings(
 
     def model(messages: list[Any], tools: list[Any]) -> Any:
         task = messages[1].content if len(messages) > 1 else ""
-        if tool_results(messages):
-            return "sibling done"
-        if task == "victim":
+        done = tool_results(messages)
+        if task == "victim":  # leaves a grandchild behind, then waits to be killed
+            if not done:
+                escape = "setsid sleep 600 > /dev/null 2>&1 < /dev/null & echo started"
+                return reply("", tool_call("bash", command=escape))
             return reply("", tool_call("wait_at_gate"))
+        if done:
+            return "sibling done"
         if task == "hang":
             return reply("", tool_call("bash", command="sleep 600"))
         if task == "raise":
@@ -193,20 +196,16 @@ async def test_a_crash_a_hang_and_an_exception_are_contained_beside_siblings(
             models={"function:remote": fn},
             record=False,
         ) as orch:
-            pids: dict[str, int] = {}
-            orch.bus.subscribe(
-                lambda e: (
-                    pids.__setitem__(e.agent_id, e.pid) if isinstance(e, SubAgentProcess) else None
-                )
-            )
             victim = asyncio.ensure_future(orch.delegate("worker", "victim"))
             async with asyncio.timeout(120):
                 await g.wait_arrivals(1)  # the victim is at work on its node
-            # SIGKILL the actor's process: the sub-agent's parent is its guardian, whose
-            # parent is the actor (from outside: the sandbox stops a sub-agent doing it).
-            (sub_pid,) = pids.values()
-            actor = psutil.Process(sub_pid).parent().parent()
-            assert "SubAgentHost" in " ".join(actor.cmdline()), actor.cmdline()
+            # SIGKILL the actor's process (from outside: the sandbox rightly stops a
+            # sub-agent doing it). The victim's is the only actor alive at this point.
+            (actor,) = [
+                proc
+                for proc in ray_env.processes()  # this head's, not another test run's
+                if "SubAgentHost" in " ".join(proc.info["cmdline"] or [])
+            ]
             actor.kill()
             hang, boom, one, two = await asyncio.gather(
                 orch.delegate("hanger", "hang"),
@@ -222,6 +221,9 @@ async def test_a_crash_a_hang_and_an_exception_are_contained_beside_siblings(
     assert (one.status, two.status) == (RunStatus.COMPLETED, RunStatus.COMPLETED)
     assert one.text == "sibling done" and one.node
     await wait_none_alive(ray_env)
+    # The actor died under the sub-agent: its guardian, seeing the actor's pipe close,
+    # killed the sub-agent's whole tree, the grandchild that left its group included.
+    assert not [p.pid for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == SLEEPER]
 
 
 async def test_an_approval_round_trip_and_a_steer_reach_a_remote_sub_agent(

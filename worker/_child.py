@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 import faulthandler
 import importlib
+import json
 import os
 import resource
+import select
 import signal
 import sys
 import traceback
@@ -190,61 +192,71 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     asyncio.run(_serve_then_exit(pipe, _preload_status))
 
 
-def remote_child_main(connect: Callable[[], Awaitable[ChildChannel]], boot: ChildBoot) -> None:
+def remote_child_main(
+    connect: Callable[[], Awaitable[ChildChannel]],
+    boot: ChildBoot,
+    *,
+    launcher_alive: int,
+    report: int,
+) -> None:
     """Serve one run over a channel ``connect`` opens (TCP back to the parent), in a
     process started by a remote backend (a Ray actor) rather than by the fork server.
 
-    This process stays behind as the run's guardian: a subreaper that forks the process
-    that does the work, waits for it, then kills whatever it left behind (its session,
-    and descendants that left it, re-parented here) and exits the way it did — so the
-    actor reads the real exit status. If the actor itself dies, the guardian's death
-    signal (SIGTERM, caught) still lets it clean up before it goes.
+    The process the launcher (the actor) started leaves at once; what stays is the run's
+    guardian, a subreaper outside the launcher's tree — so a launcher killed with its
+    children (Ray kills a dead worker's child processes) cannot take the guardian with it.
+    The guardian forks the process that does the work and waits for either end: the
+    worker's (it then kills what the worker left behind and reports its exit status on
+    ``report``) or the launcher's, seen as EOF on ``launcher_alive`` (it then kills the
+    worker's whole tree). Every way a run ends leaves nothing behind on the node.
     """
+    if os.fork() != 0:
+        os._exit(EXIT_OK)  # the launcher's child: done; the guardian is re-parented
     os.setsid()
     _proc.set_child_subreaper()
-    worker: list[int] = []
-    signal.signal(
-        signal.SIGTERM,
-        lambda *_: _guardian_exit(worker[0] if worker else 0, 128 + signal.SIGTERM),
-    )
-    _proc.set_parent_death_signal(signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     worker_pid = os.fork()
-    worker.append(worker_pid)
     if worker_pid == 0:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.close(launcher_alive)
+        os.close(report)
         os.setsid()
         _proc.set_parent_death_signal(signal.SIGKILL)
         _proc.set_child_subreaper()
         _proc.raise_oom_score(boot.oom_score_adj)
         faulthandler.enable(all_threads=True)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         asyncio.run(_serve_then_exit(connect, lambda: (True, [])))
         os._exit(EXIT_FAILURE)  # not reached: _serve_then_exit leaves with os._exit
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _write_report(report, {"guardian_pid": os.getpid(), "pid": worker_pid})
+    worker_fd = os.pidfd_open(worker_pid)
     while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            _guardian_exit(worker_pid, EXIT_FAILURE)
-        except InterruptedError:
-            continue
-        if pid == worker_pid:
-            break  # orphans it left reparent here and are reaped by the loop's next turns
-    code = os.waitstatus_to_exitcode(status)
-    _guardian_exit(worker_pid, code)
+        readable, _, _ = select.select([launcher_alive, worker_fd], [], [])
+        if worker_fd in readable:
+            break
+        if launcher_alive in readable and not os.read(launcher_alive, 64):
+            _guardian_exit(worker_pid, report, None)  # the launcher is gone
+    _, status = os.waitpid(worker_pid, 0)
+    _guardian_exit(worker_pid, report, os.waitstatus_to_exitcode(status))
 
 
-def _guardian_exit(worker_pid: int, code: int) -> NoReturn:
+def _write_report(fd: int, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, json.dumps(message).encode() + b"\n")
+
+
+def _guardian_exit(worker_pid: int, report: int, code: int | None) -> NoReturn:
     table = _proc.process_table()
-    if worker_pid:
-        _proc.kill_tree(worker_pid, signal.SIGKILL, table)
-        _sandbox.release(worker_pid)  # its cgroup and private temp folder, on this node
+    _proc.kill_tree(worker_pid, signal.SIGKILL, table)
     _proc.kill_descendants(os.getpid())
-    if code < 0:  # leave by the same signal, so whoever waits on us sees it
-        sig = -code
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(code)
+    _sandbox.release(worker_pid)  # its cgroup and private temp folder, on this node
+    if code is not None:
+        _write_report(
+            report,
+            {
+                "exit_code": code if code >= 0 else None,
+                "signal": _proc.signal_name(-code) if code < 0 else None,
+            },
+        )
+    os._exit(EXIT_OK)
 
 
 async def _serve_then_exit(

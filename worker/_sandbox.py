@@ -231,6 +231,9 @@ def apply(
     private.parent.mkdir(mode=0o700, exist_ok=True)
     if private.parent.is_symlink() or private.parent.stat().st_uid != os.getuid():
         raise OSError(f"{private.parent} is not this user's own folder: remove it")
+    # A folder under our pid is a leftover of an earlier process that had the same pid
+    # (pids are reused; one whose parent died before cleaning up leaves it): it is stale.
+    shutil.rmtree(private, ignore_errors=True)
     private.mkdir(mode=0o700)
     box.tmpdir = str(private)
     os.environ["TMPDIR"] = box.tmpdir

@@ -1,10 +1,12 @@
 """A sub-agent process started by a remote backend: ``python -m agentcell.worker.remote``.
 
 A Ray actor (or any launcher on another machine) runs this module and writes one JSON
-object on its standard input — ``{"host", "port", "agent_id", "token"}`` (the token in
-hex: kept out of the command line, which every local user can read). The process dials
-the parent's listener, proves it holds the token, then serves exactly one run with the
-same frames as a child of the local fork server.
+object on its standard input — ``{"host", "port", "agent_id", "token", "alive_fd",
+"report_fd"}`` (the token in hex: kept out of the command line, which every local user
+can read). The process dials the parent's listener, proves it holds the token, then serves
+exactly one run with the same frames as a child of the local fork server. ``alive_fd``
+reaches EOF when the launcher dies; ``report_fd`` receives, one JSON line each, the
+guardian's and the worker's pids, then how the worker ended.
 """
 
 from __future__ import annotations
@@ -30,7 +32,12 @@ def main() -> None:
             max_frame_bytes=boot.max_frame_bytes,
         )
 
-    remote_child_main(connect, boot)
+    remote_child_main(
+        connect,
+        boot,
+        launcher_alive=int(request["alive_fd"]),
+        report=int(request["report_fd"]),
+    )
 
 
 if __name__ == "__main__":

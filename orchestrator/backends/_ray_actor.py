@@ -1,10 +1,11 @@
 """The Ray actor that hosts one sub-agent on a cluster node.
 
-It does no agent work itself: it starts ``python -m agentcell.worker.remote`` — a fresh
-process that hardens itself (own session, death signal, subreaper, limits, sandbox) and
-dials back to the parent — waits for it and reports how it ended. The sub-agent process
-dies with the actor (``PR_SET_PDEATHSIG``); ``stop`` kills its whole session first, so a
-run ended from the parent leaves nothing behind on the node.
+It does no agent work itself: it starts ``python -m agentcell.worker.remote``, which
+leaves a guardian behind that forks the real sub-agent (own session, death signal,
+subreaper, limits, sandbox) and dials back to the parent; the actor waits for the
+guardian's report of how it ended. If the actor dies, the guardian sees its pipe close and
+kills the sub-agent's whole tree; ``stop`` kills it from here, so a run ended from the
+parent leaves nothing behind on the node.
 
 This module is imported on the cluster's nodes: agentcell must be installed there.
 """
@@ -25,7 +26,7 @@ class SubAgentHost:
     """One sub-agent's process on a Ray node (one actor per sub-agent, never reused)."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen[bytes] | None = None
+        self._guardian: int | None = None
         self._lock = threading.Lock()
         self._stopped = False
 
@@ -39,43 +40,58 @@ class SubAgentHost:
         }
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Run the sub-agent process to its end; its exit status says how it ended."""
+        """Run the sub-agent to its end and say how its process ended.
+
+        The launched process hands over to a guardian outside this actor's tree (so
+        Ray killing this worker with its children cannot skip the clean-up). The
+        guardian reads EOF on ``alive`` when this actor dies, and writes its pid, the
+        worker's, and finally the worker's exit status on ``report``.
+        """
+        alive_read, alive_write = os.pipe()  # we hold the write end until we die
+        report_read, report_write = os.pipe()
         with self._lock:
             if self._stopped:
                 return {"exit_code": None, "signal": "SIGKILL", "pid": None}
-            process = subprocess.Popen(
+            launcher = subprocess.Popen(
                 [sys.executable, "-m", "agentcell.worker.remote"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                close_fds=True,
+                pass_fds=(alive_read, report_write),
             )
-            self._process = process
-        assert process.stdin is not None
-        process.stdin.write(json.dumps(request).encode() + b"\n")
-        process.stdin.close()
-        code = process.wait()
-        self._kill_session(process.pid)
-        return {
-            "exit_code": code if code >= 0 else None,
-            "signal": signal.Signals(-code).name if code < 0 else None,
-            "pid": process.pid,
-        }
+        os.close(alive_read)
+        os.close(report_write)
+        assert launcher.stdin is not None
+        request = {**request, "alive_fd": alive_read, "report_fd": report_write}
+        launcher.stdin.write(json.dumps(request).encode() + b"\n")
+        launcher.stdin.close()
+        launcher.wait()  # it leaves at once, once the guardian is on its own
+        ended: dict[str, Any] = {"exit_code": None, "signal": None, "pid": None}
+        with os.fdopen(report_read, "rb") as reports:
+            for line in reports:  # until the guardian exits and the pipe closes
+                message = json.loads(line)
+                if "guardian_pid" in message:
+                    with self._lock:
+                        self._guardian = int(message["guardian_pid"])
+                        stop_now = self._stopped
+                    ended["pid"] = message.get("pid")
+                    if stop_now:
+                        self.stop()
+                else:
+                    ended.update(message)
+        os.close(alive_write)
+        if ended["exit_code"] is None and ended["signal"] is None:
+            ended["error"] = "the sub-agent's guardian ended without a report"
+        return ended
 
     def stop(self) -> bool:
-        """Kill the sub-agent's whole session now (called from a second actor thread)."""
+        """Kill the sub-agent's whole tree now (called from a second actor thread)."""
         with self._lock:
             self._stopped = True
-            process = self._process
-        if process is None:
+            guardian = self._guardian
+        if guardian is None:
             return False
-        self._kill_session(process.pid)
-        return True
-
-    @staticmethod
-    def _kill_session(sid: int) -> None:
-        # The sub-agent leads its own session: everything it started is in it, or was
-        # re-parented to it (it is a subreaper), until it dies.
         from agentcell.worker.process import kill_tree
 
-        kill_tree(sid, signal.SIGKILL)
+        kill_tree(guardian, signal.SIGKILL)
+        return True

@@ -292,11 +292,21 @@ def results_table(results: Iterable[SubAgentResult], *, width: int | None = None
                 str(r.pid or ""),
                 f"{r.peak_rss_bytes / 2**20:.0f} MiB" if r.peak_rss_bytes else "",
                 literal(exit_text),
-                # The mode, and "!" when the child said something was missing (see --json).
-                literal(r.sandbox.partition(",")[0] + ("!" if "missing:" in r.sandbox else "")),
+                literal(_sandbox_cell(r.sandbox)),
             ]
         table.add_row(*cells)
     return table
+
+
+def _sandbox_cell(sandbox: str) -> str:
+    """The mode alone: "!" when the child said something was missing, "?" when it ended
+    before saying what it applied (the whole text is in --json and the record)."""
+    mode = sandbox.replace(",", " ").split(" ", 1)[0]
+    if "missing:" in sandbox:
+        return mode + "!"
+    if "not confirmed" in sandbox:
+        return mode + "?"
+    return mode
 
 
 def _tokens(n: int) -> str:

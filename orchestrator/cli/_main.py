@@ -372,7 +372,7 @@ def sandbox_cmd(as_json: bool) -> None:
 @click.argument("folder", required=False, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--list", "list_them", is_flag=True, help="The folders you trust.")
 @click.option("--revoke", "revoke_folder", type=click.Path(path_type=Path), help="Stop trusting.")
-@click.option("--debug", is_flag=True)
+@debug_option
 @guarded
 def trust_cmd(
     folder: Path | None, list_them: bool, revoke_folder: Path | None, debug: bool
