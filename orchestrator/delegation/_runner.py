@@ -379,7 +379,10 @@ class Runner:
     ) -> tuple[AgentSpec, Limits, str]:
         settings = self.settings
         model = self._narrow_model(definition, request, scope)
-        max_turns = definition.max_turns or settings.subagent_max_turns
+        # The operator's subagent_* settings are caps as well as defaults.
+        max_turns = min(
+            definition.max_turns or settings.subagent_max_turns, settings.subagent_max_turns
+        )
         if request.max_turns is not None:
             if request.max_turns > max_turns:
                 raise ValueError(
@@ -420,7 +423,7 @@ class Runner:
             model=model,
             model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
             max_turns=max_turns,
-            timeout_s=definition.timeout_s or settings.subagent_timeout_s,
+            timeout_s=_capped(definition.timeout_s, settings.subagent_timeout_s),
             permission_mode=mode,
             allow_rules=list(settings.allow_rules),
             deny_rules=list(settings.deny_rules),
@@ -668,6 +671,13 @@ def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:
     task = asyncio.ensure_future(coro)
     tasks.add(task)
     task.add_done_callback(tasks.discard)
+
+
+def _capped(value: float | None, cap: float | None) -> float | None:
+    """A definition's value, never above the operator's cap (the cap when it sets none)."""
+    if value is None or cap is None:
+        return value if cap is None else cap
+    return min(value, cap)
 
 
 def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
