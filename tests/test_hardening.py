@@ -6,9 +6,18 @@ test_hardening_processes.py.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from agentcell.worker.models import ModelError
 from agentcell.worker.tools import ToolContext
 from agentcell.worker.tools._base import truncate_output
 
@@ -148,3 +157,159 @@ def test_sane_numbers_still_load() -> None:
     text = "---\nname: t\nmaxTurns: 500\nmemoryLimitMb: 4096\ntimeout_s: 7200\n---\nbody\n"
     [definition] = parse_agent_text(text, path="t.md").definitions
     assert (definition.max_turns, definition.memory_limit_mb) == (500, 4096)
+
+
+# --- 9. hostile model servers ---------------------------------------------------------
+
+
+class HostileServer:
+    """An HTTP server on 127.0.0.1 that answers every POST with ``body()``'s bytes.
+
+    A thread of its own, so that a client that blocked its event loop would be seen to.
+    """
+
+    def __init__(self, body: Callable[[], Iterator[bytes]], headers: str = "") -> None:
+        self._body = body
+        self._headers = headers
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> HostileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._sock.close()
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self._sock.accept()
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += conn.recv(65536)
+                length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                rest = head.split(b"\r\n\r\n", 1)[1]
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    + self._headers.encode()
+                    + b"\r\n"
+                )
+                for piece in self._body():
+                    if self._stop.is_set():
+                        return
+                    conn.sendall(piece)
+
+
+async def stream_error(port: int, **options: Any) -> ModelError:
+    from agentcell.protocol import UserMessage
+    from agentcell.worker.models import ModelRequest, OpenAIChatModel
+
+    model = OpenAIChatModel(
+        "m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, **options
+    )
+    try:
+        with pytest.raises(ModelError) as info:
+            async for _ in model.stream(ModelRequest(messages=[UserMessage(content="hi")])):
+                pass
+    finally:
+        await model.aclose()
+    return info.value
+
+
+def _data_lines(total: int) -> Iterator[bytes]:
+    line = b"data: " + b"x" * 4090 + b"\n"  # data lines, never the blank line ending an event
+    for _ in range(total // len(line)):
+        yield line
+
+
+async def test_an_endless_event_is_cut_at_the_event_limit_named_in_the_error() -> None:
+    with HostileServer(lambda: _data_lines(40 * 2**20)) as server:
+        error = await asyncio.wait_for(stream_error(server.port), 60)
+    assert "event of more than 16777216 bytes (the limit of one event)" in str(error)
+
+
+def test_the_sse_parser_is_linear_in_lines_of_one_event() -> None:
+    from agentcell.worker.models._http import SSEDecoder
+
+    # A million one-byte data lines in one event: joining them as they come (the old
+    # parser) copies ~10^12 bytes and never finishes; kept as lines, they are joined once.
+    decoder = SSEDecoder()
+    chunk = b"data: x\n" * 1000
+    for _ in range(1000):
+        assert decoder.feed(chunk) == []
+    [(_, data)] = decoder.feed(b"\n")
+    assert data == b"\n".join([b"x"] * 1_000_000)
+
+
+def test_a_long_line_fed_in_small_pieces_is_buffered_by_appending() -> None:
+    from agentcell.worker.models._http import SSEDecoder
+
+    # A 4 MB line in 16-byte pieces: re-joining the tail with every piece (the old parser)
+    # copies ~5 * 10^11 bytes; appending to one buffer copies each byte once.
+    decoder = SSEDecoder()
+    assert decoder.feed(b"data: ") == []
+    for _ in range(250_000):
+        assert decoder.feed(b"y" * 16) == []
+    [(_, data)] = decoder.feed(b"\n\n")
+    assert data == b"y" * 4_000_000
+
+
+async def test_an_endless_answer_is_cut_at_the_response_limit() -> None:
+    delta = b'data: {"choices":[{"index":0,"delta":{"content":"' + b"z" * 1000 + b'"}}]}\n\n'
+
+    def endless() -> Iterator[bytes]:
+        for _ in range(100_000):
+            yield delta
+
+    with HostileServer(endless) as server:
+        error = await asyncio.wait_for(stream_error(server.port, max_response_bytes=2**20), 60)
+    assert "passed 1048576 bytes (the max_response_bytes model option)" in str(error)
+
+
+async def test_a_trickle_of_bytes_ends_at_the_request_deadline() -> None:
+    def trickle() -> Iterator[bytes]:
+        for _ in range(2000):  # one byte at a time: each resets the idle timeout
+            time.sleep(0.01)  # the hostile pace itself, not synchronisation
+            yield b":"
+
+    with HostileServer(trickle) as server:
+        error = await asyncio.wait_for(stream_error(server.port, deadline=0.5, timeout=5), 60)
+    assert "did not finish within its 0.5 s deadline" in str(error)
+    assert "deadline" in str(error)
+
+
+async def test_a_gzip_bomb_is_inflated_in_bounded_steps_and_cut() -> None:
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    line = b"data: " + b"x" * 4090 + b"\n"
+    bomb = b"".join(packer.compress(line * 256) for _ in range(100)) + packer.flush()
+    assert len(bomb) < 2**20  # about 100 MiB once inflated
+
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    with HostileServer(lambda: iter([bomb]), headers="content-encoding: gzip\r\n") as server:
+        tick = asyncio.create_task(ticker())
+        try:
+            error = await asyncio.wait_for(stream_error(server.port), 60)
+        finally:
+            tick.cancel()
+    assert "event of more than 16777216 bytes" in str(error)
+    assert ticks > 0  # the loop kept turning meanwhile
+
+
+def test_the_default_subagent_wall_clock_limit_is_set() -> None:
+    from agentcell.orchestrator import Settings
+
+    assert Settings().subagent_timeout_s == 1800

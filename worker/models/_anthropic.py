@@ -28,7 +28,7 @@ from agentcell.worker.models._base import (
     StopReason,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import Retry
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -333,6 +333,8 @@ class AnthropicModel(HttpChatModel):
         timeout: float = 600,
         retry_base_delay: float = 0.5,
         max_connections: int = 4,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(
             model_name,
@@ -342,6 +344,8 @@ class AnthropicModel(HttpChatModel):
             timeout=timeout,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         self._max_tokens = max_tokens
 

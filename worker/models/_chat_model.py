@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
-from agentcell.worker.models._http import SSEClient
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
 
 
 class HttpChatModel:
@@ -29,6 +29,8 @@ class HttpChatModel:
         timeout: float,
         retry_base_delay: float,
         max_connections: int,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         if not model_name:
             raise ModelError(ModelErrorKind.CONFIG, f"{self.provider}: the model name is empty")
@@ -49,6 +51,8 @@ class HttpChatModel:
             max_retries=max_retries,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self._headers_for(self._api_key))

@@ -28,7 +28,7 @@ from agentcell.worker.models._base import (
     StopReason,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import Retry
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 
@@ -315,6 +315,8 @@ class OpenAIChatModel(HttpChatModel):
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         stream_usage: bool = True,
         max_connections: int = 4,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(
             model_name,
@@ -324,6 +326,8 @@ class OpenAIChatModel(HttpChatModel):
             timeout=timeout,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         self._max_field = max_tokens_field or (
             "max_completion_tokens" if self._official else "max_tokens"
