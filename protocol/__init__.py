@@ -31,6 +31,7 @@ from agentcell.protocol._events import (
     TurnStarted,
     UsageUpdate,
 )
+from agentcell.protocol._frame_mac import frame_is_authentic, new_frame_key, sign_frame
 from agentcell.protocol._frames import (
     PROTOCOL_VERSION,
     AgentSpec,
@@ -51,11 +52,13 @@ from agentcell.protocol._frames import (
     Start,
 )
 from agentcell.protocol._messages import (
+    MAX_TOKENS,
     AssistantMessage,
     Message,
     RunResult,
     RunStatus,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -63,8 +66,12 @@ from agentcell.protocol._messages import (
 )
 
 __all__ = [
+    "frame_is_authentic",
+    "new_frame_key",
+    "sign_frame",
     "HEADER_SIZE",
     "MAX_FRAME_BYTES",
+    "MAX_TOKENS",
     "PROTOCOL_VERSION",
     "AgentEvent",
     "AgentSpec",
@@ -104,6 +111,7 @@ __all__ = [
     "ToolMessage",
     "ToolStarted",
     "TurnStarted",
+    "TokenCount",
     "Usage",
     "UsageUpdate",
     "UserMessage",

@@ -84,6 +84,7 @@ class Start(msgspec.Struct, tag="start", tag_field="t", kw_only=True, omit_defau
     limits: Limits | None = None
     heartbeat_s: float = 1.0
     objects: bytes | None = None  # dill blob: custom tools/models (closures) for this run
+    frame_key: bytes = b""  # this child's key for signed frames (see _frame_mac)
 
 
 class Event(msgspec.Struct, tag="event", tag_field="t", kw_only=True):
@@ -108,6 +109,7 @@ class ApprovalReply(msgspec.Struct, tag="approval_reply", tag_field="t", kw_only
     request_id: int
     approved: bool
     reason: str = ""
+    mac: bytes = b""
 
 
 class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_only=True):
@@ -153,6 +155,7 @@ class Result(msgspec.Struct, tag="result", tag_field="t", kw_only=True):
 
     result: RunResult
     peak_rss_bytes: int = 0
+    mac: bytes = b""
 
 
 class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
@@ -161,6 +164,7 @@ class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
     error_type: str
     message: str
     traceback: str = ""
+    mac: bytes = b""
 
 
 Frame = (

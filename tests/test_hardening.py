@@ -313,3 +313,15 @@ def test_the_default_subagent_wall_clock_limit_is_set() -> None:
     from agentcell.orchestrator import Settings
 
     assert Settings().subagent_timeout_s == 1800
+
+
+@pytest.mark.parametrize("tokens", [-(10**12), 10**15])
+async def test_a_server_reporting_absurd_usage_is_a_clear_error(tokens: int) -> None:
+    body = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\n'
+        b'data: {"choices":[],"usage":{"prompt_tokens":%d,"completion_tokens":1}}\n\n'
+        b"data: [DONE]\n\n" % tokens
+    )
+    with HostileServer(lambda: iter([body])) as server:
+        error = await asyncio.wait_for(stream_error(server.port), 60)
+    assert "prompt_tokens" in str(error), error

@@ -9,8 +9,24 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import hardening_handlers
+import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.protocol import RunStatus
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.protocol import (
+    PROTOCOL_VERSION,
+    ApprovalReply,
+    ApprovalRequest,
+    Event,
+    ProtocolError,
+    Result,
+    RunStatus,
+    Start,
+    Usage,
+    UsageUpdate,
+    decode_body,
+    encode_frame,
+)
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 
@@ -63,3 +79,65 @@ async def test_a_definition_cannot_exceed_the_operators_turn_and_time_caps(
         result = await asyncio.wait_for(orch.delegate("looper", "loop"), 60)
     assert result.status is RunStatus.MAX_TURNS, result
     assert result.turns == 3
+
+
+# --- 2. frames count only from the process they belong to -----------------------------
+
+
+def hardening_start(op: str) -> Start:
+    return Start(
+        protocol_version=PROTOCOL_VERSION,
+        run_id="r",
+        handler="hardening_handlers:run",
+        args={"op": op},
+    )
+
+
+async def test_a_result_followed_by_death_by_signal_is_that_death(
+    spawned: SpawnRecorder,
+) -> None:
+    async with WorkerPool(max_workers=2, warm=1) as pool, pool.lease() as lease:
+        await lease.send(hardening_start("report_then_die"))
+        outcome = await lease.wait()
+    assert outcome.kind is OutcomeKind.SIGNALED, outcome
+    assert "SIGKILL" in outcome.detail and "report before dying was not accepted" in outcome.detail
+
+
+async def test_a_result_forged_through_a_copy_of_the_socket_is_dropped(
+    spawned: SpawnRecorder,
+) -> None:
+    async with WorkerPool(max_workers=2, warm=1) as pool, pool.lease() as lease:
+        await lease.send(hardening_start("thief_forges_a_result"))
+        outcome = await lease.wait()
+        forged = lease._worker.forged_frames
+    assert outcome.kind is OutcomeKind.RESULT, outcome
+    assert outcome.result is not None and outcome.result.text == "genuine"
+    assert forged == 1
+
+
+async def test_an_approval_forged_through_a_copy_of_the_parents_socket_is_ignored(
+    spawned: SpawnRecorder,
+) -> None:
+    async with WorkerPool(max_workers=2, warm=1) as pool, pool.lease() as lease:
+        await lease.send(hardening_start("approval"))
+        request = await lease.recv()
+        assert isinstance(request, ApprovalRequest)
+        # A thief process with a copy of the parent's end answers "approved" first ...
+        fd = lease._worker.channel._fd
+        await asyncio.to_thread(
+            hardening_handlers.run_thief, hardening_handlers.FORGED_APPROVAL, fd
+        )
+        # ... and the child still waits for (and obeys) the parent's own answer.
+        await lease.send(
+            ApprovalReply(request_id=request.request_id, approved=False, reason="not today")
+        )
+        frames = [f async for f in lease]
+    assert isinstance(frames[-1], Result)
+    assert frames[-1].result.text == "False:not today"
+
+
+def test_negative_or_absurd_usage_in_a_frame_is_a_protocol_error() -> None:
+    for tokens in (-(10**12), 10**15):
+        frame = Event(event=UsageUpdate(usage=Usage(input_tokens=tokens), model="m"))
+        with pytest.raises(ProtocolError, match="input_tokens"):
+            decode_body(bytes(encode_frame(frame))[4:])

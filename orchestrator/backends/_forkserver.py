@@ -21,12 +21,14 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import msgspec
 import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
+    ApprovalReply,
     ChannelClosed,
     Control,
     ControlAction,
@@ -37,6 +39,10 @@ from agentcell.protocol import (
     PipeChannel,
     ProtocolError,
     Result,
+    Start,
+    frame_is_authentic,
+    new_frame_key,
+    sign_frame,
 )
 from agentcell.worker import process as proc
 from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
@@ -87,6 +93,13 @@ class _Worker:
         self.lease: Lease | None = None
         self.memory_limit: int | None = None  # bytes, for the whole process tree
         self._timers: list[asyncio.TimerHandle] = []
+        # Signs what we send and checks what decides the run (see protocol's _frame_mac);
+        # in force from the moment the Start carrying it is sent.
+        self.frame_key = new_frame_key()
+        self.start_sent = False
+        self.forged_frames = 0
+        # We ended it after its report (a slow exit): a signal death then is ours.
+        self.ended_by_us_after_report = False
 
     # -- incoming frames (called from the event loop, once per received chunk) -----------
     def on_channel_activity(self) -> None:
@@ -117,7 +130,22 @@ class _Worker:
                 f"protocol error: idle child sent {type(frame).__name__}",
             )
             return
+        if (
+            isinstance(frame, Result | Failure)
+            and self.start_sent
+            and not frame_is_authentic(frame, self.frame_key)
+        ):
+            self.forged_frames += 1
+            log.warning(
+                "child %d: a %s frame without its signature was dropped (another process "
+                "may hold a copy of its socket)",
+                self.pid,
+                type(frame).__name__,
+            )
+            return
         if isinstance(frame, Result):
+            if self.result is not None:
+                return  # one report per run: a second one is not the child's
             self.result = frame
             self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
         elif isinstance(frame, Failure):
@@ -232,6 +260,13 @@ class _Worker:
         }
         if self.kill_kind is not None:
             return ChildOutcome(kind=self.kill_kind, detail=self.kill_detail, **common)  # type: ignore[arg-type]
+        if sig is not None and not self.ended_by_us_after_report:
+            # A report followed by a death by signal is not a finished run: the report
+            # may be forged, and whatever killed the child is the news.
+            detail = exit_text
+            if result is not None or self.failure is not None:
+                detail += "; its report before dying was not accepted"
+            return ChildOutcome(kind=OutcomeKind.SIGNALED, detail=detail, **common)  # type: ignore[arg-type]
         if result is not None:
             detail = result.status.value
             return ChildOutcome(kind=OutcomeKind.RESULT, detail=detail, **common)  # type: ignore[arg-type]
@@ -282,10 +317,20 @@ class Lease:
 
     async def send(self, frame: Frame) -> None:
         """Send a frame; raises ``ChannelClosed`` if the child is gone."""
-        await self._worker.channel.send(frame)
+        await self._worker.channel.send(self._sealed(frame))
 
     def send_nowait(self, frame: Frame) -> None:
-        self._worker.channel.send_nowait(frame)
+        self._worker.channel.send_nowait(self._sealed(frame))
+
+    def _sealed(self, frame: Frame) -> Frame:
+        """The Start carries this child's frame key; approval replies are signed with it."""
+        worker = self._worker
+        if isinstance(frame, Start):
+            worker.start_sent = True
+            return msgspec.structs.replace(frame, frame_key=worker.frame_key)
+        if isinstance(frame, ApprovalReply):
+            return sign_frame(frame, worker.frame_key)
+        return frame
 
     async def recv(self) -> Frame | None:
         """The child's next frame, or None once it has ended and every frame was read."""
@@ -353,6 +398,7 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
                 if not worker.dead.done():
+                    worker.ended_by_us_after_report = True
                     proc.kill_tree(worker.pid)
         return await asyncio.shield(worker.dead)
 

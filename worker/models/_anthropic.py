@@ -16,6 +16,7 @@ from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -61,10 +62,10 @@ _ERRORS = {
 
 
 class _Usage(msgspec.Struct, gc=False):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    input_tokens: TokenCount | None = None
+    output_tokens: TokenCount | None = None
+    cache_read_input_tokens: TokenCount | None = None
+    cache_creation_input_tokens: TokenCount | None = None
 
 
 class _Message(msgspec.Struct, gc=False):

@@ -16,6 +16,7 @@ from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -71,12 +72,12 @@ class _Choice(msgspec.Struct, gc=False):
 
 
 class _PromptDetails(msgspec.Struct, gc=False):
-    cached_tokens: int | None = None
+    cached_tokens: TokenCount | None = None
 
 
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
