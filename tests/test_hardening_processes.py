@@ -29,6 +29,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
+from model_servers import Call, ModelServer, Reply
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
@@ -141,3 +142,29 @@ def test_negative_or_absurd_usage_in_a_frame_is_a_protocol_error() -> None:
         frame = Event(event=UsageUpdate(usage=Usage(input_tokens=tokens), model="m"))
         with pytest.raises(ProtocolError, match="input_tokens"):
             decode_body(bytes(encode_frame(frame))[4:])
+
+
+# --- 8. cpu_limit_s counts the whole process tree -------------------------------------
+
+
+async def test_cpu_limit_counts_every_process_of_the_tree(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Sixteen short busy processes, four at a time: each stays under RLIMIT_CPU's 1 s
+    # (a per-process limit), together they use ~6 CPU seconds.
+    busy = "python3 -c 'import time\nwhile time.process_time() < 0.4: pass'"
+    rounds = f"for r in 1 2 3 4; do for i in 1 2 3 4; do {busy} & done; wait; done; echo done"
+    model_server.responder = lambda body, api: Reply(tool_calls=[Call("bash", {"command": rounds})])
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-cpu")
+    orch = orchestrator(
+        tmp_path, [agent("burner", "openai:test", ["bash"], cpu_limit_s=1, max_turns=2)], {}
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("burner", "burn"), 60)
+    assert result.status is RunStatus.LIMIT, result
+    assert "CPU time limit exceeded: its processes used" in result.error
+    assert "the limit is 1 (cpu_limit_s)" in result.error

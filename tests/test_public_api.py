@@ -206,6 +206,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "process_table",
         "session_members",
         "signal_name",
+        "tree_cpu_seconds",
         "tree_rss",
     ],
     "agentcell.orchestrator": [

@@ -57,9 +57,13 @@ class ProcInfo:
     ppid: int
     sid: int
     rss: int  # bytes
+    # CPU seconds it used plus those of its children it reaped (so a tree's total counts
+    # the subshells that already exited).
+    cpu_s: float = 0.0
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def process_table() -> dict[int, ProcInfo]:
@@ -81,7 +85,10 @@ def process_table() -> dict[int, ProcInfo]:
         if fields[0] == b"Z":
             continue
         pid = int(entry)
-        table[pid] = ProcInfo(pid, int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE)
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        table[pid] = ProcInfo(
+            pid, int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE, ticks / _TICK
+        )
     return table
 
 
@@ -109,6 +116,11 @@ def descendants(pid: int, table: dict[int, ProcInfo] | None = None) -> list[int]
 def tree_rss(pid: int, table: dict[int, ProcInfo]) -> int:
     """Resident memory of ``pid`` and all its descendants, in bytes."""
     return sum(table[p].rss for p in (pid, *descendants(pid, table)) if p in table)
+
+
+def tree_cpu_seconds(pid: int, table: dict[int, ProcInfo]) -> float:
+    """CPU seconds used by ``pid``'s tree: the live processes and what they reaped."""
+    return sum(table[p].cpu_s for p in (pid, *descendants(pid, table)) if p in table)
 
 
 def kill_session(

@@ -16,6 +16,7 @@ from agentcell.worker._proc import (
     process_table,
     session_members,
     signal_name,
+    tree_cpu_seconds,
     tree_rss,
 )
 
@@ -33,5 +34,6 @@ __all__ = [
     "process_table",
     "session_members",
     "signal_name",
+    "tree_cpu_seconds",
     "tree_rss",
 ]

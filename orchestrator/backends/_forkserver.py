@@ -92,6 +92,7 @@ class _Worker:
         self.dead = pool._loop.create_future()
         self.lease: Lease | None = None
         self.memory_limit: int | None = None  # bytes, for the whole process tree
+        self.cpu_limit: float | None = None  # CPU seconds, for the whole process tree
         self._timers: list[asyncio.TimerHandle] = []
         # Signs what we send and checks what decides the run (see protocol's _frame_mac);
         # in force from the moment the Start carrying it is sent.
@@ -379,6 +380,16 @@ class Lease:
         self._worker.memory_limit = limit_bytes
         self._worker.pool._memory_watch = True
 
+    def set_cpu_limit(self, seconds: float) -> None:
+        """Kill the child when its process tree has used more than ``seconds`` of CPU.
+
+        RLIMIT_CPU counts each process alone: twelve busy subshells of one bash use
+        twelve times the limit. The watchdog sums the whole tree, the exited subshells
+        included (their time is in their parents' reaped-children counts).
+        """
+        self._worker.cpu_limit = seconds
+        self._worker.pool._memory_watch = True
+
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         """Ask the child to stop, escalating to signals if it does not within ``grace``."""
         self._worker.escalate(OutcomeKind.KILLED, reason, grace, grace)
@@ -596,15 +607,29 @@ class WorkerPool:
         watched = [
             w
             for w in self._workers.values()
-            if w.memory_limit is not None and w.state is WorkerState.BUSY
+            if (w.memory_limit is not None or w.cpu_limit is not None)
+            and w.state is WorkerState.BUSY
         ]
         if not watched:
             return
         # One scan of /proc for every watched child, off the event loop.
         table = await asyncio.to_thread(proc.process_table)
         for worker in watched:
+            if worker.state is not WorkerState.BUSY:
+                continue
+            cpu_limit = worker.cpu_limit
+            if cpu_limit is not None:
+                cpu = proc.tree_cpu_seconds(worker.pid, table)
+                if cpu > cpu_limit:
+                    worker.kill(
+                        OutcomeKind.CPU,
+                        f"CPU time limit exceeded: its processes used {cpu:.1f} CPU seconds, "
+                        f"the limit is {cpu_limit:g} (cpu_limit_s)",
+                        table,
+                    )
+                    continue
             limit = worker.memory_limit
-            if limit is None or worker.state is not WorkerState.BUSY:
+            if limit is None:
                 continue
             used = proc.tree_rss(worker.pid, table)
             worker.peak_rss = max(worker.peak_rss, used)

@@ -289,6 +289,8 @@ class Runner:
             handle.attach(lease)
             if limits.address_space_bytes is not None:
                 lease.set_memory_limit(limits.address_space_bytes)
+            if limits.cpu_seconds is not None:
+                lease.set_cpu_limit(limits.cpu_seconds)
             if spec.timeout_s is not None:
                 # The child's engine stops itself at the timeout and reports; the parent's
                 # deadline, a little later, is the backstop for a child that cannot.
@@ -682,7 +684,7 @@ def _capped(value: float | None, cap: float | None) -> float | None:
 
 def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
     """The message naming the limit a child went over, if that is how it ended."""
-    if outcome.kind is OutcomeKind.MEMORY:
+    if outcome.kind in (OutcomeKind.MEMORY, OutcomeKind.CPU):
         return outcome.detail
     memory = limits.address_space_bytes
     failure = outcome.failure
