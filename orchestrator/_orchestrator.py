@@ -47,7 +47,16 @@ from agentcell.orchestrator.delegation import (
     task_tool_spec,
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
-from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
+from agentcell.worker import (
+    Engine,
+    Limits,
+    PermissionPolicy,
+    Redactor,
+    Session,
+    Transcript,
+    hold_secrets,
+    release_secrets,
+)
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
@@ -149,8 +158,15 @@ class Orchestrator:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
-        if self._owns_pool:
-            await self.pool.start()
+        # Before any child or tool starts: keys leave the environment for memory.
+        hold_secrets()
+        self._holds_secrets = True
+        try:
+            if self._owns_pool:
+                await self.pool.start()
+        except BaseException:
+            self._release_secrets()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -159,8 +175,16 @@ class Orchestrator:
     async def aclose(self) -> None:
         for handle in list(self._handles):
             handle.cancel()
-        if self._owns_pool:
-            await self.pool.close()
+        try:
+            if self._owns_pool:
+                await self.pool.close()
+        finally:
+            self._release_secrets()
+
+    def _release_secrets(self) -> None:
+        if getattr(self, "_holds_secrets", False):
+            self._holds_secrets = False
+            release_secrets()
 
     # -- the main agent ------------------------------------------------------------------
     def cancel(self) -> None:

@@ -49,6 +49,7 @@ from agentcell.protocol._frames import (
     Limits,
     RemoteTool,
     Result,
+    SecretDigest,
     Start,
 )
 from agentcell.protocol._messages import (
@@ -100,6 +101,7 @@ __all__ = [
     "PipeChannel",
     "ProtocolError",
     "Result",
+    "SecretDigest",
     "RunFinished",
     "RunResult",
     "RunStatus",

@@ -36,6 +36,16 @@ class RemoteTool(msgspec.Struct, kw_only=True, frozen=True):
     concurrency_safe: bool = True
 
 
+class SecretDigest(msgspec.Struct, kw_only=True, frozen=True):
+    """A secret a child must redact but may not use: its length, first characters and a
+    salted hash; the child finds it in text without ever holding it."""
+
+    length: int
+    head: str
+    salt: bytes
+    digest: bytes
+
+
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
 
@@ -62,6 +72,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     background: bool = False
     env: dict[str, str] | None = None  # the process environment for this run (None: keep)
     bash_env: dict[str, str] = msgspec.field(default_factory=dict)
+    redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):

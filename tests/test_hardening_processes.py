@@ -6,6 +6,12 @@ Every test here failed on the code before its fix.
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +174,112 @@ async def test_cpu_limit_counts_every_process_of_the_tree(
     assert result.status is RunStatus.LIMIT, result
     assert "CPU time limit exceeded: its processes used" in result.error
     assert "the limit is 1 (cpu_limit_s)" in result.error
+
+
+# --- 1. the orchestrator's own environment is not readable ----------------------------
+
+_ORCHESTRATOR = """
+import asyncio, os, sys
+from agentcell.orchestrator import Orchestrator, Settings
+
+async def main():
+    orch = Orchestrator(settings=Settings(model="scripted:echo"), workdir=sys.argv[1],
+                        load_agent_files=False, record=False)
+    async with orch:
+        print(os.getpid(), "OPENAI_API_KEY" in os.environ, flush=True)
+        await asyncio.to_thread(sys.stdin.readline)
+
+asyncio.run(main())
+"""
+_PARENT_KEY = "sk-parent-key-that-no-tool-may-read-0123456789"
+_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def test_a_same_user_process_cannot_read_the_orchestrators_keys(spawned: SpawnRecorder) -> None:
+    # The orchestrator and the reader both run as nobody: the reader is any same-user
+    # process (a sub-agent's bash, say). Root reads every /proc file; see the next test.
+    workdir = tempfile.mkdtemp(prefix="agentcell-nobody-")
+    os.chmod(workdir, 0o777)
+    env = {**os.environ, "HOME": workdir, "OPENAI_API_KEY": _PARENT_KEY}
+    with subprocess.Popen(
+        [*_NOBODY, sys.executable, "-c", _ORCHESTRATOR, workdir],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as orch:
+        _read_the_orchestrators_environment(orch, workdir)
+
+
+def _read_the_orchestrators_environment(orch: subprocess.Popen[str], workdir: str) -> None:
+    try:
+        assert orch.stdout is not None and orch.stdin is not None
+        pid, in_environ = orch.stdout.readline().split()
+        assert in_environ == "False"  # scrubbed from os.environ: no child inherits it
+        reader = subprocess.run(
+            [*_NOBODY, "cat", f"/proc/{pid}/environ"], capture_output=True, timeout=30
+        )
+        assert _PARENT_KEY.encode() not in reader.stdout
+        assert reader.returncode != 0 and b"Permission denied" in reader.stderr
+        # Even root, who reads any /proc file, finds the key overwritten.
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            assert _PARENT_KEY.encode() not in f.read()
+        orch.stdin.write("done\n")
+        orch.stdin.flush()
+        assert orch.wait(timeout=30) == 0
+    finally:
+        if orch.poll() is None:
+            os.killpg(orch.pid, signal.SIGKILL)
+            orch.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def test_keys_live_in_memory_while_an_orchestrator_runs(
+    spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentcell.orchestrator.backends import child_environment
+    from agentcell.worker import _proc
+
+    monkeypatch.setenv("OPENAI_API_KEY", _PARENT_KEY)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-other-provider-key-0123456789")
+    async with orchestrator(tmp_path, [], {}):
+        assert "OPENAI_API_KEY" not in os.environ and "ANTHROPIC_API_KEY" not in os.environ
+        assert not _proc.is_dumpable()
+        env, bash_env = child_environment("openai:gpt")  # the child's own key, from memory
+        assert env["OPENAI_API_KEY"] == _PARENT_KEY and "ANTHROPIC_API_KEY" not in env
+        assert "OPENAI_API_KEY" not in bash_env
+    assert os.environ["OPENAI_API_KEY"] == _PARENT_KEY  # back for the code that follows
+    assert _proc.is_dumpable()
+
+
+# --- 3. every process that writes records redacts every configured secret -------------
+
+
+async def test_a_child_redacts_the_keys_it_was_never_given(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    other = "sk-ant-the-other-providers-key-0123456789"
+    (tmp_path / "leak.txt").write_text(f"config: {other}\n")
+    replies = iter([Reply(tool_calls=[Call("read_file", {"path": "leak.txt"})]), Reply("done")])
+    model_server.responder = lambda body, api: next(replies)
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-of-the-openai-child")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", other)
+    orch = Orchestrator(
+        settings=Settings(model="scripted:echo", approval="allow", max_workers=2, warm_spares=1),
+        workdir=tmp_path,
+        agents=[agent("reader", "openai:test", ["read_file"])],
+        load_agent_files=False,
+        run_dir=tmp_path / "run",
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("reader", "read leak.txt"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    [transcript] = [p for p in (tmp_path / "run").rglob("*.jsonl") if p.name != "main.jsonl"]
+    text = transcript.read_text()
+    assert "config: [REDACTED]" in text
+    assert other not in text

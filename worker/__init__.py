@@ -13,7 +13,14 @@ from agentcell.worker._hooks import (
     Verdict,
     describe_arguments,
 )
-from agentcell.worker._redact import SECRET_NAMES, Redactor
+from agentcell.worker._redact import Redactor, secret_digests
+from agentcell.worker._secrets import (
+    SECRET_NAMES,
+    hold_secrets,
+    known_secrets,
+    release_secrets,
+    secret,
+)
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
@@ -38,4 +45,9 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
+    "hold_secrets",
+    "known_secrets",
+    "release_secrets",
+    "secret",
+    "secret_digests",
 ]

@@ -15,6 +15,7 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -43,6 +44,10 @@ def set_dumpable(dumpable: bool) -> None:
     """Not dumpable: processes of the same user (a tool's subprocess, say) can no longer
     read this one's ``/proc/<pid>/environ`` or memory, where secrets live."""
     _prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
+
+
+def is_dumpable() -> bool:
+    return bool(_libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))
 
 
 def raise_oom_score(adj: int) -> None:

@@ -72,7 +72,7 @@ from agentcell.protocol import (
     Usage,
     UsageUpdate,
 )
-from agentcell.worker import PermissionMode
+from agentcell.worker import PermissionMode, known_secrets, secret_digests
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
 
@@ -437,6 +437,8 @@ class Runner:
             background=background,
             env=env,
             bash_env=bash_env,
+            # The keys it does not get, so that it can still redact them from its records.
+            redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024

@@ -8,6 +8,7 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+from agentcell.worker._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
 
@@ -39,7 +40,7 @@ class HttpChatModel:
         base = (base_url or os.environ.get(self.base_env) or self.official_url).rstrip("/")
         self.base_url = base
         self._official = base == self.official_url
-        self._api_key = api_key if api_key is not None else os.environ.get(self.key_env)
+        self._api_key = api_key if api_key is not None else secret(self.key_env)
         self._url = f"{base}{self.endpoint}"
         self._http = SSEClient(
             provider=self.provider,
