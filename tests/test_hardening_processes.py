@@ -283,3 +283,50 @@ async def test_a_child_redacts_the_keys_it_was_never_given(
     text = transcript.read_text()
     assert "config: [REDACTED]" in text
     assert other not in text
+
+
+# --- 7. descriptors are closed when a child ends, not by the garbage collector --------
+
+_FD_LOAD = """
+import asyncio, gc, os, resource, sys
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.protocol import PROTOCOL_VERSION, Start
+
+# 96 descriptors for 1,000 children, 16 at a time, and no garbage collector: only
+# descriptors closed the moment each child ends keep this going.
+resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96))
+gc.disable()
+
+async def main():
+    kinds = {}
+    async with WorkerPool(max_workers=16, warm=4) as pool:
+        before = len(os.listdir("/proc/self/fd"))
+        async def one(i):
+            async with pool.lease() as lease:
+                await lease.send(Start(protocol_version=PROTOCOL_VERSION, run_id=str(i),
+                    handler="pool_handlers:run", args={"op": "echo", "text": str(i)}))
+                outcome = await lease.wait()
+            kinds[outcome.kind.value] = kinds.get(outcome.kind.value, 0) + 1
+        await asyncio.gather(*(one(i) for i in range(1000)))
+        after = len(os.listdir("/proc/self/fd"))
+    print(kinds, before, after)
+
+asyncio.run(main())
+"""
+
+
+def test_a_thousand_children_under_a_low_descriptor_limit(spawned: SpawnRecorder) -> None:
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _FD_LOAD],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        start_new_session=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    kinds, before, after = done.stdout.rsplit("}", 1)[0] + "}", *done.stdout.split()[-2:]
+    assert kinds == "{'result': 1000}", done.stdout  # no start error, no false crash
+    assert int(after) <= int(before) + 16, done.stdout  # nothing left open per child

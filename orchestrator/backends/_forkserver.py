@@ -222,7 +222,10 @@ class _Worker:
         # Its last frames are in the socket already; read them before deciding anything.
         self.channel.read_remaining()
         self.on_channel_activity()
-        self.channel.close()
+        # Nothing more can be sent to a dead child: close the socket now, and the
+        # process's sentinel with it (not whenever the garbage collector gets to them).
+        self.channel.abort()
+        self.process.close()
         clean = self.result is not None and exit_code == 0 and self.kill_kind is None
         # A clean child reaped its own descendants (it is their subreaper): one cheap
         # signal to its group suffices. Otherwise, everything left in its session goes.
