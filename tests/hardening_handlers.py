@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from agentcell.protocol import Result, RunResult, RunStatus, Start, sign_frame
+from agentcell.protocol import Notice, Result, RunResult, RunStatus, Start, sign_frame
 from agentcell.worker import ChildLink
 
 #: A process that holds a copy of a socket writes one forged frame into it.
@@ -54,6 +54,26 @@ async def run(start: Start, link: ChildLink) -> RunResult:
     if op == "approval":
         approved, reason = await link.request_approval("call-1", "bash", '{"command":"ls"}')
         return RunResult(status=RunStatus.COMPLETED, text=f"{approved}:{reason}")
+    if op == "escape_then":
+        # Descendants that leave the child's session: a setsid one, and a double fork
+        # (its parent shell exits at once, so it is reparented to the child).
+        own = subprocess.Popen(["setsid", "sleep", "300"])  # noqa: ASYNC220
+        double = subprocess.run(  # noqa: ASYNC221
+            ["sh", "-c", "setsid sleep 301 >/dev/null 2>&1 & echo $!"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        link.emit(Notice(message=f"{own.pid} {double}"))
+        await link.steered.wait()  # the parent has read the pids: now end
+        how = start.args["then"]
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "segfault":
+            import ctypes
+
+            ctypes.string_at(0)
+        if how == "exit":
+            os._exit(7)
     raise ValueError(f"unknown op {op!r}")
 
 

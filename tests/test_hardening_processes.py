@@ -19,11 +19,15 @@ import hardening_handlers
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends._forkserver import wait_gone
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,
     ApprovalRequest,
+    Control,
+    ControlAction,
     Event,
+    Notice,
     ProtocolError,
     Result,
     RunStatus,
@@ -33,6 +37,7 @@ from agentcell.protocol import (
     decode_body,
     encode_frame,
 )
+from agentcell.worker import _proc
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -330,3 +335,67 @@ def test_a_thousand_children_under_a_low_descriptor_limit(spawned: SpawnRecorder
     kinds, before, after = done.stdout.rsplit("}", 1)[0] + "}", *done.stdout.split()[-2:]
     assert kinds == "{'result': 1000}", done.stdout  # no start error, no false crash
     assert int(after) <= int(before) + 16, done.stdout  # nothing left open per child
+
+
+# --- 6. every descendant of a sub-agent ends with it ----------------------------------
+
+
+@pytest.mark.parametrize("how", ["sigkill", "segfault", "exit"])
+async def test_descendants_that_left_the_session_die_with_their_child(
+    spawned: SpawnRecorder, how: str
+) -> None:
+    async with WorkerPool(max_workers=2, warm=1) as pool, pool.lease() as lease:
+        await lease.send(
+            Start(
+                protocol_version=PROTOCOL_VERSION,
+                run_id="r",
+                handler="hardening_handlers:run",
+                args={"op": "escape_then", "then": how},
+            )
+        )
+        notice = await lease.recv()
+        assert isinstance(notice, Event) and isinstance(notice.event, Notice)
+        pids = [int(p) for p in notice.event.message.split()]
+        await lease.send(Control(action=ControlAction.STEER, text="end now"))
+        outcome = await lease.wait()
+        assert outcome.kind in (OutcomeKind.SIGNALED, OutcomeKind.EXITED), outcome
+        # Still inside the pool: it is the child's end, not the pool's, that ends them.
+        await wait_gone(pids, within=2.0)
+        alive = [pid for pid in pids if _proc.is_alive(pid)]
+    assert alive == []
+
+
+async def test_a_killed_fork_server_is_a_clear_result_and_is_replaced(
+    spawned: SpawnRecorder,
+) -> None:
+    from agentcell.orchestrator.backends._forkserver import forkserver_pid
+
+    async with WorkerPool(max_workers=4, warm=1) as pool:
+        async with pool.lease() as lease:
+            await lease.send(
+                Start(
+                    protocol_version=PROTOCOL_VERSION,
+                    run_id="r",
+                    handler="pool_handlers:run",
+                    args={"op": "wait_for_cancel"},
+                )
+            )
+            assert isinstance(await lease.recv(), Event)
+            old = forkserver_pid()
+            assert old is not None
+            os.kill(old, signal.SIGKILL)  # what a tool of any sub-agent could do
+            outcome = await lease.wait()
+        assert "its fork server died" in outcome.detail, outcome
+        async with pool.lease() as lease:  # the next run gets a new fork server
+            await lease.send(
+                Start(
+                    protocol_version=PROTOCOL_VERSION,
+                    run_id="r2",
+                    handler="pool_handlers:run",
+                    args={"op": "echo", "text": "after"},
+                )
+            )
+            outcome = await lease.wait()
+        assert outcome.kind is OutcomeKind.RESULT and outcome.result is not None
+        assert outcome.result.text == "after"
+        assert forkserver_pid() not in (None, old)

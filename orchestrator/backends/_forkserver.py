@@ -229,6 +229,10 @@ class _Worker:
         clean = self.result is not None and exit_code == 0 and self.kill_kind is None
         # A clean child reaped its own descendants (it is their subreaper): one cheap
         # signal to its group suffices. Otherwise, everything left in its session goes.
+        if not clean:
+            # Descendants that left its session (setsid, double fork) were reparented to
+            # the fork server when it died: find and end them too.
+            self.pool._sweep_orphans_soon()
         if not clean or proc.kill_group(self.pid):
             leftovers = [p for p in proc.kill_session(self.pid) if p != self.pid]
             if leftovers:
@@ -244,6 +248,8 @@ class _Worker:
         self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
+        with _children_lock:
+            _known_children.discard(self.pid)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -278,6 +284,11 @@ class _Worker:
             detail = f"{self.failure.error_type}: {self.failure.message}"
             return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)  # type: ignore[arg-type]
         kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
+        if self.pool._forkserver_died():
+            exit_text = (
+                "its fork server died (killed from outside?), and the child with it; "
+                "the pool starts a new fork server for the next runs"
+            )
         return ChildOutcome(kind=kind, detail=exit_text, **common)  # type: ignore[arg-type]
 
 
@@ -646,6 +657,17 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return list(self._workers)
 
+    def _sweep_orphans_soon(self) -> None:
+        if self._spawner is None or self._closed:
+            return
+        future = self._loop.run_in_executor(self._spawner, sweep_orphans)
+        self._tasks.add(future)
+        future.add_done_callback(self._tasks.discard)
+
+    def _forkserver_died(self) -> bool:
+        pid = forkserver_pid()
+        return pid is not None and not proc.is_alive(pid)
+
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
             return
@@ -859,8 +881,35 @@ def _start_process(process: Any) -> None:
     multiprocess polls every registered child from ``Process.start``; our exit codes are
     read from the event loop instead, and two readers of one sentinel would race.
     """
-    process.start()
+    with _children_lock:  # a sweep never sees a child we started but do not know yet
+        process.start()
+        _known_children.add(process.pid)
     multiprocess.process._children.discard(process)
+
+
+#: Every live child the pools of this process started; anything else the fork server
+#: is the parent of is an orphan: a descendant of a child that died, reparented to the
+#: fork server (a subreaper) when it did. Guarded by ``_children_lock``.
+_known_children: set[int] = set()
+_children_lock = threading.Lock()
+
+
+def sweep_orphans() -> list[int]:
+    """Kill every orphan under the fork server (and its descendants); returns the pids.
+
+    This tracks a sub-agent's tree without relying on sessions: while a child lives it is
+    the subreaper of everything it starts, and when it dies what is left moves here.
+    """
+    fs = forkserver_pid()
+    if fs is None:
+        return []
+    with _children_lock:
+        table = proc.process_table()
+        orphans = [i.pid for i in table.values() if i.ppid == fs and i.pid not in _known_children]
+        killed: list[int] = []
+        for pid in orphans:
+            killed.extend(proc.kill_tree(pid, signal.SIGKILL, table))
+    return killed
 
 
 def forkserver_pid() -> int | None:
