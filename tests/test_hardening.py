@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -325,3 +326,65 @@ async def test_a_server_reporting_absurd_usage_is_a_clear_error(tokens: int) -> 
     with HostileServer(lambda: iter([body])) as server:
         error = await asyncio.wait_for(stream_error(server.port), 60)
     assert "prompt_tokens" in str(error), error
+
+
+# --- 5. open beneath the working directory; no writes through hard links -------------
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "walk"])
+def test_open_beneath_refuses_a_symlink_swapped_in_after_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, openat2: bool
+) -> None:
+    import errno
+    import os
+
+    from agentcell.worker.tools import _paths
+
+    monkeypatch.setattr(_paths, "_openat2_missing", not openat2)
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside")
+    (work / "sub" / "f.txt").write_text("inside")
+    root = _paths.real_root(work)
+    checked = str(_paths.resolve_inside(work, "sub/f.txt"))
+    # Between the check and the open, the directory becomes a link to outside ...
+    (work / "sub").rename(work / "sub.old")
+    (work / "sub").symlink_to(outside)
+    (outside / "f.txt").write_text("outside")
+    with pytest.raises(OSError) as caught:
+        _paths.open_beneath(root, checked, os.O_RDONLY)
+    assert caught.value.errno == errno.ELOOP
+    # ... or the file itself does.
+    (work / "sub").unlink()
+    (work / "sub.old").rename(work / "sub")
+    (work / "sub" / "f.txt").unlink()
+    (work / "sub" / "f.txt").symlink_to(outside / "secret.txt")
+    with pytest.raises(OSError):
+        _paths.open_beneath(root, checked, os.O_RDONLY)
+    (work / "sub" / "f.txt").unlink()
+    (work / "sub" / "f.txt").write_text("inside")
+    fd = _paths.open_beneath(root, checked, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as f:
+        assert f.read() == b"inside"
+
+
+async def test_file_tools_refuse_to_write_through_a_hard_link(tmp_path: Path) -> None:
+    import os
+
+    from agentcell.worker.tools import ToolError
+    from agentcell.worker.tools._files import EditFile, WriteFile
+
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "passwd").write_text("root:x:0:0\n")
+    os.link(outside / "passwd", work / "innocent.txt")  # same file, a name inside
+    ctx = ToolContext(workdir=work)
+    for tool, args in (
+        (WriteFile(), {"path": "innocent.txt", "content": "owned\n"}),
+        (EditFile(), {"path": "innocent.txt", "old_string": "root", "new_string": "owned"}),
+    ):
+        with pytest.raises(ToolError, match="has 2 hard links"):
+            await tool.execute(tool.parse_args(json.dumps(args)), ctx)
+    assert (outside / "passwd").read_text() == "root:x:0:0\n"

@@ -399,3 +399,60 @@ async def test_a_killed_fork_server_is_a_clear_result_and_is_replaced(
         assert outcome.kind is OutcomeKind.RESULT and outcome.result is not None
         assert outcome.result.text == "after"
         assert forkserver_pid() not in (None, old)
+
+
+# --- 5. a symlink swap race from a sub-agent's own bash -------------------------------
+
+_SWAPPER = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = (os.path.join(sys.argv[1], n).encode() for n in ("f.txt", "swap"))
+end = time.monotonic() + 30
+while time.monotonic() < end and not os.path.exists(sys.argv[2]):
+    libc.renameat2(-100, a, -100, b, 2)  # RENAME_EXCHANGE: f.txt <-> the link to outside
+"""
+
+
+async def test_a_swap_race_from_bash_never_reads_outside(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    (outside / "secret.txt").write_text("TOPSECRET\n")
+    (work / "f.txt").write_text("inside\n")
+    (work / "swap").symlink_to(outside / "secret.txt")
+    swapper, stop = tmp_path / "swapper.py", tmp_path / "stop"
+    swapper.write_text(_SWAPPER)
+    start_swapping = f"setsid {sys.executable} {swapper} {work} {stop} >/dev/null 2>&1 &"
+    reads = [Call("read_file", {"path": "f.txt"}) for _ in range(300)]
+    replies = iter(
+        [
+            Reply(tool_calls=[Call("bash", {"command": start_swapping})]),
+            Reply(tool_calls=reads, chunk_size=10_000),
+            Reply("done"),
+        ]
+    )
+    model_server.responder = lambda body, api: next(replies)
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-the-race")
+    orch = Orchestrator(
+        settings=Settings(model="scripted:echo", approval="allow", max_workers=2, warm_spares=1),
+        workdir=work,
+        agents=[agent("racer", "openai:test", ["bash", "read_file"], max_turns=5)],
+        load_agent_files=False,
+        run_dir=tmp_path / "run",
+    )
+    try:
+        async with orch:
+            result = await asyncio.wait_for(orch.delegate("racer", "race"), 120)
+    finally:
+        stop.write_text("")
+    assert result.status is RunStatus.COMPLETED, result
+    [transcript] = [p for p in (tmp_path / "run").rglob("*.jsonl") if p.name != "main.jsonl"]
+    text = transcript.read_text()
+    assert text.count("read_file") >= 300
+    assert "TOPSECRET" not in text
