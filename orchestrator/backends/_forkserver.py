@@ -96,6 +96,7 @@ class _Worker:
         self._timers: list[asyncio.TimerHandle] = []
         # Signs what we send and checks what decides the run (see protocol's _frame_mac);
         # in force from the moment the Start carrying it is sent.
+        self.forkserver = forkserver_pid()  # the one that forked it (it may be replaced)
         self.frame_key = new_frame_key()
         self.start_sent = False
         self.forged_frames = 0
@@ -284,7 +285,7 @@ class _Worker:
             detail = f"{self.failure.error_type}: {self.failure.message}"
             return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)  # type: ignore[arg-type]
         kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
-        if self.pool._forkserver_died():
+        if self.forkserver is not None and not proc.is_alive(self.forkserver):
             exit_text = (
                 "its fork server died (killed from outside?), and the child with it; "
                 "the pool starts a new fork server for the next runs"
@@ -663,10 +664,6 @@ class WorkerPool:
         future = self._loop.run_in_executor(self._spawner, sweep_orphans)
         self._tasks.add(future)
         future.add_done_callback(self._tasks.discard)
-
-    def _forkserver_died(self) -> bool:
-        pid = forkserver_pid()
-        return pid is not None and not proc.is_alive(pid)
 
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
