@@ -50,7 +50,16 @@ from agentcell.orchestrator.delegation import (
     task_tool_spec,
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
-from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
+from agentcell.worker import (
+    Engine,
+    Limits,
+    PermissionPolicy,
+    Redactor,
+    Session,
+    Transcript,
+    hold_secrets,
+    release_secrets,
+)
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
@@ -161,14 +170,17 @@ class Orchestrator:
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
-        if self._owns_pool:
-            await self.pool.start()
-        if self.ray is not None:
-            try:
+        # Before any child or tool starts: keys leave the environment for memory.
+        hold_secrets()
+        self._holds_secrets = True
+        try:
+            if self._owns_pool:
+                await self.pool.start()
+            if self.ray is not None:
                 await self.ray.start()
-            except BaseException:
-                await self.aclose()
-                raise
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -177,14 +189,22 @@ class Orchestrator:
     async def aclose(self) -> None:
         for handle in list(self._handles):
             handle.cancel()
-        if self.ray is not None:
-            await self.ray.close()
-        for _, kept_tool in list(self._kept_task_tools.values()):
-            await kept_tool.shutdown()
-        self._kept_task_tools.clear()
-        if self._owns_pool:
-            await self.pool.close()
-        self.bus.close()  # every events() stream ends
+        try:
+            if self.ray is not None:
+                await self.ray.close()
+            for _, kept_tool in list(self._kept_task_tools.values()):
+                await kept_tool.shutdown()
+            self._kept_task_tools.clear()
+            if self._owns_pool:
+                await self.pool.close()
+            self.bus.close()  # every events() stream ends
+        finally:
+            self._release_secrets()
+
+    def _release_secrets(self) -> None:
+        if getattr(self, "_holds_secrets", False):
+            self._holds_secrets = False
+            release_secrets()
 
     # -- the main agent ------------------------------------------------------------------
     async def check_setup(self) -> None:

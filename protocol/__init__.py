@@ -31,6 +31,7 @@ from agentcell.protocol._events import (
     TurnStarted,
     UsageUpdate,
 )
+from agentcell.protocol._frame_mac import frame_is_authentic, new_frame_key, sign_frame
 from agentcell.protocol._frames import (
     PROTOCOL_VERSION,
     AgentSpec,
@@ -48,14 +49,17 @@ from agentcell.protocol._frames import (
     Limits,
     RemoteTool,
     Result,
+    SecretDigest,
     Start,
 )
 from agentcell.protocol._messages import (
+    MAX_TOKENS,
     AssistantMessage,
     Message,
     RunResult,
     RunStatus,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -69,8 +73,12 @@ from agentcell.protocol._tcp import (
 )
 
 __all__ = [
+    "frame_is_authentic",
+    "new_frame_key",
+    "sign_frame",
     "HEADER_SIZE",
     "MAX_FRAME_BYTES",
+    "MAX_TOKENS",
     "PROTOCOL_VERSION",
     "AgentEvent",
     "AgentSpec",
@@ -100,6 +108,7 @@ __all__ = [
     "PipeChannel",
     "ProtocolError",
     "Result",
+    "SecretDigest",
     "RunFinished",
     "RunResult",
     "RunStatus",
@@ -113,6 +122,7 @@ __all__ = [
     "ToolMessage",
     "ToolStarted",
     "TurnStarted",
+    "TokenCount",
     "Usage",
     "UsageUpdate",
     "UserMessage",

@@ -36,6 +36,16 @@ class RemoteTool(msgspec.Struct, kw_only=True, frozen=True):
     concurrency_safe: bool = True
 
 
+class SecretDigest(msgspec.Struct, kw_only=True, frozen=True):
+    """A secret a child must redact but may not use: its length, first characters and a
+    salted hash; the child finds it in text without ever holding it."""
+
+    length: int
+    head: str
+    salt: bytes
+    digest: bytes
+
+
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
 
@@ -66,6 +76,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     network: bool = False  # under a sandbox: may bash's commands use the network?
     max_processes: int | None = None  # cap on the child's process tree (None: the default)
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
+    redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -88,6 +99,7 @@ class Start(msgspec.Struct, tag="start", tag_field="t", kw_only=True, omit_defau
     limits: Limits | None = None
     heartbeat_s: float = 1.0
     objects: bytes | None = None  # dill blob: custom tools/models (closures) for this run
+    frame_key: bytes = b""  # this child's key for signed frames (see _frame_mac)
 
 
 class Event(msgspec.Struct, tag="event", tag_field="t", kw_only=True):
@@ -112,6 +124,7 @@ class ApprovalReply(msgspec.Struct, tag="approval_reply", tag_field="t", kw_only
     request_id: int
     approved: bool
     reason: str = ""
+    mac: bytes = b""
 
 
 class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_only=True):
@@ -157,6 +170,7 @@ class Result(msgspec.Struct, tag="result", tag_field="t", kw_only=True):
 
     result: RunResult
     peak_rss_bytes: int = 0
+    mac: bytes = b""
 
 
 class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
@@ -165,6 +179,7 @@ class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
     error_type: str
     message: str
     traceback: str = ""
+    mac: bytes = b""
 
 
 Frame = (

@@ -7,17 +7,23 @@ them to its session and the parent can decode them without any conversion step.
 from __future__ import annotations
 
 import enum
+from typing import Annotated
 
 import msgspec
+
+#: More tokens than any run could use: a count beyond it (or below 0) is a lie, from a
+#: forged frame or a broken server, and is refused when decoded rather than summed.
+MAX_TOKENS = 10**10
+TokenCount = Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)]
 
 
 class Usage(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Token counts of one model call, or a sum of several."""
 
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    cache_read_tokens: TokenCount = 0
+    cache_write_tokens: TokenCount = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(

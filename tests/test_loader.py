@@ -392,15 +392,17 @@ def test_invalid_utf8(tmp_path: Path) -> None:
 def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = write(tmp_path / "secret.md", agent("secret"))
     write(tmp_path / "fine.md", agent("fine"))
-    real_read = Path.read_bytes
+    from agentcell.orchestrator.definitions import _loader
 
-    def read_bytes(self: Path) -> bytes:
-        if self.name == "secret.md":
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_read(self)
+    real_read = _loader._read_regular
+
+    def read_regular(path: Path) -> bytes:
+        if path.name == "secret.md":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_read(path)
 
     # chmod does not stop root (CI containers), so refuse the read itself.
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    monkeypatch.setattr(_loader, "_read_regular", read_regular)
     result = load_agents_dir(tmp_path)
     assert [d.name for d in result.definitions] == ["fine"]
     [d] = result.diagnostics

@@ -13,13 +13,20 @@ from agentcell.worker._hooks import (
     Verdict,
     describe_arguments,
 )
-from agentcell.worker._redact import SECRET_NAMES, Redactor
+from agentcell.worker._redact import Redactor, secret_digests
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
 from agentcell.worker._sandbox import parse_mode as parse_sandbox_mode
 from agentcell.worker._sandbox import probe as probe_sandbox
 from agentcell.worker._sandbox import release as release_sandbox
 from agentcell.worker._sandbox import stricter as stricter_sandbox
+from agentcell.worker._secrets import (
+    SECRET_NAMES,
+    hold_secrets,
+    known_secrets,
+    release_secrets,
+    secret,
+)
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
@@ -50,4 +57,9 @@ __all__ = [
     "release_sandbox",
     "sandbox_missing",
     "stricter_sandbox",
+    "hold_secrets",
+    "known_secrets",
+    "release_secrets",
+    "secret",
+    "secret_digests",
 ]

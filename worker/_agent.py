@@ -228,7 +228,9 @@ def _open_transcript(spec: AgentSpec) -> Transcript | None:
     if not spec.run_dir:
         return None
     transcript = Transcript(
-        Path(spec.run_dir) / f"{spec.agent_id}.jsonl", spec.agent_id, redact=Redactor.from_env()
+        Path(spec.run_dir) / f"{spec.agent_id}.jsonl",
+        spec.agent_id,
+        redact=Redactor.from_env(digests=spec.redactions),
     )
     transcript.write(
         "start",

@@ -47,6 +47,8 @@ from agentcell.protocol import (
     RunStatus,
     Start,
     StreamChannel,
+    frame_is_authentic,
+    sign_frame,
 )
 from agentcell.worker import _proc, _sandbox
 
@@ -145,6 +147,16 @@ class ChildLink:
 
     # -- incoming ---------------------------------------------------------------------
     def dispatch(self, frame: Frame) -> None:
+        key = self.start.frame_key
+        if isinstance(frame, ApprovalReply) and key and not frame_is_authentic(frame, key):
+            # Not from our parent: someone else holds a copy of this socket. Asking goes
+            # on; only the parent's own answer counts.
+            print(
+                "agentcell: an approval reply without this run's signature was ignored",
+                file=sys.stderr,
+                flush=True,
+            )
+            return
         if isinstance(frame, ApprovalReply | DelegateReply):
             future = self._pending.pop(frame.request_id, None)
             if future is not None and not future.done():
@@ -379,12 +391,15 @@ async def _serve(
             f"the parent speaks protocol v{first.protocol_version}, this child "
             f"v{PROTOCOL_VERSION}: install the same agentcell version for both",
             EXIT_PROTOCOL,
+            key=first.frame_key,
         )
     try:
         _apply_limits(first.limits)
         handler = _resolve_handler(first.handler)
     except Exception as exc:
-        return await _fail(channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc)
+        return await _fail(
+            channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc, key=first.frame_key
+        )
     return await _run(channel, first, handler)
 
 
@@ -421,12 +436,15 @@ async def _run(channel: ChildChannel, start: Start, handler: Handler) -> int:
         channel.close()
         return exc.code
     except BaseException as exc:  # MemoryError included: report it if we still can
-        return await _fail(channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc)
+        return await _fail(
+            channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc, key=start.frame_key
+        )
     finally:
         beat.cancel()
         reader.cancel()
     try:
-        await channel.send(Result(result=result, peak_rss_bytes=peak_rss_bytes()))
+        report = Result(result=result, peak_rss_bytes=peak_rss_bytes())
+        await channel.send(sign_frame(report, start.frame_key))
         await channel.aclose()  # an exiting process drops what is still buffered
     except ChannelClosed:
         return EXIT_FAILURE
@@ -460,10 +478,13 @@ async def _fail(
     message: str,
     code: int,
     exc: BaseException | None = None,
+    *,
+    key: bytes = b"",
 ) -> int:
     text = "".join(traceback.format_exception(exc)) if exc is not None else ""
+    failure = Failure(error_type=error_type, message=message, traceback=text)
     with contextlib.suppress(Exception):
-        await channel.send(Failure(error_type=error_type, message=message, traceback=text))
+        await channel.send(sign_frame(failure, key))
         await channel.aclose()
     channel.close()
     return code

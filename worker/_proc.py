@@ -15,6 +15,7 @@ import os
 import signal
 
 PR_SET_PDEATHSIG = 1
+PR_GET_DUMPABLE = 3
 PR_SET_DUMPABLE = 4
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -45,6 +46,10 @@ def set_dumpable(dumpable: bool) -> None:
     _prctl(PR_SET_DUMPABLE, 1 if dumpable else 0)
 
 
+def is_dumpable() -> bool:
+    return bool(_libc.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0))
+
+
 def raise_oom_score(adj: int) -> None:
     """Make the OOM killer prefer this process (a child) over the parent. Best effort."""
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
@@ -57,9 +62,13 @@ class ProcInfo:
     ppid: int
     sid: int
     rss: int  # bytes
+    # CPU seconds it used plus those of its children it reaped (so a tree's total counts
+    # the subshells that already exited).
+    cpu_s: float = 0.0
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def process_table() -> dict[int, ProcInfo]:
@@ -81,7 +90,10 @@ def process_table() -> dict[int, ProcInfo]:
         if fields[0] == b"Z":
             continue
         pid = int(entry)
-        table[pid] = ProcInfo(pid, int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE)
+        ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+        table[pid] = ProcInfo(
+            pid, int(fields[1]), int(fields[3]), int(fields[21]) * _PAGE, ticks / _TICK
+        )
     return table
 
 
@@ -109,6 +121,11 @@ def descendants(pid: int, table: dict[int, ProcInfo] | None = None) -> list[int]
 def tree_rss(pid: int, table: dict[int, ProcInfo]) -> int:
     """Resident memory of ``pid`` and all its descendants, in bytes."""
     return sum(table[p].rss for p in (pid, *descendants(pid, table)) if p in table)
+
+
+def tree_cpu_seconds(pid: int, table: dict[int, ProcInfo]) -> float:
+    """CPU seconds used by ``pid``'s tree: the live processes and what they reaped."""
+    return sum(table[p].cpu_s for p in (pid, *descendants(pid, table)) if p in table)
 
 
 def kill_session(

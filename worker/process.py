@@ -17,6 +17,7 @@ from agentcell.worker._proc import (
     session_members,
     set_parent_death_signal,
     signal_name,
+    tree_cpu_seconds,
     tree_rss,
 )
 
@@ -35,5 +36,6 @@ __all__ = [
     "session_members",
     "set_parent_death_signal",
     "signal_name",
+    "tree_cpu_seconds",
     "tree_rss",
 ]

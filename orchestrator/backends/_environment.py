@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from agentcell.worker import known_secrets
+
 #: Passed to every child (exact names, or prefixes ending in "*").
 ALLOWED = (
     "PATH",
@@ -70,7 +72,8 @@ def child_environment(
     bash_gets_credentials: bool = False,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """(the child's environment, its bash tool's environment) for a run on ``model``."""
-    source = os.environ if source is None else source
+    # The keys an orchestrator holds in memory (not in its environment) count as set.
+    source = {**known_secrets(), **os.environ} if source is None else source
     extra = tuple(extra)
     base = {k: v for k, v in source.items() if _allowed(k, extra)}
     provider = model.partition(":")[0]

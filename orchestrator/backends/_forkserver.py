@@ -21,12 +21,14 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
+import msgspec
 import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
+    ApprovalReply,
     ChannelClosed,
     Control,
     ControlAction,
@@ -37,6 +39,10 @@ from agentcell.protocol import (
     PipeChannel,
     ProtocolError,
     Result,
+    Start,
+    frame_is_authentic,
+    new_frame_key,
+    sign_frame,
 )
 from agentcell.worker import process as proc
 from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
@@ -86,7 +92,16 @@ class _Worker:
         self.dead = pool._loop.create_future()
         self.lease: Lease | None = None
         self.memory_limit: int | None = None  # bytes, for the whole process tree
+        self.cpu_limit: float | None = None  # CPU seconds, for the whole process tree
         self._timers: list[asyncio.TimerHandle] = []
+        # Signs what we send and checks what decides the run (see protocol's _frame_mac);
+        # in force from the moment the Start carrying it is sent.
+        self.forkserver = forkserver_pid()  # the one that forked it (it may be replaced)
+        self.frame_key = new_frame_key()
+        self.start_sent = False
+        self.forged_frames = 0
+        # We ended it after its report (a slow exit): a signal death then is ours.
+        self.ended_by_us_after_report = False
 
     # -- incoming frames (called from the event loop, once per received chunk) -----------
     def on_channel_activity(self) -> None:
@@ -117,7 +132,22 @@ class _Worker:
                 f"protocol error: idle child sent {type(frame).__name__}",
             )
             return
+        if (
+            isinstance(frame, Result | Failure)
+            and self.start_sent
+            and not frame_is_authentic(frame, self.frame_key)
+        ):
+            self.forged_frames += 1
+            log.warning(
+                "child %d: a %s frame without its signature was dropped (another process "
+                "may hold a copy of its socket)",
+                self.pid,
+                type(frame).__name__,
+            )
+            return
         if isinstance(frame, Result):
+            if self.result is not None:
+                return  # one report per run: a second one is not the child's
             self.result = frame
             self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
         elif isinstance(frame, Failure):
@@ -202,10 +232,17 @@ class _Worker:
         # Its last frames are in the socket already; read them before deciding anything.
         self.channel.read_remaining()
         self.on_channel_activity()
-        self.channel.close()
+        # Nothing more can be sent to a dead child: close the socket now, and the
+        # process's sentinel with it (not whenever the garbage collector gets to them).
+        self.channel.abort()
+        self.process.close()
         clean = self.result is not None and exit_code == 0 and self.kill_kind is None
         # A clean child reaped its own descendants (it is their subreaper): one cheap
         # signal to its group suffices. Otherwise, everything left in its session goes.
+        if not clean:
+            # Descendants that left its session (setsid, double fork) were reparented to
+            # the fork server when it died: find and end them too.
+            self.pool._sweep_orphans_soon()
         if not clean or proc.kill_group(self.pid):
             self.pool._background(self._finish_after_sweep(exit_code))
             return
@@ -223,6 +260,8 @@ class _Worker:
             self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
+        with _children_lock:
+            _known_children.discard(self.pid)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -243,6 +282,13 @@ class _Worker:
         }
         if self.kill_kind is not None:
             return ChildOutcome(kind=self.kill_kind, detail=self.kill_detail, **common)  # type: ignore[arg-type]
+        if sig is not None and not self.ended_by_us_after_report:
+            # A report followed by a death by signal is not a finished run: the report
+            # may be forged, and whatever killed the child is the news.
+            detail = exit_text
+            if result is not None or self.failure is not None:
+                detail += "; its report before dying was not accepted"
+            return ChildOutcome(kind=OutcomeKind.SIGNALED, detail=detail, **common)  # type: ignore[arg-type]
         if result is not None:
             detail = result.status.value
             return ChildOutcome(kind=OutcomeKind.RESULT, detail=detail, **common)  # type: ignore[arg-type]
@@ -250,6 +296,11 @@ class _Worker:
             detail = f"{self.failure.error_type}: {self.failure.message}"
             return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)  # type: ignore[arg-type]
         kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
+        if self.forkserver is not None and not proc.is_alive(self.forkserver):
+            exit_text = (
+                "its fork server died (killed from outside?), and the child with it; "
+                "the pool starts a new fork server for the next runs"
+            )
         return ChildOutcome(kind=kind, detail=exit_text, **common)  # type: ignore[arg-type]
 
 
@@ -307,10 +358,20 @@ class Lease:
 
     async def send(self, frame: Frame) -> None:
         """Send a frame; raises ``ChannelClosed`` if the child is gone."""
-        await self._worker.channel.send(frame)
+        await self._worker.channel.send(self._sealed(frame))
 
     def send_nowait(self, frame: Frame) -> None:
-        self._worker.channel.send_nowait(frame)
+        self._worker.channel.send_nowait(self._sealed(frame))
+
+    def _sealed(self, frame: Frame) -> Frame:
+        """The Start carries this child's frame key; approval replies are signed with it."""
+        worker = self._worker
+        if isinstance(frame, Start):
+            worker.start_sent = True
+            return msgspec.structs.replace(frame, frame_key=worker.frame_key)
+        if isinstance(frame, ApprovalReply):
+            return sign_frame(frame, worker.frame_key)
+        return frame
 
     async def recv(self) -> Frame | None:
         """The child's next frame, or None once it has ended and every frame was read."""
@@ -372,6 +433,16 @@ class Lease:
         self._worker.memory_limit = limit_bytes
         self._worker.pool._memory_watch = True
 
+    def set_cpu_limit(self, seconds: float) -> None:
+        """Kill the child when its process tree has used more than ``seconds`` of CPU.
+
+        RLIMIT_CPU counts each process alone: twelve busy subshells of one bash use
+        twelve times the limit. The watchdog sums the whole tree, the exited subshells
+        included (their time is in their parents' reaped-children counts).
+        """
+        self._worker.cpu_limit = seconds
+        self._worker.pool._memory_watch = True
+
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         """Ask the child to stop, escalating to signals if it does not within ``grace``."""
         self._worker.escalate(OutcomeKind.KILLED, reason, grace, grace)
@@ -391,6 +462,7 @@ class Lease:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
                 if not worker.dead.done():
+                    worker.ended_by_us_after_report = True
                     worker.kill_tree_off_loop()
         return await asyncio.shield(worker.dead)
 
@@ -588,15 +660,29 @@ class WorkerPool:
         watched = [
             w
             for w in self._workers.values()
-            if w.memory_limit is not None and w.state is WorkerState.BUSY
+            if (w.memory_limit is not None or w.cpu_limit is not None)
+            and w.state is WorkerState.BUSY
         ]
         if not watched:
             return
         # One scan of /proc for every watched child, off the event loop.
         table = await asyncio.to_thread(proc.process_table)
         for worker in watched:
+            if worker.state is not WorkerState.BUSY:
+                continue
+            cpu_limit = worker.cpu_limit
+            if cpu_limit is not None:
+                cpu = proc.tree_cpu_seconds(worker.pid, table)
+                if cpu > cpu_limit:
+                    worker.kill(
+                        OutcomeKind.CPU,
+                        f"CPU time limit exceeded: its processes used {cpu:.1f} CPU seconds, "
+                        f"the limit is {cpu_limit:g} (cpu_limit_s)",
+                        table,
+                    )
+                    continue
             limit = worker.memory_limit
-            if limit is None or worker.state is not WorkerState.BUSY:
+            if limit is None:
                 continue
             used = proc.tree_rss(worker.pid, table)
             worker.peak_rss = max(worker.peak_rss, used)
@@ -615,6 +701,13 @@ class WorkerPool:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _sweep_orphans_soon(self) -> None:
+        if self._spawner is None or self._closed:
+            return
+        future = self._loop.run_in_executor(self._spawner, sweep_orphans)
+        self._tasks.add(future)
+        future.add_done_callback(self._tasks.discard)
 
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
@@ -834,8 +927,35 @@ def _start_process(process: Any) -> None:
     multiprocess polls every registered child from ``Process.start``; our exit codes are
     read from the event loop instead, and two readers of one sentinel would race.
     """
-    process.start()
+    with _children_lock:  # a sweep never sees a child we started but do not know yet
+        process.start()
+        _known_children.add(process.pid)
     multiprocess.process._children.discard(process)
+
+
+#: Every live child the pools of this process started; anything else the fork server
+#: is the parent of is an orphan: a descendant of a child that died, reparented to the
+#: fork server (a subreaper) when it did. Guarded by ``_children_lock``.
+_known_children: set[int] = set()
+_children_lock = threading.Lock()
+
+
+def sweep_orphans() -> list[int]:
+    """Kill every orphan under the fork server (and its descendants); returns the pids.
+
+    This tracks a sub-agent's tree without relying on sessions: while a child lives it is
+    the subreaper of everything it starts, and when it dies what is left moves here.
+    """
+    fs = forkserver_pid()
+    if fs is None:
+        return []
+    with _children_lock:
+        table = proc.process_table()
+        orphans = [i.pid for i in table.values() if i.ppid == fs and i.pid not in _known_children]
+        killed: list[int] = []
+        for pid in orphans:
+            killed.extend(proc.kill_tree(pid, signal.SIGKILL, table))
+    return killed
 
 
 def forkserver_pid() -> int | None:

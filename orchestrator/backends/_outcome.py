@@ -21,6 +21,7 @@ class OutcomeKind(enum.StrEnum):
     HEARTBEAT = "heartbeat"  # it stopped sending heartbeats: we killed it
     DEADLINE = "deadline"  # its deadline passed: cancel, then SIGTERM, then SIGKILL
     MEMORY = "memory"  # its process tree went over its memory limit: we killed it
+    CPU = "cpu"  # its process tree used more CPU time than its limit: we killed it
     KILLED = "killed"  # the caller or pool shutdown killed it
 
 

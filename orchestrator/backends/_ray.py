@@ -28,10 +28,12 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
+    ApprovalReply,
     ChannelClosed,
     Control,
     ControlAction,
@@ -41,8 +43,12 @@ from agentcell.protocol import (
     Hello,
     ProtocolError,
     Result,
+    Start,
     StreamChannel,
     TcpListener,
+    frame_is_authentic,
+    new_frame_key,
+    sign_frame,
 )
 
 log = logging.getLogger("agentcell.ray")
@@ -101,6 +107,8 @@ class _RemoteWorker:
         self.dead: asyncio.Future[ChildOutcome] = loop.create_future()
         self.channel_ended = asyncio.Event()
         self.timers: list[asyncio.TimerHandle] = []
+        self.frame_key = new_frame_key()  # as for a local child: results must be signed
+        self.start_sent = False
 
     @property
     def pid(self) -> int:
@@ -148,7 +156,16 @@ class _RemoteWorker:
                 if not self.ready.done():
                     self.ready.set_result(None)
             return
+        if (
+            isinstance(frame, Result | Failure)
+            and self.start_sent
+            and not frame_is_authentic(frame, self.frame_key)
+        ):
+            log.warning("remote sub-agent %s: an unsigned %s was dropped", self.run_id, frame)
+            return
         if isinstance(frame, Result):
+            if self.result is not None:
+                return  # the first result counts
             self.result = frame
             self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
         elif isinstance(frame, Failure):
@@ -295,13 +312,23 @@ class RemoteLease:
         channel = self._worker.channel
         if channel is None:
             raise ChannelClosed("the remote sub-agent is not connected")
-        await channel.send(frame)
+        await channel.send(self._sealed(frame))
 
     def send_nowait(self, frame: Frame) -> None:
         channel = self._worker.channel
         if channel is None:
             raise ChannelClosed("the remote sub-agent is not connected")
-        channel.send_nowait(frame)
+        channel.send_nowait(self._sealed(frame))
+
+    def _sealed(self, frame: Frame) -> Frame:
+        """The Start carries this sub-agent's frame key; approval replies are signed."""
+        worker = self._worker
+        if isinstance(frame, Start):
+            worker.start_sent = True
+            return msgspec.structs.replace(frame, frame_key=worker.frame_key)
+        if isinstance(frame, ApprovalReply):
+            return sign_frame(frame, worker.frame_key)
+        return frame
 
     async def recv(self) -> Frame | None:
         while not self._frames:
@@ -332,6 +359,10 @@ class RemoteLease:
     def set_memory_limit(self, limit_bytes: int) -> None:
         """Remote children apply RLIMIT_AS to themselves (from ``Start.limits``); the
         tree-wide watchdog of the local pool does not reach other machines."""
+
+    def set_cpu_limit(self, seconds: float) -> None:
+        """Remote children apply RLIMIT_CPU to themselves; the tree-wide CPU watchdog of
+        the local pool does not reach other machines."""
 
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         self._worker.escalate(OutcomeKind.KILLED, reason, 2 * grace)

@@ -13,10 +13,10 @@ class Price(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: float = Field(ge=0)
-    output: float = Field(ge=0)
-    cache_read: float = Field(default=0.0, ge=0)
-    cache_write: float = Field(default=0.0, ge=0)
+    input: float = Field(ge=0, le=1e6)
+    output: float = Field(ge=0, le=1e6)
+    cache_read: float = Field(default=0.0, ge=0, le=1e6)
+    cache_write: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class Budgets(BaseModel):
@@ -24,9 +24,9 @@ class Budgets(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_turns: int | None = Field(default=None, ge=1)
-    max_subagents: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1, le=10**12)
+    max_turns: int | None = Field(default=None, ge=1, le=10**6)
+    max_subagents: int | None = Field(default=None, ge=0, le=10**6)
 
 
 DEFAULT_ALIASES = {
@@ -64,21 +64,24 @@ class Settings(BaseModel):
     model: str | None = None  # the main agent's model; sub-agents inherit it by default
     aliases: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALIASES))
     model_options: dict[str, dict[str, object]] = Field(default_factory=dict)  # per provider
-    max_workers: int = Field(default=16, ge=1)
-    warm_spares: int = Field(default=2, ge=0)
+    max_workers: int = Field(default=16, ge=1, le=4096)
+    warm_spares: int = Field(default=2, ge=0, le=256)
     approval: ApprovalMode = "ask"
     permission_mode: str = "default"
     allow_rules: list[str] = Field(default_factory=list)
     deny_rules: list[str] = Field(default_factory=list)
     ask_rules: list[str] = Field(default_factory=list)
-    max_depth: int = Field(default=1, ge=1)
-    max_turns: int = Field(default=50, ge=1)  # main agent
-    subagent_max_turns: int = Field(default=50, ge=1)  # when a definition sets none
-    subagent_timeout_s: float | None = Field(default=None, gt=0)
+    max_depth: int = Field(default=1, ge=1, le=16)
+    max_turns: int = Field(default=50, ge=1, le=100_000)  # main agent
+    # subagent_max_turns and subagent_timeout_s are the default for a definition that
+    # sets none, and the cap for one that sets more (an agent file cannot outrun the
+    # operator). None for the timeout: no wall-clock limit at all (explicit opt-out).
+    subagent_max_turns: int = Field(default=50, ge=1, le=100_000)
+    subagent_timeout_s: float | None = Field(default=1800.0, ge=0.01, le=7 * 24 * 3600)
     # After a sub-agent's own timeout the parent waits this long for its report, then kills.
-    timeout_grace_s: float = Field(default=5.0, ge=0)
-    heartbeat_timeout_s: float = Field(default=60.0, gt=0)
-    background_wait_s: float = Field(default=600.0, ge=0)
+    timeout_grace_s: float = Field(default=5.0, ge=0, le=600)
+    heartbeat_timeout_s: float = Field(default=60.0, ge=0.5, le=24 * 3600)
+    background_wait_s: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
     backend: BackendName = "local"  # where sub-agents run: this machine, or a Ray cluster

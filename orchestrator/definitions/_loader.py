@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 import textwrap
 from pathlib import Path
 from typing import Any, Literal
@@ -116,10 +117,16 @@ def field_for_key(key: str) -> str | None:
     return snake if snake in _SETTABLE else None
 
 
+#: An agent file is a page of text; anything far larger is a mistake or an attack.
+MAX_AGENT_FILE_BYTES = 1024 * 1024
+
+
 def load_agent_file(path: Path) -> LoadResult:
     """Read one file; never raises for anything about the file itself."""
     try:
-        data = path.read_bytes()
+        data = _read_regular(path)
+    except _NotReadable as exc:
+        return _skipped(path, str(exc))
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         return _skipped(path, f"cannot read the file ({reason}): check that it is a readable file")
@@ -171,6 +178,47 @@ def load_agents_dir(directory: Path) -> LoadResult:
         result.definitions.extend(loaded.definitions)
         result.diagnostics.extend(loaded.diagnostics)
     return result
+
+
+class _NotReadable(Exception):
+    """A file that is not one to read: a FIFO, a device, a socket, a huge file."""
+
+
+def _read_regular(path: Path) -> bytes:
+    # O_NONBLOCK: opening a FIFO nobody writes to would otherwise block for ever; the
+    # fstat then tells what was opened (no race between a check and the open).
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _NotReadable("not a regular file (a FIFO, device or socket): remove it")
+        if info.st_size > MAX_AGENT_FILE_BYTES:
+            raise _NotReadable(
+                f"too large ({info.st_size} bytes; agent files are limited to "
+                f"{MAX_AGENT_FILE_BYTES} bytes): shorten it"
+            )
+        data = f.read(MAX_AGENT_FILE_BYTES + 1)
+    if len(data) > MAX_AGENT_FILE_BYTES:  # it grew while we read it
+        raise _NotReadable(f"too large (agent files are limited to {MAX_AGENT_FILE_BYTES} bytes)")
+    return data
+
+
+def _refuse_aliases(text: str) -> None:
+    """Aliases expand: nine nested ones make a billion-item value from a few lines.
+
+    Agent files have no use for them, so any alias (or anchor) refuses the file. The
+    scan reads tokens only (linear in the text), before anything is built.
+    """
+    try:
+        for token in yaml.scan(text, Loader=_SafeLoader):
+            if isinstance(token, yaml.AliasToken | yaml.AnchorToken):
+                sigil = "&" if isinstance(token, yaml.AnchorToken) else "*"
+                raise _Skip(
+                    f"frontmatter uses a YAML alias or anchor ({sigil}{token.value}): "
+                    "agent files may not use them; write the value out"
+                )
+    except yaml.YAMLError:
+        return  # not YAML at all: the parsers below say so
 
 
 def _skipped(path: Path, message: str) -> LoadResult:
@@ -229,6 +277,7 @@ def _closes(line: str) -> bool:
 
 def _parse_frontmatter(text: str, first_line: int) -> tuple[dict[Any, Any], list[str]]:
     """The frontmatter mapping, and notes (the tolerant parser was needed)."""
+    _refuse_aliases(text)
     try:
         data = yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
@@ -317,6 +366,7 @@ def _as_prose(lines: list[str]) -> str:
 
 
 def _yaml_or_none(text: str) -> Any:
+    _refuse_aliases(text)
     try:
         return yaml.load(text, Loader=_SafeLoader)  # noqa: S506 - a safe loader
     except yaml.YAMLError:

@@ -128,6 +128,25 @@ def resolve_model_alias(model: str, *, parent_model: str, aliases: Mapping[str, 
     return resolved
 
 
+#: The largest value each numeric field accepts: beyond these a number is a typo or an
+#: attack (a 10^23 MiB memory limit is no limit at all), never a real setting.
+FIELD_MAXIMA: dict[str, int] = {
+    "max_turns": 100_000,
+    "timeout_s": 7 * 24 * 3600,
+    "max_depth": 16,
+    "memory_limit_mb": 1024 * 1024,  # 1 TiB
+    "cpu_limit_s": 7 * 24 * 3600,
+    "max_tool_calls": 1_000_000,
+    "max_tool_output_bytes": 8 * 1024 * 1024,  # a tool result crosses a 16 MiB frame
+}
+
+
+def _at_most(value: float | None, field: str) -> None:
+    maximum = FIELD_MAXIMA[field]
+    if value is not None and value > maximum:
+        raise ValueError(f"must be at most {maximum}, got {value!r}")
+
+
 def _whole(value: object, minimum: int) -> int | None:
     """An int ≥ minimum from an int, an integral float, or a string of digits."""
     if value is None:
@@ -322,13 +341,17 @@ class AgentDefinition(BaseModel):
         mode="before",
     )
     @classmethod
-    def _at_least_one(cls, value: object) -> int | None:
-        return _whole(value, 1)
+    def _at_least_one(cls, value: object, info: ValidationInfo) -> int | None:
+        number = _whole(value, 1)
+        _at_most(number, info.field_name or "")
+        return number
 
     @field_validator("max_depth", mode="before")
     @classmethod
     def _depth(cls, value: object) -> int | None:
-        return _whole(value, 0)
+        number = _whole(value, 0)
+        _at_most(number, "max_depth")
+        return number
 
     @field_validator("background", mode="before")
     @classmethod
@@ -373,6 +396,7 @@ class AgentDefinition(BaseModel):
                 seconds = None
         if seconds is None or not math.isfinite(seconds) or seconds <= 0:
             raise ValueError(f"must be a number of seconds > 0, got {value!r}")
+        _at_most(seconds, "timeout_s")
         return seconds
 
     @field_validator("context", mode="before")

@@ -76,7 +76,13 @@ from agentcell.protocol import (
     UsageUpdate,
     encode_frame,
 )
-from agentcell.worker import PermissionMode, release_sandbox, stricter_sandbox
+from agentcell.worker import (
+    PermissionMode,
+    known_secrets,
+    release_sandbox,
+    secret_digests,
+    stricter_sandbox,
+)
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
 
@@ -313,6 +319,8 @@ class Runner:
             handle.attach(lease)
             if limits.address_space_bytes is not None:
                 lease.set_memory_limit(limits.address_space_bytes)
+            if limits.cpu_seconds is not None:
+                lease.set_cpu_limit(limits.cpu_seconds)
             if spec.timeout_s is not None:
                 # The child's engine stops itself at the timeout and reports; the parent's
                 # deadline, a little later, is the backstop for a child that cannot.
@@ -466,7 +474,10 @@ class Runner:
     ) -> tuple[AgentSpec, Limits, str]:
         settings = self.settings
         model = self._narrow_model(definition, request, scope)
-        max_turns = definition.max_turns or settings.subagent_max_turns
+        # The operator's subagent_* settings are caps as well as defaults.
+        max_turns = min(
+            definition.max_turns or settings.subagent_max_turns, settings.subagent_max_turns
+        )
         if request.max_turns is not None:
             if request.max_turns > max_turns:
                 raise ValueError(
@@ -516,7 +527,7 @@ class Runner:
             model=model,
             model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
             max_turns=max_turns,
-            timeout_s=definition.timeout_s or settings.subagent_timeout_s,
+            timeout_s=_capped(definition.timeout_s, settings.subagent_timeout_s),
             permission_mode=mode,
             allow_rules=list(settings.allow_rules),
             deny_rules=list(settings.deny_rules),
@@ -532,6 +543,8 @@ class Runner:
             network=settings.network if definition.network is None else definition.network,
             max_processes=definition.max_processes or settings.max_processes,
             read_paths=list(settings.sandbox_read),
+            # The keys it does not get, so that it can still redact them from its records.
+            redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -819,9 +832,16 @@ def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:
     task.add_done_callback(tasks.discard)
 
 
+def _capped(value: float | None, cap: float | None) -> float | None:
+    """A definition's value, never above the operator's cap (the cap when it sets none)."""
+    if value is None or cap is None:
+        return value if cap is None else cap
+    return min(value, cap)
+
+
 def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
     """The message naming the limit a child went over, if that is how it ended."""
-    if outcome.kind is OutcomeKind.MEMORY:
+    if outcome.kind in (OutcomeKind.MEMORY, OutcomeKind.CPU):
         return outcome.detail
     memory = limits.address_space_bytes
     failure = outcome.failure

@@ -16,6 +16,7 @@ from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -28,7 +29,7 @@ from agentcell.worker.models._base import (
     StopReason,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import Retry
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -61,10 +62,10 @@ _ERRORS = {
 
 
 class _Usage(msgspec.Struct, gc=False):
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
+    input_tokens: TokenCount | None = None
+    output_tokens: TokenCount | None = None
+    cache_read_input_tokens: TokenCount | None = None
+    cache_creation_input_tokens: TokenCount | None = None
 
 
 class _Message(msgspec.Struct, gc=False):
@@ -333,6 +334,8 @@ class AnthropicModel(HttpChatModel):
         timeout: float = 600,
         retry_base_delay: float = 0.5,
         max_connections: int = 4,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(
             model_name,
@@ -342,6 +345,8 @@ class AnthropicModel(HttpChatModel):
             timeout=timeout,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         self._max_tokens = max_tokens
 

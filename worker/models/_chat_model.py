@@ -8,8 +8,9 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
+from agentcell.worker._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
-from agentcell.worker.models._http import SSEClient
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
 
 
 class HttpChatModel:
@@ -29,6 +30,8 @@ class HttpChatModel:
         timeout: float,
         retry_base_delay: float,
         max_connections: int,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         if not model_name:
             raise ModelError(ModelErrorKind.CONFIG, f"{self.provider}: the model name is empty")
@@ -37,7 +40,7 @@ class HttpChatModel:
         base = (base_url or os.environ.get(self.base_env) or self.official_url).rstrip("/")
         self.base_url = base
         self._official = base == self.official_url
-        self._api_key = api_key if api_key is not None else os.environ.get(self.key_env)
+        self._api_key = api_key if api_key is not None else secret(self.key_env)
         self._url = f"{base}{self.endpoint}"
         self._http = SSEClient(
             provider=self.provider,
@@ -49,6 +52,8 @@ class HttpChatModel:
             max_retries=max_retries,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self._headers_for(self._api_key))

@@ -24,7 +24,8 @@ import socket
 import ssl
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Mapping
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 import httpx
@@ -49,6 +50,10 @@ _MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After fails at once: waiting is poin
 _MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read to find the server's message
 _MAX_LINE = 4 * 1024 * 1024  # an SSE line longer than this is not an event stream
 _HEAD_BYTES = 200  # bytes kept from the start of a body for error messages
+MAX_EVENT_BYTES = 16 * 1024 * 1024  # one event's data, all its lines together
+MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # one answer's body, after decompression
+DEFAULT_DEADLINE_S = 600.0  # one model request, start to end, whatever trickles in
+_INFLATE_STEP = 64 * 1024  # decompressed bytes produced per step (a bomb stays bounded)
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -197,14 +202,18 @@ class SSEDecoder:
     ignored, as are events without data.
     """
 
-    __slots__ = ("_cr", "_data", "_event", "_tail", "head")
+    __slots__ = ("_cr", "_data", "_data_size", "_event", "_tail", "head", "max_event_bytes")
 
-    def __init__(self) -> None:
-        self._tail = b""  # an incomplete line carried to the next chunk
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        # Every buffer grows by appending (linear in what arrives, however it is split):
+        # an incomplete line, and the data lines of the event being read.
+        self._tail = bytearray()
         self._event = b""
-        self._data: bytes | None = None
+        self._data: list[bytes] | None = None
+        self._data_size = 0
         self._cr = False  # the last chunk ended in \r: a leading \n is its \r\n's end
         self.head = b""  # the first bytes of the body, quoted in error messages
+        self.max_event_bytes = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[tuple[bytes, bytes]]:
         if self._cr:
@@ -215,39 +224,120 @@ class SSEDecoder:
             return []
         if len(self.head) < _HEAD_BYTES:
             self.head += chunk[: _HEAD_BYTES - len(self.head)]
-        buf = self._tail + chunk if self._tail else chunk
+        if b"\n" not in chunk and b"\r" not in chunk:  # the middle of a long line
+            self._tail += chunk
+            self._check_line()
+            return []
+        if self._tail:
+            self._tail += chunk
+            buf = bytes(self._tail)
+            self._tail.clear()
+        else:
+            buf = chunk
         lines = buf.splitlines()
         last = buf[-1]
         if last in (10, 13):  # \n or \r: every line is complete
-            self._tail = b""
             self._cr = last == 13
         else:
-            self._tail = lines.pop()
-            if len(self._tail) > _MAX_LINE:
-                raise ModelError(
-                    ModelErrorKind.PROTOCOL,
-                    f"the server sent a line of more than {_MAX_LINE} bytes: not an event stream",
-                )
+            self._tail += lines.pop()
+            self._check_line()
         events: list[tuple[bytes, bytes]] = []
         for line in lines:
             if not line:
                 if self._data is not None:
-                    events.append((self._event, self._data))
+                    events.append((self._event, b"\n".join(self._data)))
                     self._data = None
+                    self._data_size = 0
                 self._event = b""
             elif line.startswith(b"data:"):
                 value = line[6:] if line[5:6] == b" " else line[5:]
-                self._data = value if self._data is None else self._data + b"\n" + value
+                if self._data is None:
+                    self._data = []
+                self._data.append(value)
+                self._data_size += len(value) + 1
+                if self._data_size > self.max_event_bytes:
+                    raise ModelError(
+                        ModelErrorKind.PROTOCOL,
+                        f"the server sent an event of more than {self.max_event_bytes} bytes "
+                        "(the limit of one event): not a sane event stream",
+                    )
             elif line.startswith(b"event:"):
                 self._event = line[6:].strip()
         return events
+
+    def _check_line(self) -> None:
+        if len(self._tail) > _MAX_LINE:
+            raise ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"the server sent a line of more than {_MAX_LINE} bytes: not an event stream",
+            )
 
     def close(self) -> list[tuple[bytes, bytes]]:
         """Events left at the end of the body: a last event missing its blank line."""
         if self._data is None:
             return []
-        data, self._data = self._data, None
+        data, self._data = b"\n".join(self._data), None
         return [(self._event, data)]
+
+
+class _Inflater:
+    """The body's bytes, decompressed in bounded steps (we ask for identity; a server or
+    proxy may compress anyway). httpx would inflate a whole chunk at once: a gzip bomb's
+    64 KiB chunk becomes gigabytes in one call that blocks the event loop."""
+
+    def __init__(self, encoding: str, provider: str) -> None:
+        encoding = encoding.strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            self._z: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif encoding == "deflate":
+            self._z = zlib.decompressobj()
+        elif encoding in ("", "identity"):
+            self._z = None
+        else:
+            raise ModelError(
+                ModelErrorKind.PROTOCOL,
+                f"{provider}: the server compressed the stream with {encoding!r}, which is "
+                "not supported (agentcell asks for identity)",
+            )
+
+    def pieces(self, raw: bytes) -> Iterator[bytes]:
+        if self._z is None:
+            yield raw
+            return
+        data = raw
+        while data:
+            out = self._z.decompress(data, _INFLATE_STEP)
+            if out:
+                yield out
+            data = self._z.unconsumed_tail
+
+
+class _DeadlinePassed(Exception):
+    """The request's total deadline passed (bytes may still have been trickling in)."""
+
+
+async def aiter_until(chunks: AsyncIterator[bytes], deadline: float) -> AsyncIterator[bytes]:
+    """``chunks`` until the loop time ``deadline``; then ``_DeadlinePassed``.
+
+    The idle timeout resets on every byte: a server sending one byte a second would
+    otherwise hold a request (and its sub-agent) for ever.
+    """
+    loop = asyncio.get_running_loop()
+    iterator = aiter(chunks)
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            raise _DeadlinePassed
+        try:
+            async with asyncio.timeout(remaining):
+                chunk = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if loop.time() >= deadline:
+                raise _DeadlinePassed from None
+            raise
+        yield chunk
 
 
 class StreamHandler(Protocol):
@@ -365,6 +455,8 @@ class SSEClient:
         max_retries: int,
         retry_base_delay: float,
         max_connections: int = 4,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         if max_retries < 0 or timeout <= 0 or retry_base_delay < 0 or max_connections < 1:
             raise ModelError(
@@ -381,6 +473,14 @@ class SSEClient:
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
         self.max_connections = max_connections
+        if deadline <= 0 or max_response_bytes < 1:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"{provider}: invalid options: deadline={deadline}, "
+                f"max_response_bytes={max_response_bytes}",
+            )
+        self.deadline = deadline
+        self.max_response_bytes = max_response_bytes
         self._client: httpx.AsyncClient | None = None
         self._pid = 0
         self._closed = False
@@ -428,7 +528,14 @@ class SSEClient:
         body = prepare()
         client = self.client
         attempt = 0
+        started = asyncio.get_running_loop().time()  # the deadline covers every attempt
         while True:
+            if asyncio.get_running_loop().time() >= started + self.deadline:
+                raise ModelError(
+                    ModelErrorKind.TIMEOUT,
+                    f"{self.provider}: the request to {self.base_url} did not finish within "
+                    f"its {self.deadline:g} s deadline (the 'deadline' model option)",
+                )
             handler = new_handler()
             streamed = False
             try:
@@ -439,16 +546,22 @@ class SSEClient:
                     if ctype and not ctype.startswith("text/event-stream"):
                         raise await self._not_a_stream(resp, ctype)
                     decoder = SSEDecoder()
-                    # we ask for identity encoding: then the raw bytes skip httpx's
-                    # decoder layers, a measurable share of the per-event cost
-                    encoding = resp.headers.get("content-encoding", "identity")
-                    chunks = resp.aiter_raw() if encoding == "identity" else resp.aiter_bytes()
-                    async for chunk in chunks:
-                        for event, data in decoder.feed(chunk):
-                            text = handler.feed(event, data)
-                            if text:
-                                streamed = True
-                                yield TextPart(text=text)
+                    # raw bytes, inflated here in bounded steps if the server compressed
+                    # them anyway (and we skip httpx's decoder layers: a measurable share
+                    # of the per-event cost)
+                    inflater = _Inflater(resp.headers.get("content-encoding", ""), self.provider)
+                    received = 0
+                    chunks = aiter_until(resp.aiter_raw(), started + self.deadline)
+                    async for raw in chunks:
+                        for chunk in inflater.pieces(raw):
+                            received += len(chunk)
+                            if received > self.max_response_bytes:
+                                raise self._too_large()
+                            for event, data in decoder.feed(chunk):
+                                text = handler.feed(event, data)
+                                if text:
+                                    streamed = True
+                                    yield TextPart(text=text)
                     for event, data in decoder.close():
                         text = handler.feed(event, data)
                         if text:
@@ -459,6 +572,12 @@ class SSEClient:
                     raise self._incomplete(handler, decoder, ctype)
             except Retry as exc:
                 failure = exc
+            except _DeadlinePassed:
+                raise ModelError(
+                    ModelErrorKind.TIMEOUT,
+                    f"{self.provider}: the request to {self.base_url} did not finish within "
+                    f"its {self.deadline:g} s deadline (the 'deadline' model option)",
+                ) from None
             except httpx.HTTPError as exc:
                 failure = self._transport_failure(exc)
             else:
@@ -482,6 +601,13 @@ class SSEClient:
                 delay = backoff_delay(attempt, self.retry_base_delay)
             attempt += 1
             await sleep(delay)
+
+    def _too_large(self) -> ModelError:
+        return ModelError(
+            ModelErrorKind.PROTOCOL,
+            f"{self.provider}: the answer from {self.base_url} passed "
+            f"{self.max_response_bytes} bytes (the max_response_bytes model option)",
+        )
 
     # -- classifying failures -------------------------------------------------------
 

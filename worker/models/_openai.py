@@ -16,6 +16,7 @@ from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
+    TokenCount,
     ToolCall,
     ToolMessage,
     Usage,
@@ -28,7 +29,7 @@ from agentcell.worker.models._base import (
     StopReason,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import Retry
+from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 
@@ -71,12 +72,12 @@ class _Choice(msgspec.Struct, gc=False):
 
 
 class _PromptDetails(msgspec.Struct, gc=False):
-    cached_tokens: int | None = None
+    cached_tokens: TokenCount | None = None
 
 
 class _Usage(msgspec.Struct, gc=False):
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    prompt_tokens: TokenCount | None = None
+    completion_tokens: TokenCount | None = None
     prompt_tokens_details: _PromptDetails | None = None
 
 
@@ -315,6 +316,8 @@ class OpenAIChatModel(HttpChatModel):
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         stream_usage: bool = True,
         max_connections: int = 4,
+        deadline: float = DEFAULT_DEADLINE_S,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
     ) -> None:
         super().__init__(
             model_name,
@@ -324,6 +327,8 @@ class OpenAIChatModel(HttpChatModel):
             timeout=timeout,
             retry_base_delay=retry_base_delay,
             max_connections=max_connections,
+            deadline=deadline,
+            max_response_bytes=max_response_bytes,
         )
         self._max_field = max_tokens_field or (
             "max_completion_tokens" if self._official else "max_tokens"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import dataclasses
+import hashlib
 import inspect
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
@@ -265,7 +267,7 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     if ctx.run_dir is not None:
         out_dir = ctx.run_dir / "tool-outputs"
         out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"{ctx.agent_id}-{ctx.call_id or 'output'}.txt"
+        path = out_dir / f"{safe_name_part(ctx.agent_id)}-{safe_name_part(ctx.call_id)}.txt"
         path.write_text(text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
@@ -273,6 +275,22 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
         f"{head}\n\n[... {omitted} characters omitted (tool outputs are limited to {limit} "
         f"characters){where} ...]\n\n{tail}"
     )
+
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def safe_name_part(text: str) -> str:
+    """``text`` as one file-name part: itself when it is short and plain, else a digest.
+
+    Tool-call ids are chosen by the model (a hostile server picks ``x/../../tmp/f``);
+    none may become a path part as it is. Ids that are not plain get their safe
+    characters plus a digest of the whole, so two ids never share a file.
+    """
+    if _SAFE_NAME.fullmatch(text):
+        return text
+    plain = re.sub(r"[^A-Za-z0-9_-]", "", text)[:32] or "output"
+    return f"{plain}-{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
 def _relative_or_absolute(path: Path, base: Path) -> str:

@@ -8,6 +8,7 @@ event loop (heartbeats, other tool calls, cancellation) keeps turning.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import re
 import stat
@@ -15,11 +16,18 @@ import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, BinaryIO, TypeVar
 
 import msgspec
 from agentcell.worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
-from agentcell.worker.tools._paths import real_root, relative_to_root, resolve_inside, walk_files
+from agentcell.worker.tools._paths import (
+    open_beneath,
+    real_root,
+    refuse_hard_links,
+    relative_to_root,
+    resolve_inside,
+    walk_files,
+)
 from msgspec import Meta
 
 #: read_file cuts a line longer than this (minified code would otherwise flood the output).
@@ -69,6 +77,34 @@ def _require_regular(st: os.stat_result, shown: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         # A FIFO or device would block or never end: refuse rather than hang.
         raise ToolError(f"{shown} is not a regular file (it is a device, FIFO or socket)")
+
+
+def _open_beneath(workdir: Path, path: Path, shown: str, *, write: bool) -> BinaryIO:
+    """``path`` (from ``resolve_inside``) opened beneath the working directory: a symlink
+    swapped in since the check is refused, never followed. Writes refuse hard links and
+    truncate only once the file is known to be one to write."""
+    flags = (os.O_WRONLY | os.O_CREAT) if write else os.O_RDONLY
+    try:
+        # O_NONBLOCK: a FIFO swapped in opens at once (and is refused below), not never.
+        fd = open_beneath(real_root(workdir), str(path), flags | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EXDEV):
+            raise ToolError(
+                f"cannot open {shown}: a symlink or '..' appeared in its path after it was "
+                "checked (something is changing it); file tools do not follow it"
+            ) from None
+        raise ToolError(f"cannot {'write' if write else 'read'} {shown}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        _require_regular(st, shown)
+        if write:
+            refuse_hard_links(st, shown)
+            os.ftruncate(fd, 0)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "wb" if write else "rb")
 
 
 def _looks_binary(head: bytes) -> bool:
@@ -126,7 +162,7 @@ def _read_numbered(workdir: Path, shown: str, offset: int, limit: int) -> str:
     last_wanted = offset + limit - 1
     out: list[str] = []
     try:
-        with open(path, "rb") as f:
+        with _open_beneath(workdir, path, shown, write=False) as f:
             if _looks_binary(f.read(BINARY_SNIFF_BYTES)):
                 raise ToolError(
                     f"{shown} looks like a binary file (it contains NUL bytes); "
@@ -200,6 +236,7 @@ def _write(workdir: Path, shown: str, data: bytes) -> str:
         raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
     if st is not None:
         _require_regular(st, shown)
+        refuse_hard_links(st, shown)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
@@ -209,7 +246,7 @@ def _write(workdir: Path, shown: str, data: bytes) -> str:
     except OSError as exc:
         raise ToolError(f"cannot create the directory for {shown}: {exc.strerror}") from None
     try:
-        with open(path, "wb") as f:
+        with _open_beneath(workdir, path, shown, write=True) as f:
             f.write(data)
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
@@ -265,8 +302,10 @@ def _edit(workdir: Path, shown: str, old: str, new: str, replace_all: bool) -> s
     path = resolve_inside(workdir, shown)
     st = _stat(path, shown, missing_hint=" (use write_file to create a file)")
     _require_regular(st, shown)
+    refuse_hard_links(st, shown)
     try:
-        data = path.read_bytes()
+        with _open_beneath(workdir, path, shown, write=False) as f:
+            data = f.read()
     except OSError as exc:
         raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
     try:
@@ -293,7 +332,7 @@ def _edit(workdir: Path, shown: str, old: str, new: str, replace_all: bool) -> s
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     try:
-        with open(path, "wb") as f:
+        with _open_beneath(workdir, path, shown, write=True) as f:
             f.write(updated.encode("utf-8"))
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror}") from None

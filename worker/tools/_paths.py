@@ -5,12 +5,17 @@ or directory component, including the ``/proc/self/...`` magic links) before it 
 checked, so a link inside the working directory that points elsewhere is refused like
 the outside path itself. Directory walks (glob, grep) skip such links instead.
 
-This guards against mistakes and injected instructions, not against an adversary: the
-check and the later open are two steps, and ``bash`` is not confined at all.
+The check names the file; the open is then done beneath the working directory with
+``open_beneath`` (``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS``), so a
+symlink swapped in between the two (a ``bash`` job racing the tool) is refused rather
+than followed. Writes refuse files with more than one hard link. ``bash`` itself is
+not confined here at all (that is the sandbox's work).
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import stat
 import threading
@@ -117,3 +122,84 @@ def walk_files(
             full = os.path.join(dirpath, name)
             if _regular_inside(root, full):
                 yield full
+
+
+# --- opening beneath the working directory, atomically -------------------------------
+
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture (generic syscall table)
+_RESOLVE_NO_MAGICLINKS = 0x02
+_RESOLVE_NO_SYMLINKS = 0x04
+_RESOLVE_BENEATH = 0x08
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_openat2_missing = False
+
+
+def open_beneath(root: str, resolved: str, flags: int, mode: int = 0o644) -> int:
+    """Open ``resolved`` (a fully resolved path under ``root``) so that no symlink and no
+    ``..`` can take the open outside ``root``, whatever changes between check and open.
+
+    ``openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`` from a descriptor of ``root``;
+    where the kernel lacks it, a walk from that descriptor, one ``O_NOFOLLOW`` component
+    at a time. A symlink swapped in after ``resolve_inside`` looked is refused (ELOOP).
+    """
+    global _openat2_missing
+    rel = os.path.relpath(resolved, root)
+    flags |= os.O_CLOEXEC | os.O_NOCTTY
+    dirfd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if not _openat2_missing:
+            how = _OpenHow(
+                flags,
+                mode if flags & os.O_CREAT else 0,  # openat2 refuses a mode it would not use
+                _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS,
+            )
+            fd = _libc.syscall(
+                _SYS_OPENAT2, dirfd, rel.encode(), ctypes.byref(how), ctypes.sizeof(how)
+            )
+            if fd >= 0:
+                return int(fd)
+            err = ctypes.get_errno()
+            if err not in (errno.ENOSYS, errno.EPERM):  # EPERM: a seccomp filter said no
+                raise OSError(err, os.strerror(err), resolved)
+            _openat2_missing = True
+        return _open_walking(dirfd, rel, flags, mode, resolved)
+    finally:
+        os.close(dirfd)
+
+
+def _open_walking(dirfd: int, rel: str, flags: int, mode: int, shown: str) -> int:
+    parts = [p for p in rel.split(os.sep) if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        raise OSError(errno.EXDEV, "path leaves the working directory", shown)
+    current = os.dup(dirfd)
+    try:
+        for part in parts[:-1]:
+            try:
+                nxt = os.open(part, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=current)
+            except NotADirectoryError:
+                if stat.S_ISLNK(os.stat(part, dir_fd=current, follow_symlinks=False).st_mode):
+                    raise OSError(errno.ELOOP, "a symlink in the path", shown) from None
+                raise
+            os.close(current)
+            current = nxt
+        last = parts[-1] if parts else "."
+        return os.open(last, flags | os.O_NOFOLLOW, mode, dir_fd=current)
+    finally:
+        os.close(current)
+
+
+def refuse_hard_links(st: os.stat_result, shown: str) -> None:
+    """Writes go only to files with one name: a hard link inside the working directory
+    may be the name of a file outside it, and writing through it changes that file."""
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        raise ToolError(
+            f"{shown} has {st.st_nlink} hard links: it may be a file outside the working "
+            "directory under another name, so file tools do not write to it (copy it to a "
+            "new file first if the change is meant)"
+        )
