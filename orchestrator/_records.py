@@ -21,10 +21,19 @@ RUNS_DIR = Path(".agentcell") / "runs"
 
 
 def new_run_dir(workdir: Path) -> Path:
-    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(2)
-    path = workdir / RUNS_DIR / run_id
-    path.mkdir(parents=True, exist_ok=False)
-    return path
+    """A fresh run directory. Its id sorts in creation order (to the millisecond: the
+    first three hex digits of the suffix), so runs made in the same second list right."""
+    while True:
+        now = time.time()
+        ms = int(now * 1000) % 1000
+        run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+        path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue  # the same millisecond and the same last digit: draw again
+        return path
 
 
 def subagent_json(result: SubAgentResult) -> dict[str, Any]:

@@ -138,6 +138,7 @@ FIELD_MAXIMA: dict[str, int] = {
     "cpu_limit_s": 7 * 24 * 3600,
     "max_tool_calls": 1_000_000,
     "max_tool_output_bytes": 8 * 1024 * 1024,  # a tool result crosses a 16 MiB frame
+    "max_processes": 1_000_000,
 }
 
 
