@@ -13,6 +13,7 @@ from agentcell.worker._hooks import (
     Verdict,
     describe_arguments,
 )
+from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
 from agentcell.worker._redact import SECRET_NAMES, Redactor
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
@@ -33,6 +34,9 @@ __all__ = [
     "EventSink",
     "Hook",
     "Limits",
+    "MCP_PREFIX",
+    "McpServers",
+    "McpTool",
     "PermissionMode",
     "PermissionPolicy",
     "Redactor",
@@ -45,9 +49,11 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
+    "mcp_tool_name",
     "parse_sandbox_mode",
     "probe_sandbox",
     "release_sandbox",
     "sandbox_missing",
     "stricter_sandbox",
+    "tool_granted",
 ]

@@ -37,6 +37,7 @@ from agentcell.orchestrator.definitions._model import (
     model_problem,
     validation_messages,
 )
+from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
 from pydantic import ValidationError
 
 Level = Literal["error", "warning", "info"]
@@ -58,8 +59,6 @@ _SETTABLE = frozenset(AgentDefinition.model_fields) - {
 UNSUPPORTED_KEYS: dict[str, str] = {
     "hooks": "agentcell does not run Claude Code hooks: this agent's hooks never run, so a "
     "guard they implement is NOT enforced (use disallowedTools or deny rules instead)",
-    "mcp_servers": "agentcell does not start MCP servers: the agent runs without their tools",
-    "skills": "agentcell does not load Claude Code skills: the agent runs without them",
     "memory": "agentcell has no persistent agent memory: the agent starts afresh every run",
 }
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
@@ -391,6 +390,27 @@ def _slugged_name(values: dict[str, Any], spelled: str) -> str:
     )
 
 
+def _mcp_notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
+    """An allowlist that grants none of a named server's tools gives the agent none."""
+    if definition.tools is None:
+        return []
+    patterns = mcp_patterns(definition.tools)
+    silent = [
+        name
+        for name in definition.mcp_server_names
+        if not any(p.startswith(f"mcp__{name}__") or p == "mcp__*" for p in patterns)
+    ]
+    if not silent:
+        return []
+    return [
+        (
+            "warning",
+            f"mcpServers {', '.join(silent)}: tools lists none of their tools, so the agent "
+            f"gets none of them; add mcp__{silent[0]}__* (or single tool names) to tools",
+        )
+    ]
+
+
 def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     """Things that load but may not do what the author meant."""
     found: list[tuple[Level, str]] = []
@@ -402,6 +422,7 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
         ignored = UNSUPPORTED_KEYS.get(_snake(key))
         if ignored is not None:
             found.append(("warning", f"{key}: {ignored}"))
+    found += _mcp_notes(definition)
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))
