@@ -1,8 +1,8 @@
 """A small real MCP stdio server, written with the ``mcp`` package's server API.
 
 Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdout. With a
-marker file it writes its own pid there once started, so a test can see the process
-ended with its sub-agent. Tools: ``echo`` (text), ``add`` (structured), ``fail`` (a tool
+marker file it writes its pid and its parent's there once started, so a test can see
+whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text), ``add`` (structured), ``fail`` (a tool
 error), ``picture`` (an image block), ``read_outside`` (a file read with the server's
 rights), ``whoami`` (the server's pid).
 """
@@ -65,5 +65,5 @@ def whoami() -> str:
 if __name__ == "__main__":
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as marker:
-            marker.write(str(os.getpid()))
+            marker.write(f"{os.getpid()} {os.getppid()}")
     server.run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,179 @@ async def test_a_sub_agent_calls_a_real_mcp_server_started_in_its_own_process_tr
         assert result.sandbox.startswith("workspace"), result.sandbox
         assert "mcp__local__whoami" not in tools  # disallowedTools holds for MCP tools
         # The server was a process of the sub-agent's tree, and ended with it.
-        assert not _alive(int(marker.read_text()))
+        pid, parent = map(int, marker.read_text().split())
+        assert parent == result.pid != os.getpid()
+        assert not _alive(pid)
     finally:
         outside.unlink(missing_ok=True)
+
+
+async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = calls_then_report([("mcp__good__echo", {"text": "still here"})])
+    never_answers = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}
+    agent = AgentDefinition(
+        name="helper",
+        description="uses MCP",
+        mcp_servers=[
+            {"good": stdio()},
+            {"missing": {"command": str(tmp_path / "no-such-server")}},
+            {"quits": {"command": sys.executable, "args": ["-c", "pass"]}},
+            {"silent": {**never_answers, "start_timeout_s": 1}},
+        ],
+        model="openai:test",
+        source="programmatic",
+    )
+    async with orchestrator(tmp_path, [agent]) as orch:
+        result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    assert result.text == "echo from MCP: still here"
+    assert [line.split("'")[1] for line in result.warnings] == ["missing", "quits", "silent"]
+    assert "failed to start ([Errno 2] No such file or directory" in result.warnings[0]
+    assert "did not start within 1 s" in result.warnings[2]
+    assert all(line.count("\n") == 0 for line in result.warnings)
+    # The model that asked for the sub-agent reads each line with the result.
+    assert "\nwarning: MCP server 'missing' failed to start" in result.render()
+    assert [n for n in offered(served.requests[0]) if n.startswith("mcp__")] == [
+        f"mcp__good__{tool}" for tool in ("echo", "add", "fail", "picture", "read_outside", "whoami")
+    ]
+
+
+async def test_a_child_gets_only_the_servers_and_tools_its_definition_names(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = calls_then_report(
+        [("mcp__local__echo", {"text": "ok"}), ("mcp__local__add", {"a": 1, "b": 1})]
+    )
+    plain = AgentDefinition(
+        name="plain", description="names no server", model="openai:test", tools=["read_file"]
+    )
+    narrowed = AgentDefinition(
+        name="narrowed",
+        description="one server, some tools",
+        tools=["read_file", "mcp__local__echo", "mcp__local__add"],
+        mcp_servers=["local", "unconfigured"],
+        model="openai:test",
+    )
+    orch = orchestrator(
+        tmp_path,
+        [plain, narrowed],
+        mcp_servers={"local": stdio()},
+        main_mcp_servers=[],
+        deny_rules=["mcp__local__a*"],  # a rule pattern over MCP tool names
+    )
+    async with orch:
+        first = await asyncio.wait_for(orch.delegate("plain", "go"), 60)
+        second = await asyncio.wait_for(orch.delegate("narrowed", "go"), 60)
+    assert first.status is RunStatus.COMPLETED and second.status is RunStatus.COMPLETED
+    assert sorted(offered(served.requests[0])) == ["read_file"]
+    assert sorted(offered(served.requests[-1])) == [
+        "mcp__local__add",
+        "mcp__local__echo",
+        "read_file",
+    ]
+    echo, added = second.text.split(SEP)
+    assert echo == "echo from MCP: ok"
+    assert "denied by the rule mcp__local__a*" in added
+    assert second.warnings == [
+        "MCP server 'unconfigured' is not configured (configured: local): add "
+        "[mcp_servers.unconfigured] to your config or .mcp.json; it is not started"
+    ]
+
+
+async def test_the_main_agent_has_the_configured_servers_in_the_parent(tmp_path: Path) -> None:
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        results = tool_results(messages)
+        if not results:
+            assert "mcp__local__echo" in [t.name for t in tools]
+            return reply("", tool_call("mcp__local__echo", text="main"))
+        return results[0].content
+
+    marker = tmp_path / "main-server.pid"
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        settings=Settings(
+            approval="allow",
+            max_workers=1,
+            warm_spares=0,
+            mcp_servers={"local": McpServerConfig.model_validate(stdio(str(marker)))},
+        ),
+        workdir=tmp_path,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    assert report.final_text == "echo from MCP: main", report
+    pid, parent = map(int, marker.read_text().split())
+    assert parent == os.getpid()  # the main agent's servers run in the parent's tree
+    assert not _alive(pid)  # stopped at the end of the run
+
+
+def test_allow_and_deny_patterns_over_mcp_tool_names() -> None:
+    assert tool_granted("mcp__gh__list", None, [])
+    assert tool_granted("mcp__gh__list", ["mcp__gh__*"], [])
+    assert not tool_granted("mcp__gh__list", ["mcp__gh__list"], ["mcp__gh__*"])
+    assert not tool_granted("mcp__other__list", ["mcp__gh__*"], [])
+
+
+def test_which_servers_a_definition_gets(tmp_path: Path) -> None:
+    configured = {"gh": McpServerConfig(command="gh-mcp")}
+    project_file = str(tmp_path / ".claude" / "agents" / "x.md")
+    inline = {"mine": McpServerConfig(command="my-mcp", args=["--x"])}
+
+    def definition(source: str, **fields: Any) -> AgentDefinition:
+        return AgentDefinition(name="x", mcp_servers=["gh", inline], source=source, **fields)
+
+    servers, problems = agent_mcp_servers(
+        definition(project_file, tools=["mcp__gh"]),
+        configured,
+        project_dir=str(tmp_path),
+        trusted=lambda _: False,
+    )
+    # An untrusted project's agent file may name configured servers, not bring its own.
+    assert [s.name for s in servers] == ["gh"] and servers[0].allow == ["mcp__gh__*"]
+    assert "'mine' (inline in" in problems[0] and "not trusted" in problems[0]
+    servers, problems = agent_mcp_servers(
+        definition(project_file), configured, project_dir=str(tmp_path), trusted=lambda _: True
+    )
+    assert problems == [] and servers[1] == McpServer(name="mine", command="my-mcp", args=["--x"])
+    assert servers[1].allow is None  # no allowlist: every tool of the server
+    servers, _ = agent_mcp_servers(
+        definition("programmatic"), {}, project_dir=str(tmp_path), trusted=lambda _: False
+    )
+    assert [s.name for s in servers] == ["mine"]
+
+
+def test_project_servers_are_used_only_in_a_trusted_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    project = tmp_path / "project"
+    project.mkdir()
+    env = {"XDG_CONFIG_HOME": str(home / ".config")}
+    (project / ".mcp.json").write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "files": {"command": "npx", "args": ["-y", "files-mcp"], "cwd": "x"},
+                    "web": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+                    "broken": {"type": "http"},
+                }
+            }
+        )
+    )
+    (project / "agentcell.toml").write_text('[mcp_servers.tool]\ncommand = "tool-mcp"\n')
+    notices: list[str] = []
+    settings, _ = load_settings(workdir=project, home=home, env=env, notices=notices)
+    assert settings.mcp_servers == {}
+    assert any(".mcp.json: MCP servers ignored" in n and "not trusted" in n for n in notices)
+    assert any("mcp_servers ignored" in n for n in notices)
+    trust(project, home / ".config" / "agentcell" / "config.toml")
+    notices.clear()
+    settings, _ = load_settings(workdir=project, home=home, env=env, notices=notices)
+    assert sorted(settings.mcp_servers) == ["files", "tool", "web"]
+    assert settings.mcp_servers["web"].type == "http"
+    assert any("'broken' skipped" in n and "needs a url" in n for n in notices)
+    assert any("'files': cwd not used" in n for n in notices)
