@@ -2,9 +2,9 @@
 
 Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdout. With a
 marker file it writes its pid and its parent's there once started, so a test can see
-whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text), ``add`` (structured), ``fail`` (a tool
-error), ``picture`` (an image block), ``read_outside`` (a file read with the server's
-rights), ``whoami`` (the server's pid).
+whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text),
+``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
+``read_outside`` (a file read with the server's rights), ``whoami`` (its pid).
 """
 
 from __future__ import annotations

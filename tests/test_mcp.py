@@ -17,7 +17,7 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import McpServerConfig, load_settings, trust
 from agentcell.orchestrator.delegation import agent_mcp_servers
 from agentcell.protocol import McpServer, RunStatus
-from agentcell.worker import McpServers, tool_granted
+from agentcell.worker import tool_granted
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -152,7 +152,8 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
     # The model that asked for the sub-agent reads each line with the result.
     assert "\nwarning: MCP server 'missing' failed to start" in result.render()
     assert [n for n in offered(served.requests[0]) if n.startswith("mcp__")] == [
-        f"mcp__good__{tool}" for tool in ("echo", "add", "fail", "picture", "read_outside", "whoami")
+        f"mcp__good__{tool}"
+        for tool in ("echo", "add", "fail", "picture", "read_outside", "whoami")
     ]
 
 
