@@ -294,7 +294,8 @@ class Orchestrator:
             else [background_finisher(self.tracker, task_tool, settings.background_wait_s)],
         )
         stops += [engine.cancel, task_tool.cancel_all]
-        self._main_tools = [tool.name for tool in tools]
+        # Its MCP servers stay its own: a sub-agent's come from the servers it names.
+        self._main_tools = [tool.name for tool in tools if tool not in servers.tools]
         self._engines.add(engine)
         on_event = self._main_events(account.ledger)
         if transcript is not None:

@@ -143,10 +143,17 @@ class McpServers:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        """Start every server side by side; each one that fails is a line in ``problems``."""
-        await asyncio.gather(*(self._start_one(server) for server in self.servers))
+        """Start every server side by side; each one that fails is a line in ``problems``
+        (in the order the servers were given, however fast each one fails)."""
+        outcomes = await asyncio.gather(*(self._start_one(server) for server in self.servers))
+        for server, (tools, problem) in zip(self.servers, outcomes, strict=True):
+            if problem:
+                self.problems.append(problem)
+            else:
+                self.started.append(server.name)
+                self.tools += tools
 
-    async def _start_one(self, server: McpServer) -> None:
+    async def _start_one(self, server: McpServer) -> tuple[list[Tool], str]:
         ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._serve(server, ready), name=f"mcp:{server.name}")
         self._tasks.append(task)
@@ -157,22 +164,17 @@ class McpServers:
         except TimeoutError:
             task.cancel()
             await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
-            self.problems.append(
+            return [], (
                 f"MCP server {server.name!r} did not start within {server.start_timeout_s:g} s: "
                 "its tools are not available (check its command, or raise start_timeout_s)"
             )
-            return
-        except Exception as exc:
-            self.problems.append(
+        except Exception as exc:  # any failure to start is reported, not raised
+            return [], (
                 f"MCP server {server.name!r} failed to start ({_reason(exc)}): "
                 "its tools are not available"
             )
-            return
-        self.started.append(server.name)
-        for tool in listed:
-            mcp_tool = McpTool(server.name, tool, client)
-            if tool_granted(mcp_tool.name, server.allow, server.deny):
-                self.tools.append(mcp_tool)
+        tools = [McpTool(server.name, tool, client) for tool in listed]
+        return [t for t in tools if tool_granted(t.name, server.allow, server.deny)], ""
 
     async def _serve(self, server: McpServer, ready: asyncio.Future[Any]) -> None:
         try:

@@ -391,24 +391,42 @@ def _slugged_name(values: dict[str, Any], spelled: str) -> str:
 
 
 def _mcp_notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
-    """An allowlist that grants none of a named server's tools gives the agent none."""
+    """MCP tool names for servers the agent does not name; an allowlist that grants none
+    of a named server's tools (the agent gets none of them)."""
+    found: list[tuple[Level, str]] = []
+    named = set(definition.mcp_server_names)
+    orphans = [
+        name
+        for name in mcp_patterns(definition.tools or [])
+        if name.split("__")[1] not in named and name.split("__")[1] != "*"
+    ]
+    if orphans:
+        found.append(
+            (
+                "warning",
+                f"tools {', '.join(orphans)}: mcpServers does not name "
+                f"{'that server' if len(orphans) == 1 else 'those servers'}, so the agent "
+                "has no such tool (add the server to mcpServers)",
+            )
+        )
     if definition.tools is None:
-        return []
+        return found
     patterns = mcp_patterns(definition.tools)
     silent = [
         name
         for name in definition.mcp_server_names
         if not any(p.startswith(f"mcp__{name}__") or p == "mcp__*" for p in patterns)
     ]
-    if not silent:
-        return []
-    return [
-        (
-            "warning",
-            f"mcpServers {', '.join(silent)}: tools lists none of their tools, so the agent "
-            f"gets none of them; add mcp__{silent[0]}__* (or single tool names) to tools",
+    if silent:
+        found.append(
+            (
+                "warning",
+                f"mcpServers {', '.join(silent)}: tools lists none of their tools, so the "
+                f"agent gets none of them; add mcp__{silent[0]}__* (or single tool names) "
+                "to tools",
+            )
         )
-    ]
+    return found
 
 
 def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:

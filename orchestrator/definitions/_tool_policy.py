@@ -157,8 +157,5 @@ def resolve_tools(
         return ResolvedTools(tools=[], unknown=unknown)
     allowed = parent_set if allow is None else set(allow)
     denied = set(deny) | COORDINATION_TOOLS
-    # A parent's MCP tools stay its own: a sub-agent's come from the servers it names.
-    tools = [
-        name for name in parent if name in allowed and name not in denied and not is_mcp_tool(name)
-    ]
+    tools = [name for name in parent if name in allowed and name not in denied]
     return ResolvedTools(tools=tools, unknown=unknown)
