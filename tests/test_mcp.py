@@ -101,7 +101,7 @@ async def test_a_sub_agent_calls_a_real_mcp_server_started_in_its_own_process_tr
     try:
         async with orchestrator(tmp_path, [agent]) as orch:
             result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
-        assert result.status is RunStatus.COMPLETED, result
+        assert result.status is RunStatus.COMPLETED, result.error
         tools = offered(served.requests[0])
         # Named as Claude Code names them, with the server's own JSON schema.
         assert {"mcp__local__echo", "mcp__local__add", "read_file"} <= set(tools)
