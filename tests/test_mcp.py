@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -294,3 +295,58 @@ def test_project_servers_are_used_only_in_a_trusted_folder(
     assert settings.mcp_servers["web"].type == "http"
     assert any("'broken' skipped" in n and "needs a url" in n for n in notices)
     assert any("'files': cwd not used" in n for n in notices)
+
+
+@pytest.fixture
+def http_mcp() -> Iterator[str]:
+    """The test server over streamable HTTP on 127.0.0.1, in a thread of this process.
+    The socket is bound and listening before the server starts, so no wait is needed:
+    a client's connection waits in the backlog until uvicorn accepts it."""
+    import threading
+
+    import uvicorn
+
+    sys.path.insert(0, str(Path(SERVER).parent))
+    try:
+        import mcp_server
+    finally:
+        sys.path.pop(0)
+    sock = socket.create_server(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app = mcp_server.server.streamable_http_app(host="127.0.0.1")
+    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=lambda: asyncio.run(web.serve(sockets=[sock])), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        web.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
+async def test_a_sub_agent_reaches_an_http_server_through_its_sandbox(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, http_mcp: str
+) -> None:
+    served.responder = calls_then_report(
+        [("mcp__web__echo", {"text": "over http"}), ("mcp__web__add", {"a": 4, "b": 5})]
+    )
+    agent = AgentDefinition(
+        name="helper",
+        description="uses MCP over HTTP",
+        mcp_servers=[{"web": {"type": "http", "url": http_mcp, "headers": {"X-Test": "1"}}}],
+        model="openai:test",
+    )
+    async with orchestrator(tmp_path, [agent]) as orch:
+        result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.warnings == []
+    echo, added = result.text.split(SEP)
+    assert echo == "echo from MCP: over http"
+    assert json.loads(added) == {"sum": 9}
+    # The sandboxed child may connect to the server's port as to the model's (a new
+    # connection after the walls went up: the SDK reconnects when one drops).
+    port = http_mcp.split(":")[2].split("/", maxsplit=1)[0]
+    assert result.sandbox.startswith("workspace"), result.sandbox
+    own = result.sandbox.split("own tcp: ")[1].split(",")
+    assert {str(served.port), port} <= {p.strip() for p in own}, result.sandbox
