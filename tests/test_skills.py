@@ -98,7 +98,7 @@ def test_skills_and_mcp_servers_are_fields_not_ignored_keys() -> None:
     assert any("needs a command" in d.message for d in bad.diagnostics)
 
 
-def test_agents_validate_names_a_missing_skill_and_show_lists_skills(tmp_path: Path) -> None:
+def test_agents_validate_names_a_missing_skill_or_server_and_show_lists_them(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     (work / ".claude" / "agents").mkdir(parents=True)
     home.mkdir()
@@ -115,6 +115,7 @@ def test_agents_validate_names_a_missing_skill_and_show_lists_skills(tmp_path: P
     lines = [line for line in validated.stdout.splitlines() if "ghost" in line]
     assert len(lines) == 1 and "warning: skills: skill 'ghost' not found" in lines[0]
     assert "style" not in validated.stdout
+    assert "warning: mcpServers: 'github' is not configured here" in validated.stdout
     shown = subprocess.run(
         [AGENTCELL, "agents", "show", "writer", "--json"],
         cwd=work,

@@ -80,6 +80,24 @@ def skill_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic
     return found
 
 
+def mcp_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
+    """One warning per server a definition names that no config here provides."""
+    configured = load_settings(workdir=workdir)[0].mcp_servers
+    found = []
+    for definition in registry.definitions():
+        for entry in definition.mcp_servers:
+            if isinstance(entry, str) and entry not in configured:
+                found.append(
+                    Diagnostic(
+                        "warning",
+                        definition.source,
+                        f"mcpServers: {entry!r} is not configured here: add [mcp_servers."
+                        f"{entry}] to your config or .mcp.json, or the agent runs without it",
+                    )
+                )
+    return found
+
+
 def _short_source(source: str, workdir: Path) -> str:
     path = Path(source)
     if not path.is_absolute():
@@ -211,6 +229,7 @@ def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[
             return 0
         registry, _, _ = _registry(workdir, agents_dirs)
     registry.diagnostics.extend(skill_diagnostics(registry, workdir))
+    registry.diagnostics.extend(mcp_diagnostics(registry, workdir))
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
     for diagnostic in registry.diagnostics:
