@@ -98,7 +98,7 @@ def test_skills_and_mcp_servers_are_fields_not_ignored_keys() -> None:
     assert any("needs a command" in d.message for d in bad.diagnostics)
 
 
-def test_agents_validate_names_a_missing_skill_or_server_and_show_lists_them(tmp_path: Path) -> None:
+def test_validate_names_a_missing_skill_or_server_and_show_lists_them(tmp_path: Path) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     (work / ".claude" / "agents").mkdir(parents=True)
     home.mkdir()
