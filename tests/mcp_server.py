@@ -4,13 +4,16 @@ Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdou
 marker file it writes its pid and its parent's there once started, so a test can see
 whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text),
 ``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
-``read_outside`` (a file read with the server's rights), ``whoami`` (its pid).
+``read_outside`` (a file read with the server's rights), ``whoami`` (its pid). With
+``MCP_TEST_LINGER`` set it stays alive after its stdin closes, as a badly behaved one.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -63,7 +66,14 @@ def whoami() -> str:
 
 
 if __name__ == "__main__":
+    if os.environ.get("MCP_TEST_LINGER"):
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
+            signal.signal(number, signal.SIG_IGN)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as marker:
             marker.write(f"{os.getpid()} {os.getppid()}")
-    server.run()
+    try:
+        server.run()
+    finally:
+        if os.environ.get("MCP_TEST_LINGER"):  # a server that outlives its stdin
+            threading.Event().wait()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -147,7 +148,9 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
     assert result.status is RunStatus.COMPLETED, result
     assert result.text == "echo from MCP: still here"
     assert [line.split("'")[1] for line in result.warnings] == ["missing", "quits", "silent"]
-    assert "failed to start ([Errno 2] No such file or directory" in result.warnings[0]
+    assert (
+        f"failed to start (no such command: {tmp_path / 'no-such-server'})" in (result.warnings[0])
+    )
     assert "did not start within 1 s" in result.warnings[2]
     assert all(line.count("\n") == 0 for line in result.warnings)
     # The model that asked for the sub-agent reads each line with the result.
@@ -350,3 +353,29 @@ async def test_a_sub_agent_reaches_an_http_server_through_its_sandbox(
     assert result.sandbox.startswith("workspace"), result.sandbox
     own = result.sandbox.split("own tcp: ")[1].split(",")
     assert {str(served.port), port} <= {p.strip() for p in own}, result.sandbox
+
+
+async def test_a_server_ends_with_a_sub_agent_that_was_killed(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # The SDK puts a server in a session of its own; a server that ignores the end of its
+    # stdin must still go when its sub-agent is SIGKILLed (the parent-death signal).
+    marker = tmp_path / "server.pid"
+    served.responder = calls_then_report([("bash", {"command": "kill -9 $PPID"})])
+    agent = AgentDefinition(
+        name="doomed",
+        description="dies",
+        tools=["bash"],
+        mcp_servers=[{"lingering": stdio(str(marker), env={"MCP_TEST_LINGER": "1"})}],
+        model="openai:test",
+    )
+    async with orchestrator(tmp_path, [agent]) as orch:
+        result = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
+    assert result.status is RunStatus.CRASHED, result.error
+    pid, parent = map(int, marker.read_text().split())
+    assert parent == result.pid
+    process = psutil.Process(pid) if psutil.pid_exists(pid) else None
+    if process is not None:  # the kill is sent at the sub-agent's death: wait, bounded
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.wait(timeout=10)
+    assert not _alive(pid)

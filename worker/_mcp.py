@@ -20,6 +20,8 @@ import base64
 import contextlib
 import fnmatch
 import os
+import shutil
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +34,22 @@ from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
 MCP_PREFIX = "mcp__"
 #: How long ``stop`` waits for one server to wind down before it is cancelled.
 STOP_TIMEOUT_S = 5.0
+
+
+#: Runs a stdio server's command with a parent-death signal. The SDK starts a server in
+#: a session of its own, where the sweep of a dead sub-agent's session does not reach; the
+#: signal ends the server with the sub-agent however that one dies (SIGKILL included).
+#: argv: the sub-agent's pid (if it is already gone, do not start), command, its args.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    print(f'cannot run {sys.argv[2]!r}: {exc.strerror}', file=sys.stderr)\n"
+    "    sys.exit(127)\n"
+)
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -227,9 +245,11 @@ def _client(server: McpServer, stack: contextlib.AsyncExitStack, workdir: str) -
         http = create_mcp_http_client(headers=dict(server.headers) or None)
         stack.push_async_callback(http.aclose)
         return Client(streamable_http_client(server.url, http_client=http))
+    if shutil.which(server.command) is None:  # said here: behind the launcher it is silent
+        raise FileNotFoundError(f"no such command: {server.command}")
     params = StdioServerParameters(
-        command=server.command,
-        args=list(server.args),
+        command=sys.executable,
+        args=["-c", _LAUNCHER, str(os.getpid()), server.command, *server.args],
         env=dict(server.env) or None,
         cwd=os.path.realpath(workdir),
     )
