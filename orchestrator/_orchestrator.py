@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -48,11 +49,13 @@ from agentcell.orchestrator.delegation import (
     background_finisher,
     background_injector,
     task_tool_spec,
+    wire_server,
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
     Engine,
     Limits,
+    McpServers,
     PermissionPolicy,
     Redactor,
     Session,
@@ -65,6 +68,8 @@ from agentcell.worker.tools import Tool, builtin_tools
 
 #: What a crossed budget calls on what a call started: (reason, status).
 Stop = Callable[[str, RunStatus], None]
+
+log = logging.getLogger("agentcell.orchestrator")
 
 
 @dataclasses.dataclass(slots=True)
@@ -167,6 +172,8 @@ class Orchestrator:
         self._main_tools: list[str] = []
         # keep_background: one task tool per session (kept with it: an id alone may be reused)
         self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
+        #: The main agent's MCP servers that failed to start in the last run, one line each.
+        self.mcp_problems: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
@@ -268,7 +275,8 @@ class Orchestrator:
         )
         if keep_background:
             self._kept_task_tools[id(session)] = (session, task_tool)
-        tools: list[Tool] = [*builtin_tools(), *self.custom_tools]
+        servers = await self._start_main_mcp_servers()
+        tools: list[Tool] = [*builtin_tools(), *self.custom_tools, *servers.tools]
         tools += [
             task_tool,
             TaskStatusTool(self.tracker),
@@ -299,7 +307,8 @@ class Orchestrator:
             else [background_finisher(self.tracker, task_tool, settings.background_wait_s)],
         )
         stops += [engine.cancel, task_tool.cancel_all]
-        self._main_tools = [tool.name for tool in tools]
+        # Its MCP servers stay its own: a sub-agent's come from the servers it names.
+        self._main_tools = [tool.name for tool in tools if tool not in servers.tools]
         self._engines.add(engine)
         on_event = self._main_events(account.ledger)
         if transcript is not None:
@@ -307,6 +316,7 @@ class Orchestrator:
         try:
             result = await engine.run(prompt, session, on_event=on_event)
         finally:
+            await servers.stop()
             self._engines.discard(engine)
             if not keep_background:
                 await task_tool.shutdown()
@@ -571,6 +581,29 @@ class Orchestrator:
         return resolve_model(
             self.model_name, self.settings.model_options.get(self.model_name.partition(":")[0])
         )
+
+    async def _start_main_mcp_servers(self) -> McpServers:
+        """The main agent's MCP servers, started in this process's tree for one run;
+        each that fails is logged as one line and the run goes on without it."""
+        settings = self.settings
+        names = (
+            list(settings.mcp_servers)
+            if settings.main_mcp_servers is None
+            else settings.main_mcp_servers
+        )
+        wanted = []
+        for name in names:
+            config = settings.mcp_servers.get(name)
+            if config is None:
+                log.warning("main_mcp_servers: %r is not a configured MCP server", name)
+                continue
+            wanted.append(wire_server(name, config, allow=None, deny=[]))
+        servers = McpServers(wanted, workdir=str(self.workdir))
+        await servers.start()
+        for problem in servers.problems:
+            log.warning("%s", problem)
+        self.mcp_problems = list(servers.problems)
+        return servers
 
     def _main_scope(self, session: Session, account: RunAccount | None = None) -> Scope:
         return Scope(

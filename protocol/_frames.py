@@ -46,6 +46,26 @@ class SecretDigest(msgspec.Struct, kw_only=True, frozen=True):
     digest: bytes
 
 
+class McpServer(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """One MCP server a child starts for itself (stdio) or connects to (http).
+
+    ``allow`` holds the tool-name patterns (``mcp__NAME__tool``, ``mcp__NAME__*``) the
+    definition's allowlist grants (None: every tool of the server); ``deny`` always wins.
+    The parent decides both: the child never learns of a server its definition did not name.
+    """
+
+    name: str
+    type: str = "stdio"  # stdio | http
+    command: str = ""
+    args: list[str] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    url: str = ""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    allow: list[str] | None = None
+    deny: list[str] = msgspec.field(default_factory=list)
+    start_timeout_s: float = 30.0
+
+
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
 
@@ -77,6 +97,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_processes: int | None = None  # cap on the child's process tree (None: the default)
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
     redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
+    mcp_servers: list[McpServer] = msgspec.field(default_factory=list)  # started by the child
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):

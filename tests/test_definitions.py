@@ -264,7 +264,7 @@ def test_disallowed_tools_string_and_unknown_tools() -> None:
     )
     assert d.tools == ["read_file", "WebFetch", "mcp__x__y"]
     assert d.disallowed_tools == ["write_file", "edit_file", "NotebookEdit"]
-    assert d.unknown_tools == ["WebFetch", "mcp__x__y", "NotebookEdit"]
+    assert d.unknown_tools == ["WebFetch", "NotebookEdit"]  # MCP names come from servers
 
 
 # -- models ------------------------------------------------------------------------------

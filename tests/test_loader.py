@@ -289,10 +289,12 @@ def test_unknown_tools_reported_not_granted(tmp_path: Path) -> None:
     )
     result = load_agent_file(write(tmp_path / "t.md", text))
     [d] = result.definitions
-    assert d.unknown_tools == ["WebFetch", "mcp__ctx__docs", "NotebookEdit"]
+    assert d.unknown_tools == ["WebFetch", "NotebookEdit"]
     warnings = [x for x in result.diagnostics if x.level == "warning"]
-    assert len(warnings) == 1
-    assert "WebFetch, mcp__ctx__docs" in warnings[0].message
+    assert len(warnings) == 2
+    # An MCP tool is not unknown: it needs its server named in mcpServers.
+    assert "tools mcp__ctx__docs: mcpServers does not name that server" in warnings[0].message
+    assert "unknown tools WebFetch:" in warnings[1].message
     assert any(x.level == "info" and "NotebookEdit" in x.message for x in result.diagnostics)
 
 
@@ -762,8 +764,6 @@ def test_task_entry_in_disallowed_tools_denies_only_those_types(tmp_path: Path) 
     ("key", "needle"),
     [
         ("hooks", "guard they implement is NOT enforced"),
-        ("mcpServers", "does not start MCP servers"),
-        ("skills", "does not load Claude Code skills"),
         ("memory", "no persistent agent memory"),
     ],
 )

@@ -214,7 +214,8 @@ def test_tools_as_a_comma_string(corpus: Path, by_source: dict[str, AgentDefinit
     assert d.tools.count("edit_file") == 1  # Edit and MultiEdit
     assert d.tools.count("glob") == 1  # Glob and LS
     assert "task" in d.tools
-    assert "mcp__context7__resolve-library-id" in d.unknown_tools
+    assert "mcp__context7__resolve-library-id" in d.tools  # granted by a named server
+    assert "mcp__context7__resolve-library-id" not in d.unknown_tools
     assert "WebFetch" in d.unknown_tools
 
 

@@ -6,6 +6,7 @@ from agentcell.orchestrator.definitions._tool_policy import (
     BUILTIN_TOOLS,
     COORDINATION_TOOLS,
     KNOWN_TOOLS,
+    is_mcp_tool,
     map_tool_name,
     means_all_tools,
     resolve_tools,
@@ -113,7 +114,10 @@ def test_unknown_names_reported_and_never_granted(
     expected = {
         n
         for n in mentioned
-        if n not in set(parent) and n not in KNOWN_TOOLS and not means_all_tools(n)
+        if n not in set(parent)
+        and n not in KNOWN_TOOLS
+        and not means_all_tools(n)
+        and not is_mcp_tool(n)  # provided by the servers the agent names
     }
     assert set(result.unknown) == expected
     assert len(result.unknown) == len(set(result.unknown))
@@ -164,7 +168,7 @@ def test_custom_parent_tools_pass_through() -> None:
     parent = ["read_file", "mcp__db__query"]
     result = resolve_tools(["mcp__db__query", "mcp__other__x"], [], parent)
     assert result.tools == ["mcp__db__query"]
-    assert result.unknown == ["mcp__other__x"]
+    assert result.unknown == []  # an MCP name: its server, once named, provides it
 
 
 def test_star_words() -> None:

@@ -13,6 +13,7 @@ from agentcell.worker._hooks import (
     Verdict,
     describe_arguments,
 )
+from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
 from agentcell.worker._redact import Redactor, secret_digests
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
@@ -40,6 +41,9 @@ __all__ = [
     "EventSink",
     "Hook",
     "Limits",
+    "MCP_PREFIX",
+    "McpServers",
+    "McpTool",
     "PermissionMode",
     "PermissionPolicy",
     "Redactor",
@@ -52,6 +56,7 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
+    "mcp_tool_name",
     "parse_sandbox_mode",
     "probe_sandbox",
     "release_sandbox",
@@ -62,4 +67,5 @@ __all__ = [
     "release_secrets",
     "secret",
     "secret_digests",
+    "tool_granted",
 ]

@@ -70,11 +70,16 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     link.on_cancel = engine.cancel
     drain = _capture_output(spec)
     transcript = _open_transcript(spec)
+    # Before the walls go up: a server process that already runs keeps its own view of
+    # the machine (its command and runtime stay reachable), and it is in our tree.
+    servers = await start_mcp_servers(spec, engine, link)
     # Last step before the agent's first action: what is open now (the pipe, the record
     # files) stays usable; everything opened from here on goes through the walls.
     try:
         box = enter_sandbox(spec, engine, model, objects)
     except OSError as exc:
+        if servers is not None:
+            await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     engine.command_preexec = box.bash_preexec()
     watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
@@ -91,7 +96,11 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
                 f"{box.cap.limit if box.cap else '?'} (a fork was refused), so it was stopped"
             )
         result.data["sandbox"] = box.report()
+        if servers is not None:
+            result.data["mcp_problems"] = list(servers.problems)
     finally:
+        if servers is not None:
+            await servers.stop()
         sink.flush()
         await model.aclose()
         if transcript is not None:
@@ -107,6 +116,23 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     return result
 
 
+async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) -> Any:
+    """Start the run's MCP servers and give the engine their tools (None: it has none).
+    A server that fails is a notice now and a line in the result; the run goes on."""
+    if not spec.mcp_servers:
+        return None
+    from agentcell.worker._mcp import McpServers
+
+    servers = McpServers(spec.mcp_servers, workdir=spec.workdir)
+    await servers.start()
+    for tool in servers.tools:
+        if tool.name not in engine.tools:
+            engine.tools.add(tool)
+    for problem in servers.problems:
+        link.emit(Notice(message=problem))
+    return servers
+
+
 def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[str, Any]) -> Any:
     """Apply the run's sandbox to this process; bash's environment gets the private TMPDIR."""
     if engine.env is None:
@@ -114,6 +140,9 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
     # Custom objects (tools, a model object) are the caller's own Python code running in
     # this process: its network is theirs. Otherwise only the model endpoint is reachable.
     ports = None if objects else model_ports(model, os.environ)
+    if ports is not None:
+        # An http MCP server is reached from this process: its port too, and no other.
+        ports = sorted({*ports, *mcp_ports(spec)})
     return _sandbox.apply(
         spec.sandbox,
         workdir=os.path.realpath(spec.workdir),
@@ -146,6 +175,22 @@ def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
         ports.add(port)
     return sorted(ports)
+
+
+def mcp_ports(spec: AgentSpec) -> list[int]:
+    """The TCP ports of the run's http MCP servers."""
+    import httpx
+
+    ports = []
+    for server in spec.mcp_servers:
+        if server.type != "http":
+            continue
+        try:
+            url = httpx.URL(server.url)
+        except httpx.InvalidURL:
+            continue
+        ports.append(url.port or (443 if url.scheme == "https" else 80))
+    return ports
 
 
 #: How often the process cap's counter is read. cgroup v1 sends no change notification

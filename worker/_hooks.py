@@ -69,7 +69,7 @@ class PermissionMode(enum.StrEnum):
 
 
 _EDIT_TOOLS = frozenset({"write_file", "edit_file"})
-_RULE = re.compile(r"^\s*([A-Za-z0-9_.:-]+)\s*(?:\((.*)\))?\s*$")
+_RULE = re.compile(r"^\s*([A-Za-z0-9_.:*-]+)\s*(?:\((.*)\))?\s*$")
 
 
 # Deny and ask rules are judged on every piece a line could run, found generously (this

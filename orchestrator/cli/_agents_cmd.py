@@ -18,6 +18,7 @@ from agentcell.orchestrator.definitions import (
     AgentRegistry,
     Diagnostic,
     agent_dirs,
+    find_skill,
     resolve_model_alias,
     resolve_tools,
 )
@@ -54,8 +55,47 @@ def _describe(
         "isolation": definition.isolation,
         "task_agents": definition.task_agents,
         "denied_task_agents": list(definition.denied_task_agents),
+        "mcp_servers": definition.mcp_server_names,
+        "skills": [_skill_line(name, workdir) for name in definition.skills],
         "extra": definition.extra,
     }
+
+
+def _skill_line(name: str, workdir: Path) -> str:
+    """A skill as `agents show` lists it: where it is found, or that it is not."""
+    skill = find_skill(name, workdir)
+    if isinstance(skill, str):
+        return f"{name} (not found)"
+    return f"{name} ({_short_source(skill.path, workdir)})"
+
+
+def skill_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
+    """One warning per skill a definition names that is not found (it runs without it)."""
+    found = []
+    for definition in registry.definitions():
+        for name in definition.skills:
+            skill = find_skill(name, workdir)
+            if isinstance(skill, str):
+                found.append(Diagnostic("warning", definition.source, f"skills: {skill}"))
+    return found
+
+
+def mcp_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
+    """One warning per server a definition names that no config here provides."""
+    configured = load_settings(workdir=workdir)[0].mcp_servers
+    found = []
+    for definition in registry.definitions():
+        for entry in definition.mcp_servers:
+            if isinstance(entry, str) and entry not in configured:
+                found.append(
+                    Diagnostic(
+                        "warning",
+                        definition.source,
+                        f"mcpServers: {entry!r} is not configured here: add [mcp_servers."
+                        f"{entry}] to your config or .mcp.json, or the agent runs without it",
+                    )
+                )
+    return found
 
 
 def _short_source(source: str, workdir: Path) -> str:
@@ -158,6 +198,8 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         "isolation",
         "task_agents",
         "denied_task_agents",
+        "mcp_servers",
+        "skills",
     ):
         value = row[key]
         if value in (None, [], {}):
@@ -186,6 +228,8 @@ def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[
             )
             return 0
         registry, _, _ = _registry(workdir, agents_dirs)
+    registry.diagnostics.extend(skill_diagnostics(registry, workdir))
+    registry.diagnostics.extend(mcp_diagnostics(registry, workdir))
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
     for diagnostic in registry.diagnostics:

@@ -8,6 +8,7 @@ from agentcell.orchestrator.config._load import (
     settings_messages,
     user_config_path,
 )
+from agentcell.orchestrator.config._mcp import McpServerConfig, read_mcp_json
 from agentcell.orchestrator.config._settings import (
     DEFAULT_ALIASES,
     ApprovalMode,
@@ -31,12 +32,14 @@ __all__ = [
     "ConfigError",
     "DEFAULT_ALIASES",
     "ENV_SETTINGS",
+    "McpServerConfig",
     "Price",
     "RaySettings",
     "Settings",
     "is_trusted",
     "load_settings",
     "project_config",
+    "read_mcp_json",
     "revoke",
     "settings_messages",
     "trust",

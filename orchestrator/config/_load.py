@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator.config._mcp import McpServerConfig, config_problems, read_mcp_json
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
 from pydantic import ValidationError
@@ -91,6 +92,13 @@ def load_settings(
     user = user_config_path(home, env)
     if user.is_file():
         layers.append((str(user), _read_toml(user)))
+    mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=is_trusted(workdir, user))
+    for line in mcp_notes:
+        log.warning("%s", line)
+    if notices is not None:
+        notices.extend(mcp_notes)
+    if mcp_layer is not None:
+        layers.append(mcp_layer)
     found = project_config(workdir)
     if found is not None:
         path, table = found
@@ -130,6 +138,31 @@ def load_settings(
         return Settings.model_validate(merged), sources
     except ValidationError as exc:
         raise ConfigError(settings_messages(exc, "settings")) from None
+
+
+def _mcp_json_layer(
+    workdir: Path, *, trusted: bool
+) -> tuple[tuple[str, dict[str, Any]] | None, list[str]]:
+    """The project's ``.mcp.json`` as a settings layer (below its agentcell.toml), with
+    every server that is not usable left out and named; nothing in an untrusted folder."""
+    path = workdir / ".mcp.json"
+    if not path.is_file():
+        return None, []
+    if not trusted:
+        return None, [
+            f"{path}: MCP servers ignored: they run commands outside the sub-agents' "
+            "sandboxes; this folder is not trusted (run 'agentcell trust' in it to use them)"
+        ]
+    tables, notes = read_mcp_json(path)
+    servers: dict[str, Any] = {}
+    for name, table in tables.items():
+        try:
+            McpServerConfig.model_validate(table)
+        except ValidationError as exc:
+            notes.append(f"{path}: MCP server {name!r} skipped: {config_problems(exc)}")
+            continue
+        servers[name] = table
+    return ((str(path), {"mcp_servers": servers}) if servers else None), notes
 
 
 def _validate_layer(table: dict[str, Any], origin: str, problems: list[str]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -94,6 +95,11 @@ class Settings(BaseModel):
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.
     bash_credentials: bool = False
+    # MCP servers by name ([mcp_servers.NAME], and a trusted project's .mcp.json): a
+    # definition's `mcpServers` names them; the main agent gets `main_mcp_servers` of
+    # them (None: all of them, as Claude Code's main thread does).
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
+    main_mcp_servers: list[str] | None = None
 
     @field_validator("permission_mode")
     @classmethod

@@ -100,6 +100,8 @@ def untrusted_layer(
             notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
         elif key == "allow_rules" and value:
             ignore(key, "allow rules let commands run without asking")
+        elif key in ("mcp_servers", "main_mcp_servers") and value:
+            ignore(key, "MCP servers run commands outside the sub-agents' sandboxes")
         elif key == "sandbox_read" and value:
             ignore(key, "it widens what sub-agents may read")
         elif key == "network" and value is True and current(key) is not True:

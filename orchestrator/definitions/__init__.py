@@ -22,6 +22,14 @@ from agentcell.orchestrator.definitions._registry import (
     AgentRegistry,
     agent_dirs,
 )
+from agentcell.orchestrator.definitions._skills import (
+    SKILL_MAX_CHARS,
+    Skill,
+    find_skill,
+    load_skills,
+    skill_dirs,
+    with_skills,
+)
 from agentcell.orchestrator.definitions._tool_policy import (
     BUILTIN_TOOLS,
     CLAUDE_TOOL_NAMES,
@@ -30,13 +38,23 @@ from agentcell.orchestrator.definitions._tool_policy import (
     READ_ONLY_TOOLS,
     ResolvedTools,
     is_known_tool,
+    is_mcp_tool,
     map_tool_name,
+    mcp_patterns,
     means_all_tools,
     normalize_tool_names,
     resolve_tools,
 )
 
 __all__ = [
+    "SKILL_MAX_CHARS",
+    "Skill",
+    "find_skill",
+    "is_mcp_tool",
+    "load_skills",
+    "mcp_patterns",
+    "skill_dirs",
+    "with_skills",
     "AgentDefinition",
     "AgentRegistry",
     "BUILTIN_AGENTS",

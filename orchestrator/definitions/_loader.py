@@ -38,6 +38,7 @@ from agentcell.orchestrator.definitions._model import (
     model_problem,
     validation_messages,
 )
+from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
 from pydantic import ValidationError
 
 Level = Literal["error", "warning", "info"]
@@ -59,8 +60,6 @@ _SETTABLE = frozenset(AgentDefinition.model_fields) - {
 UNSUPPORTED_KEYS: dict[str, str] = {
     "hooks": "agentcell does not run Claude Code hooks: this agent's hooks never run, so a "
     "guard they implement is NOT enforced (use disallowedTools or deny rules instead)",
-    "mcp_servers": "agentcell does not start MCP servers: the agent runs without their tools",
-    "skills": "agentcell does not load Claude Code skills: the agent runs without them",
     "memory": "agentcell has no persistent agent memory: the agent starts afresh every run",
 }
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
@@ -441,6 +440,45 @@ def _slugged_name(values: dict[str, Any], spelled: str) -> str:
     )
 
 
+def _mcp_notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
+    """MCP tool names for servers the agent does not name; an allowlist that grants none
+    of a named server's tools (the agent gets none of them)."""
+    found: list[tuple[Level, str]] = []
+    named = set(definition.mcp_server_names)
+    orphans = [
+        name
+        for name in mcp_patterns(definition.tools or [])
+        if name.split("__")[1] not in named and name.split("__")[1] != "*"
+    ]
+    if orphans:
+        found.append(
+            (
+                "warning",
+                f"tools {', '.join(orphans)}: mcpServers does not name "
+                f"{'that server' if len(orphans) == 1 else 'those servers'}, so the agent "
+                "has no such tool (add the server to mcpServers)",
+            )
+        )
+    if definition.tools is None:
+        return found
+    patterns = mcp_patterns(definition.tools)
+    silent = [
+        name
+        for name in definition.mcp_server_names
+        if not any(p.startswith(f"mcp__{name}__") or p == "mcp__*" for p in patterns)
+    ]
+    if silent:
+        found.append(
+            (
+                "warning",
+                f"mcpServers {', '.join(silent)}: tools lists none of their tools, so the "
+                f"agent gets none of them; add mcp__{silent[0]}__* (or single tool names) "
+                "to tools",
+            )
+        )
+    return found
+
+
 def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     """Things that load but may not do what the author meant."""
     found: list[tuple[Level, str]] = []
@@ -452,6 +490,7 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
         ignored = UNSUPPORTED_KEYS.get(_snake(key))
         if ignored is not None:
             found.append(("warning", f"{key}: {ignored}"))
+    found += _mcp_notes(definition)
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))

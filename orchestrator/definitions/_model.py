@@ -13,8 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from agentcell.orchestrator.config import McpServerConfig
 from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
+    is_mcp_tool,
     means_all_tools,
     normalize_tool_names,
     split_tool_entries,
@@ -45,6 +47,8 @@ NAME_MAX = 64
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 _MODES = ", ".join(m.value for m in PermissionMode)
+# An MCP server's name is part of its tools' names (mcp__<server>__<tool>): no "__" games.
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
 
 
 def is_agent_name(name: str) -> bool:
@@ -250,6 +254,9 @@ class AgentDefinition(BaseModel):
     sandbox: Literal["workspace", "read-only", "off"] | None = None  # may only narrow
     network: bool | None = None  # bash commands' network under the sandbox
     max_processes: int | None = None
+    # Claude Code's `mcpServers`: names of configured servers, or {name: {command, ...}}.
+    mcp_servers: list[str | dict[str, McpServerConfig]] = []
+    skills: list[str] = []  # preloaded into the system prompt (see _skills)
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -257,7 +264,19 @@ class AgentDefinition(BaseModel):
     def unknown_tools(self) -> list[str]:
         """Names in tools/disallowed_tools that are none of ours (MCP tools, WebFetch, …)."""
         names = [*(self.tools or []), *self.disallowed_tools]
-        return [name for name in dict.fromkeys(names) if name not in KNOWN_TOOLS]
+        return [
+            name
+            for name in dict.fromkeys(names)
+            if name not in KNOWN_TOOLS and not is_mcp_tool(name)
+        ]
+
+    @property
+    def mcp_server_names(self) -> list[str]:
+        """Every server this agent names, configured elsewhere or inline, in order."""
+        names: list[str] = []
+        for entry in self.mcp_servers:
+            names += [entry] if isinstance(entry, str) else list(entry)
+        return list(dict.fromkeys(names))
 
     def may_start(self, agent_type: str) -> bool:
         """Whether this agent's ``task`` may start `agent_type` (its Task(...) limits)."""
@@ -424,6 +443,46 @@ class AgentDefinition(BaseModel):
             value = [value]
         if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
             raise ValueError(f"must be a list of agent names, got {value!r}")
+        return list(dict.fromkeys(v.strip() for v in value if v.strip()))
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _mcp_servers(cls, value: object) -> list[Any]:
+        hint = "a list of server names or {name: {command, args, env}} entries"
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        elif isinstance(value, dict):
+            value = [value]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"must be {hint}, got {value!r}")
+        entries: list[Any] = []
+        for position, entry in enumerate(value, 1):
+            if isinstance(entry, str) and entry.strip():
+                entries.append(entry.strip())
+            elif isinstance(entry, dict) and entry:
+                entries += [{str(name): config} for name, config in entry.items()]
+            elif not (isinstance(entry, str) and not entry.strip()):
+                raise ValueError(f"must be {hint}; item {position} is {entry!r}")
+        for entry in entries:
+            name = entry if isinstance(entry, str) else next(iter(entry))
+            if not _SERVER_NAME.match(name):
+                raise ValueError(
+                    f"names a server {name!r}: a server name is letters, digits, '-' and '_' "
+                    "(it becomes part of the tool names, mcp__<server>__<tool>)"
+                )
+        return entries
+
+    @field_validator("skills", mode="before")
+    @classmethod
+    def _skills(cls, value: object) -> list[str]:
+        if value is None:
+            return []
+        if isinstance(value, str):
+            value = value.split(",")
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"must be a list of skill names, got {value!r}")
         return list(dict.fromkeys(v.strip() for v in value if v.strip()))
 
     @field_validator("extra", mode="before")

@@ -20,6 +20,10 @@ COORDINATION_TOOLS: frozenset[str] = frozenset({"task", "task_status", "task_wai
 #: Every tool name we implement.
 KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS
 
+#: MCP tools are named ``mcp__<server>__<tool>`` (Claude Code's spelling). They come
+#: from the servers a definition names, never from the parent's tools.
+MCP_PREFIX = "mcp__"
+
 #: "All of the parent's tools" when it is the whole value of an allowlist.
 ALL_TOOLS_WORDS: frozenset[str] = frozenset({"*", "all"})
 
@@ -91,6 +95,21 @@ def normalize_tool_names(names: Iterable[str]) -> list[str]:
     return list(seen)
 
 
+def is_mcp_tool(name: str) -> bool:
+    """True for an MCP tool name or pattern (``mcp__github__create_issue``, ``mcp__github__*``)."""
+    return name.startswith(MCP_PREFIX)
+
+
+def mcp_patterns(names: Iterable[str]) -> list[str]:
+    """The MCP entries of a tool list as name patterns; ``mcp__server`` alone (Claude
+    Code's "every tool of that server") becomes ``mcp__server__*``."""
+    patterns = []
+    for name in names:
+        if is_mcp_tool(name):
+            patterns.append(name if "__" in name[len(MCP_PREFIX) :] else f"{name}__*")
+    return patterns
+
+
 def means_all_tools(name: str) -> bool:
     """True for ``*`` or ``all`` (any case): "every tool" rather than a tool's name."""
     return name.strip().lower() in ALL_TOOLS_WORDS
@@ -127,7 +146,10 @@ def resolve_tools(
     unknown = [
         name
         for name in dict.fromkeys([*(allow or []), *deny])
-        if name not in parent_set and name not in KNOWN_TOOLS and not means_all_tools(name)
+        if name not in parent_set
+        and name not in KNOWN_TOOLS
+        and not means_all_tools(name)
+        and not is_mcp_tool(name)
     ]
     if allow is not None and any(means_all_tools(name) for name in allow):
         allow = None

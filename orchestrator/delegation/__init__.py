@@ -19,6 +19,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
 from agentcell.orchestrator.delegation._request import (
     DelegationRequest,
     RunAccount,
@@ -57,6 +58,8 @@ from agentcell.orchestrator.delegation._usage import (
 )
 
 __all__ = [
+    "agent_mcp_servers",
+    "wire_server",
     "AgentActivity",
     "AgentUsage",
     "AllowAll",

@@ -35,6 +35,9 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     commit: str | None = None  # the kept branch's head: the agent's changes, committed
     diff_stat: str = ""
     sandbox: str = ""  # the walls the child ran behind, as it reported them ("off", ...)
+    # What did not go as configured but did not stop the run (an MCP server that failed
+    # to start, a skill not found): one line each, shown to the model with the result.
+    warnings: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -47,6 +50,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
             head += f' "{self.description}"'
         head += f" (agent {self.agent_id}, {plural(self.turns, 'turn')}, "
         head += f"{plural(self.tool_calls, 'tool call')}, {self.duration_ms / 1000:.1f} s)"
+        head += "".join(f"\nwarning: {line}" for line in self.warnings)
         kept = ""
         if self.worktree:
             where = f"on branch {self.branch}"

@@ -33,8 +33,10 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
     AgentRegistry,
+    load_skills,
     resolve_model_alias,
     resolve_tools,
+    with_skills,
 )
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.delegation._events import (
@@ -44,6 +46,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
@@ -183,6 +186,8 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
+        # Per run being prepared: the lines its result carries (a server or skill missing).
+        self._warnings: dict[str, list[str]] = {}
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -268,9 +273,11 @@ class Runner:
                 definition, request, scope, agent_id, background, run_dir=run_dir
             )
             ledger.reserve_subagent()
+            base["warnings"] = self._warnings.pop(agent_id, [])
             # Replaced by what the child reports it applied; kept if it ended before that.
             base["sandbox"] = f"{spec.sandbox} (requested; not confirmed by the child)"
         except (ValueError, BudgetExceeded) as exc:
+            self._warnings.pop(agent_id, None)
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
         tree: Worktree | None = None
@@ -280,7 +287,8 @@ class Runner:
             except (WorktreeError, OSError) as exc:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             spec.workdir = str(tree.workdir)
-            spec.system_prompt = _system_prompt(definition, spec.workdir)
+            skills, _ = load_skills(definition.skills, Path(self.workdir))
+            spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
 
         self.bus.publish(
             SubAgentStarted(
@@ -516,11 +524,18 @@ class Runner:
         sandbox = stricter_sandbox(
             "workspace" if settings.sandbox == "required" else settings.sandbox, definition.sandbox
         )
+        mcp_servers, warnings = agent_mcp_servers(
+            definition, settings.mcp_servers, project_dir=self.workdir
+        )
+        skills, missing = load_skills(definition.skills, Path(self.workdir))
+        self._warnings[agent_id] = [*warnings, *missing]
+        for line in self._warnings[agent_id]:
+            log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
             agent_id=agent_id,
             agent_type=definition.name,
             prompt=request.prompt,
-            system_prompt=_system_prompt(definition, self.workdir),
+            system_prompt=with_skills(_system_prompt(definition, self.workdir), skills),
             history=history,
             tools=resolved.tools,
             remote_tools=remote,
@@ -545,6 +560,7 @@ class Runner:
             read_paths=list(settings.sandbox_read),
             # The keys it does not get, so that it can still redact them from its records.
             redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
+            mcp_servers=mcp_servers,
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -756,6 +772,9 @@ class Runner:
         run = outcome.result
         if run is not None:
             common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
+            problems = run.data.get("mcp_problems")
+            if isinstance(problems, list):
+                common["warnings"] = [*common.get("warnings", []), *map(str, problems)]
             if "sandbox" in run.data:
                 common["sandbox"] = str(run.data["sandbox"])
             if run.usage.total_tokens >= usage.total_tokens:

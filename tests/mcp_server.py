@@ -1,0 +1,79 @@
+"""A small real MCP stdio server, written with the ``mcp`` package's server API.
+
+Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdout. With a
+marker file it writes its pid and its parent's there once started, so a test can see
+whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text),
+``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
+``read_outside`` (a file read with the server's rights), ``whoami`` (its pid). With
+``MCP_TEST_LINGER`` set it stays alive after its stdin closes, as a badly behaved one.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.types import Image
+
+server = MCPServer("testing")
+
+#: 1x1 transparent PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+)
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Repeat the text back."""
+    return f"echo from MCP: {text}"
+
+
+@server.tool()
+def add(a: int, b: int) -> dict[str, int]:
+    """Add two numbers (a structured result)."""
+    return {"sum": a + b}
+
+
+@server.tool()
+def fail(reason: str) -> str:
+    """Always fails with the reason given."""
+    raise ToolError(f"refused: {reason}")
+
+
+@server.tool()
+def picture() -> Image:
+    """A tiny picture."""
+    return Image(data=PNG, format="png")
+
+
+@server.tool()
+def read_outside(path: str) -> str:
+    """Read a file with the server's own rights (outside any agent's sandbox)."""
+    with open(path) as handle:
+        return handle.read()
+
+
+@server.tool()
+def whoami() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+
+if __name__ == "__main__":
+    if os.environ.get("MCP_TEST_LINGER"):
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
+            signal.signal(number, signal.SIG_IGN)
+    if len(sys.argv) > 1:
+        with open(sys.argv[1], "w") as marker:
+            marker.write(f"{os.getpid()} {os.getppid()}")
+    try:
+        server.run()
+    finally:
+        if os.environ.get("MCP_TEST_LINGER"):  # a server that outlives its stdin
+            threading.Event().wait()

@@ -1,0 +1,264 @@
+"""MCP servers of one agent: started in this process's tree, their tools as ``Tool``s.
+
+Each server lives in an asyncio task of its own that holds the SDK's ``Client`` open (the
+SDK's transports are anyio task groups: entered and left in one task) until ``stop``.
+A stdio server is a child process of this one, so the run's resource limits and the
+kill-the-tree cleanup at the end of a sub-agent cover it. Servers are started before the
+sandbox goes up (see ``run_agent``): a process that already runs keeps the view of the
+machine it started with, so the server's command, the files named in its arguments and
+its runtime stay reachable whatever the agent's own walls are (docs/security.md).
+
+A server that cannot start within its timeout is one line in ``problems``; the agent runs
+with its other tools. Which of a server's tools the agent gets was decided by the parent
+(``McpServer.allow``/``deny``): the child applies it, and starts no server it was not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fnmatch
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from agentcell.protocol import McpServer
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
+
+#: Every MCP tool's name starts so: ``mcp__<server>__<tool>``, Claude Code's spelling.
+MCP_PREFIX = "mcp__"
+#: How long ``stop`` waits for one server to wind down before it is cancelled.
+STOP_TIMEOUT_S = 5.0
+
+
+#: Runs a stdio server's command with a parent-death signal. The SDK starts a server in
+#: a session of its own, where the sweep of a dead sub-agent's session does not reach; the
+#: signal ends the server with the sub-agent however that one dies (SIGKILL included).
+#: argv: the sub-agent's pid (if it is already gone, do not start), command, its args.
+_LAUNCHER = (
+    "import ctypes, os, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "try:\n"
+    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "except OSError as exc:\n"
+    "    print(f'cannot run {sys.argv[2]!r}: {exc.strerror}', file=sys.stderr)\n"
+    "    sys.exit(127)\n"
+)
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    return f"{MCP_PREFIX}{server}__{tool}"
+
+
+def tool_granted(name: str, allow: Sequence[str] | None, deny: Sequence[str]) -> bool:
+    """Whether a tool named ``name`` passes the patterns (``mcp__s__t``, ``mcp__s__*``)."""
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in deny):
+        return False
+    return allow is None or any(fnmatch.fnmatchcase(name, pattern) for pattern in allow)
+
+
+class McpTool(Tool):
+    """One tool of a running MCP server, offered with the server's own JSON schema."""
+
+    Args = msgspec.Struct  # unused: the server validates its own arguments
+
+    def __init__(self, server: str, tool: Any, client: Any) -> None:
+        self.name = mcp_tool_name(server, tool.name)  # type: ignore[misc]
+        self.description = tool.description or f"{tool.name} (MCP server {server})"  # type: ignore[misc]
+        self.server = server
+        self.remote_name = tool.name
+        self._schema = dict(tool.input_schema or {"type": "object"})
+        self._schema.setdefault("properties", {})
+        self._client = client
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(name=self.name, description=self.description, parameters=self._schema)
+
+    def parse_args(self, arguments: str) -> Any:
+        try:
+            decoded = msgspec.json.decode(arguments or "{}")
+        except msgspec.DecodeError as exc:
+            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ToolError(f"arguments for {self.name} must be a JSON object")
+        return McpArgs(decoded)
+
+    async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
+        try:
+            result = await self._client.call_tool(self.remote_name, args.fields)
+        except Exception as exc:  # the server died, or answered with a protocol error
+            reason = str(exc) or type(exc).__name__
+            return ToolOutput(f"MCP server {self.server!r}: {reason}", is_error=True)
+        return ToolOutput(render_result(result), is_error=bool(result.is_error))
+
+
+class McpArgs:
+    """Arguments as the model gave them; string fields exposed for permission rules."""
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self.fields = fields
+        for key, value in fields.items():
+            if isinstance(value, str) and key.isidentifier() and key != "fields":
+                setattr(self, key, value)
+
+
+def render_result(result: Any) -> str:
+    """A ``CallToolResult`` as the text a model reads: text blocks as they are, other
+    blocks described (an image is named with its type and size, never dropped silently),
+    and the structured value as JSON when there is no text (the SDK also sends a
+    structured copy of a text result: it is not said twice)."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            size = _decoded_size(getattr(block, "data", ""))
+            parts.append(f"[{kind} {getattr(block, 'mime_type', '?')}, {size} bytes: not shown]")
+        elif kind == "resource_link":
+            parts.append(f"[resource link {block.uri}{_named(block)}]")
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if text is not None else f"[binary resource {resource.uri}]")
+        else:
+            parts.append(f"[{kind or 'unknown'} content: not shown]")
+    structured = getattr(result, "structured_content", None)
+    has_text = any(getattr(block, "type", "") == "text" for block in result.content or [])
+    if structured is not None and not has_text:
+        parts.append(msgspec.json.encode(structured).decode())
+    return "\n".join(parts) if parts else "(no output)"
+
+
+def _named(block: Any) -> str:
+    name = getattr(block, "name", "")
+    return f" ({name})" if name else ""
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except (ValueError, TypeError):
+        return len(data)
+
+
+class McpServers:
+    """The MCP servers of one agent: ``start`` them, use ``tools``, ``stop`` them."""
+
+    def __init__(self, servers: Sequence[McpServer], *, workdir: str = ".") -> None:
+        self.servers = list(servers)
+        self.workdir = workdir
+        self.tools: list[Tool] = []
+        self.problems: list[str] = []
+        self.started: list[str] = []
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        """Start every server side by side; each one that fails is a line in ``problems``
+        (in the order the servers were given, however fast each one fails)."""
+        outcomes = await asyncio.gather(*(self._start_one(server) for server in self.servers))
+        for server, (tools, problem) in zip(self.servers, outcomes, strict=True):
+            if problem:
+                self.problems.append(problem)
+            else:
+                self.started.append(server.name)
+                self.tools += tools
+
+    async def _start_one(self, server: McpServer) -> tuple[list[Tool], str]:
+        ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._serve(server, ready), name=f"mcp:{server.name}")
+        self._tasks.append(task)
+        try:
+            client, listed = await asyncio.wait_for(
+                asyncio.shield(ready), timeout=server.start_timeout_s
+            )
+        except TimeoutError:
+            task.cancel()
+            await asyncio.wait({task}, timeout=STOP_TIMEOUT_S)
+            return [], (
+                f"MCP server {server.name!r} did not start within {server.start_timeout_s:g} s: "
+                "its tools are not available (check its command, or raise start_timeout_s)"
+            )
+        except Exception as exc:  # any failure to start is reported, not raised
+            return [], (
+                f"MCP server {server.name!r} failed to start ({_reason(exc)}): "
+                "its tools are not available"
+            )
+        tools = [McpTool(server.name, tool, client) for tool in listed]
+        return [t for t in tools if tool_granted(t.name, server.allow, server.deny)], ""
+
+    async def _serve(self, server: McpServer, ready: asyncio.Future[Any]) -> None:
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client = await stack.enter_async_context(_client(server, stack, self.workdir))
+                tools: list[Any] = []
+                cursor: str | None = None
+                while True:  # every page of the listing
+                    page = await client.list_tools(cursor=cursor)
+                    tools += page.tools
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                ready.set_result((client, tools))
+                await self._stopping.wait()
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
+            if not isinstance(exc, Exception):
+                raise
+
+    async def stop(self) -> None:
+        """Close every connection (a stdio server's process is ended by the SDK)."""
+        self._stopping.set()
+        if not self._tasks:
+            return
+        _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+
+    def report(self) -> str:
+        """One line for the result: which servers run, and what went wrong."""
+        parts = []
+        if self.started:
+            parts.append(f"started {', '.join(self.started)} ({len(self.tools)} tools)")
+        parts += self.problems
+        return "; ".join(parts)
+
+
+def _client(server: McpServer, stack: contextlib.AsyncExitStack, workdir: str) -> Any:
+    """The SDK client for one server (imported here: only runs with servers pay for it)."""
+    from mcp import Client, StdioServerParameters
+
+    if server.type == "http":
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        http = create_mcp_http_client(headers=dict(server.headers) or None)
+        stack.push_async_callback(http.aclose)
+        return Client(streamable_http_client(server.url, http_client=http))
+    if shutil.which(server.command) is None:  # said here: behind the launcher it is silent
+        raise FileNotFoundError(f"no such command: {server.command}")
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-c", _LAUNCHER, str(os.getpid()), server.command, *server.args],
+        env=dict(server.env) or None,
+        cwd=os.path.realpath(workdir),
+    )
+    return Client(params)
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost useful message (anyio wraps failures in exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
