@@ -34,6 +34,7 @@ from agentcell.protocol import (
 from agentcell.worker import _proc, _sandbox
 from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
+from agentcell.worker._hook_relay import RelayedHooks
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
 from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
@@ -124,6 +125,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         model_ports=ports,
         env=engine.env,
         read_paths=spec.read_paths,
+        memory_dir=spec.memory_dir,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
@@ -258,6 +260,8 @@ def build_engine(
             f"sub-agents at depth {spec.depth} cannot delegate (max depth {spec.max_depth})",
         ),
     ]
+    if spec.hooked_tools:  # the parent's PreToolUse/PostToolUse hooks, asked over the pipe
+        hooks.append(RelayedHooks(spec.hooked_tools, link.run_hooks))
     limits = start.limits
     engine_limits = Limits(
         max_turns=spec.max_turns,

@@ -1,5 +1,11 @@
 """Settings and where they come from: user file, project file, environment, flags."""
 
+from agentcell.orchestrator.config._hooks import (
+    DEFAULT_HOOK_TIMEOUT_S,
+    HOOK_EVENTS,
+    HookCommand,
+    parse_hooks,
+)
 from agentcell.orchestrator.config._load import (
     ENV_SETTINGS,
     ConfigError,
@@ -30,12 +36,16 @@ __all__ = [
     "Budgets",
     "ConfigError",
     "DEFAULT_ALIASES",
+    "DEFAULT_HOOK_TIMEOUT_S",
+    "HOOK_EVENTS",
+    "HookCommand",
     "ENV_SETTINGS",
     "Price",
     "RaySettings",
     "Settings",
     "is_trusted",
     "load_settings",
+    "parse_hooks",
     "project_config",
     "revoke",
     "settings_messages",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -91,11 +92,21 @@ class Settings(BaseModel):
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.
     bash_credentials: bool = False
+    # Lifecycle hooks (Claude Code's command hooks): never from an untrusted project.
+    hooks: dict[str, Any] = Field(default_factory=dict)
+    # AGENTS.md / CLAUDE.md into the main and general-purpose agents' prompts.
+    instruction_files: bool = True
 
     @field_validator("permission_mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:
         return PermissionMode.parse(value).value
+
+    @field_validator("hooks")
+    @classmethod
+    def _hooks_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parse_hooks(value, "settings")
+        return value
 
     @field_validator("model")
     @classmethod

@@ -100,6 +100,8 @@ def untrusted_layer(
             notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
         elif key == "allow_rules" and value:
             ignore(key, "allow rules let commands run without asking")
+        elif key == "hooks" and value:
+            ignore(key, "hooks run commands on this machine")
         elif key == "sandbox_read" and value:
             ignore(key, "it widens what sub-agents may read")
         elif key == "network" and value is True and current(key) is not True:

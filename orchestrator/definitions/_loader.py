@@ -56,11 +56,8 @@ _SETTABLE = frozenset(AgentDefinition.model_fields) - {
 #: Keys Claude Code honours that agentcell does not (yet), by their snake_case spelling,
 #: and what ignoring each means: said once per file, so nobody relies on them unawares.
 UNSUPPORTED_KEYS: dict[str, str] = {
-    "hooks": "agentcell does not run Claude Code hooks: this agent's hooks never run, so a "
-    "guard they implement is NOT enforced (use disallowedTools or deny rules instead)",
     "mcp_servers": "agentcell does not start MCP servers: the agent runs without their tools",
     "skills": "agentcell does not load Claude Code skills: the agent runs without them",
-    "memory": "agentcell has no persistent agent memory: the agent starts afresh every run",
 }
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
 # in the tolerant parser with one of these names always starts a new entry.

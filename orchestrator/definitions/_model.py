@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from agentcell.orchestrator.config import parse_hooks
 from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
     means_all_tools,
@@ -230,6 +231,13 @@ class AgentDefinition(BaseModel):
     sandbox: Literal["workspace", "read-only", "off"] | None = None  # may only narrow
     network: bool | None = None  # bash commands' network under the sandbox
     max_processes: int | None = None
+    # Claude Code's lifecycle hooks (run by the parent, outside the sandbox), memory
+    # folder, reasoning effort, first user turn and display colour.
+    hooks: dict[str, Any] = {}
+    memory: Literal["user", "project", "local"] | None = None
+    effort: Literal["minimal", "low", "medium", "high", "max"] | None = None
+    initial_prompt: str = ""
+    color: str = ""
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -286,7 +294,20 @@ class AgentDefinition(BaseModel):
             )
         return name
 
-    @field_validator("description", "system_prompt", mode="before")
+    @field_validator("hooks", mode="before")
+    @classmethod
+    def _hooks(cls, value: object) -> dict[str, Any]:
+        if value is None:
+            return {}
+        parse_hooks(value, "hooks")  # the shape; running them is the parent's job
+        return dict(value)  # type: ignore[call-overload]
+
+    @field_validator("memory", "effort", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("description", "system_prompt", "initial_prompt", "color", mode="before")
     @classmethod
     def _text(cls, value: object) -> str:
         if value is None:

@@ -37,6 +37,13 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
 )
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._context import (
+    gets_instructions,
+    instructions_prompt,
+    memory_dir,
+    memory_prompt,
+    prepare_memory,
+)
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -44,8 +51,10 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._hooks import HookRunner, tool_payload
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._resume import RecordedAgents
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
@@ -67,7 +76,10 @@ from agentcell.protocol import (
     DelegateRequest,
     Event,
     FrameTooLarge,
+    HookReply,
+    HookRequest,
     Limits,
+    Message,
     RemoteTool,
     RunStatus,
     Start,
@@ -160,6 +172,8 @@ class Runner:
         custom_tools: Sequence[Tool] = (),
         task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
         backends: dict[str, Backend] | None = None,
+        hooks: HookRunner | None = None,
+        home: Path | None = None,
     ) -> None:
         self.pool = pool
         # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
@@ -177,6 +191,10 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
+        self.hooks = hooks or HookRunner(cwd=workdir)
+        self.home = home or Path.home()
+        self.recorded = RecordedAgents()  # what `task` with `resume` may continue
+        self._effort_noted: set[tuple[str, str]] = set()
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -246,6 +264,13 @@ class Runner:
             background=background,
             depth=scope.depth + 1,
         )
+        history: list[Message] | None = None
+        if request.resume:
+            try:
+                request, history = self.recorded.continuation(request, self.registry)
+            except LookupError as exc:
+                return self._refused(base, RunStatus.ERROR, str(exc))
+            base["agent_type"] = request.agent_type
         definition = self.registry.get(request.agent_type)
         if definition is None:
             names = ", ".join(self.registry.names())
@@ -275,6 +300,16 @@ class Runner:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             spec.workdir = str(tree.workdir)
             spec.system_prompt = _system_prompt(definition, spec.workdir)
+        hooks = self.hooks.for_definition(definition)
+        self._complete_spec(spec, definition, request, hooks, history)
+        self.recorded.started(agent_id, definition.name, run_dir)
+        started_hook = await hooks.run(
+            "SubagentStart",
+            {"agent_id": agent_id, "agent_type": definition.name, "prompt": request.prompt},
+            definition.name,
+        )
+        if started_hook.context:
+            spec.system_prompt += f"\n\n{started_hook.context}"
 
         self.bus.publish(
             SubAgentStarted(
@@ -327,6 +362,7 @@ class Runner:
                 scope=scope,
                 progress=progress,
                 background=background,
+                hooks=hooks,
             )
         except asyncio.CancelledError:
             cancelled = True
@@ -376,6 +412,17 @@ class Runner:
         if tree is not None:  # what it changed is kept, however it ended
             result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
+        self.recorded.ended(agent_id)
+        await hooks.run(
+            "SubagentStop",
+            {
+                "agent_id": agent_id,
+                "agent_type": definition.name,
+                "last_assistant_message": result.text,
+                "stop_hook_active": False,
+            },
+            definition.name,
+        )
         self._finish(result, model, outcome)
         return result
 
@@ -582,6 +629,7 @@ class Runner:
         scope: Scope,
         progress: _Progress,
         background: bool,
+        hooks: HookRunner,
     ) -> None:
         agent_id = spec.agent_id
         agent_type = spec.agent_type
@@ -624,12 +672,87 @@ class Runner:
                             account=scope.account,
                         ),
                     )
+                elif isinstance(frame, HookRequest):
+                    _spawn(side, self._answer_hook(lease, frame, spec, hooks))
         finally:
             # The child is gone (or we are): questions it asked are moot now.
             for task in side:
                 task.cancel()
             if side:
                 await asyncio.wait(side)
+
+    async def _answer_hook(
+        self, lease: WorkerLease, frame: HookRequest, spec: AgentSpec, hooks: HookRunner
+    ) -> None:
+        offered = spec.hooked_tools.get(frame.event, [])
+        if frame.tool not in offered:  # only what the parent said it hooks is answered
+            reply = HookReply(request_id=frame.request_id)
+        else:
+            payload = tool_payload(
+                frame.event,
+                agent_id=spec.agent_id,
+                agent_type=spec.agent_type,
+                tool=frame.tool,
+                arguments=frame.arguments,
+                response=frame.response,
+                is_error=frame.is_error,
+            )
+            outcome = await hooks.run(frame.event, payload, frame.tool)
+            reply = HookReply(
+                request_id=frame.request_id,
+                blocked=outcome.blocked,
+                reason=outcome.reason,
+                context=outcome.context,
+            )
+        with contextlib.suppress(ChannelClosed):
+            await lease.send(reply)
+
+    def _complete_spec(
+        self,
+        spec: AgentSpec,
+        definition: AgentDefinition,
+        request: DelegationRequest,
+        hooks: HookRunner,
+        history: list[Message] | None,
+    ) -> None:
+        """What the definition's Claude Code keys add to the spec: hooks, memory, instruction
+        files, effort, the initial prompt; and, for a continuation, the earlier session."""
+        spec.hooked_tools = hooks.hooked_tools(
+            [*spec.tools, *(tool.name for tool in spec.remote_tools)]
+        )
+        workdir = Path(self.workdir)
+        extra = []
+        if self.settings.instruction_files and gets_instructions(definition):
+            extra.append(instructions_prompt(workdir, self.home))
+        folder = memory_dir(definition, workdir, self.home)
+        if folder is not None:
+            prepare_memory(folder)
+            spec.memory_dir = str(folder)
+            extra.append(memory_prompt(folder))
+        extra = [part for part in extra if part]
+        if extra:
+            spec.system_prompt = "\n\n".join([spec.system_prompt, *extra])
+        if definition.effort is not None:
+            self._apply_effort(spec, definition)
+        if history is not None:
+            spec.history = history
+        elif definition.initial_prompt.strip():
+            spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
+
+    def _apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
+        provider = spec.model.partition(":")[0]
+        if provider == "openai":
+            spec.model_options["reasoning_effort"] = _OPENAI_EFFORT[definition.effort or "medium"]
+            return
+        if (definition.name, provider) not in self._effort_noted:
+            self._effort_noted.add((definition.name, provider))
+            log.warning(
+                "%s: effort %s ignored: its model %s has no reasoning control agentcell "
+                "sets (only openai models take reasoning_effort)",
+                definition.name,
+                definition.effort,
+                spec.model,
+            )
 
     async def _answer_approval(
         self, lease: WorkerLease, request_id: int, query: ApprovalQuery
@@ -807,6 +930,16 @@ def stricter_mode(parent: str, wanted: str | None) -> str:
         return parent
     wanted = PermissionMode.parse(wanted).value
     return min(parent, wanted, key=_STRICTNESS.index)
+
+
+#: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max").
+_OPENAI_EFFORT = {
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "high",
+}
 
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
