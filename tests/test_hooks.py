@@ -62,7 +62,9 @@ async def test_exit_0_json_may_block_or_add_context(tmp_path: Path) -> None:
         "'permissionDecisionReason': 'policy'}}))",
     )
     assert (await deny.run("PreToolUse", {}, "bash")).reason == "policy"
-    context = runner(tmp_path, "PostToolUse", 'print(\'{"additionalContext": "lint: 2 warnings"}\')')
+    context = runner(
+        tmp_path, "PostToolUse", 'print(\'{"additionalContext": "lint: 2 warnings"}\')'
+    )
     outcome = await context.run("PostToolUse", {}, "edit_file")
     assert (outcome.blocked, outcome.context) == (False, "lint: 2 warnings")
     plain = runner(tmp_path, "PreToolUse", "print('just a log line')")

@@ -337,6 +337,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ResolvedTools",
         "agent_dirs",
         "agent_slug",
+        "definitions_from_json",
         "field_for_key",
         "is_known_tool",
         "load_agent_file",

@@ -1,5 +1,6 @@
 """What a sub-agent is: definitions, agent files, the registry, tool names and narrowing."""
 
+from agentcell.orchestrator.definitions._inline import definitions_from_json
 from agentcell.orchestrator.definitions._loader import (
     Diagnostic,
     LoadResult,
@@ -37,6 +38,7 @@ from agentcell.orchestrator.definitions._tool_policy import (
 )
 
 __all__ = [
+    "definitions_from_json",
     "AgentDefinition",
     "AgentRegistry",
     "BUILTIN_AGENTS",

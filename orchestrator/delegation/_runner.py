@@ -320,6 +320,7 @@ class Runner:
                 depth=scope.depth + 1,
                 parent_id=scope.agent_id,
                 task_id=task_id,
+                color=definition.color,
             )
         )
         start = Start(
