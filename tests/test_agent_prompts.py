@@ -45,14 +45,14 @@ async def test_instruction_files_reach_the_main_agent_and_general_agents_not_exp
     (home / ".claude" / "CLAUDE.md").write_text("USER-RULE: answer in English.\n")
 
     def respond(body: dict[str, Any], api: str) -> Reply:
-        if system_of(body).startswith("You are the main agent"):
-            if not any(m["role"] == "tool" for m in body["messages"]):
-                return Reply(
-                    tool_calls=[
-                        Call("task", {"subagent_type": "general-purpose", "prompt": "one"}),
-                        Call("task", {"subagent_type": "Explore", "prompt": "two"}),
-                    ]
-                )
+        main = system_of(body).startswith("You are the main agent")
+        if main and not any(m["role"] == "tool" for m in body["messages"]):
+            return Reply(
+                tool_calls=[
+                    Call("task", {"subagent_type": "general-purpose", "prompt": "one"}),
+                    Call("task", {"subagent_type": "Explore", "prompt": "two"}),
+                ]
+            )
         return Reply(text="ok")
 
     served.responder = respond
