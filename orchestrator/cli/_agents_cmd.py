@@ -54,6 +54,14 @@ def _describe(
         "isolation": definition.isolation,
         "task_agents": definition.task_agents,
         "denied_task_agents": list(definition.denied_task_agents),
+        "memory": definition.memory,
+        "effort": definition.effort,
+        "initial_prompt": definition.initial_prompt or None,
+        "color": definition.color or None,
+        "hooks": [
+            f"{event} ({len(entries) if isinstance(entries, list) else 1})"
+            for event, entries in definition.hooks.items()
+        ],
         "extra": definition.extra,
     }
 
@@ -158,6 +166,11 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         "isolation",
         "task_agents",
         "denied_task_agents",
+        "memory",
+        "effort",
+        "initial_prompt",
+        "color",
+        "hooks",
     ):
         value = row[key]
         if value in (None, [], {}):
