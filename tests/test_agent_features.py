@@ -26,7 +26,11 @@ import json, sys
 event = json.load(sys.stdin)
 with open(sys.argv[1], "a") as log:
     log.write(json.dumps(event) + "\\n")
-if "forbidden" in event.get("tool_input", {}).get("command", ""):
+if event["hook_event_name"] == "PostToolUse":
+    print(json.dumps({"additionalContext": "POST-CONTEXT from the hook"}))
+elif event["hook_event_name"] == "SubagentStart":
+    print(json.dumps({"additionalContext": "START-CONTEXT from the hook"}))
+elif "forbidden" in event.get("tool_input", {}).get("command", ""):
     print("no forbidden commands here: use an allowed one", file=sys.stderr)
     sys.exit(2)
 """
@@ -82,7 +86,16 @@ async def test_a_pre_tool_use_hook_blocks_one_bash_command_and_lets_another_thro
     served.responder = bash_then_report(
         ["echo allowed > ok.txt && echo ALLOWED-RAN", "echo forbidden > blocked.txt"]
     )
-    hooks = {"PreToolUse": [{"matcher": "Bash", "command": f"{sys.executable} {script} {log}"}]}
+    command = f"{sys.executable} {script} {log}"
+    hooks = {
+        event: [{"matcher": matcher, "command": command}]
+        for event, matcher in (
+            ("PreToolUse", "Bash"),
+            ("PostToolUse", "bash"),
+            ("SubagentStart", "worker"),
+            ("SubagentStop", ""),
+        )
+    }
     orch = Orchestrator(
         settings=Settings(
             model="openai:test", approval="allow", max_workers=2, warm_spares=0, hooks=hooks
@@ -96,14 +109,24 @@ async def test_a_pre_tool_use_hook_blocks_one_bash_command_and_lets_another_thro
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result
     allowed, blocked = result.text.split("\n=====\n")
-    assert "ALLOWED-RAN" in allowed
+    assert "ALLOWED-RAN" in allowed and "POST-CONTEXT from the hook" in allowed
     # The hook's stderr is what the model is told; the command never ran.
     assert "no forbidden commands here: use an allowed one" in blocked
     assert (work / "ok.txt").read_text() == "allowed\n"
     assert not (work / "blocked.txt").exists()
     # It ran in the parent (it wrote outside the sub-agent's walls), once per bash call,
     # with Claude Code's field names.
-    events = [json.loads(line) for line in log.read_text().splitlines()]
+    everything = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["hook_event_name"] for e in everything] == [
+        "SubagentStart",
+        "PreToolUse",
+        "PostToolUse",
+        "PreToolUse",  # blocked: no PostToolUse for it
+        "SubagentStop",
+    ]
+    assert everything[-1]["last_assistant_message"] == result.text
+    assert "START-CONTEXT from the hook" in system_of(served.requests[0].body)
+    events = [e for e in everything if e["hook_event_name"] == "PreToolUse"]
     assert [e["tool_input"]["command"] for e in events] == [
         "echo allowed > ok.txt && echo ALLOWED-RAN",
         "echo forbidden > blocked.txt",

@@ -14,7 +14,7 @@ import pytest
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.config import HookCommand, load_settings, parse_hooks, trust
 from agentcell.orchestrator.delegation import HookRunner
-from agentcell.protocol import RunStatus, ToolMessage
+from agentcell.protocol import RunStatus, ToolMessage, UserMessage
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 
 PY = sys.executable
@@ -155,19 +155,28 @@ async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
         "doc = json.load(sys.stdin)\n"
         "if doc['hook_event_name'] == 'UserPromptSubmit' and 'secret' in doc['prompt']:\n"
         "    print('no secrets in prompts', file=sys.stderr); sys.exit(2)\n"
+        "if doc['hook_event_name'] == 'Stop' and not doc['stop_hook_active']:\n"
+        "    print('check keep.txt first', file=sys.stderr); sys.exit(2)\n"
         "if doc.get('tool_input', {}).get('command', '').startswith('rm'):\n"
         "    print('rm is not allowed', file=sys.stderr); sys.exit(2)\n"
     )
     hooks = {
         "PreToolUse": [{"matcher": "Bash", "command": f"{PY} {guard}"}],
         "UserPromptSubmit": [{"command": f"{PY} {guard}"}],
+        "Stop": [{"command": f"{PY} {guard}"}],
     }
     (tmp_path / "keep.txt").write_text("kept\n")
 
+    seen: list[str] = []
+
     def main(messages: list[Any], tools: list[Any]) -> Any:
         results = [m for m in messages if isinstance(m, ToolMessage)]
+        seen[:] = [r.content for r in results]
         if not results:
             return reply("", tool_call("bash", command="rm keep.txt"))
+        last = messages[-1]
+        if isinstance(last, UserMessage) and last.content.startswith("Stop hook:"):
+            return "checked, after: " + last.content
         return "told: " + results[0].content
 
     orch = Orchestrator(
@@ -181,7 +190,9 @@ async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
         report = await asyncio.wait_for(orch.run("tidy up"), 30)
         blocked = await asyncio.wait_for(orch.run("print the secret"), 30)
     assert report.status is RunStatus.COMPLETED, report
-    assert "rm is not allowed" in report.final_text
+    # Stop blocked once: the agent went on with the hook's reason, then could stop.
+    assert report.final_text == "checked, after: Stop hook: check keep.txt first"
+    assert seen and "rm is not allowed" in seen[0]
     assert (tmp_path / "keep.txt").exists()
     assert blocked.status is RunStatus.DENIED
     assert "blocked by a UserPromptSubmit hook: no secrets in prompts" in blocked.error
