@@ -270,3 +270,25 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
     assert "Contents of MEMORY.md:\nfavourite fruit: KIWI" in second_system
     assert (folder / "MEMORY.md").read_text() == "favourite fruit: KIWI\n"
     assert not (home / "outside.txt").exists()
+
+
+def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path) -> None:
+    from agentcell.orchestrator.definitions import AgentRegistry
+    from agentcell.orchestrator.delegation import DelegationRequest
+    from agentcell.orchestrator.delegation._resume import RecordedAgents
+
+    (tmp_path / "a2.jsonl").write_text(
+        '{"ts":1,"agent":"a2","kind":"messages","messages":[{"role":"user","content":"hi"}]}\n'
+    )
+    recorded = RecordedAgents()
+    recorded.started("a2", "Explore", str(tmp_path), owner="a1")  # a1's own child
+    recorded.ended("a2")
+    registry = AgentRegistry.builtin()
+    ask = DelegationRequest(agent_type="Explore", prompt="go on", resume="a2")
+    with pytest.raises(LookupError, match="a2 was started by another agent"):
+        recorded.continuation(ask, registry, owner="")  # the main agent
+    with pytest.raises(LookupError, match="a2 was started by another agent"):
+        recorded.continuation(ask, registry, owner="a3")  # a sibling
+    request, session = recorded.continuation(ask, registry, owner="a1")
+    assert (request.agent_type, request.resume) == ("Explore", "")
+    assert [m.content for m in session] == ["hi"]  # type: ignore[union-attr]

@@ -3,8 +3,10 @@
 Each sub-agent's own process writes ``<run_dir>/<agent_id>.jsonl``; its last ``messages``
 line is the whole session. A continuation is a fresh process seeded with that session,
 under the same definition (so the same tools and narrowing), with the new prompt as the
-next user message. Only agents this orchestrator started can be continued: an id from
-elsewhere (another session, a guess) is refused, as is one still running.
+next user message. Only agents this orchestrator started can be continued, and only by
+the agent that started them (the top level — main agent and direct runs — counts as one):
+an id from elsewhere (another session, a sibling's child, a guess) is refused, as is one
+still running.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ MAX_REMEMBERED = 10_000
 class _Recorded:
     agent_type: str
     record: Path | None  # None: the run was not recorded
+    owner: str  # the agent that started it ("" for the top level)
 
 
 def read_session(record: Path) -> list[Message] | None:
@@ -51,9 +54,9 @@ class RecordedAgents:
         self._agents: collections.OrderedDict[str, _Recorded] = collections.OrderedDict()
         self._running: set[str] = set()
 
-    def started(self, agent_id: str, agent_type: str, run_dir: str) -> None:
+    def started(self, agent_id: str, agent_type: str, run_dir: str, owner: str = "") -> None:
         record = Path(run_dir) / f"{agent_id}.jsonl" if run_dir else None
-        self._agents[agent_id] = _Recorded(agent_type, record)
+        self._agents[agent_id] = _Recorded(agent_type, record, owner)
         self._running.add(agent_id)
         while len(self._agents) > MAX_REMEMBERED:
             self._agents.popitem(last=False)
@@ -62,7 +65,7 @@ class RecordedAgents:
         self._running.discard(agent_id)
 
     def continuation(
-        self, request: DelegationRequest, registry: AgentRegistry
+        self, request: DelegationRequest, registry: AgentRegistry, owner: str = ""
     ) -> tuple[DelegationRequest, list[Message]]:
         """The request to run (the recorded agent's type) and the session to seed it with;
         ``LookupError`` with the reason (one line) when it cannot be continued."""
@@ -72,6 +75,11 @@ class RecordedAgents:
             raise LookupError(
                 f"resume: no sub-agent {wanted!r} was started in this session; give the "
                 "agent_id line of one of its results (or start a new one without resume)"
+            )
+        if known.owner != owner:
+            raise LookupError(
+                f"resume: {wanted} was started by another agent, so only that one can "
+                "continue it; start a new sub-agent instead"
             )
         if request.agent_type and agent_slug(request.agent_type) != agent_slug(known.agent_type):
             raise LookupError(

@@ -267,7 +267,7 @@ class Runner:
         history: list[Message] | None = None
         if request.resume:
             try:
-                request, history = self.recorded.continuation(request, self.registry)
+                request, history = self.recorded.continuation(request, self.registry, _owner(scope))
             except LookupError as exc:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             base["agent_type"] = request.agent_type
@@ -302,7 +302,7 @@ class Runner:
             spec.system_prompt = _system_prompt(definition, spec.workdir)
         hooks = self.hooks.for_definition(definition)
         self._complete_spec(spec, definition, request, hooks, history)
-        self.recorded.started(agent_id, definition.name, run_dir)
+        self.recorded.started(agent_id, definition.name, run_dir, _owner(scope))
         started_hook = await hooks.run(
             "SubagentStart",
             {"agent_id": agent_id, "agent_type": definition.name, "prompt": request.prompt},
@@ -941,6 +941,12 @@ _OPENAI_EFFORT = {
     "high": "high",
     "max": "high",
 }
+
+
+def _owner(scope: Scope) -> str:
+    """Who may continue the agents a scope starts: the top level is one (main and direct
+    runs alike); below it, only the very agent that started them."""
+    return scope.agent_id if scope.depth > 0 else ""
 
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
