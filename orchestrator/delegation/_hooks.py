@@ -29,6 +29,9 @@ log = logging.getLogger("agentcell.hooks")
 
 #: What is kept of a hook's stdout and stderr each; the rest is read and dropped.
 HOOK_OUTPUT_CAP = 64 * 1024
+#: Hook commands running at once, over every agent: a burst of tool calls from many
+#: sub-agents queues here rather than starting hundreds of processes.
+MAX_RUNNING_HOOKS = 16
 #: Our tool name → the Claude Code name a matcher written for Claude Code uses.
 _CLAUDE_NAME = {ours: claude for claude, ours in reversed(list(CLAUDE_TOOL_NAMES.items()))}
 
@@ -46,11 +49,17 @@ class HookRunner:
     """The hooks in force for one agent: the configured ones plus its definition's."""
 
     def __init__(
-        self, commands: Sequence[HookCommand] = (), *, cwd: str = ".", session_id: str = ""
+        self,
+        commands: Sequence[HookCommand] = (),
+        *,
+        cwd: str = ".",
+        session_id: str = "",
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.commands = list(commands)
         self.cwd = cwd
         self.session_id = session_id
+        self._slots = slots or asyncio.Semaphore(MAX_RUNNING_HOOKS)
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], origin: str, **kwargs: Any) -> HookRunner:
@@ -64,7 +73,9 @@ class HookRunner:
         if not definition.hooks:
             return self
         own = parse_hooks(definition.hooks, definition.source or definition.name)
-        return HookRunner([*self.commands, *own], cwd=self.cwd, session_id=self.session_id)
+        return HookRunner(
+            [*self.commands, *own], cwd=self.cwd, session_id=self.session_id, slots=self._slots
+        )
 
     def matching(self, event: str, name: str) -> list[HookCommand]:
         claude = _CLAUDE_NAME.get(name, "")
@@ -102,6 +113,10 @@ class HookRunner:
         )
 
     async def _one(self, hook: HookCommand, data: bytes) -> HookOutcome:
+        async with self._slots:
+            return await self._start(hook, data)
+
+    async def _start(self, hook: HookCommand, data: bytes) -> HookOutcome:
         where = f"{hook.event} hook {hook.command!r}" + (f" ({hook.origin})" if hook.origin else "")
         try:
             process = await asyncio.create_subprocess_shell(
