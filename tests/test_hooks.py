@@ -196,3 +196,24 @@ async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
     assert (tmp_path / "keep.txt").exists()
     assert blocked.status is RunStatus.DENIED
     assert "blocked by a UserPromptSubmit hook: no secrets in prompts" in blocked.error
+
+
+async def test_only_calls_to_hooked_tools_are_relayed() -> None:
+    from agentcell.protocol import HookReply, ToolCall
+    from agentcell.worker import RelayedHooks
+    from agentcell.worker.tools import ToolOutput
+
+    asked: list[tuple[str, str]] = []
+
+    async def ask(event: str, *, tool: str, **_: Any) -> HookReply:
+        asked.append((event, tool))
+        return HookReply(request_id=1, context=f"{event} note")
+
+    relay = RelayedHooks({"PreToolUse": ["bash"], "PostToolUse": ["bash"]}, ask)
+    for name in ("read_file", "bash"):
+        call = ToolCall(id=f"c-{name}", name=name, arguments="{}")
+        assert await relay.before_tool(call, None, None) is None  # type: ignore[arg-type]
+        out = await relay.after_tool(call, None, ToolOutput("out"))  # type: ignore[arg-type]
+        expected = "out" if name == "read_file" else "out\n\nPreToolUse note\nPostToolUse note"
+        assert out.content == expected
+    assert asked == [("PreToolUse", "bash"), ("PostToolUse", "bash")]
