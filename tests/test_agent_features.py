@@ -229,7 +229,7 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
     work.mkdir()
     home.mkdir()
     monkeypatch.setenv("HOME", str(home))
-    keeper = agent("keeper", ["bash"], memory="user")
+    keeper = agent("keeper", ["bash", "write_file"], memory="user")
     folder = home / ".agentcell" / "agent-memory" / "keeper"
     seen: list[str] = []
 
@@ -238,14 +238,24 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
         seen.append(system)
         where = re.search(r"persistent memory folder: (\S+)", system)
         assert where is not None, system
-        commands = [
-            f"echo 'favourite fruit: KIWI' >> {where.group(1)}/MEMORY.md && echo WROTE",
-            f"echo escape > {home}/outside.txt",  # the folder is a hole, not the home
+        calls = [
+            Call(
+                "bash",
+                {
+                    "command": f"echo 'favourite fruit: KIWI' >> {where.group(1)}/MEMORY.md"
+                    " && echo WROTE"
+                },
+            ),
+            # the folder is a hole, not the home
+            Call("bash", {"command": f"echo escape > {home}/outside.txt"}),
+            # the file tools reach it too, and nothing else outside the workdir
+            Call("write_file", {"path": f"{where.group(1)}/notes.md", "content": "seen\n"}),
+            Call("write_file", {"path": f"{home}/outside.md", "content": "no\n"}),
         ]
         outputs = tool_outputs(body)
-        if "favourite fruit" in system or len(outputs) == len(commands):
+        if "favourite fruit" in system or len(outputs) == len(calls):
             return Reply(text="\n=====\n".join(outputs) or "remembered")
-        return Reply(tool_calls=[Call("bash", {"command": commands[len(outputs)]})])
+        return Reply(tool_calls=[calls[len(outputs)]])
 
     served.responder = respond
     results = []
@@ -261,9 +271,11 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
             result = await asyncio.wait_for(orch.delegate("keeper", "note my fruit"), 60)
         assert result.status is RunStatus.COMPLETED, result
         results.append(result)
-    wrote, escaped = results[0].text.split("\n=====\n")
+    wrote, escaped, noted, refused = results[0].text.split("\n=====\n")
     assert wrote.strip() == "WROTE"
     assert "Permission denied" in escaped
+    assert (folder / "notes.md").read_text() == "seen\n", noted
+    assert "outside the working directory" in refused and not (home / "outside.md").exists()
     first_system, second_system = seen[0], seen[-1]
     assert f"persistent memory folder: {folder}" in first_system
     assert "favourite fruit: KIWI" not in first_system

@@ -78,6 +78,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     except OSError as exc:
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     engine.command_preexec = box.bash_preexec()
+    if spec.memory_dir:  # the file tools reach the memory folder too, wherever it is
+        engine.extra_roots = (Path(spec.memory_dir),)
     watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
     sink = CoalescingSink(link, transcript)
     session = Session(spec.history)
