@@ -304,3 +304,39 @@ def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path)
     request, session = recorded.continuation(ask, registry, owner="a1")
     assert (request.agent_type, request.resume) == ("Explore", "")
     assert [m.content for m in session] == ["hi"]  # type: ignore[union-attr]
+
+
+def test_memory_folders_by_scope_and_a_local_one_is_git_ignored(tmp_path: Path) -> None:
+    import subprocess
+
+    from agentcell.orchestrator.delegation import MEMORY_MAX_LINES, memory_dir
+    from agentcell.orchestrator.delegation._context import memory_prompt, prepare_memory
+
+    work, home = tmp_path / "work", tmp_path / "home"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    folders = {
+        scope: memory_dir(agent("keeper", [], memory=scope), work, home)
+        for scope in ("user", "project", "local")
+    }
+    assert folders == {
+        "user": home / ".agentcell" / "agent-memory" / "keeper",
+        "project": work / ".agentcell" / "agent-memory" / "keeper",
+        "local": work / ".agentcell" / "agent-memory-local" / "keeper",
+    }
+    assert memory_dir(agent("plain", []), work, home) is None
+    for folder in folders.values():
+        assert folder is not None
+        prepare_memory(folder)
+        (folder / "MEMORY.md").write_text("".join(f"line {i}\n" for i in range(500)))
+    status = subprocess.run(
+        ["git", "-C", str(work), "status", "--porcelain", "--untracked-files=all"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "agent-memory/keeper/MEMORY.md" in status and "agent-memory-local" not in status
+    local = folders["local"]
+    assert local is not None
+    prompt = memory_prompt(local)
+    assert f"line {MEMORY_MAX_LINES - 1}\n" in prompt and f"line {MEMORY_MAX_LINES}\n" not in prompt
+    assert "MEMORY.md is cut here" in prompt and "MEMORY_MAX_LINES" in prompt
