@@ -229,6 +229,8 @@ class Runner:
             if handle.result is not None and scope.account is not None:
                 scope.account.results.append(handle.result)
             raise
+        finally:
+            self.recorded.ended(agent_id)  # however it ended, it runs no more
         if inner.cancelled():  # cancelled before its first step: it never got going
             result = SubAgentResult(
                 agent_id=agent_id,
@@ -476,6 +478,7 @@ class Runner:
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
         base = {k: v for k, v in base.items() if k != "sandbox"}  # no process, no walls
+        self.recorded.ended(base["agent_id"])  # never ran: nothing to wait for
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
