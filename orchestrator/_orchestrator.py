@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
@@ -33,6 +34,7 @@ from agentcell.orchestrator.delegation import (
     DenyAll,
     EventBus,
     EventStream,
+    HookRunner,
     OrchestratorEvent,
     RunAccount,
     RunHandle,
@@ -48,12 +50,16 @@ from agentcell.orchestrator.delegation import (
     UsageLedger,
     background_finisher,
     background_injector,
+    instructions_prompt,
+    local_tool_hooks,
+    stop_hook,
     task_tool_spec,
     wire_server,
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
     Engine,
+    Hook,
     Limits,
     McpServers,
     PermissionPolicy,
@@ -137,6 +143,12 @@ class Orchestrator:
         for definition in agents:
             self.registry.add(definition)
         self.custom_tools = list(tools)
+        self.home = home or Path.home()
+        # The user's own and a trusted project's hooks (load_settings drops an untrusted
+        # project's); a definition's own are added per agent.
+        self.hooks = HookRunner.from_table(
+            self.settings.hooks, "config", cwd=str(self.workdir), session_id=secrets.token_hex(8)
+        )
         self.bus = EventBus()
         self.tracker = TaskTracker()
         # The lifetime ledger: totals over every call, the latest agents' rows. Budgets
@@ -166,6 +178,8 @@ class Orchestrator:
             custom_tools=self.custom_tools,
             task_tool_spec=lambda allowed: task_tool_spec(self.registry, allowed=allowed),
             backends={"ray": self.ray} if self.ray is not None else None,
+            hooks=self.hooks,
+            home=self.home,
         )
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
@@ -257,6 +271,23 @@ class Orchestrator:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         self.tracker.release_delivered()
+        submitted = await self.hooks.run("UserPromptSubmit", {"prompt": prompt})
+        if submitted.blocked:
+            if model.name not in self.model_objects:
+                await model.aclose()
+            return RunReport(
+                status=RunStatus.DENIED,
+                final_text="",
+                error=f"the prompt was blocked by a UserPromptSubmit hook: {submitted.reason}",
+                usage=Usage(),
+                cost_usd=None,
+                duration_ms=(time.perf_counter() - started) * 1000,
+                run_dir="",
+                subagents=[],
+                main=RunResult(status=RunStatus.DENIED, error=submitted.reason),
+            )
+        if submitted.context:
+            prompt = f"{prompt}\n\n{submitted.context}"
         run_dir = self._call_run_dir()
         transcript = self._main_transcript(prompt, run_dir)
         stops: list[Stop] = []
@@ -284,27 +315,34 @@ class Orchestrator:
             TaskControlTool(self.tracker),
         ]
         settings = self.settings
+        hooks: list[Hook] = [
+            PermissionPolicy(
+                settings.permission_mode,
+                allow=settings.allow_rules,
+                deny=settings.deny_rules,
+                ask=settings.ask_rules,
+            )
+        ]
+        tool_hooks = local_tool_hooks(self.hooks, [tool.name for tool in tools])
+        if tool_hooks is not None:
+            hooks.append(tool_hooks)
         engine = Engine(
             model,
             tools,
-            system_prompt=MAIN_SYSTEM_PROMPT.format(workdir=self.workdir),
-            hooks=[
-                PermissionPolicy(
-                    settings.permission_mode,
-                    allow=settings.allow_rules,
-                    deny=settings.deny_rules,
-                    ask=settings.ask_rules,
-                )
-            ],
+            system_prompt=self._main_system_prompt(),
+            hooks=hooks,
             approver=self._main_approver,
             limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
             workdir=self.workdir,
             run_dir=run_dir,
             agent_id="main",
             turn_hooks=[background_injector(self.tracker)],
-            finish_hooks=[]
-            if keep_background
-            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)],
+            finish_hooks=(
+                []
+                if keep_background
+                else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
+            )
+            + [stop_hook(self.hooks)],
         )
         stops += [engine.cancel, task_tool.cancel_all]
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.
@@ -567,6 +605,14 @@ class Orchestrator:
                 "subagents": [subagent_json(r) for r in account.results],
             },
         )
+
+    def _main_system_prompt(self) -> str:
+        prompt = MAIN_SYSTEM_PROMPT.format(workdir=self.workdir)
+        if self.settings.instruction_files:
+            instructions = instructions_prompt(self.workdir, self.home)
+            if instructions:
+                prompt += "\n\n" + instructions
+        return prompt
 
     def _main_model(self) -> Model:
         if self.model_name is None:

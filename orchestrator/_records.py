@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator.delegation import SubAgentResult
+from agentcell.protocol import Message
 from agentcell.worker import Redactor
 
 RUNS_DIR = Path(".agentcell") / "runs"
@@ -121,3 +122,22 @@ def _read_summary(path: Path) -> dict[str, Any]:
     except (OSError, json.JSONDecodeError):
         return {"status": "unreadable"}
     return data
+
+
+def recorded_main_session(workdir: Path, run_id: str) -> tuple[str, list[Message]]:
+    """A recorded run's id and its main agent's last session (``agentcell runs resume``);
+    ``LookupError`` naming what is missing."""
+    summary, transcripts = load_run(workdir, run_id)
+    entries = [e for e in transcripts.get("main", []) if e.get("kind") == "messages"]
+    if not entries:
+        raise LookupError(
+            f"run {summary['run_id']} recorded no main-agent session to continue "
+            "(it ended before its first answer, or it was a direct sub-agent run)"
+        )
+    try:
+        messages = msgspec.convert(entries[-1]["messages"], list[Message])
+    except (KeyError, msgspec.ValidationError) as exc:
+        raise LookupError(
+            f"run {summary['run_id']}: its recorded session is unreadable ({exc})"
+        ) from None
+    return summary["run_id"], messages

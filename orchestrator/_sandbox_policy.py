@@ -38,17 +38,27 @@ def check_sandbox(settings: Settings) -> list[str]:
 
 
 def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path | None) -> None:
-    """An untrusted project's agent files may not give bash the network."""
+    """An untrusted project's agent files may not give bash the network, nor hooks (they
+    would run commands here, outside every sandbox)."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
         return
     root = os.path.realpath(workdir)
     for definition in registry.definitions():
         source = os.path.realpath(definition.source) if os.sep in definition.source else ""
-        if definition.network and source.startswith(root + os.sep):
+        if not source.startswith(root + os.sep):
+            continue
+        dropped: dict[str, object] = {}
+        if definition.network:
+            dropped["network"] = None
+        if definition.hooks:
+            dropped["hooks"] = {}
+        for key in dropped:
             log.warning(
-                "%s: network ignored: this folder is not trusted (run 'agentcell trust' "
+                "%s: %s ignored: this folder is not trusted (run 'agentcell trust' "
                 "in it to honour its configuration)",
                 definition.source,
+                key,
             )
-            registry.add(definition.model_copy(update={"network": None}))
+        if dropped:
+            registry.add(definition.model_copy(update=dropped))

@@ -98,6 +98,10 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
     redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
     mcp_servers: list[McpServer] = msgspec.field(default_factory=list)  # started by the child
+    # Tools a parent-side PreToolUse/PostToolUse hook matches: only their calls are relayed
+    # (``HookRequest``), so a run with no hooks pays nothing for them.
+    hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
+    memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -165,6 +169,30 @@ class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only
     is_error: bool = False
 
 
+class HookRequest(msgspec.Struct, tag="hook_request", tag_field="t", kw_only=True):
+    """child → parent: run the parent's ``PreToolUse``/``PostToolUse`` hooks for this call.
+
+    Hooks are the user's own commands: they run in the parent, outside the sandbox. The
+    parent answers with ``HookReply``."""
+
+    request_id: int
+    event: str  # PreToolUse | PostToolUse
+    call_id: str
+    tool: str
+    arguments: str
+    response: str = ""  # PostToolUse: the tool's output
+    is_error: bool = False
+
+
+class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
+    """parent → child: what the hooks decided about one ``HookRequest``."""
+
+    request_id: int
+    blocked: bool = False  # PreToolUse: do not run the call; ``reason`` goes to the model
+    reason: str = ""
+    context: str = ""  # additionalContext: added to what the model is told
+
+
 class ControlAction(enum.StrEnum):
     CANCEL = "cancel"  # stop now; the child ends with status cancelled
     PAUSE = "pause"  # stop at the next turn boundary until resume
@@ -211,6 +239,8 @@ Frame = (
     | ApprovalReply
     | DelegateRequest
     | DelegateReply
+    | HookRequest
+    | HookReply
     | Control
     | Heartbeat
     | Result

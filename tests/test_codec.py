@@ -87,6 +87,8 @@ FRAME_STRATEGIES: dict[type, st.SearchStrategy[Frame]] = {
     protocol.ApprovalReply: builds(protocol.ApprovalReply),
     protocol.DelegateRequest: builds(protocol.DelegateRequest),
     protocol.DelegateReply: builds(protocol.DelegateReply),
+    protocol.HookRequest: builds(protocol.HookRequest),
+    protocol.HookReply: builds(protocol.HookReply),
     protocol.Control: builds(protocol.Control),
     protocol.Heartbeat: builds(protocol.Heartbeat),
     protocol.Result: builds(protocol.Result, result=run_results),

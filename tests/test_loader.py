@@ -158,7 +158,8 @@ def test_disallowed_tools_spellings(tmp_path: Path) -> None:
         ("maxToolCalls", "max_tool_calls"),
         ("maxToolOutputBytes", "max_tool_output_bytes"),
         ("Name", "name"),
-        ("color", None),
+        ("color", "color"),
+        ("initialPrompt", "initial_prompt"),
         ("systemPrompt", None),  # the body is the prompt
         ("source", None),
     ],
@@ -269,17 +270,33 @@ def test_broken_flow_list_still_denies(tmp_path: Path) -> None:
 
 
 def test_unknown_keys_kept_in_extra(tmp_path: Path) -> None:
-    text = (
-        "---\nname: t\ndescription: x\ncolor: green\nlevel: 3\nhooks:\n  pre: [a, b]\n"
-        "memory: project\n---\n"
-    )
+    text = "---\nname: t\ndescription: x\ncolor: green\nlevel: 3\nmemory: project\n---\n"
     d = load_one(tmp_path, text)
-    assert d.extra == {
-        "color": "green",
-        "level": 3,
-        "hooks": {"pre": ["a", "b"]},
-        "memory": "project",
-    }
+    assert d.extra == {"level": 3}
+    assert (d.color, d.memory) == ("green", "project")
+
+
+def test_claude_code_keys_are_fields_not_warnings(tmp_path: Path) -> None:
+    text = (
+        "---\nname: t\ndescription: x\nmemory: Local\neffort: high\ninitialPrompt: Start here\n"
+        "hooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n"
+        "        - type: command\n          command: ./guard.sh\n          timeout: 5\n---\n"
+    )
+    result = load_agent_file(write(tmp_path / "t.md", text))
+    [d] = result.definitions
+    assert result.diagnostics == []
+    assert (d.memory, d.effort, d.initial_prompt) == ("local", "high", "Start here")
+    assert d.hooks["PreToolUse"][0]["hooks"][0]["command"] == "./guard.sh"
+    assert d.extra == {}
+
+
+def test_a_hook_of_the_wrong_shape_is_one_clear_error(tmp_path: Path) -> None:
+    text = "---\nname: t\ndescription: x\nhooks:\n  pre: [a, b]\n---\n"
+    result = load_agent_file(write(tmp_path / "t.md", text))
+    assert result.definitions == []
+    [error] = result.diagnostics
+    assert error.level == "error"
+    assert "unknown hook event 'pre': use one of PreToolUse" in error.message
 
 
 def test_unknown_tools_reported_not_granted(tmp_path: Path) -> None:
@@ -733,7 +750,7 @@ def test_tolerant_parser_keeps_paragraphs_and_prose_lines(tmp_path: Path) -> Non
         "A second paragraph. Examples: - user: 'check my diff' Note: it is slow"
     )
     assert d.tools == ["read_file", "grep"]
-    assert d.extra == {"color": "blue"}  # lower-case keys still start entries
+    assert d.color == "blue" and d.extra == {}  # lower-case keys still start entries
 
 
 def test_task_entry_with_agent_types_is_one_entry(tmp_path: Path) -> None:
@@ -762,10 +779,7 @@ def test_task_entry_in_disallowed_tools_denies_only_those_types(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     ("key", "needle"),
-    [
-        ("hooks", "guard they implement is NOT enforced"),
-        ("memory", "no persistent agent memory"),
-    ],
+    [],
 )
 def test_keys_agentcell_does_not_honour_get_one_note_each(
     tmp_path: Path, key: str, needle: str

@@ -229,7 +229,7 @@ def test_tools_as_a_block_list(corpus: Path, by_source: dict[str, AgentDefinitio
     assert d.tools is not None
     assert d.tools[:3] == ["read_file", "grep", "glob"]
     assert {"LSP", "SendMessage", "TaskList"} <= set(d.unknown_tools)
-    assert d.extra == {"color": "green"}
+    assert d.color == "green" and d.extra == {}
 
 
 def test_empty_tools_list_means_no_tools(corpus: Path, by_source: dict[str, Any]) -> None:

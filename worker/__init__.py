@@ -2,6 +2,7 @@
 
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, TurnHook
+from agentcell.worker._hook_relay import RelayedHooks
 from agentcell.worker._hooks import (
     Approver,
     Decision,
@@ -47,6 +48,7 @@ __all__ = [
     "PermissionMode",
     "PermissionPolicy",
     "Redactor",
+    "RelayedHooks",
     "Rule",
     "SANDBOX_MODES",
     "SECRET_NAMES",

@@ -34,6 +34,7 @@ from agentcell.protocol import (
 from agentcell.worker import _proc, _sandbox
 from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
+from agentcell.worker._hook_relay import RelayedHooks
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
 from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
@@ -82,6 +83,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
             await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     engine.command_preexec = box.bash_preexec()
+    if spec.memory_dir:  # the file tools reach the memory folder too, wherever it is
+        engine.extra_roots = (Path(spec.memory_dir),)
     watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
     sink = CoalescingSink(link, transcript)
     session = Session(spec.history)
@@ -153,6 +156,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         model_ports=ports,
         env=engine.env,
         read_paths=spec.read_paths,
+        memory_dir=spec.memory_dir,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
@@ -305,6 +309,8 @@ def build_engine(
             f"sub-agents at depth {spec.depth} cannot delegate (max depth {spec.max_depth})",
         ),
     ]
+    if spec.hooked_tools:  # the parent's PreToolUse/PostToolUse hooks, asked over the pipe
+        hooks.append(RelayedHooks(spec.hooked_tools, link.run_hooks))
     limits = start.limits
     engine_limits = Limits(
         max_turns=spec.max_turns,

@@ -38,6 +38,8 @@ from agentcell.protocol import (
     Frame,
     Heartbeat,
     Hello,
+    HookReply,
+    HookRequest,
     Limits,
     Notice,
     PipeChannel,
@@ -125,6 +127,32 @@ class ChildLink:
         reply: DelegateReply = await answer
         return reply.content, reply.is_error
 
+    async def run_hooks(
+        self,
+        event: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        response: str = "",
+        is_error: bool = False,
+    ) -> HookReply:
+        """Have the parent run its ``event`` hooks for this call (they run outside us)."""
+        request_id, answer = self._new_request()
+        await self.channel.send(
+            HookRequest(
+                request_id=request_id,
+                event=event,
+                call_id=call_id,
+                tool=tool,
+                arguments=arguments,
+                response=response,
+                is_error=is_error,
+            )
+        )
+        reply: HookReply = await answer
+        return reply
+
     def _new_request(self) -> tuple[int, asyncio.Future[Any]]:
         # The caller keeps the future itself: the reply may arrive (and be popped from
         # the table) while the request is still being sent.
@@ -157,7 +185,7 @@ class ChildLink:
                 flush=True,
             )
             return
-        if isinstance(frame, ApprovalReply | DelegateReply):
+        if isinstance(frame, ApprovalReply | DelegateReply | HookReply):
             future = self._pending.pop(frame.request_id, None)
             if future is not None and not future.done():
                 future.set_result(frame)

@@ -114,6 +114,7 @@ class Engine:
         self.agent_id = agent_id
         self.env = env
         self.command_preexec: Callable[[], None] | None = None  # see ToolContext.preexec
+        self.extra_roots: tuple[Path, ...] = ()  # see ToolContext.extra_roots
         self.turn_hooks = list(turn_hooks)
         self.finish_hooks = list(finish_hooks)
         self.usage = Usage()
@@ -371,6 +372,7 @@ class Engine:
             env=self.env,
             preexec=self.command_preexec,
             max_output_chars=self.limits.max_tool_output_chars,
+            extra_roots=self.extra_roots,
         )
         try:
             if self.limits.tool_timeout_s is not None and not getattr(tool, "long_running", False):

@@ -218,6 +218,7 @@ def apply(
     env: dict[str, str] | None = None,
     read_paths: Iterable[str] = (),
     cap_processes: bool = True,
+    memory_dir: str = "",
 ) -> Sandbox:
     """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``."""
     global CURRENT
@@ -255,6 +256,7 @@ def apply(
             run_dir=run_dir,
             model_ports=model_ports,
             read_paths=read_paths,
+            memory_dir=memory_dir,
         )
     if not network:
         _prepare_bash_wall(box, caps_abi)
@@ -269,6 +271,7 @@ def _restrict_process(
     run_dir: str,
     model_ports: list[int] | None,
     read_paths: Iterable[str],
+    memory_dir: str = "",
 ) -> None:
     everything = _landlock.fs_rights(abi)
     net = _landlock.net_rights(abi) if model_ports is not None else 0
@@ -285,6 +288,9 @@ def _restrict_process(
             outputs = Path(run_dir) / "tool-outputs"
             outputs.mkdir(parents=True, exist_ok=True)
             writable.append(str(outputs))
+        if memory_dir:  # the agent's own memory folder (memory: user|project|local)
+            Path(memory_dir).mkdir(parents=True, exist_ok=True)
+            writable.append(memory_dir)
         ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
         for path, writable_too in _git_admin(workdir):
             ruleset.allow_path(path, everything if writable_too else _landlock.READ)

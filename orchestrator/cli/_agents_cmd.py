@@ -57,6 +57,14 @@ def _describe(
         "denied_task_agents": list(definition.denied_task_agents),
         "mcp_servers": definition.mcp_server_names,
         "skills": [_skill_line(name, workdir) for name in definition.skills],
+        "memory": definition.memory,
+        "effort": definition.effort,
+        "initial_prompt": definition.initial_prompt or None,
+        "color": definition.color or None,
+        "hooks": [
+            f"{event} ({len(entries) if isinstance(entries, list) else 1})"
+            for event, entries in definition.hooks.items()
+        ],
         "extra": definition.extra,
     }
 
@@ -200,6 +208,11 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         "denied_task_agents",
         "mcp_servers",
         "skills",
+        "memory",
+        "effort",
+        "initial_prompt",
+        "color",
+        "hooks",
     ):
         value = row[key]
         if value in (None, [], {}):

@@ -24,6 +24,7 @@ from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
     AgentActivity,
     AllowAll,
@@ -334,7 +335,14 @@ def _approval(settings: Settings, ask: Any) -> ApprovalChannel:
     return DenyAll() if settings.approval == "deny" else AllowAll()
 
 
-async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path]) -> int:
+async def run_chat(
+    settings: Settings,
+    workdir: Path,
+    agents_dirs: Sequence[Path],
+    *,
+    agents: Sequence[AgentDefinition] = (),
+    session: Session | None = None,
+) -> int:
     console = Console(highlight=False)
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     view = ProgressView(console, live=False, show_main=False)
@@ -360,6 +368,7 @@ async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path
         settings=settings,
         workdir=workdir,
         agents_dirs=agents_dirs,
+        agents=agents,
         approval=_approval(settings, ask),
     )
     orch_box.append(orch)
@@ -373,6 +382,8 @@ async def run_chat(settings: Settings, workdir: Path, agents_dirs: Sequence[Path
     orch.runner.run_dir = str(run_dir)
     record = ChatRecord(run_dir, orch.model_name or "")
     chat = Chat(orch, console, view, record)
+    if session is not None:  # `agentcell runs resume RUN_ID`: go on from a recorded session
+        chat.session = session
     for listener in (view.on_event, record.on_event, chat.on_event):
         orch.bus.subscribe(listener)
 

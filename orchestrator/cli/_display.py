@@ -26,6 +26,7 @@ from agentcell.protocol import (
     UsageUpdate,
 )
 from agentcell.worker import Redactor
+from rich.color import Color, ColorParseError
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -45,6 +46,22 @@ _STATE_STYLE = {
 }
 
 
+#: Claude Code's agent colours that Rich spells otherwise.
+_COLOR_NAMES = {"orange": "dark_orange", "pink": "hot_pink", "purple": "medium_purple"}
+
+
+def agent_style(color: str) -> str:
+    """A definition's ``color`` as a Rich style ("" for none, or one Rich cannot show)."""
+    name = _COLOR_NAMES.get(color.strip().lower(), color.strip().lower())
+    if not name:
+        return ""
+    try:
+        Color.parse(name)
+    except ColorParseError:
+        return ""
+    return name
+
+
 @dataclasses.dataclass(slots=True)
 class Row:
     agent_id: str
@@ -60,6 +77,7 @@ class Row:
     started: float | None = None  # when it got its process
     ended: float | None = None
     note: str = ""
+    style: str = ""  # the agent type in the definition's colour
 
     @property
     def elapsed(self) -> float:
@@ -149,6 +167,7 @@ class ProgressView:
                 event.agent_type,
                 event.description,
                 background=event.background,
+                style=agent_style(event.color),
             )
             self.rows[event.agent_id] = row
             self._log(row, "queued" + (" (background)" if event.background else ""))
@@ -235,7 +254,7 @@ class ProgressView:
             state = row.state + (" (bg)" if row.background else "")
             table.add_row(
                 literal(row.agent_id),
-                literal(row.agent_type),
+                literal(row.agent_type, style=row.style),
                 literal(self.redact(one_line(row.description, 28))),
                 literal(state, style=_STATE_STYLE.get(row.state, "")),
                 str(row.turns),

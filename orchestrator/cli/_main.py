@@ -105,6 +105,13 @@ def common_options(fn: F) -> F:
             type=click.Choice(["workspace", "read-only", "off", "required"]),
             help="The OS walls around each sub-agent (see 'agentcell sandbox').",
         ),
+        click.option(
+            "--agents",
+            "agents_json",
+            metavar="JSON",
+            help="Temporary agent definitions for this session, as the Claude Agent SDK "
+            'writes them: \'{"name": {"description": ..., "prompt": ..., "tools": [...]}}\'.',
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -209,6 +216,7 @@ def run(
 
     _setup_logging(debug)
     text = _read_prompt(prompt, prompt_file)
+    inline = _inline_agents(flags.pop("agents_json", None))
     settings = _load(workdir, **flags)
     code = asyncio.run(
         run_once(
@@ -216,6 +224,7 @@ def run(
             settings,
             workdir=workdir.resolve(),
             agents_dirs=agents_dirs,
+            agents=inline,
             timeout_s=timeout,
             as_json=as_json,
             quiet=quiet,
@@ -264,8 +273,21 @@ def chat(workdir: Path, agents_dirs: tuple[Path, ...], debug: bool, **flags: Any
     from agentcell.orchestrator.cli._chat import run_chat
 
     _setup_logging(debug)
+    inline = _inline_agents(flags.pop("agents_json", None))
     settings = _load(workdir, **flags)
-    sys.exit(asyncio.run(run_chat(settings, workdir.resolve(), agents_dirs)))
+    sys.exit(asyncio.run(run_chat(settings, workdir.resolve(), agents_dirs, agents=inline)))
+
+
+def _inline_agents(text: str | None) -> list[Any]:
+    """``--agents JSON``: the AgentDefinitions it names (a usage error if it is bad)."""
+    if text is None:
+        return []
+    from agentcell.orchestrator.definitions import definitions_from_json
+
+    try:
+        return definitions_from_json(text)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 # -- agents ---------------------------------------------------------------------------------
@@ -356,6 +378,60 @@ def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debu
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
+
+
+@runs.command("resume")
+@click.argument("run_id")
+@click.argument("prompt", required=False)
+@common_options
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@guarded
+def runs_resume(
+    run_id: str,
+    prompt: str | None,
+    *,
+    workdir: Path,
+    agents_dirs: tuple[Path, ...],
+    as_json: bool,
+    debug: bool,
+    **flags: Any,
+) -> None:
+    """Continue a recorded main session (RUN_ID may be a unique prefix): with PROMPT,
+    one more run on it (`-` reads it from stdin); without, a chat that goes on from it."""
+    from agentcell.orchestrator._records import recorded_main_session
+    from agentcell.worker import Session
+
+    _setup_logging(debug)
+    inline = _inline_agents(flags.pop("agents_json", None))
+    settings = _load(workdir, **flags)
+    try:
+        _, messages = recorded_main_session(workdir.resolve(), run_id)
+    except LookupError as exc:
+        raise click.UsageError(str(exc.args[0])) from None
+    session = Session(messages)
+    if prompt is None:
+        from agentcell.orchestrator.cli._chat import run_chat
+
+        code = asyncio.run(
+            run_chat(settings, workdir.resolve(), agents_dirs, agents=inline, session=session)
+        )
+        sys.exit(code)
+    from agentcell.orchestrator.cli._run_cmd import run_once
+
+    code = asyncio.run(
+        run_once(
+            _read_prompt(prompt, None),
+            settings,
+            workdir=workdir.resolve(),
+            agents_dirs=agents_dirs,
+            agents=inline,
+            timeout_s=None,
+            as_json=as_json,
+            quiet=as_json,
+            session=session,
+        )
+    )
+    sys.exit(code)
 
 
 # -- sandbox and trust ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -19,6 +20,7 @@ from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
 from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
     AgentActivity,
     ApprovalChannel,
@@ -26,7 +28,7 @@ from agentcell.orchestrator.delegation import (
     TerminalPrompt,
 )
 from agentcell.protocol import TextDelta, TurnStarted
-from agentcell.worker import Redactor
+from agentcell.worker import Redactor, Session
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -101,9 +103,11 @@ async def run_once(
     *,
     workdir: Path,
     agents_dirs: tuple[Path, ...],
+    agents: Sequence[AgentDefinition] = (),
     timeout_s: float | None,
     as_json: bool,
     quiet: bool,
+    session: Session | None = None,
 ) -> int:
     console, live = make_console()
     view = None if quiet else ProgressView(console, live=live)
@@ -118,7 +122,11 @@ async def run_once(
         )
     # No run directory yet: it is made when the run starts, after the checks above.
     orch = Orchestrator(
-        settings=settings, workdir=workdir, agents_dirs=agents_dirs, approval=approval
+        settings=settings,
+        workdir=workdir,
+        agents_dirs=agents_dirs,
+        agents=agents,
+        approval=approval,
     )
     answer = None if as_json else AnswerStream(sys.stdout, view)
     received: signal.Signals | None = None
@@ -152,7 +160,7 @@ async def run_once(
                 orch.bus.subscribe(view.on_event)
                 view.start()
             try:
-                report = await orch.run(prompt, timeout_s=timeout_s)
+                report = await orch.run(prompt, session=session, timeout_s=timeout_s)
             finally:
                 if view is not None:
                     view.stop()

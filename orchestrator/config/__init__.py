@@ -1,5 +1,11 @@
 """Settings and where they come from: user file, project file, environment, flags."""
 
+from agentcell.orchestrator.config._hooks import (
+    DEFAULT_HOOK_TIMEOUT_S,
+    HOOK_EVENTS,
+    HookCommand,
+    parse_hooks,
+)
 from agentcell.orchestrator.config._load import (
     ENV_SETTINGS,
     ConfigError,
@@ -31,6 +37,9 @@ __all__ = [
     "Budgets",
     "ConfigError",
     "DEFAULT_ALIASES",
+    "DEFAULT_HOOK_TIMEOUT_S",
+    "HOOK_EVENTS",
+    "HookCommand",
     "ENV_SETTINGS",
     "McpServerConfig",
     "Price",
@@ -38,6 +47,7 @@ __all__ = [
     "Settings",
     "is_trusted",
     "load_settings",
+    "parse_hooks",
     "project_config",
     "read_mcp_json",
     "revoke",

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
+from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -100,11 +101,21 @@ class Settings(BaseModel):
     # them (None: all of them, as Claude Code's main thread does).
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict)
     main_mcp_servers: list[str] | None = None
+    # Lifecycle hooks (Claude Code's command hooks): never from an untrusted project.
+    hooks: dict[str, Any] = Field(default_factory=dict)
+    # AGENTS.md / CLAUDE.md into the main and general-purpose agents' prompts.
+    instruction_files: bool = True
 
     @field_validator("permission_mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:
         return PermissionMode.parse(value).value
+
+    @field_validator("hooks")
+    @classmethod
+    def _hooks_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
+        parse_hooks(value, "settings")
+        return value
 
     @field_validator("model")
     @classmethod

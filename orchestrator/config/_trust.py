@@ -102,6 +102,8 @@ def untrusted_layer(
             ignore(key, "allow rules let commands run without asking")
         elif key in ("mcp_servers", "main_mcp_servers") and value:
             ignore(key, "MCP servers run commands outside the sub-agents' sandboxes")
+        elif key == "hooks" and value:
+            ignore(key, "hooks run commands on this machine")
         elif key == "sandbox_read" and value:
             ignore(key, "it widens what sub-agents may read")
         elif key == "network" and value is True and current(key) is not True:

@@ -1,5 +1,6 @@
 """What a sub-agent is: definitions, agent files, the registry, tool names and narrowing."""
 
+from agentcell.orchestrator.definitions._inline import definitions_from_json
 from agentcell.orchestrator.definitions._loader import (
     Diagnostic,
     LoadResult,
@@ -55,6 +56,7 @@ __all__ = [
     "mcp_patterns",
     "skill_dirs",
     "with_skills",
+    "definitions_from_json",
     "AgentDefinition",
     "AgentRegistry",
     "BUILTIN_AGENTS",

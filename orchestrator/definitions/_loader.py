@@ -57,11 +57,7 @@ _SETTABLE = frozenset(AgentDefinition.model_fields) - {
 }
 #: Keys Claude Code honours that agentcell does not (yet), by their snake_case spelling,
 #: and what ignoring each means: said once per file, so nobody relies on them unawares.
-UNSUPPORTED_KEYS: dict[str, str] = {
-    "hooks": "agentcell does not run Claude Code hooks: this agent's hooks never run, so a "
-    "guard they implement is NOT enforced (use disallowedTools or deny rules instead)",
-    "memory": "agentcell has no persistent agent memory: the agent starts afresh every run",
-}
+UNSUPPORTED_KEYS: dict[str, str] = {}
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
 # in the tolerant parser with one of these names always starts a new entry.
 _OTHER_KEYS = frozenset({"color", "initial_prompt", "effort", "version", "category", "tags"})

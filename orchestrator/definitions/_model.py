@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agentcell.orchestrator.config import McpServerConfig
+from agentcell.orchestrator.config import McpServerConfig, parse_hooks
 from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
     is_mcp_tool,
@@ -257,6 +257,13 @@ class AgentDefinition(BaseModel):
     # Claude Code's `mcpServers`: names of configured servers, or {name: {command, ...}}.
     mcp_servers: list[str | dict[str, McpServerConfig]] = []
     skills: list[str] = []  # preloaded into the system prompt (see _skills)
+    # Claude Code's lifecycle hooks (run by the parent, outside the sandbox), memory
+    # folder, reasoning effort, first user turn and display colour.
+    hooks: dict[str, Any] = {}
+    memory: Literal["user", "project", "local"] | None = None
+    effort: Literal["minimal", "low", "medium", "high", "max"] | None = None
+    initial_prompt: str = ""
+    color: str = ""
     extra: dict[str, Any] = {}
     source: str = "programmatic"
 
@@ -325,7 +332,20 @@ class AgentDefinition(BaseModel):
             )
         return name
 
-    @field_validator("description", "system_prompt", mode="before")
+    @field_validator("hooks", mode="before")
+    @classmethod
+    def _hooks(cls, value: object) -> dict[str, Any]:
+        if value is None:
+            return {}
+        parse_hooks(value, "hooks")  # the shape; running them is the parent's job
+        return dict(value)  # type: ignore[call-overload]
+
+    @field_validator("memory", "effort", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("description", "system_prompt", "initial_prompt", "color", mode="before")
     @classmethod
     def _text(cls, value: object) -> str:
         if value is None:

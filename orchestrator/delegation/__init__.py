@@ -10,6 +10,12 @@ from agentcell.orchestrator.delegation._approvals import (
     DenyAll,
     TerminalPrompt,
 )
+from agentcell.orchestrator.delegation._context import (
+    MEMORY_MAX_CHARS,
+    MEMORY_MAX_LINES,
+    instructions_prompt,
+    memory_dir,
+)
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -18,6 +24,12 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentEnded,
     SubAgentProcess,
     SubAgentStarted,
+)
+from agentcell.orchestrator.delegation._hooks import (
+    HookOutcome,
+    HookRunner,
+    local_tool_hooks,
+    stop_hook,
 )
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
 from agentcell.orchestrator.delegation._request import (
@@ -28,6 +40,7 @@ from agentcell.orchestrator.delegation._request import (
 from agentcell.orchestrator.delegation._results import (
     SubAgentResult,
 )
+from agentcell.orchestrator.delegation._resume import read_session
 from agentcell.orchestrator.delegation._runner import (
     RunHandle,
     Runner,
@@ -73,6 +86,10 @@ __all__ = [
     "DenyAll",
     "EventBus",
     "EventStream",
+    "HookOutcome",
+    "HookRunner",
+    "MEMORY_MAX_CHARS",
+    "MEMORY_MAX_LINES",
     "OrchestratorEvent",
     "RunAccount",
     "RunHandle",
@@ -94,7 +111,12 @@ __all__ = [
     "UsageLedger",
     "background_finisher",
     "background_injector",
+    "instructions_prompt",
+    "local_tool_hooks",
+    "memory_dir",
     "parse_task_arguments",
+    "read_session",
+    "stop_hook",
     "stricter_mode",
     "task_tool_spec",
 ]

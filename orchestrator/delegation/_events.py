@@ -26,6 +26,7 @@ class SubAgentStarted:
     depth: int
     parent_id: str
     task_id: str = ""
+    color: str = ""  # the definition's display colour (Claude Code's `color`)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ class DelegationRequest:
     max_turns: int | None = None
     isolation: str | None = None  # "worktree" for a git worktree of its own
     call_id: str = ""  # the parent's tool call
+    resume: str = ""  # continue this finished sub-agent (its recorded session) instead
 
 
 @dataclasses.dataclass(slots=True)

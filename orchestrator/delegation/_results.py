@@ -58,9 +58,11 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
                 where += f" (commit {self.commit[:12]})"
             kept = f"\nIts changes are kept in the worktree {self.worktree} {where}:\n"
             kept += self.diff_stat
+        # On a line of its own, as Claude Code's agentId: what `task` takes as `resume`.
+        ident = f"\nagent_id: {self.agent_id}"
         if self.ok:
-            return f"{head}\n{self.text}{kept}"
+            return f"{head}\n{self.text}{kept}{ident}"
         body = f"{head}: {self.error or self.status.value}"
         if self.text:
             body += f"\nPartial output (not a completed answer):\n{self.text}"
-        return body + kept
+        return body + kept + ident

@@ -39,6 +39,13 @@ from agentcell.orchestrator.definitions import (
     with_skills,
 )
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._context import (
+    gets_instructions,
+    instructions_prompt,
+    memory_dir,
+    memory_prompt,
+    prepare_memory,
+)
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -46,9 +53,11 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._hooks import HookRunner, tool_payload
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._resume import RecordedAgents
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
@@ -70,7 +79,10 @@ from agentcell.protocol import (
     DelegateRequest,
     Event,
     FrameTooLarge,
+    HookReply,
+    HookRequest,
     Limits,
+    Message,
     RemoteTool,
     RunStatus,
     Start,
@@ -169,6 +181,8 @@ class Runner:
         custom_tools: Sequence[Tool] = (),
         task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
         backends: dict[str, Backend] | None = None,
+        hooks: HookRunner | None = None,
+        home: Path | None = None,
     ) -> None:
         self.pool = pool
         # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
@@ -188,6 +202,10 @@ class Runner:
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
         # Per run being prepared: the lines its result carries (a server or skill missing).
         self._warnings: dict[str, list[str]] = {}
+        self.hooks = hooks or HookRunner(cwd=workdir)
+        self.home = home or Path.home()
+        self.recorded = RecordedAgents()  # what `task` with `resume` may continue
+        self._effort_noted: set[tuple[str, str]] = set()
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -222,6 +240,8 @@ class Runner:
             if handle.result is not None and scope.account is not None:
                 scope.account.results.append(handle.result)
             raise
+        finally:
+            self.recorded.ended(agent_id)  # however it ended, it runs no more
         if inner.cancelled():  # cancelled before its first step: it never got going
             result = SubAgentResult(
                 agent_id=agent_id,
@@ -257,6 +277,13 @@ class Runner:
             background=background,
             depth=scope.depth + 1,
         )
+        history: list[Message] | None = None
+        if request.resume:
+            try:
+                request, history = self.recorded.continuation(request, self.registry, _owner(scope))
+            except LookupError as exc:
+                return self._refused(base, RunStatus.ERROR, str(exc))
+            base["agent_type"] = request.agent_type
         definition = self.registry.get(request.agent_type)
         if definition is None:
             names = ", ".join(self.registry.names())
@@ -289,6 +316,16 @@ class Runner:
             spec.workdir = str(tree.workdir)
             skills, _ = load_skills(definition.skills, Path(self.workdir))
             spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
+        hooks = self.hooks.for_definition(definition)
+        self._complete_spec(spec, definition, request, hooks, history)
+        self.recorded.started(agent_id, definition.name, run_dir, _owner(scope))
+        started_hook = await hooks.run(
+            "SubagentStart",
+            {"agent_id": agent_id, "agent_type": definition.name, "prompt": request.prompt},
+            definition.name,
+        )
+        if started_hook.context:
+            spec.system_prompt += f"\n\n{started_hook.context}"
 
         self.bus.publish(
             SubAgentStarted(
@@ -299,6 +336,7 @@ class Runner:
                 depth=scope.depth + 1,
                 parent_id=scope.agent_id,
                 task_id=task_id,
+                color=definition.color,
             )
         )
         start = Start(
@@ -343,6 +381,7 @@ class Runner:
                 scope=scope,
                 progress=progress,
                 background=background,
+                hooks=hooks,
             )
         except asyncio.CancelledError:
             cancelled = True
@@ -392,6 +431,17 @@ class Runner:
         if tree is not None:  # what it changed is kept, however it ended
             result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
+        self.recorded.ended(agent_id)
+        await hooks.run(
+            "SubagentStop",
+            {
+                "agent_id": agent_id,
+                "agent_type": definition.name,
+                "last_assistant_message": result.text,
+                "stop_hook_active": False,
+            },
+            definition.name,
+        )
         self._finish(result, model, outcome)
         return result
 
@@ -444,6 +494,7 @@ class Runner:
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
         base = {k: v for k, v in base.items() if k != "sandbox"}  # no process, no walls
+        self.recorded.ended(base["agent_id"])  # never ran: nothing to wait for
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
@@ -611,6 +662,7 @@ class Runner:
         scope: Scope,
         progress: _Progress,
         background: bool,
+        hooks: HookRunner,
     ) -> None:
         agent_id = spec.agent_id
         agent_type = spec.agent_type
@@ -653,12 +705,87 @@ class Runner:
                             account=scope.account,
                         ),
                     )
+                elif isinstance(frame, HookRequest):
+                    _spawn(side, self._answer_hook(lease, frame, spec, hooks))
         finally:
             # The child is gone (or we are): questions it asked are moot now.
             for task in side:
                 task.cancel()
             if side:
                 await asyncio.wait(side)
+
+    async def _answer_hook(
+        self, lease: WorkerLease, frame: HookRequest, spec: AgentSpec, hooks: HookRunner
+    ) -> None:
+        offered = spec.hooked_tools.get(frame.event, [])
+        if frame.tool not in offered:  # only what the parent said it hooks is answered
+            reply = HookReply(request_id=frame.request_id)
+        else:
+            payload = tool_payload(
+                frame.event,
+                agent_id=spec.agent_id,
+                agent_type=spec.agent_type,
+                tool=frame.tool,
+                arguments=frame.arguments,
+                response=frame.response,
+                is_error=frame.is_error,
+            )
+            outcome = await hooks.run(frame.event, payload, frame.tool)
+            reply = HookReply(
+                request_id=frame.request_id,
+                blocked=outcome.blocked,
+                reason=outcome.reason,
+                context=outcome.context,
+            )
+        with contextlib.suppress(ChannelClosed):
+            await lease.send(reply)
+
+    def _complete_spec(
+        self,
+        spec: AgentSpec,
+        definition: AgentDefinition,
+        request: DelegationRequest,
+        hooks: HookRunner,
+        history: list[Message] | None,
+    ) -> None:
+        """What the definition's Claude Code keys add to the spec: hooks, memory, instruction
+        files, effort, the initial prompt; and, for a continuation, the earlier session."""
+        spec.hooked_tools = hooks.hooked_tools(
+            [*spec.tools, *(tool.name for tool in spec.remote_tools)]
+        )
+        workdir = Path(self.workdir)
+        extra = []
+        if self.settings.instruction_files and gets_instructions(definition):
+            extra.append(instructions_prompt(workdir, self.home))
+        folder = memory_dir(definition, workdir, self.home)
+        if folder is not None:
+            prepare_memory(folder)
+            spec.memory_dir = str(folder)
+            extra.append(memory_prompt(folder))
+        extra = [part for part in extra if part]
+        if extra:
+            spec.system_prompt = "\n\n".join([spec.system_prompt, *extra])
+        if definition.effort is not None:
+            self._apply_effort(spec, definition)
+        if history is not None:
+            spec.history = history
+        elif definition.initial_prompt.strip():
+            spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
+
+    def _apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
+        provider = spec.model.partition(":")[0]
+        if provider == "openai":
+            spec.model_options["reasoning_effort"] = _OPENAI_EFFORT[definition.effort or "medium"]
+            return
+        if (definition.name, provider) not in self._effort_noted:
+            self._effort_noted.add((definition.name, provider))
+            log.warning(
+                "%s: effort %s ignored: its model %s has no reasoning control agentcell "
+                "sets (only openai models take reasoning_effort)",
+                definition.name,
+                definition.effort,
+                spec.model,
+            )
 
     async def _answer_approval(
         self, lease: WorkerLease, request_id: int, query: ApprovalQuery
@@ -839,6 +966,22 @@ def stricter_mode(parent: str, wanted: str | None) -> str:
         return parent
     wanted = PermissionMode.parse(wanted).value
     return min(parent, wanted, key=_STRICTNESS.index)
+
+
+#: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max").
+_OPENAI_EFFORT = {
+    "minimal": "minimal",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "high",
+}
+
+
+def _owner(scope: Scope) -> str:
+    """Who may continue the agents a scope starts: the top level is one (main and direct
+    runs alike); below it, only the very agent that started them."""
+    return scope.agent_id if scope.depth > 0 else ""
 
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:

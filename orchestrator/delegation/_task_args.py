@@ -48,6 +48,14 @@ class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
             "branch and reported"
         ),
     ] = None
+    resume: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Continue a finished sub-agent: its agent_id (from its result). It "
+            "goes on from its earlier session with this prompt as the next message; give the "
+            "same subagent_type"
+        ),
+    ] = None
     max_turns: (
         Annotated[
             int, msgspec.Meta(ge=1, description="Optional lower turn limit than the agent's own")
@@ -72,6 +80,7 @@ def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
         max_turns=args.max_turns,
         isolation=args.isolation,
         call_id=call_id,
+        resume=(args.resume or "").strip(),
     )
 
 

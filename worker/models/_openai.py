@@ -318,6 +318,7 @@ class OpenAIChatModel(HttpChatModel):
         max_connections: int = 4,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        reasoning_effort: str | None = None,
     ) -> None:
         super().__init__(
             model_name,
@@ -334,6 +335,7 @@ class OpenAIChatModel(HttpChatModel):
             "max_completion_tokens" if self._official else "max_tokens"
         )
         self._stream_usage = stream_usage
+        self._reasoning_effort = reasoning_effort  # an agent's `effort`, for reasoning models
 
     def _headers_for(self, api_key: str | None) -> dict[str, str]:
         return {"authorization": f"Bearer {api_key}"} if api_key else {}
@@ -363,4 +365,6 @@ class OpenAIChatModel(HttpChatModel):
             ]
         if request.max_output_tokens is not None:
             body[self._max_field] = request.max_output_tokens
+        if self._reasoning_effort is not None:
+            body["reasoning_effort"] = self._reasoning_effort
         return _encode(body)

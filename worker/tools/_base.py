@@ -44,6 +44,8 @@ class ToolContext:
     max_output_chars: int = 30_000  # longer outputs are truncated (see truncate_output)
     # Run by a command's process between fork and exec (the sandbox's no-network wall).
     preexec: Callable[[], None] | None = None
+    # Folders outside the workdir the file tools may reach too (the agent's memory folder).
+    extra_roots: tuple[Path, ...] = ()
 
 
 class Tool(abc.ABC):

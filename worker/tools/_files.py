@@ -14,7 +14,7 @@ import re
 import stat
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, TypeVar
 
@@ -140,7 +140,7 @@ class ReadFile(Tool):
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
         text = await asyncio.to_thread(
-            _read_numbered, ctx.workdir, args.path, args.offset, args.limit
+            _read_numbered, ctx.workdir, args.path, args.offset, args.limit, ctx.extra_roots
         )
         return await finish_output(text, ctx)
 
@@ -153,8 +153,10 @@ def _number_line(lineno: int, raw: bytes) -> str:
     return f"{lineno:>6}\t{text}"
 
 
-def _read_numbered(workdir: Path, shown: str, offset: int, limit: int) -> str:
-    path = resolve_inside(workdir, shown)
+def _read_numbered(
+    workdir: Path, shown: str, offset: int, limit: int, also: Sequence[Path] = ()
+) -> str:
+    path = resolve_inside(workdir, shown, also)
     st = _stat(path, shown, missing_hint=" (use glob to find files)")
     _require_regular(st, shown)
     if st.st_size == 0:
@@ -223,11 +225,11 @@ class WriteFile(Tool):
             data = args.content.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ToolError(f"content is not valid Unicode text: {exc.reason}") from None
-        return await asyncio.to_thread(_write, ctx.workdir, args.path, data)
+        return await asyncio.to_thread(_write, ctx.workdir, args.path, data, ctx.extra_roots)
 
 
-def _write(workdir: Path, shown: str, data: bytes) -> str:
-    path = resolve_inside(workdir, shown)
+def _write(workdir: Path, shown: str, data: bytes, also: Sequence[Path] = ()) -> str:
+    path = resolve_inside(workdir, shown, also)
     try:
         st: os.stat_result | None = os.stat(path)
     except (FileNotFoundError, NotADirectoryError):
@@ -294,12 +296,20 @@ class EditFile(Tool):
         if args.old_string == args.new_string:
             raise ToolError("old_string and new_string are identical: there is nothing to change")
         return await asyncio.to_thread(
-            _edit, ctx.workdir, args.path, args.old_string, args.new_string, args.replace_all
+            _edit,
+            ctx.workdir,
+            args.path,
+            args.old_string,
+            args.new_string,
+            args.replace_all,
+            also=ctx.extra_roots,
         )
 
 
-def _edit(workdir: Path, shown: str, old: str, new: str, replace_all: bool) -> str:
-    path = resolve_inside(workdir, shown)
+def _edit(
+    workdir: Path, shown: str, old: str, new: str, replace_all: bool, *, also: Sequence[Path] = ()
+) -> str:
+    path = resolve_inside(workdir, shown, also)
     st = _stat(path, shown, missing_hint=" (use write_file to create a file)")
     _require_regular(st, shown)
     refuse_hard_links(st, shown)

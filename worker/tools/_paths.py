@@ -19,7 +19,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from agentcell.worker.tools._base import ToolError
@@ -42,7 +42,7 @@ def is_inside(root: str, resolved: str) -> bool:
     return resolved == root or resolved.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def resolve_inside(workdir: Path, path: str) -> Path:
+def resolve_inside(workdir: Path, path: str, also: Sequence[Path] = ()) -> Path:
     """Resolve ``path`` (relative to ``workdir``, or absolute) and refuse it if outside.
 
     The result is the fully resolved location; it need not exist. Raises ``ToolError``
@@ -58,7 +58,9 @@ def resolve_inside(workdir: Path, path: str) -> Path:
     root = real_root(workdir)
     lexical = os.path.normpath(os.path.join(workdir, path))  # an absolute path replaces workdir
     resolved = os.path.realpath(lexical)
-    if not is_inside(root, resolved):
+    if not is_inside(root, resolved) and not any(
+        is_inside(real_root(extra), resolved) for extra in also
+    ):
         # Name the real target when a symlink took the path elsewhere: otherwise the
         # refusal of an innocent-looking path is a puzzle.
         via = f" (it resolves to {resolved})" if resolved != lexical else ""

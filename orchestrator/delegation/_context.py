@@ -1,0 +1,119 @@
+"""What a prompt carries besides the definition: instruction files and agent memory.
+
+- ``AGENTS.md`` / ``CLAUDE.md`` (the user's own, then the project's) go into the main
+  agent's prompt and every sub-agent's except the built-in Explore and Plan, as in Claude
+  Code.
+- ``memory: user|project|local`` gives an agent a folder of its own that outlives the run;
+  its ``MEMORY.md`` starts the prompt's memory section (capped), and the sandbox lets the
+  agent write there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agentcell.orchestrator.definitions import AgentDefinition
+
+#: How much of MEMORY.md goes into the prompt (Claude Code also loads only its start).
+MEMORY_MAX_LINES = 200
+MEMORY_MAX_CHARS = 25_000
+#: Each instruction file is cut to this many characters.
+INSTRUCTIONS_MAX_CHARS = 40_000
+#: Built-in agents that skip the instruction files (they are read-only scouts).
+SKIPS_INSTRUCTIONS = frozenset({"Explore", "Plan"})
+
+
+def memory_dir(definition: AgentDefinition, workdir: Path, home: Path) -> Path | None:
+    """The agent's memory folder for its ``memory`` scope (None: it has none)."""
+    if definition.memory is None:
+        return None
+    name = definition.name
+    if definition.memory == "user":
+        return home / ".agentcell" / "agent-memory" / name
+    if definition.memory == "project":
+        return workdir / ".agentcell" / "agent-memory" / name
+    local = workdir / ".agentcell" / "agent-memory-local"
+    return local / name
+
+
+def prepare_memory(folder: Path) -> None:
+    """Create the folder; a local one is kept out of git (it is this machine's only)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.parent.name == "agent-memory-local":
+        ignore = folder.parent / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# agentcell: local agent memory, never committed\n*\n")
+
+
+def memory_prompt(folder: Path) -> str:
+    """The prompt's memory section: where the folder is and what MEMORY.md says."""
+    text = _read(folder / "MEMORY.md", MEMORY_MAX_CHARS)
+    lines = text.splitlines()
+    cut = len(lines) > MEMORY_MAX_LINES or len(text) > MEMORY_MAX_CHARS
+    shown = "\n".join(lines[:MEMORY_MAX_LINES])[:MEMORY_MAX_CHARS]
+    section = [
+        "# Agent memory",
+        f"You have a persistent memory folder: {folder}",
+        "It outlives this run: keep what future runs should know in MEMORY.md there "
+        "(short notes; other files for details). You may write inside it.",
+    ]
+    if shown.strip():
+        section += ["", "Contents of MEMORY.md:", shown]
+        if cut:
+            section.append(
+                f"[MEMORY.md is cut here: only its first {MEMORY_MAX_LINES} lines or "
+                f"{MEMORY_MAX_CHARS} characters are loaded (MEMORY_MAX_LINES, "
+                "MEMORY_MAX_CHARS); keep it short]"
+            )
+    else:
+        section.append("MEMORY.md is empty or absent so far.")
+    return "\n".join(section)
+
+
+def instruction_files(workdir: Path, home: Path) -> list[Path]:
+    """The instruction files that exist, the user's first, then the project's."""
+    candidates = [
+        home / ".agentcell" / "AGENTS.md",
+        home / ".claude" / "CLAUDE.md",
+        workdir / "AGENTS.md",
+        workdir / "CLAUDE.md",
+        workdir / ".claude" / "CLAUDE.md",
+    ]
+    seen: set[Path] = set()
+    found = []
+    for path in candidates:
+        try:
+            real = path.resolve()
+        except OSError:
+            continue
+        if real not in seen and path.is_file():
+            seen.add(real)
+            found.append(path)
+    return found
+
+
+def instructions_prompt(workdir: Path, home: Path) -> str:
+    parts = []
+    for path in instruction_files(workdir, home):
+        text = _read(path, INSTRUCTIONS_MAX_CHARS)
+        if len(text) > INSTRUCTIONS_MAX_CHARS:
+            text = (
+                text[:INSTRUCTIONS_MAX_CHARS]
+                + f"\n[cut at {INSTRUCTIONS_MAX_CHARS} characters (INSTRUCTIONS_MAX_CHARS)]"
+            )
+        if text.strip():
+            parts.append(f"# Instructions from {path}\n{text.strip()}")
+    return "\n\n".join(parts)
+
+
+def gets_instructions(definition: AgentDefinition) -> bool:
+    return not (definition.source == "builtin" and definition.name in SKIPS_INSTRUCTIONS)
+
+
+def _read(path: Path, limit: int) -> str:
+    """At most ``limit`` characters and one more (to tell a cut): a huge file costs nothing."""
+    try:
+        with path.open(errors="replace") as file:
+            return file.read(limit + 1)
+    except OSError:
+        return ""

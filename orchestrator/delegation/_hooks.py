@@ -1,0 +1,285 @@
+"""Running lifecycle hooks: the user's own commands, in the parent, outside every sandbox.
+
+Claude Code's contract: the command gets one JSON object on stdin (``hook_event_name``,
+``session_id``, ``cwd``, and ``tool_name``/``tool_input``/``tool_response``/``agent_id``/
+``agent_type``/``last_assistant_message``/``prompt`` where they apply). Exit 0 goes on
+(stdout may be JSON with ``decision``/``reason``/``additionalContext``); exit 2 blocks and
+its stderr is what the model is told; any other exit, a timeout or a command that cannot
+start is a non-blocking error, logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from agentcell.orchestrator.config import HookCommand, parse_hooks
+from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, AgentDefinition
+from agentcell.protocol import AssistantMessage, HookReply, Message, UserMessage
+from agentcell.worker import Hook, RelayedHooks, Session, TurnHook
+
+log = logging.getLogger("agentcell.hooks")
+
+#: What is kept of a hook's stdout and stderr each; the rest is read and dropped.
+HOOK_OUTPUT_CAP = 64 * 1024
+#: Hook commands running at once, over every agent: a burst of tool calls from many
+#: sub-agents queues here rather than starting hundreds of processes.
+MAX_RUNNING_HOOKS = 16
+#: Our tool name → the Claude Code name a matcher written for Claude Code uses.
+_CLAUDE_NAME = {ours: claude for claude, ours in reversed(list(CLAUDE_TOOL_NAMES.items()))}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class HookOutcome:
+    """What the hooks of one event decided, all of them together."""
+
+    blocked: bool = False
+    reason: str = ""
+    context: str = ""
+
+
+class HookRunner:
+    """The hooks in force for one agent: the configured ones plus its definition's."""
+
+    def __init__(
+        self,
+        commands: Sequence[HookCommand] = (),
+        *,
+        cwd: str = ".",
+        session_id: str = "",
+        slots: asyncio.Semaphore | None = None,
+    ) -> None:
+        self.commands = list(commands)
+        self.cwd = cwd
+        self.session_id = session_id
+        self._slots = slots or asyncio.Semaphore(MAX_RUNNING_HOOKS)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any], origin: str, **kwargs: Any) -> HookRunner:
+        return cls(parse_hooks(table, origin), **kwargs)
+
+    def __bool__(self) -> bool:
+        return bool(self.commands)
+
+    def for_definition(self, definition: AgentDefinition) -> HookRunner:
+        """These hooks plus the ones the definition's ``hooks:`` frontmatter names."""
+        if not definition.hooks:
+            return self
+        own = parse_hooks(definition.hooks, definition.source or definition.name)
+        return HookRunner(
+            [*self.commands, *own], cwd=self.cwd, session_id=self.session_id, slots=self._slots
+        )
+
+    def matching(self, event: str, name: str) -> list[HookCommand]:
+        claude = _CLAUDE_NAME.get(name, "")
+        return [c for c in self.commands if c.event == event and c.matches(name, claude)]
+
+    def hooked_tools(self, tools: Iterable[str]) -> dict[str, list[str]]:
+        """For ``AgentSpec.hooked_tools``: per tool event, the tools some hook matches."""
+        names = list(tools)
+        hooked = {}
+        for event in ("PreToolUse", "PostToolUse"):
+            matched = [name for name in names if self.matching(event, name)]
+            if matched:
+                hooked[event] = matched
+        return hooked
+
+    async def run(self, event: str, payload: Mapping[str, Any], match: str = "") -> HookOutcome:
+        """Run every hook of ``event`` whose matcher takes ``match`` (a tool name, an
+        agent type; events without a matcher run all theirs)."""
+        commands = self.matching(event, match)
+        if not commands:
+            return HookOutcome()
+        document = {
+            "hook_event_name": event,
+            "session_id": self.session_id,
+            "cwd": self.cwd,
+            **payload,
+        }
+        data = json.dumps(document).encode()
+        outcomes = await asyncio.gather(*(self._one(c, data) for c in commands))
+        reasons = [o.reason for o in outcomes if o.blocked and o.reason]
+        return HookOutcome(
+            blocked=any(o.blocked for o in outcomes),
+            reason="\n".join(reasons),
+            context="\n".join(o.context for o in outcomes if o.context),
+        )
+
+    async def _one(self, hook: HookCommand, data: bytes) -> HookOutcome:
+        async with self._slots:
+            return await self._start(hook, data)
+
+    async def _start(self, hook: HookCommand, data: bytes) -> HookOutcome:
+        where = f"{hook.event} hook {hook.command!r}" + (f" ({hook.origin})" if hook.origin else "")
+        try:
+            process = await asyncio.create_subprocess_shell(
+                hook.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.cwd,
+                start_new_session=True,  # so a timeout can stop all it started
+            )
+        except OSError as exc:
+            log.warning("%s could not start: %s", where, exc)
+            return HookOutcome()
+        try:
+            async with asyncio.timeout(hook.timeout_s):
+                out, err, code = await _talk(process, data)
+        except TimeoutError:
+            log.warning("%s timed out after %g s: stopped; the run goes on", where, hook.timeout_s)
+            return HookOutcome()
+        finally:
+            if process.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        if code == 2:
+            return HookOutcome(blocked=True, reason=err.strip() or f"blocked by the {where}")
+        if code != 0:
+            first = err.strip().splitlines()[0] if err.strip() else "no message"
+            log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
+            return HookOutcome()
+        return _decision(out, where)
+
+
+async def _talk(process: asyncio.subprocess.Process, data: bytes) -> tuple[str, str, int]:
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+
+    async def feed() -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            process.stdin.write(data)  # type: ignore[union-attr]
+            await process.stdin.drain()  # type: ignore[union-attr]
+        process.stdin.close()  # type: ignore[union-attr]
+
+    out, err, _ = await asyncio.gather(
+        _read_capped(process.stdout), _read_capped(process.stderr), feed()
+    )
+    code = await process.wait()
+    return out, err, code
+
+
+async def _read_capped(stream: asyncio.StreamReader) -> str:
+    kept = bytearray()
+    while chunk := await stream.read(65536):
+        if len(kept) < HOOK_OUTPUT_CAP:
+            kept += chunk[: HOOK_OUTPUT_CAP - len(kept)]
+    return kept.decode(errors="replace")
+
+
+def _decision(stdout: str, where: str) -> HookOutcome:
+    """Exit 0: plain output is ignored; a JSON object may block or add context."""
+    text = stdout.strip()
+    if not text.startswith("{"):
+        return HookOutcome()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        log.warning("%s printed something that is not JSON; ignored", where)
+        return HookOutcome()
+    if not isinstance(doc, dict):
+        return HookOutcome()
+    specific = doc.get("hookSpecificOutput")
+    specific = specific if isinstance(specific, dict) else {}
+    decision = str(doc.get("decision") or specific.get("permissionDecision") or "").lower()
+    reason = doc.get("reason") or specific.get("permissionDecisionReason") or ""
+    context = doc.get("additionalContext") or specific.get("additionalContext") or ""
+    blocked = decision in ("block", "deny")
+    return HookOutcome(
+        blocked=blocked,
+        reason=str(reason) or (f"blocked by the {where}" if blocked else ""),
+        context=str(context),
+    )
+
+
+def tool_payload(
+    event: str,
+    *,
+    agent_id: str,
+    agent_type: str,
+    tool: str,
+    arguments: str,
+    response: str = "",
+    is_error: bool = False,
+) -> dict[str, Any]:
+    """The event-specific fields of a PreToolUse/PostToolUse document."""
+    payload: dict[str, Any] = {
+        "agent_id": agent_id,
+        "agent_type": agent_type,
+        "tool_name": tool,
+        "tool_input": _json_object(arguments),
+    }
+    if event == "PostToolUse":
+        payload["tool_response"] = {"content": response, "is_error": is_error}
+    return payload
+
+
+def local_tool_hooks(hooks: HookRunner, tools: Iterable[str]) -> Hook | None:
+    """The main agent's PreToolUse/PostToolUse hooks: the same relay a sub-agent uses,
+    asking this process's runner instead of a pipe (None: no hook matches its tools)."""
+    hooked = hooks.hooked_tools(tools)
+    if not hooked:
+        return None
+
+    async def ask(
+        event: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: str,
+        response: str = "",
+        is_error: bool = False,
+    ) -> HookReply:
+        payload = tool_payload(
+            event,
+            agent_id="main",
+            agent_type="main",
+            tool=tool,
+            arguments=arguments,
+            response=response,
+            is_error=is_error,
+        )
+        outcome = await hooks.run(event, payload, tool)
+        return HookReply(
+            request_id=0, blocked=outcome.blocked, reason=outcome.reason, context=outcome.context
+        )
+
+    return RelayedHooks(hooked, ask)
+
+
+def stop_hook(hooks: HookRunner) -> TurnHook:
+    """A finish hook: the Stop hooks see the answer; one that blocks ("decision": "block"
+    or exit 2) sends its reason back as a user message, so the agent goes on (Claude
+    Code's contract; ``stop_hook_active`` tells a hook it already did, and max_turns bounds
+    it)."""
+    active = False
+
+    async def finish(session: Session) -> Sequence[Message]:
+        nonlocal active
+        last = next(
+            (m.content for m in reversed(session.messages) if isinstance(m, AssistantMessage)), ""
+        )
+        outcome = await hooks.run(
+            "Stop", {"last_assistant_message": last, "stop_hook_active": active}
+        )
+        if not outcome.blocked:
+            return []
+        active = True
+        return [UserMessage(content=f"Stop hook: {outcome.reason}")]
+
+    return finish
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {"_raw": text}
+    return value if isinstance(value, dict) else {"_raw": value}

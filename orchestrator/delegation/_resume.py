@@ -1,0 +1,107 @@
+"""Continuing a finished sub-agent (``task`` with ``resume``) from its run record.
+
+Each sub-agent's own process writes ``<run_dir>/<agent_id>.jsonl``; its last ``messages``
+line is the whole session. A continuation is a fresh process seeded with that session,
+under the same definition (so the same tools and narrowing), with the new prompt as the
+next user message. Only agents this orchestrator started can be continued, and only by
+the agent that started them (the top level — main agent and direct runs — counts as one):
+an id from elsewhere (another session, a sibling's child, a guess) is refused, as is one
+still running.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from pathlib import Path
+
+import msgspec
+from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
+from agentcell.orchestrator.delegation._request import DelegationRequest
+from agentcell.protocol import Message
+
+#: How many started agents are remembered for a continuation (oldest forgotten first).
+MAX_REMEMBERED = 10_000
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Recorded:
+    agent_type: str
+    record: Path | None  # None: the run was not recorded
+    owner: str  # the agent that started it ("" for the top level)
+
+
+def read_session(record: Path) -> list[Message] | None:
+    """The last recorded session in one agent's record (None: it recorded none)."""
+    found: list[Message] | None = None
+    with record.open("rb") as file:
+        for line in file:
+            if b'"kind":"messages"' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                found = msgspec.convert(entry["messages"], list[Message])
+            except (ValueError, KeyError, msgspec.ValidationError):
+                continue  # a line cut by a crash: the earlier one stands
+    return found
+
+
+class RecordedAgents:
+    """The sub-agents this orchestrator started, and where their records are."""
+
+    def __init__(self) -> None:
+        self._agents: collections.OrderedDict[str, _Recorded] = collections.OrderedDict()
+        self._running: set[str] = set()
+
+    def started(self, agent_id: str, agent_type: str, run_dir: str, owner: str = "") -> None:
+        record = Path(run_dir) / f"{agent_id}.jsonl" if run_dir else None
+        self._agents[agent_id] = _Recorded(agent_type, record, owner)
+        self._running.add(agent_id)
+        while len(self._agents) > MAX_REMEMBERED:
+            self._agents.popitem(last=False)
+
+    def ended(self, agent_id: str) -> None:
+        self._running.discard(agent_id)
+
+    def continuation(
+        self, request: DelegationRequest, registry: AgentRegistry, owner: str = ""
+    ) -> tuple[DelegationRequest, list[Message]]:
+        """The request to run (the recorded agent's type) and the session to seed it with;
+        ``LookupError`` with the reason (one line) when it cannot be continued."""
+        wanted = request.resume
+        known = self._agents.get(wanted)
+        if known is None:
+            raise LookupError(
+                f"resume: no sub-agent {wanted!r} was started in this session; give the "
+                "agent_id line of one of its results (or start a new one without resume)"
+            )
+        if known.owner != owner:
+            raise LookupError(
+                f"resume: {wanted} was started by another agent, so only that one can "
+                "continue it; start a new sub-agent instead"
+            )
+        if request.agent_type and agent_slug(request.agent_type) != agent_slug(known.agent_type):
+            raise LookupError(
+                f"resume: {wanted} is a {known.agent_type} agent, not {request.agent_type!r}; "
+                f"give subagent_type {known.agent_type!r}"
+            )
+        if wanted in self._running:
+            raise LookupError(
+                f"resume: {wanted} is still running; send it a message with task_control "
+                "(action steer) instead, or wait for its result"
+            )
+        if registry.get(known.agent_type) is None:
+            raise LookupError(f"resume: {wanted}'s agent type {known.agent_type!r} is gone")
+        if known.record is None:
+            raise LookupError(
+                f"resume: {wanted} was not recorded (run records are off), so its session "
+                "cannot be continued"
+            )
+        try:
+            session = read_session(known.record)
+        except OSError as exc:
+            raise LookupError(f"resume: cannot read {known.record}: {exc.strerror}") from None
+        if session is None:
+            raise LookupError(f"resume: {known.record} holds no session to continue from")
+        return dataclasses.replace(request, agent_type=known.agent_type, resume=""), session

@@ -1,0 +1,219 @@
+"""Lifecycle hooks: the command contract (stdin JSON, exit codes, stdout decisions,
+timeouts), where they may be configured from, and the main agent's own hooks."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentcell.orchestrator import Orchestrator, Settings
+from agentcell.orchestrator.config import HookCommand, load_settings, parse_hooks, trust
+from agentcell.orchestrator.delegation import HookRunner
+from agentcell.protocol import RunStatus, ToolMessage, UserMessage
+from agentcell.worker.testing import FunctionModel, reply, tool_call
+
+PY = sys.executable
+
+
+def runner(tmp_path: Path, event: str, code: str, **fields: Any) -> HookRunner:
+    script = tmp_path / f"hook-{event}.py"
+    script.write_text(code)
+    command = HookCommand(event=event, command=f"{PY} {script}", **fields)
+    return HookRunner([command], cwd=str(tmp_path), session_id="s1")
+
+
+async def test_exit_2_blocks_with_stderr_and_the_document_has_claude_codes_fields(
+    tmp_path: Path,
+) -> None:
+    code = (
+        "import json, sys\n"
+        "doc = json.load(sys.stdin)\n"
+        "print(json.dumps(doc), file=sys.stderr)\n"
+        "sys.exit(2)\n"
+    )
+    hooks = runner(tmp_path, "PreToolUse", code, matcher="Bash")
+    outcome = await hooks.run("PreToolUse", {"tool_name": "bash", "tool_input": {"x": 1}}, "bash")
+    assert outcome.blocked
+    doc = json.loads(outcome.reason)
+    assert doc == {
+        "hook_event_name": "PreToolUse",
+        "session_id": "s1",
+        "cwd": str(tmp_path),
+        "tool_name": "bash",
+        "tool_input": {"x": 1},
+    }
+
+
+async def test_exit_0_json_may_block_or_add_context(tmp_path: Path) -> None:
+    block = runner(
+        tmp_path, "PreToolUse", 'print(\'{"decision": "block", "reason": "not on Fridays"}\')'
+    )
+    outcome = await block.run("PreToolUse", {}, "bash")
+    assert (outcome.blocked, outcome.reason) == (True, "not on Fridays")
+    deny = runner(
+        tmp_path,
+        "PreToolUse",
+        "import json; print(json.dumps({'hookSpecificOutput': {'permissionDecision': 'deny', "
+        "'permissionDecisionReason': 'policy'}}))",
+    )
+    assert (await deny.run("PreToolUse", {}, "bash")).reason == "policy"
+    context = runner(
+        tmp_path, "PostToolUse", 'print(\'{"additionalContext": "lint: 2 warnings"}\')'
+    )
+    outcome = await context.run("PostToolUse", {}, "edit_file")
+    assert (outcome.blocked, outcome.context) == (False, "lint: 2 warnings")
+    plain = runner(tmp_path, "PreToolUse", "print('just a log line')")
+    assert await plain.run("PreToolUse", {}, "bash") == type(outcome)()
+
+
+async def test_other_exits_and_timeouts_are_logged_and_never_block(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    failing = runner(tmp_path, "PreToolUse", "import sys; print('boom', file=sys.stderr); exit(3)")
+    slow = runner(
+        tmp_path, "PostToolUse", "import time; time.sleep(30)", timeout_s=0.3, origin="test"
+    )
+    with caplog.at_level(logging.WARNING, logger="agentcell.hooks"):
+        assert not (await failing.run("PreToolUse", {}, "bash")).blocked
+        assert not (await slow.run("PostToolUse", {}, "bash")).blocked
+    text = caplog.text
+    assert "failed (exit 3): boom; the run goes on" in text
+    assert "timed out after 0.3 s" in text and "(test)" in text
+
+
+async def test_matchers_take_our_names_and_claude_codes() -> None:
+    hooks = HookRunner(
+        parse_hooks(
+            {
+                "PreToolUse": [
+                    {"matcher": "Edit|Write", "command": "true"},
+                    {"matcher": "bash", "command": "true"},
+                ],
+                "PostToolUse": [{"command": "true"}],
+            },
+            "test",
+        )
+    )
+    tools = ["read_file", "write_file", "edit_file", "bash", "grep"]
+    assert hooks.hooked_tools(tools) == {
+        "PreToolUse": ["write_file", "edit_file", "bash"],
+        "PostToolUse": tools,
+    }
+    assert HookRunner().hooked_tools(tools) == {}  # nothing relayed without hooks
+
+
+def test_bad_hook_settings_are_one_line_each() -> None:
+    with pytest.raises(ValueError, match="unknown hook event 'PreTool'"):
+        Settings(hooks={"PreTool": [{"command": "x"}]})
+    with pytest.raises(ValueError, match="each hook needs a command"):
+        Settings(hooks={"Stop": [{"matcher": ""}]})
+    with pytest.raises(ValueError, match="only command hooks are supported"):
+        Settings(hooks={"Stop": [{"hooks": [{"type": "prompt", "command": "x"}]}]})
+
+
+def test_a_project_may_configure_hooks_only_once_trusted(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    (project / "agentcell.toml").write_text(
+        '[[hooks.PreToolUse]]\nmatcher = "bash"\ncommand = "./evil.sh"\n'
+    )
+    env = {"XDG_CONFIG_HOME": str(home / ".config")}
+    notices: list[str] = []
+    settings, _ = load_settings(workdir=project, home=home, env=env, notices=notices)
+    assert settings.hooks == {}
+    assert any("hooks ignored: hooks run commands on this machine" in n for n in notices)
+    trust(project, home / ".config" / "agentcell" / "config.toml")
+    settings, _ = load_settings(workdir=project, home=home, env=env)
+    assert settings.hooks["PreToolUse"][0]["command"] == "./evil.sh"
+
+
+def test_an_untrusted_projects_agent_file_loses_its_hooks(tmp_path: Path) -> None:
+    home, project = tmp_path / "home", tmp_path / "project"
+    (project / ".agentcell" / "agents").mkdir(parents=True)
+    home.mkdir()
+    (project / ".agentcell" / "agents" / "x.md").write_text(
+        "---\nname: x\ndescription: x\nhooks:\n  Stop:\n    - hooks:\n"
+        "        - type: command\n          command: ./evil.sh\n---\nbody\n"
+    )
+    orch = Orchestrator(workdir=project, home=home, model="scripted:demo")
+    definition = orch.registry.get("x")
+    assert definition is not None and definition.hooks == {}
+
+
+async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
+    spawned: Any, tmp_path: Path
+) -> None:
+    guard = tmp_path / "guard.py"
+    guard.write_text(
+        "import json, sys\n"
+        "doc = json.load(sys.stdin)\n"
+        "if doc['hook_event_name'] == 'UserPromptSubmit' and 'secret' in doc['prompt']:\n"
+        "    print('no secrets in prompts', file=sys.stderr); sys.exit(2)\n"
+        "if doc['hook_event_name'] == 'Stop' and not doc['stop_hook_active']:\n"
+        "    print('check keep.txt first', file=sys.stderr); sys.exit(2)\n"
+        "if doc.get('tool_input', {}).get('command', '').startswith('rm'):\n"
+        "    print('rm is not allowed', file=sys.stderr); sys.exit(2)\n"
+    )
+    hooks = {
+        "PreToolUse": [{"matcher": "Bash", "command": f"{PY} {guard}"}],
+        "UserPromptSubmit": [{"command": f"{PY} {guard}"}],
+        "Stop": [{"command": f"{PY} {guard}"}],
+    }
+    (tmp_path / "keep.txt").write_text("kept\n")
+
+    seen: list[str] = []
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        results = [m for m in messages if isinstance(m, ToolMessage)]
+        seen[:] = [r.content for r in results]
+        if not results:
+            return reply("", tool_call("bash", command="rm keep.txt"))
+        last = messages[-1]
+        if isinstance(last, UserMessage) and last.content.startswith("Stop hook:"):
+            return "checked, after: " + last.content
+        return "told: " + results[0].content
+
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        settings=Settings(approval="allow", warm_spares=0, hooks=hooks),
+        workdir=tmp_path,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("tidy up"), 30)
+        blocked = await asyncio.wait_for(orch.run("print the secret"), 30)
+    assert report.status is RunStatus.COMPLETED, report
+    # Stop blocked once: the agent went on with the hook's reason, then could stop.
+    assert report.final_text == "checked, after: Stop hook: check keep.txt first"
+    assert seen and "rm is not allowed" in seen[0]
+    assert (tmp_path / "keep.txt").exists()
+    assert blocked.status is RunStatus.DENIED
+    assert "blocked by a UserPromptSubmit hook: no secrets in prompts" in blocked.error
+
+
+async def test_only_calls_to_hooked_tools_are_relayed() -> None:
+    from agentcell.protocol import HookReply, ToolCall
+    from agentcell.worker import RelayedHooks
+    from agentcell.worker.tools import ToolOutput
+
+    asked: list[tuple[str, str]] = []
+
+    async def ask(event: str, *, tool: str, **_: Any) -> HookReply:
+        asked.append((event, tool))
+        return HookReply(request_id=1, context=f"{event} note")
+
+    relay = RelayedHooks({"PreToolUse": ["bash"], "PostToolUse": ["bash"]}, ask)
+    for name in ("read_file", "bash"):
+        call = ToolCall(id=f"c-{name}", name=name, arguments="{}")
+        assert await relay.before_tool(call, None, None) is None  # type: ignore[arg-type]
+        out = await relay.after_tool(call, None, ToolOutput("out"))  # type: ignore[arg-type]
+        expected = "out" if name == "read_file" else "out\n\nPreToolUse note\nPostToolUse note"
+        assert out.content == expected
+    assert asked == [("PreToolUse", "bash"), ("PostToolUse", "bash")]
