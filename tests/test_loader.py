@@ -775,26 +775,3 @@ def test_task_entry_in_disallowed_tools_denies_only_those_types(tmp_path: Path) 
     assert d.disallowed_tools == ["bash"]  # task itself stays allowed
     assert d.denied_task_agents == ["Plan"]
     assert d.may_start("Explore") and not d.may_start("plan")
-
-
-@pytest.mark.parametrize(
-    ("key", "needle"),
-    [],
-)
-def test_keys_agentcell_does_not_honour_get_one_note_each(
-    tmp_path: Path, key: str, needle: str
-) -> None:
-    value = (
-        "\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n        - type: command"
-        if key == "hooks"
-        else " [x]"
-    )
-    result = load_agent_file(
-        write(tmp_path / "k.md", f"---\nname: t\ndescription: x\n{key}:{value}\n---\n")
-    )
-    [d] = result.definitions
-    assert key in d.extra
-    [note] = result.diagnostics
-    assert (
-        note.level == "warning" and note.message.startswith(f"{key}: ") and needle in note.message
-    )
