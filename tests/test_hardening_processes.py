@@ -456,3 +456,28 @@ async def test_a_swap_race_from_bash_never_reads_outside(
     text = transcript.read_text()
     assert text.count("read_file") >= 300
     assert "TOPSECRET" not in text
+
+
+async def test_a_spare_that_died_before_its_start_does_not_fail_the_run(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    """The fork server is killed (its idle spares die with it, unnoticed yet): the next
+    sub-agent still runs, on a process of the replacement fork server."""
+    from agentcell.orchestrator.backends._forkserver import forkserver_pid
+
+    async with Orchestrator(
+        settings=Settings(model="scripted:echo", approval="deny", warm_spares=3),
+        workdir=tmp_path,
+        record=False,
+    ) as orch:
+        await orch.pool.warmed()
+        old = forkserver_pid()
+        assert old is not None
+        spares = orch.pool.pids()
+        os.kill(old, signal.SIGKILL)
+        for pid in spares:  # they die with their fork server (PDEATHSIG) ...
+            await wait_gone([pid], within=5.0)
+        result = await orch.delegate("Explore", "after the fork server died")  # ... unseen
+    assert result.status is RunStatus.COMPLETED, result
+    assert result.text == "echo: after the fork server died"
+    assert result.pid not in spares

@@ -105,6 +105,9 @@ AGENT_HANDLER = "agentcell.worker._agent:run_agent"
 
 log = logging.getLogger("agentcell.runner")
 
+#: Processes tried for one run when the first ones turn out dead before their Start.
+_START_ATTEMPTS = 3
+
 
 class RunHandle:
     """Controls of a run in flight (cancel, pause, resume, steer), usable before it has a
@@ -357,10 +360,9 @@ class Runner:
         cancelled = False
         failure = ""
         try:
-            lease = await self._backend(definition).acquire()
+            lease = await self._start_on_a_live_process(definition, start)
             progress.queued_ms = (time.perf_counter() - started) * 1000
             self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid, node=lease.node))
-            await lease.send(start)
             # Only now: controls queued while it waited for a process must follow Start.
             handle.attach(lease)
             if limits.address_space_bytes is not None:
@@ -444,6 +446,29 @@ class Runner:
         )
         self._finish(result, model, outcome)
         return result
+
+    async def _start_on_a_live_process(
+        self, definition: AgentDefinition, start: Start
+    ) -> WorkerLease:
+        """A leased process that has received ``start``. A spare can die after its
+        handshake and before its lease is used (its fork server was killed, say); its
+        death may not be seen yet, so the send fails: that spare is let go and another is
+        taken — a dead spare never fails a run."""
+        backend = self._backend(definition)
+        for attempt in range(_START_ATTEMPTS):
+            lease = await backend.acquire()
+            try:
+                await lease.send(start)
+            except ChannelClosed:
+                await asyncio.shield(lease.release())
+                if attempt == _START_ATTEMPTS - 1:
+                    raise
+                continue
+            except BaseException:  # cancelled while sending: the process is ours to end
+                await asyncio.shield(lease.release())
+                raise
+            return lease
+        raise AssertionError("unreachable")
 
     def _backend(self, definition: AgentDefinition) -> Backend:
         """The definition's backend (``backend: local`` pins an agent here), else the

@@ -21,6 +21,7 @@ from typing import Annotated, Any, BinaryIO, TypeVar
 import msgspec
 from agentcell.worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
 from agentcell.worker.tools._paths import (
+    is_inside,
     open_beneath,
     real_root,
     refuse_hard_links,
@@ -79,14 +80,21 @@ def _require_regular(st: os.stat_result, shown: str) -> None:
         raise ToolError(f"{shown} is not a regular file (it is a device, FIFO or socket)")
 
 
-def _open_beneath(workdir: Path, path: Path, shown: str, *, write: bool) -> BinaryIO:
-    """``path`` (from ``resolve_inside``) opened beneath the working directory: a symlink
-    swapped in since the check is refused, never followed. Writes refuse hard links and
-    truncate only once the file is known to be one to write."""
+def _open_beneath(
+    workdir: Path, path: Path, shown: str, *, write: bool, also: Sequence[Path] = ()
+) -> BinaryIO:
+    """``path`` (from ``resolve_inside``) opened beneath the root it was found under (the
+    working directory, or one of ``also``: an agent's memory folder): a symlink swapped in
+    since the check is refused, never followed. Writes refuse hard links and truncate only
+    once the file is known to be one to write."""
     flags = (os.O_WRONLY | os.O_CREAT) if write else os.O_RDONLY
+    root = next(
+        (r for r in map(real_root, (workdir, *also)) if is_inside(r, str(path))),
+        real_root(workdir),
+    )
     try:
         # O_NONBLOCK: a FIFO swapped in opens at once (and is refused below), not never.
-        fd = open_beneath(real_root(workdir), str(path), flags | os.O_NONBLOCK)
+        fd = open_beneath(root, str(path), flags | os.O_NONBLOCK)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EXDEV):
             raise ToolError(
@@ -164,7 +172,7 @@ def _read_numbered(
     last_wanted = offset + limit - 1
     out: list[str] = []
     try:
-        with _open_beneath(workdir, path, shown, write=False) as f:
+        with _open_beneath(workdir, path, shown, write=False, also=also) as f:
             if _looks_binary(f.read(BINARY_SNIFF_BYTES)):
                 raise ToolError(
                     f"{shown} looks like a binary file (it contains NUL bytes); "
@@ -248,7 +256,7 @@ def _write(workdir: Path, shown: str, data: bytes, also: Sequence[Path] = ()) ->
     except OSError as exc:
         raise ToolError(f"cannot create the directory for {shown}: {exc.strerror}") from None
     try:
-        with _open_beneath(workdir, path, shown, write=True) as f:
+        with _open_beneath(workdir, path, shown, write=True, also=also) as f:
             f.write(data)
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
@@ -314,7 +322,7 @@ def _edit(
     _require_regular(st, shown)
     refuse_hard_links(st, shown)
     try:
-        with _open_beneath(workdir, path, shown, write=False) as f:
+        with _open_beneath(workdir, path, shown, write=False, also=also) as f:
             data = f.read()
     except OSError as exc:
         raise ToolError(f"cannot read {shown}: {exc.strerror}") from None
@@ -342,7 +350,7 @@ def _edit(
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
     try:
-        with _open_beneath(workdir, path, shown, write=True) as f:
+        with _open_beneath(workdir, path, shown, write=True, also=also) as f:
             f.write(updated.encode("utf-8"))
     except OSError as exc:
         raise ToolError(f"cannot write {shown}: {exc.strerror}") from None
