@@ -51,7 +51,7 @@ from agentcell.orchestrator.delegation import (
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
-from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
+from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
 #: What a crossed budget calls on what a call started: (reason, status).
@@ -184,6 +184,7 @@ class Orchestrator:
         self._kept_task_tools.clear()
         if self._owns_pool:
             await self.pool.close()
+        self.runner.limiter.close()
         self.bus.close()  # every events() stream ends
 
     # -- the main agent ------------------------------------------------------------------
@@ -285,7 +286,12 @@ class Orchestrator:
         if transcript is not None:
             on_event = _tee(on_event, transcript.event)
         try:
-            result = await engine.run(prompt, session, on_event=on_event)
+            # The main agent's requests count to the provider's limits like a child's.
+            gate = request_gate.set(self.runner.limiter)
+            try:
+                result = await engine.run(prompt, session, on_event=on_event)
+            finally:
+                request_gate.reset(gate)
         finally:
             self._engines.discard(engine)
             if not keep_background:

@@ -66,6 +66,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     network: bool = False  # under a sandbox: may bash's commands use the network?
     max_processes: int | None = None  # cap on the child's process tree (None: the default)
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
+    model_permits: bool = False  # ask the parent for a permit before each model request
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -131,6 +132,34 @@ class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only
     is_error: bool = False
 
 
+class PermitRequest(msgspec.Struct, tag="permit_request", tag_field="t", kw_only=True):
+    """child → parent: may I send one request to ``model`` now? ``tokens`` is the
+    child's estimate of what it will cost (for a tokens-per-minute limit)."""
+
+    request_id: int
+    model: str  # provider:name, e.g. "openai:gpt-4o"
+    tokens: int = 0
+
+
+class PermitGrant(msgspec.Struct, tag="permit_grant", tag_field="t", kw_only=True):
+    """parent → child: the answer to one ``PermitRequest`` (sent when the limits allow)."""
+
+    request_id: int
+    granted: bool = True
+    reason: str = ""  # why not, when refused
+
+
+class PermitDone(msgspec.Struct, tag="permit_done", tag_field="t", kw_only=True):
+    """child → parent: the request is over (or was never sent): the permit goes back.
+
+    ``tokens`` is what the request really cost; ``retry_after`` the pause the server
+    asked for (a 429's ``Retry-After``), which then holds every sibling on that model."""
+
+    request_id: int
+    tokens: int = 0
+    retry_after: float | None = None
+
+
 class ControlAction(enum.StrEnum):
     CANCEL = "cancel"  # stop now; the child ends with status cancelled
     PAUSE = "pause"  # stop at the next turn boundary until resume
@@ -175,6 +204,9 @@ Frame = (
     | ApprovalReply
     | DelegateRequest
     | DelegateReply
+    | PermitRequest
+    | PermitGrant
+    | PermitDone
     | Control
     | Heartbeat
     | Result

@@ -38,6 +38,9 @@ from agentcell.protocol import (
     Hello,
     Limits,
     Notice,
+    PermitDone,
+    PermitGrant,
+    PermitRequest,
     PipeChannel,
     ProtocolError,
     Result,
@@ -121,6 +124,28 @@ class ChildLink:
         reply: DelegateReply = await answer
         return reply.content, reply.is_error
 
+    async def request_permit(self, model: str, tokens: int) -> tuple[int, PermitGrant]:
+        """Wait for the parent's leave to send one request to ``model`` (its limiter
+        keeps the provider's limits across every child). Cancelled while waiting, the
+        request is withdrawn: a grant that comes later goes straight back."""
+        request_id, answer = self._new_request()
+        await self.channel.send(PermitRequest(request_id=request_id, model=model, tokens=tokens))
+        try:
+            grant: PermitGrant = await answer
+        except asyncio.CancelledError:
+            self._pending.pop(request_id, None)
+            self.return_permit(request_id)
+            raise
+        return request_id, grant
+
+    def return_permit(
+        self, request_id: int, tokens: int = 0, retry_after: float | None = None
+    ) -> None:
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send_nowait(
+                PermitDone(request_id=request_id, tokens=tokens, retry_after=retry_after)
+            )
+
     def _new_request(self) -> tuple[int, asyncio.Future[Any]]:
         # The caller keeps the future itself: the reply may arrive (and be popped from
         # the table) while the request is still being sent.
@@ -143,7 +168,7 @@ class ChildLink:
 
     # -- incoming ---------------------------------------------------------------------
     def dispatch(self, frame: Frame) -> None:
-        if isinstance(frame, ApprovalReply | DelegateReply):
+        if isinstance(frame, ApprovalReply | DelegateReply | PermitGrant):
             future = self._pending.pop(frame.request_id, None)
             if future is not None and not future.done():
                 future.set_result(frame)

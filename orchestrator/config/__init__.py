@@ -14,6 +14,7 @@ from agentcell.orchestrator.config._settings import (
     BackendName,
     Budgets,
     Price,
+    ProviderLimits,
     RaySettings,
     Settings,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "DEFAULT_ALIASES",
     "ENV_SETTINGS",
     "Price",
+    "ProviderLimits",
     "RaySettings",
     "Settings",
     "is_trusted",

@@ -44,6 +44,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
@@ -68,6 +69,8 @@ from agentcell.protocol import (
     Event,
     FrameTooLarge,
     Limits,
+    PermitDone,
+    PermitRequest,
     RemoteTool,
     RunStatus,
     Start,
@@ -160,8 +163,11 @@ class Runner:
         custom_tools: Sequence[Tool] = (),
         task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
         backends: dict[str, Backend] | None = None,
+        limiter: ProviderLimiter | None = None,
     ) -> None:
         self.pool = pool
+        # The provider limits every child's model requests take a permit from.
+        self.limiter = limiter or ProviderLimiter(settings.limits)
         # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
         self.backends: dict[str, Backend] = {**(backends or {}), "local": pool}
         self.registry = registry
@@ -532,6 +538,7 @@ class Runner:
             network=settings.network if definition.network is None else definition.network,
             max_processes=definition.max_processes or settings.max_processes,
             read_paths=list(settings.sandbox_read),
+            model_permits=self.limiter.applies(model),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -589,9 +596,14 @@ class Runner:
         ledger = _ledger(scope, self.ledger)
         call_id = request.call_id
         side: set[asyncio.Task[None]] = set()
+        permits = ChildPermits(self.limiter, lease.send_nowait)
         try:
             while (frame := await lease.recv()) is not None:
-                if isinstance(frame, Event):
+                if isinstance(frame, PermitRequest):
+                    permits.on_request(frame)
+                elif isinstance(frame, PermitDone):
+                    permits.on_done(frame)
+                elif isinstance(frame, Event):
                     event = frame.event
                     if isinstance(event, UsageUpdate):
                         progress.usage = progress.usage + event.usage
@@ -625,7 +637,9 @@ class Runner:
                         ),
                     )
         finally:
-            # The child is gone (or we are): questions it asked are moot now.
+            # The child is gone (or we are): questions it asked are moot now, and what
+            # it held of the provider's limits goes back to its siblings.
+            await permits.close()
             for task in side:
                 task.cancel()
             if side:

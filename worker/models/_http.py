@@ -36,6 +36,7 @@ from agentcell.worker.models._base import (
     StreamItem,
     TextPart,
 )
+from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 
 #: Set to "1" to make every request to a non-loopback host fail before it is sent.
 BLOCK_ENV = "AGENTCELL_BLOCK_REAL_MODELS"
@@ -427,10 +428,15 @@ class SSEClient:
         """
         body = prepare()
         client = self.client
+        gate = request_gate.get()
         attempt = 0
         while True:
             handler = new_handler()
             streamed = False
+            response: ModelResponse | None = None
+            failure: Retry | None = None
+            # Every attempt is a request the provider counts: each takes its own permit.
+            permit = await self._permit(gate, body)
             try:
                 async with client.stream("POST", url, content=body, headers=headers) as resp:
                     if resp.status_code != 200:
@@ -461,7 +467,17 @@ class SSEClient:
                 failure = exc
             except httpx.HTTPError as exc:
                 failure = self._transport_failure(exc)
-            else:
+            finally:
+                # Before the answer is handed on: the caller may hold it for a long time.
+                if permit is not None:
+                    permit.release(
+                        tokens=response.usage.input_tokens + response.usage.output_tokens
+                        if response is not None
+                        else 0,
+                        retry_after=failure.retry_after if failure is not None else None,
+                    )
+            if failure is None:
+                assert response is not None
                 yield response
                 return
             if streamed:
@@ -482,6 +498,11 @@ class SSEClient:
                 delay = backoff_delay(attempt, self.retry_base_delay)
             attempt += 1
             await sleep(delay)
+
+    async def _permit(self, gate: RequestGate | None, body: bytes) -> Permit | None:
+        if gate is None:
+            return None
+        return await gate.acquire(f"{self.provider}:{self.model_name}", estimate_tokens(body))
 
     # -- classifying failures -------------------------------------------------------
 
