@@ -50,7 +50,15 @@ from agentcell.orchestrator.delegation import (
     task_tool_spec,
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
-from agentcell.worker import Engine, Limits, PermissionPolicy, Redactor, Session, Transcript
+from agentcell.worker import (
+    ChildBoot,
+    Engine,
+    Limits,
+    PermissionPolicy,
+    Redactor,
+    Session,
+    Transcript,
+)
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
@@ -136,6 +144,7 @@ class Orchestrator:
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
+            boot=ChildBoot(prepare_url=self._default_endpoint()),
         )
         self._owns_pool = pool is None
         self.ray = _ray_backend(self.settings, self.registry)
@@ -557,6 +566,18 @@ class Orchestrator:
         return resolve_model(
             self.model_name, self.settings.model_options.get(self.model_name.partition(":")[0])
         )
+
+    def _default_endpoint(self) -> str | None:
+        """The main model's HTTP endpoint (sub-agents inherit its model by default), for
+        spares to connect to ahead of their runs; None for other models."""
+        if not self.model_name or self.model_name in self.model_objects:
+            return None
+        try:
+            model = self._main_model()  # (nothing is opened until a first request)
+        except ModelError:
+            return None  # said where the run starts, in the run's own words
+        url = getattr(model, "base_url", None)
+        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
     def _main_scope(self, session: Session, account: RunAccount | None = None) -> Scope:
         return Scope(

@@ -65,6 +65,9 @@ class ChildBoot:
     oom_score_adj: int = 500
     max_frame_bytes: int = 16 * 1024 * 1024
     stdio_path: str | None = None  # where the child's fd 1 and 2 go (None: inherited)
+    # The default provider's endpoint: a spare connects to it before its Hello, so a
+    # run's first model request does not pay the TCP (and TLS) handshake.
+    prepare_url: str | None = None
 
 
 #: The modules this process had when it started (inherited from the fork server).
@@ -210,6 +213,10 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     _harden(boot)
 
     async def pipe() -> ChildChannel:
+        if boot.prepare_url:  # before the Hello: a ready spare is a connected one
+            from agentcell.worker.models._http import prepare_connection
+
+            await prepare_connection(boot.prepare_url)
         return await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)
 
     asyncio.run(_serve_then_exit(pipe, _preload_status))

@@ -157,6 +157,65 @@ def make_client(
     )
 
 
+#: Clients a spare process connected before its run, by base URL, with the settings
+#: they were made with; the first model on that URL adopts one (``SSEClient.client``).
+_prepared: dict[str, tuple[httpx.AsyncClient, float, int, str | None]] = {}
+#: The longest a spare spends connecting ahead: a slow endpoint must not hold its Hello.
+PREPARE_TIMEOUT_S = 2.0
+
+
+async def prepare_connection(
+    base_url: str, *, client_timeout: float = 600, max_connections: int = 4, hint: str = ""
+) -> bool:
+    """Open a connection to ``base_url`` (TCP, and TLS for https) before any model
+    needs it, so a sub-agent's first request does not pay the handshake.
+
+    One unauthenticated GET of the base URL does it (no key is in a spare yet; whatever
+    it answers, the connection stays in the pool). A connection the server closes while
+    it idles is dropped by the pool at the next request and a new one made: never an
+    error. False if nothing could be opened (the endpoint is down, slow or blocked)."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https"):
+        return False
+    try:
+        client = make_client(
+            base_url, timeout=client_timeout, max_connections=max_connections, hint=hint
+        )
+    except ModelError:
+        return False
+    try:
+        async with asyncio.timeout(PREPARE_TIMEOUT_S):
+            response = await client.get(base_url)
+            await response.aread()
+    except (httpx.HTTPError, ModelError, TimeoutError, OSError):
+        await client.aclose()
+        return False
+    replaced = _prepared.pop(base_url, None)
+    if replaced is not None:
+        await replaced[0].aclose()
+    _prepared[base_url] = (client, client_timeout, max_connections, _env_proxy(url))
+    return True
+
+
+def _adopt_prepared(
+    base_url: str, timeout: float, max_connections: int
+) -> httpx.AsyncClient | None:
+    """The client ``prepare_connection`` made for this URL, if it was made the same way
+    (and the environment still asks for the same proxy)."""
+    found = _prepared.get(base_url)
+    if found is None:
+        return None
+    client, made_timeout, made_connections, proxy = found
+    if (made_timeout, made_connections, proxy) != (
+        timeout,
+        max_connections,
+        _env_proxy(httpx.URL(base_url)),
+    ):
+        return None  # kept for a model that is made the same way
+    del _prepared[base_url]
+    return client
+
+
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
     """Seconds asked for by ``retry-after-ms`` or ``Retry-After`` (seconds or HTTP-date)."""
     value = headers.get("retry-after-ms")
@@ -399,7 +458,9 @@ class SSEClient:
             )
         pid = os.getpid()
         if self._client is None or self._pid != pid:
-            self._client = make_client(
+            self._client = _adopt_prepared(
+                self.base_url, self.timeout, self.max_connections
+            ) or make_client(
                 self.base_url,
                 timeout=self.timeout,
                 max_connections=self.max_connections,
