@@ -423,3 +423,17 @@ async def test_a_child_killed_holding_a_permit_gives_it_back(
     assert sibling.status is RunStatus.COMPLETED, sibling.error
     stats = orch.runner.limiter.model("openai:gpt-test").stats  # type: ignore[union-attr]
     assert stats.in_flight == 0 and stats.granted == 2
+
+
+async def test_the_main_agent_takes_permits_like_a_child(
+    spawned: SpawnRecorder, model_server: ModelServer, tmp_path: Path
+) -> None:
+    model_server.add("hello")
+    orch = limited_orchestrator(tmp_path, model_server, ProviderLimits(max_concurrent=1), 1)
+    async with orch:
+        report = await orch.run("hi")
+        assert report.ok, report.error
+        model = orch.runner.limiter.model("openai:gpt-test")
+        assert model is not None and model.stats.granted == 1 and model.stats.in_flight == 0
+    # The gate was the run's own: nothing outside it is limited.
+    assert request_gate.get() is None
