@@ -14,6 +14,10 @@ instead of a task per request. It runs in a separate process and reports its own
 
 Control routes (JSON):
 
+With ``--tls-cert``/``--tls-key`` it serves HTTPS on a second port as well (``READY <port>
+<tls_port>``). A run whose spec sets ``rl_k``/``rl_rps`` is limited like a provider: past
+K requests in flight or R per second, 429 with ``Retry-After`` (counted as ``rejected``).
+
 * ``GET /bench/stats``: CPU seconds, requests, peak concurrency since start.
 * ``GET /bench/run/<run>``: one run's requests — arrival and completion times (this
   process's monotonic clock, seconds), who sent it (``main`` or the sub-agent's index),
@@ -31,6 +35,7 @@ import contextlib
 import functools
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -59,9 +64,12 @@ class RunLog:
         "cpu_first",
         "cpu_last",
         "first_seen",
+        "bucket",
+        "bucket_at",
         "held",
         "in_flight",
         "peak",
+        "rejected",
         "released",
         "rows",
     )
@@ -76,13 +84,34 @@ class RunLog:
         self.released = False  # the hold is over: later first replies go out at once
         self.cpu_first = time.process_time()
         self.cpu_last = self.cpu_first
+        self.rejected = 0  # requests answered 429 (the run's own rate limits)
+        self.bucket = -1.0  # requests the rate allows now (-1: full, not yet used)
+        self.bucket_at = 0.0
 
     def doc(self) -> dict[str, Any]:
         return {
             "requests": self.rows,
             "peak_in_flight": self.peak,
             "server_cpu_s": self.cpu_last - self.cpu_first,
+            "rejected": self.rejected,
         }
+
+    def refuse(self, k: int, rps: float, now: float, latency_s: float) -> float | None:
+        """Seconds to tell the client to wait (Retry-After) if this request is over the
+        run's limits, else None (and the request is counted against the rate). The rate
+        is a token bucket of ``rps`` requests, refilled at ``rps`` a second."""
+        if k and self.in_flight >= k:
+            return max(latency_s, 0.05)  # a slot frees when a reply ends
+        if rps > 0:
+            if self.bucket < 0:
+                self.bucket = rps
+            else:
+                self.bucket = min(rps, self.bucket + (now - self.bucket_at) * rps)
+            self.bucket_at = now
+            if self.bucket < 1.0:
+                return (1.0 - self.bucket) / rps
+            self.bucket -= 1.0
+        return None
 
 
 class Server:
@@ -108,6 +137,18 @@ class Server:
         run = self.runs.get(reply.spec.run)
         if run is None:
             run = self.runs[reply.spec.run] = RunLog()
+        spec = reply.spec
+        if spec.rl_k or spec.rl_rps:
+            latency = spec.lat / 1000 if spec.lat >= 0 else self.latency_s
+            wait = run.refuse(spec.rl_k, spec.rl_rps, arrival, latency)
+            if wait is not None:
+                run.rejected += 1
+                conn.send_json(
+                    429,
+                    {"error": {"message": "rate limited", "type": "rate_limit_exceeded"}},
+                    {"retry-after": f"{wait:.3f}"},
+                )
+                return
         row = [arrival, 0.0, reply.role, reply.turn, bool(doc.get("stream"))]
         run.rows.append(row)
         run.in_flight += 1
@@ -127,7 +168,6 @@ class Server:
             run.cpu_last = time.process_time()
             self.in_flight -= 1
 
-        spec = reply.spec
         latency = spec.lat / 1000 if spec.lat >= 0 else self.latency_s
         tps = spec.tps if spec.tps >= 0 else self.tps
         model = str(doc.get("model") or "bench")
@@ -264,11 +304,13 @@ class Connection(asyncio.Protocol):
             self._next_request()
 
     # -- answers ---------------------------------------------------------------------------
-    def send_json(self, status: int, doc: Any) -> None:
+    def send_json(self, status: int, doc: Any, headers: dict[str, str] | None = None) -> None:
         body = _encode(doc)
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}.get(status, "Error")
+        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
         head = (
-            f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
+            f"content-type: application/json\r\n{extra}"
             f"content-length: {len(body)}\r\n\r\n"
         ).encode()
         if self.transport is not None:
@@ -410,19 +452,31 @@ def _message(reply: Reply, model: str) -> dict[str, Any]:
 # -- process entry point -----------------------------------------------------------------
 
 
-async def serve(host: str, port: int, latency_ms: float, tps: float) -> None:
+async def serve(
+    host: str, port: int, latency_ms: float, tps: float, tls: tuple[str, str] | None = None
+) -> None:
+    """Serve plain HTTP on ``port``, and with ``tls`` (cert file, key file) HTTPS on a
+    second port too: the same script and records, behind a TLS handshake."""
     server = Server(latency_ms, tps)
     loop = asyncio.get_running_loop()
     listener = await loop.create_server(lambda: Connection(server), host, port, backlog=4096)
+    listeners = [listener]
+    if tls is not None:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(*tls)
+        listeners.append(
+            await loop.create_server(lambda: Connection(server), host, 0, backlog=4096, ssl=context)
+        )
     stop = loop.create_future()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, lambda: stop.done() or stop.set_result(None))
-    bound = listener.sockets[0].getsockname()[1]
-    print(f"READY {bound}", flush=True)
+    ports = " ".join(str(lis.sockets[0].getsockname()[1]) for lis in listeners)
+    print(f"READY {ports}", flush=True)
     try:
         await stop
     finally:
-        listener.close()
+        for lis in listeners:
+            lis.close()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -431,7 +485,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--latency-ms", type=float, default=100.0)
     parser.add_argument("--tps", type=float, default=0.0, help="tokens/s; 0: all at once")
+    parser.add_argument("--tls-cert", help="also serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="the certificate's private key (PEM)")
     args = parser.parse_args(argv)
+    tls = (args.tls_cert, args.tls_key) if args.tls_cert and args.tls_key else None
     try:
         import uvloop
 
@@ -439,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     except ImportError:
         runner = asyncio.run
     try:
-        runner(serve(args.host, args.port, args.latency_ms, args.tps))
+        runner(serve(args.host, args.port, args.latency_ms, args.tps, tls))
     except KeyboardInterrupt:
         sys.exit(130)
 

@@ -37,6 +37,9 @@ def by_n(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
             "peak_in_flight",
             "events",
             "chars",
+            "startup_s",
+            "rejected",
+            "requests",
         ):
             values = [r[key] for r in use if key in r]
             agg[key] = statistics.median(values) if values else math.nan
@@ -114,6 +117,7 @@ def wall_table(workload: dict[str, Any], ideal: dict[int, float]) -> str:
         "others CPU s",
         "peak parent RSS MiB",
         "peak in flight",
+        "start-up s",
         "note",
     ]
     rows = []
@@ -136,6 +140,30 @@ def wall_table(workload: dict[str, Any], ideal: dict[int, float]) -> str:
                     _f(agg["server_cpu_s"]),
                     _f(agg["others_cpu_s"]),
                     _f(agg["parent_peak_rss"] / MiB, 0),
+                    _f(agg["peak_in_flight"], 0),
+                    _f(agg["startup_s"]),
+                    _failed(agg),
+                ]
+            )
+    return _table(header, rows)
+
+
+def ratelimit_table(workload: dict[str, Any]) -> str:
+    """Wall time and the 429s each system provoked from the rate-limited server."""
+    header = ["system", "N", "wall s", "429s", "requests", "peak in flight", "note"]
+    rows = []
+    for result in workload["results"]:
+        if result.get("unavailable"):
+            rows.append(_unavailable(result, len(header)))
+            continue
+        for n, agg in by_n(result).items():
+            rows.append(
+                [
+                    _label(result),
+                    str(n),
+                    _f(agg["wall_s"]),
+                    _f(agg["rejected"], 0),
+                    _f(agg["requests"], 0),
                     _f(agg["peak_in_flight"], 0),
                     _failed(agg),
                 ]
@@ -276,6 +304,123 @@ def _wall(results: dict[str, Any], workload: str, system: str, n: int, variant: 
     return math.nan
 
 
+PEER_NAMES = ("deepagents", "openai-agents", "pydantic-ai")
+
+#: The keys of results.json's "headline" object, in order (issue 14 asks for these).
+HEADLINE_KEYS = (
+    "io_128_x_ideal",
+    "io_128_x_inprocess",
+    "io_32_x_fastest_peer",
+    "https_io_32_x_fastest_peer",
+    "child_cpu_ms_io_128",
+    "child_cpu_x_inprocess_io_128",
+    "dispatch_warm_p50_x_floor_1",
+    "dispatch_warm_p50_x_floor_8",
+    "child_uss_mib",
+    "ratelimit_429s_agentcell",
+    "ratelimit_429s_fastest_peer",
+)
+
+
+def _agg(
+    results: dict[str, Any],
+    workload: str,
+    system: str,
+    n: int,
+    variant: str = "",
+    *,
+    failed_too: bool = False,
+) -> dict[str, Any] | None:
+    """One system's aggregate at N in a workload, if it ran and every repeat was ok (or,
+    with ``failed_too``, if it ran at all)."""
+    for entry in results["workloads"]:
+        if entry["name"] != workload:
+            continue
+        for result in entry["results"]:
+            if result["system"] == system and (result.get("variant") or "") == variant:
+                agg = by_n(result).get(n)
+                if agg and (agg["ok"] or failed_too):
+                    return agg
+    return None
+
+
+def _fastest_peer(results: dict[str, Any], workload: str, n: int) -> dict[str, Any] | None:
+    walls = [a for p in PEER_NAMES if (a := _agg(results, workload, p, n)) is not None]
+    return min(walls, key=lambda a: a["wall_s"]) if walls else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not math.isfinite(a) or not math.isfinite(b) or b == 0:
+        return None
+    return float(a / b)
+
+
+def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
+    """The "headline" object of results.json: floats from this run, None where a figure
+    was not measured (its workload or system did not run, or failed)."""
+    figures: dict[str, float | None] = dict.fromkeys(HEADLINE_KEYS)
+    ours = _agg(results, "io", "agentcell", 128)
+    engine = _agg(results, "io", "in-process engine", 128)
+    io_entry = next((w for w in results["workloads"] if w["name"] == "io"), None)
+    ideal = {int(k): v for k, v in io_entry["ideal_s"].items()} if io_entry else {}
+    if ours is not None:
+        figures["io_128_x_ideal"] = _ratio(ours["wall_s"], ideal.get(128))
+        figures["child_cpu_ms_io_128"] = float(ours["children_cpu_s"] / 128 * 1e3)
+        if engine is not None:
+            figures["io_128_x_inprocess"] = _ratio(ours["wall_s"], engine["wall_s"])
+            # Each sub-agent's own CPU: in its child for agentcell, in the parent for the
+            # in-process engine (all of whose work is its sub-agents' and main agent's).
+            figures["child_cpu_x_inprocess_io_128"] = _ratio(
+                ours["children_cpu_s"], engine["parent_cpu_s"]
+            )
+    for key, workload in (
+        ("io_32_x_fastest_peer", "io"),
+        ("https_io_32_x_fastest_peer", "https-io"),
+    ):
+        mine, peer = _agg(results, workload, "agentcell", 32), _fastest_peer(results, workload, 32)
+        if mine is not None and peer is not None:
+            figures[key] = _ratio(mine["wall_s"], peer["wall_s"])
+    floor = results.get("raw_floor", {}).get("p50_s")
+    for n in (1, 8):
+        warm = _agg(results, "dispatch", "agentcell", n, "warm spares")
+        if warm is not None and warm["dispatch_s"]:
+            figures[f"dispatch_warm_p50_x_floor_{n}"] = _ratio(
+                percentile(warm["dispatch_s"], 50), floor
+            )
+    memory_entry = next((w for w in results["workloads"] if w["name"] == "memory"), None)
+    if memory_entry is not None:
+        for result in memory_entry["results"]:
+            if result["system"] == "agentcell" and not result.get("variant"):
+                sizes = by_n(result)
+                if sizes:
+                    m = memory_figures(sizes[max(sizes)])
+                    figures["child_uss_mib"] = float(m["child_uss"]) if m else None
+    limited = _agg(results, "ratelimit", "agentcell", 32, "limiter")
+    if limited is not None:
+        figures["ratelimit_429s_agentcell"] = float(limited["rejected"])
+    # The fastest peer is the one fastest at io N=32 (else at the rate-limited run itself);
+    # its 429s count whether or not it got through (peers give up after a few retries).
+    fastest = _fastest_peer_name(results, "io", 32) or _fastest_peer_name(
+        results, "ratelimit", 32, failed_too=True
+    )
+    peer = _agg(results, "ratelimit", fastest, 32, failed_too=True) if fastest else None
+    if peer is not None and math.isfinite(peer["rejected"]):
+        figures["ratelimit_429s_fastest_peer"] = float(peer["rejected"])
+    return figures
+
+
+def _fastest_peer_name(
+    results: dict[str, Any], workload: str, n: int, *, failed_too: bool = False
+) -> str:
+    walls = {
+        p: a["wall_s"]
+        for p in PEER_NAMES
+        if (a := _agg(results, workload, p, n, failed_too=failed_too))
+        and math.isfinite(a["wall_s"])
+    }
+    return min(walls, key=walls.__getitem__) if walls else ""
+
+
 def headline(results: dict[str, Any]) -> str:
     """The ratios asked of every run, from this run only."""
     lines = ["## Headline ratios (this run)", ""]
@@ -291,6 +436,16 @@ def headline(results: dict[str, Any]) -> str:
     for peer in ("deepagents", "openai-agents", "pydantic-ai"):
         ratio = _wall(results, "io", "agentcell", 32) / _wall(results, "io", peer, 32)
         lines.append(f"- io, N=32: agentcell ÷ {peer} = {_f(ratio)}")
+    for peer in PEER_NAMES:
+        ratio = _wall(results, "https-io", "agentcell", 32) / _wall(results, "https-io", peer, 32)
+        lines.append(f"- https-io, N=32: agentcell ÷ {peer} = {_f(ratio)}")
+    for label, variant in (("with its limiter", "limiter"), ("without", "")):
+        agg = _agg(results, "ratelimit", "agentcell", 32, variant)
+        if agg is not None:
+            lines.append(
+                f"- ratelimit, N=32: agentcell {label}: {_f(agg['wall_s'])} s, "
+                f"{_f(agg['rejected'], 0)} × 429"
+            )
     floor = results["raw_floor"]["p50_s"]
     for entry in results["workloads"]:
         if entry["name"] != "dispatch":
@@ -345,7 +500,7 @@ def markdown(results: dict[str, Any]) -> str:
     for workload in results["workloads"]:
         parts += ["", f"## {workload['title']}", "", workload["what"], ""]
         name = workload["name"]
-        if name in ("io", "cpu"):
+        if name in ("io", "cpu", "https-io"):
             ideal = {int(k): v for k, v in workload["ideal_s"].items()}
             parts.append(wall_table(workload, ideal))
         elif name == "dispatch":
@@ -357,6 +512,8 @@ def markdown(results: dict[str, Any]) -> str:
             parts.append(memory_table(workload))
         elif name == "events":
             parts.append(events_table(workload))
+        elif name == "ratelimit":
+            parts.append(ratelimit_table(workload))
         if name == "io":
             parts += [
                 "",
@@ -390,7 +547,7 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
                 if points:
                     ax.plot(*zip(*points, strict=True), marker="o", label=_label(result))
                     drawn = True
-            if name in ("io", "cpu"):
+            if name in ("io", "cpu", "https-io"):
                 ideal = sorted((int(k), v) for k, v in workload["ideal_s"].items())
                 ax.plot(*zip(*ideal, strict=True), "k--", label="ideal")
             ax.set(xscale="log", yscale="log", xlabel="fan-out N", ylabel="wall time (s)")

@@ -89,8 +89,14 @@ def tool_cpu_s() -> float:
 
 
 def sweep(
-    workload: Workload, ns: list[int], repeats: int, port: int, only: set[str], out: Path
+    workload: Workload,
+    ns: list[int],
+    repeats: int,
+    server: LoadServer,
+    only: set[str],
+    out: Path,
 ) -> list[dict[str, Any]]:
+    port = server.port
     results = []
     runs = [(s, label, fields) for s in workload.systems for label, fields in workload.variants]
     for system, label, fields in [*runs, *workload.extra]:
@@ -109,6 +115,8 @@ def sweep(
             "timeout_s": workload.timeout_s * (1 if max(ns) <= 128 else 3),  # N=256 takes longer
             **fields,
         }
+        if workload.tls:
+            job.update(tls_port=server.tls_port, ca_file=server.ca_file)
         started = time.perf_counter()
         result = run_runner(job, 600, out / f"{job['run_prefix']}.stderr.log")
         result.setdefault("system", system)
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> Path:
         "workloads": [],
     }
     cores = results["machine"]["cpus"] or 1
-    with LoadServer(latency_ms=args.latency_ms) as server, ray_head_for(only_systems):
+    with LoadServer(latency_ms=args.latency_ms, tls=True) as server, ray_head_for(only_systems):
         floor = run_runner(
             {"kind": "raw_floor", "samples": 30 if quick else 100, "port": server.port}, 300, None
         )
@@ -183,11 +191,12 @@ def main(argv: list[str] | None = None) -> Path:
                     )
                     for n in ns
                 },
-                "results": sweep(workload, ns, repeats, server.port, only_systems, out),
+                "results": sweep(workload, ns, repeats, server, only_systems, out),
             }
             results["workloads"].append(entry)
         results["server"] = server.stats()
     results["duration_s"] = time.perf_counter() - started
+    results["headline"] = report.headline_figures(results)
 
     (out / "results.json").write_text(json.dumps(results, indent=1))
     text = report.markdown(results)

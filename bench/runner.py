@@ -27,9 +27,15 @@ from bench.server_handle import get_json, wait_for_jobs
 WARMUP_N = 2  # one untimed run first: lazy imports and first connections are not measured
 
 
-def configure_environment(port: int) -> None:
-    """Point every OpenAI client (ours, the peers', children's) at the load server."""
-    os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
+def configure_environment(port: int, tls_port: int = 0, ca_file: str = "") -> None:
+    """Point every OpenAI client (ours, the peers', children's) at the load server: its
+    HTTPS port when given, with its test CA trusted through SSL_CERT_FILE (which httpx,
+    and so every system here, reads)."""
+    if tls_port:
+        os.environ["OPENAI_BASE_URL"] = f"https://127.0.0.1:{tls_port}/v1"
+        os.environ["SSL_CERT_FILE"] = ca_file
+    else:
+        os.environ["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
     os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-real-key"
     os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"  # loopback only, whatever happens
     os.environ["LANGSMITH_TRACING"] = "false"
@@ -47,7 +53,11 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if why_not:
         doc["unavailable"] = why_not
         return doc
-    options = Options(count_events=bool(job.get("count_events")))
+    options = Options(
+        count_events=bool(job.get("count_events")),
+        limits=job.get("limits"),
+        prestart=bool(job.get("prestart")),
+    )
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]
     await _one(system, options, base, prefix + "-warmup", WARMUP_N, job, memory=False)
@@ -74,7 +84,11 @@ async def _one(
     rss_before = measure.rss_self()
     snapshot: asyncio.Task[dict[str, Any]] | None = None
     try:
+        opened = time.perf_counter()
         await system.open(n, options)
+        # Outside the timed run for every system: process pools and warm spares start
+        # here, so their start-up is reported on its own (startup_s).
+        row["startup_s"] = time.perf_counter() - opened
         # From here: not the fork server's start nor the warm spares made in open().
         children_before = measure.cpu_descendants()
         if memory:
@@ -117,6 +131,7 @@ async def _one(
     log = get_json(job["port"], f"/bench/run/{run_id}")  # (blocking, but the run is over)
     row["server_cpu_s"] = log.get("server_cpu_s", 0.0)
     row["peak_in_flight"] = log.get("peak_in_flight", 0)
+    row["rejected"] = log.get("rejected", 0)  # 429s the server answered (rate-limited runs)
     row["requests"] = len(log.get("requests") or [])
     row["dispatch_s"] = measure.dispatch_latencies(log)
     if "machine_cpu_s" in row:
@@ -181,7 +196,7 @@ def raw_floor_job(samples: int) -> dict[str, Any]:
 
 def main() -> None:
     job = json.loads(sys.stdin.read())
-    configure_environment(job["port"])
+    configure_environment(job["port"], job.get("tls_port", 0), job.get("ca_file", ""))
     if job.get("kind") == "raw_floor":
         doc = raw_floor_job(int(job.get("samples", 30)))
     else:

@@ -41,6 +41,10 @@ class Spec:
     answer: int = 4  # tokens (deltas) of a sub-agent's final answer
     delegate: str = "task"  # the main agent's delegation tool
     hold: int = 0  # 1: no sub-agent gets its first reply before all n have asked for one
+    # The server's own limits for this run (0: none): K requests in flight, R per second;
+    # beyond them it answers 429 with Retry-After, as a provider does.
+    rl_k: int = 0
+    rl_rps: float = 0.0
     i: int = -1  # which sub-agent (job prompts only)
 
     def prompt(self, kind: str = MAIN) -> str:

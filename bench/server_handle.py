@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,35 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 
 class LoadServer:
-    def __init__(self, *, latency_ms: float = 100.0, tps: float = 0.0) -> None:
+    """``tls=True``: HTTPS as well, on ``tls_port``, with a certificate from a test CA
+    made here (trustme); ``ca_file`` is that CA, for every client's SSL_CERT_FILE."""
+
+    def __init__(self, *, latency_ms: float = 100.0, tps: float = 0.0, tls: bool = False) -> None:
         self.latency_ms = latency_ms
         self.tps = tps
+        self.tls = tls
         self.port = 0
+        self.tls_port = 0
+        self.ca_file = ""
+        self._certs: tempfile.TemporaryDirectory[str] | None = None
         self._process: subprocess.Popen[str] | None = None
+
+    @property
+    def tls_base_url(self) -> str:
+        return f"https://127.0.0.1:{self.tls_port}/v1"
+
+    def _tls_args(self) -> list[str]:
+        import trustme
+
+        self._certs = tempfile.TemporaryDirectory(prefix="bench-tls-")
+        folder = Path(self._certs.name)
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        self.ca_file = str(folder / "ca.pem")
+        ca.cert_pem.write_to_path(self.ca_file)
+        cert.private_key_pem.write_to_path(str(folder / "key.pem"))
+        cert.private_key_and_cert_chain_pem.write_to_path(str(folder / "cert.pem"))
+        return ["--tls-cert", str(folder / "cert.pem"), "--tls-key", str(folder / "key.pem")]
 
     @property
     def base_url(self) -> str:
@@ -47,6 +72,7 @@ class LoadServer:
                 str(self.latency_ms),
                 "--tps",
                 str(self.tps),
+                *(self._tls_args() if self.tls else []),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -58,7 +84,9 @@ class LoadServer:
         if not line.startswith("READY "):
             self.stop()
             raise RuntimeError(f"the load server did not start (it said {line!r})")
-        self.port = int(line.split()[1])
+        ports = line.split()[1:]
+        self.port = int(ports[0])
+        self.tls_port = int(ports[1]) if len(ports) > 1 else 0
         return self
 
     def stop(self) -> None:
@@ -73,6 +101,9 @@ class LoadServer:
             process.wait()
         if process.stdout is not None:
             process.stdout.close()
+        if self._certs is not None:
+            self._certs.cleanup()
+            self._certs = None
 
     def __enter__(self) -> LoadServer:
         return self.start()

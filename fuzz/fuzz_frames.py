@@ -139,6 +139,12 @@ def kind(value: object) -> int:
             return 10
         case "Failure":
             return 11
+        case "PermitRequest":
+            return 40
+        case "PermitGrant":
+            return 41
+        case "PermitDone":
+            return 42
         # events
         case "TurnStarted":
             return 12
@@ -279,6 +285,9 @@ def seeds() -> list[bytes]:
         Hello,
         Limits,
         Notice,
+        PermitDone,
+        PermitGrant,
+        PermitRequest,
         Result,
         RunResult,
         RunStatus,
@@ -324,6 +333,9 @@ def seeds() -> list[bytes]:
         ApprovalReply(request_id=1, approved=True),
         DelegateRequest(request_id=2, call_id="c2", tool="task", arguments="{}"),
         DelegateReply(request_id=2, content="done", is_error=True),
+        PermitRequest(request_id=3, model="openai:gpt-4o", tokens=120),
+        PermitGrant(request_id=3, granted=False, reason="too many"),
+        PermitDone(request_id=3, tokens=99, retry_after=0.5),
         Control(action=ControlAction.STEER, text="also"),
         Heartbeat(seq=7, peak_rss_bytes=1 << 20),
         Result(result=RunResult(status=RunStatus.COMPLETED, text="ok", data={"a": 1})),

@@ -58,6 +58,7 @@ from agentcell.orchestrator.delegation import (
 )
 from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
+    ChildBoot,
     Engine,
     Hook,
     Limits,
@@ -69,7 +70,7 @@ from agentcell.worker import (
     hold_secrets,
     release_secrets,
 )
-from agentcell.worker.models import Model, ModelError, ModelErrorKind, resolve_model
+from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
 
 #: What a crossed budget calls on what a call started: (reason, status).
@@ -162,6 +163,7 @@ class Orchestrator:
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
+            boot=ChildBoot(prepare_url=self._default_endpoint()),
         )
         self._owns_pool = pool is None
         self.ray = _ray_backend(self.settings, self.registry)
@@ -218,6 +220,7 @@ class Orchestrator:
             self._kept_task_tools.clear()
             if self._owns_pool:
                 await self.pool.close()
+            self.runner.limiter.close()
             self.bus.close()  # every events() stream ends
         finally:
             self._release_secrets()
@@ -352,7 +355,12 @@ class Orchestrator:
         if transcript is not None:
             on_event = _tee(on_event, transcript.event)
         try:
-            result = await engine.run(prompt, session, on_event=on_event)
+            # The main agent's requests count to the provider's limits like a child's.
+            gate = request_gate.set(self.runner.limiter)
+            try:
+                result = await engine.run(prompt, session, on_event=on_event)
+            finally:
+                request_gate.reset(gate)
         finally:
             await servers.stop()
             self._engines.discard(engine)
@@ -650,6 +658,18 @@ class Orchestrator:
             log.warning("%s", problem)
         self.mcp_problems = list(servers.problems)
         return servers
+
+    def _default_endpoint(self) -> str | None:
+        """The main model's HTTP endpoint (sub-agents inherit its model by default), for
+        spares to connect to ahead of their runs; None for other models."""
+        if not self.model_name or self.model_name in self.model_objects:
+            return None
+        try:
+            model = self._main_model()  # (nothing is opened until a first request)
+        except ModelError:
+            return None  # said where the run starts, in the run's own words
+        url = getattr(model, "base_url", None)
+        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
     def _main_scope(self, session: Session, account: RunAccount | None = None) -> Scope:
         return Scope(

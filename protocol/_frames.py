@@ -102,6 +102,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # (``HookRequest``), so a run with no hooks pays nothing for them.
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
+    model_permits: bool = False  # ask the parent for a permit before each model request
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -193,6 +194,34 @@ class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
     context: str = ""  # additionalContext: added to what the model is told
 
 
+class PermitRequest(msgspec.Struct, tag="permit_request", tag_field="t", kw_only=True):
+    """child → parent: may I send one request to ``model`` now? ``tokens`` is the
+    child's estimate of what it will cost (for a tokens-per-minute limit)."""
+
+    request_id: int
+    model: str  # provider:name, e.g. "openai:gpt-4o"
+    tokens: int = 0
+
+
+class PermitGrant(msgspec.Struct, tag="permit_grant", tag_field="t", kw_only=True):
+    """parent → child: the answer to one ``PermitRequest`` (sent when the limits allow)."""
+
+    request_id: int
+    granted: bool = True
+    reason: str = ""  # why not, when refused
+
+
+class PermitDone(msgspec.Struct, tag="permit_done", tag_field="t", kw_only=True):
+    """child → parent: the request is over (or was never sent): the permit goes back.
+
+    ``tokens`` is what the request really cost; ``retry_after`` the pause the server
+    asked for (a 429's ``Retry-After``), which then holds every sibling on that model."""
+
+    request_id: int
+    tokens: int = 0
+    retry_after: float | None = None
+
+
 class ControlAction(enum.StrEnum):
     CANCEL = "cancel"  # stop now; the child ends with status cancelled
     PAUSE = "pause"  # stop at the next turn boundary until resume
@@ -241,6 +270,9 @@ Frame = (
     | DelegateReply
     | HookRequest
     | HookReply
+    | PermitRequest
+    | PermitGrant
+    | PermitDone
     | Control
     | Heartbeat
     | Result

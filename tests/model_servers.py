@@ -134,6 +134,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    client_port: int = 0  # the client's end of the connection it came on
 
 
 Responder = Callable[[dict[str, Any], str], "Reply | str"]
@@ -142,8 +143,17 @@ Responder = Callable[[dict[str, Any], str], "Reply | str"]
 class ModelServer:
     """The scripted server; see the module docstring. Use it as a context manager."""
 
-    def __init__(self, responder: Responder | None = None, replies: Iterable[Reply] = ()):
+    def __init__(
+        self,
+        responder: Responder | None = None,
+        replies: Iterable[Reply] = (),
+        *,
+        idle_timeout: float | None = None,
+    ):
         self.responder = responder
+        # Close a keep-alive connection idle this long (seconds), as real servers do.
+        self.idle_timeout = idle_timeout
+        self.accepted: list[int] = []  # client ports of every connection accepted
         self.requests: list[RecordedRequest] = []
         self.errors: list[str] = []  # responder exceptions, answered with HTTP 400
         self._queue: collections.deque[Reply] = collections.deque(replies)
@@ -188,7 +198,10 @@ class ModelServer:
     # -- life cycle -------------------------------------------------------------------
 
     def start(self) -> ModelServer:
-        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        handler = _Handler
+        if self.idle_timeout is not None:
+            handler = type("_IdleClosingHandler", (_Handler,), {"timeout": self.idle_timeout})
+        httpd = _HTTPServer(("127.0.0.1", 0), handler)
         httpd.owner = self
         self._httpd = httpd
         # a short poll interval keeps stop() fast; the loop costs next to nothing
@@ -224,9 +237,15 @@ class ModelServer:
 
     # -- called from handler threads --------------------------------------------------
 
+    @property
+    def open_connections(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
     def _track(self, conn: socket.socket) -> None:
         with self._lock:
             self._connections.add(conn)
+            self.accepted.append(conn.getpeername()[1])
             stopping = self._stopping.is_set()
         if stopping:  # accepted just as stop() began: it must not wait for a request
             _shutdown(conn)
@@ -359,7 +378,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in self.headers.items()}
-        n = owner._record(RecordedRequest(api, "POST", path, headers, body))
+        n = owner._record(RecordedRequest(api, "POST", path, headers, body, self.client_address[1]))
         if not api:
             self._error("openai", Reply(status=404, error_message=f"no route {path}"))
             return

@@ -69,3 +69,117 @@ async def test_io_workload_for_agentcell_end_to_end(
     text = report.markdown(results)
     assert "| agentcell | 2 |" in text
     assert set(SYSTEMS) >= {"agentcell", "in-process engine", "deepagents"}
+
+
+async def test_io_over_https_with_the_test_ca(
+    spawned: SpawnRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load server's TLS port, trusted through SSL_CERT_FILE: parent and children
+    alike speak HTTPS to it (the plain port would have recorded nothing for the run)."""
+    with LoadServer(latency_ms=5, tls=True) as server:
+        assert server.tls_port and server.tls_port != server.port
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-bench-not-a-real-key")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.tls_base_url)
+        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file)
+        job = {
+            "system": "agentcell",
+            "ns": [2],
+            "spec": {"turns": 1, "tool": "probe", "lat": 5},
+            "port": server.port,
+            "run_prefix": "tls",
+            "timeout_s": 60,
+        }
+        doc = await runner.run_job(job)
+    [row] = doc["rows"]
+    assert row["ok"], row
+    assert row["requests"] == 2 * 1 + 2
+
+
+async def test_the_rate_limited_server_and_agentcells_limiter(
+    spawned: SpawnRecorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server admits 1 request in flight and answers 429 + Retry-After past it;
+    agentcell with max_concurrent=1 never goes past it, so it provokes no 429 at all."""
+    with LoadServer(latency_ms=20) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-bench-not-a-real-key")
+        job = {
+            "system": "agentcell",
+            "ns": [4],
+            "spec": {"turns": 2, "tool": "probe", "lat": 20, "rl_k": 1},
+            "port": server.port,
+            "run_prefix": "rl",
+            "timeout_s": 60,
+            "limits": {"max_concurrent": 1},
+        }
+        doc = await runner.run_job(job)
+    [row] = doc["rows"]
+    assert row["ok"], row
+    assert row["rejected"] == 0
+    assert row["peak_in_flight"] == 1
+    assert row["requests"] == 4 * 2 + 2
+    assert row["startup_s"] >= 0
+
+
+def test_the_headline_has_exactly_the_keys_asked_for() -> None:
+    def result(system: str, n: int, variant: str = "", **row: object) -> dict[str, object]:
+        base = {
+            "n": n,
+            "ok": True,
+            "detail": "",
+            "wall_s": 1.0,
+            "parent_cpu_s": 0.5,
+            "children_cpu_s": 0.0,
+        }
+        return {"system": system, "variant": variant, "rows": [{**base, **row}]}
+
+    results = {
+        "raw_floor": {"p50_s": 0.004},
+        "workloads": [
+            {
+                "name": "io",
+                "ideal_s": {"128": 0.5, "32": 0.5},
+                "results": [
+                    result("agentcell", 128, wall_s=1.0, children_cpu_s=2.56),
+                    result("in-process engine", 128, wall_s=0.8, parent_cpu_s=0.64),
+                    result("agentcell", 32, wall_s=0.6),
+                    result("openai-agents", 32, wall_s=1.2),
+                    result("pydantic-ai", 32, wall_s=1.0),
+                ],
+            },
+            {
+                "name": "ratelimit",
+                "ideal_s": {"32": 0.5},
+                "results": [
+                    result("agentcell", 32, "limiter", rejected=0),
+                    result("pydantic-ai", 32, ok=False, wall_s=float("nan"), rejected=40),
+                    result("deepagents", 32, wall_s=4.0, rejected=10),
+                ],
+            },
+        ],
+    }
+    figures = report.headline_figures(results)
+    assert list(figures) == [
+        "io_128_x_ideal",
+        "io_128_x_inprocess",
+        "io_32_x_fastest_peer",
+        "https_io_32_x_fastest_peer",
+        "child_cpu_ms_io_128",
+        "child_cpu_x_inprocess_io_128",
+        "dispatch_warm_p50_x_floor_1",
+        "dispatch_warm_p50_x_floor_8",
+        "child_uss_mib",
+        "ratelimit_429s_agentcell",
+        "ratelimit_429s_fastest_peer",
+    ]
+    assert figures["io_128_x_ideal"] == 2.0
+    assert figures["io_128_x_inprocess"] == 1.25
+    assert figures["io_32_x_fastest_peer"] == 0.6  # pydantic-ai was the fastest peer
+    assert figures["child_cpu_ms_io_128"] == 20.0
+    assert figures["child_cpu_x_inprocess_io_128"] == 4.0
+    assert figures["ratelimit_429s_agentcell"] == 0.0
+    # pydantic-ai, the fastest peer at io N=32: its 429s count though it gave up
+    assert figures["ratelimit_429s_fastest_peer"] == 40.0
+    # What did not run is null, never a made-up number.
+    for key in ("https_io_32_x_fastest_peer", "dispatch_warm_p50_x_floor_1", "child_uss_mib"):
+        assert figures[key] is None

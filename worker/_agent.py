@@ -36,10 +36,11 @@ from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hook_relay import RelayedHooks
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
+from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
-from agentcell.worker.models import Model, ModelError, resolve_model
+from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
 
@@ -67,6 +68,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         model: Model = objects.get("model") or resolve_model(spec.model, spec.model_options)
     except ModelError as exc:
         return RunResult(status=RunStatus.ERROR, error=str(exc))
+    if spec.model_permits:  # the parent keeps the provider's limits: ask it first
+        request_gate.set(LinkGate(link))
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
     link.on_cancel = engine.cancel
     drain = _capture_output(spec)

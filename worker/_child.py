@@ -42,6 +42,9 @@ from agentcell.protocol import (
     HookRequest,
     Limits,
     Notice,
+    PermitDone,
+    PermitGrant,
+    PermitRequest,
     PipeChannel,
     ProtocolError,
     Result,
@@ -68,6 +71,9 @@ class ChildBoot:
     oom_score_adj: int = 500
     max_frame_bytes: int = 16 * 1024 * 1024
     stdio_path: str | None = None  # where the child's fd 1 and 2 go (None: inherited)
+    # The default provider's endpoint: a spare connects to it before its Hello, so a
+    # run's first model request does not pay the TCP (and TLS) handshake.
+    prepare_url: str | None = None
 
 
 #: The modules this process had when it started (inherited from the fork server).
@@ -153,6 +159,28 @@ class ChildLink:
         reply: HookReply = await answer
         return reply
 
+    async def request_permit(self, model: str, tokens: int) -> tuple[int, PermitGrant]:
+        """Wait for the parent's leave to send one request to ``model`` (its limiter
+        keeps the provider's limits across every child). Cancelled while waiting, the
+        request is withdrawn: a grant that comes later goes straight back."""
+        request_id, answer = self._new_request()
+        await self.channel.send(PermitRequest(request_id=request_id, model=model, tokens=tokens))
+        try:
+            grant: PermitGrant = await answer
+        except asyncio.CancelledError:
+            self._pending.pop(request_id, None)
+            self.return_permit(request_id)
+            raise
+        return request_id, grant
+
+    def return_permit(
+        self, request_id: int, tokens: int = 0, retry_after: float | None = None
+    ) -> None:
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send_nowait(
+                PermitDone(request_id=request_id, tokens=tokens, retry_after=retry_after)
+            )
+
     def _new_request(self) -> tuple[int, asyncio.Future[Any]]:
         # The caller keeps the future itself: the reply may arrive (and be popped from
         # the table) while the request is still being sent.
@@ -185,7 +213,7 @@ class ChildLink:
                 flush=True,
             )
             return
-        if isinstance(frame, ApprovalReply | DelegateReply | HookReply):
+        if isinstance(frame, ApprovalReply | DelegateReply | HookReply | PermitGrant):
             future = self._pending.pop(frame.request_id, None)
             if future is not None and not future.done():
                 future.set_result(frame)
@@ -227,6 +255,10 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     _harden(boot)
 
     async def pipe() -> ChildChannel:
+        if boot.prepare_url:  # before the Hello: a ready spare is a connected one
+            from agentcell.worker.models._http import prepare_connection
+
+            await prepare_connection(boot.prepare_url)
         return await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)
 
     asyncio.run(_serve_then_exit(pipe, _preload_status))

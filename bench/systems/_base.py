@@ -17,6 +17,8 @@ WORKER_DESCRIPTION = "Runs one benchmark job and reports."
 class Options:
     warm: int | None = None  # agentcell: warm spare processes (None: its default)
     count_events: bool = False  # count the sub-agents' text deltas reaching the parent
+    limits: dict[str, float] | None = None  # agentcell: its provider limiter ([limits.openai])
+    prestart: bool = False  # ProcessPoolExecutor: start every worker before the clock
 
 
 @dataclasses.dataclass(slots=True)

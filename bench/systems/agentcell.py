@@ -13,6 +13,7 @@ from agentcell.orchestrator import (
     Settings,
     WorkerPool,
 )
+from agentcell.orchestrator.config import ProviderLimits
 from agentcell.protocol import TextDelta
 
 from bench.script import Spec
@@ -49,6 +50,8 @@ class Agentcell(System):
         )
         if options.warm is not None:
             settings.warm_spares = options.warm
+        if options.limits:
+            settings.limits = {"openai": ProviderLimits(**options.limits)}  # type: ignore[arg-type]
         return settings
 
     async def open(self, n: int, options: Options) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import shutil
 import tempfile
 from typing import Any
@@ -60,6 +61,12 @@ class ProcessPool(System):
     async def open(self, n: int, options: Options) -> None:
         self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
         self.executor = concurrent.futures.ProcessPoolExecutor(max_workers=max(1, n))
+        if options.prestart:
+            # Every worker up before the clock starts, as agentcell's spares are: the
+            # executor starts one per job submitted while none is idle.
+            loop = asyncio.get_running_loop()
+            started = [loop.run_in_executor(self.executor, os.getpid) for _ in range(max(1, n))]
+            await asyncio.gather(*started)
 
     async def run(self, spec: Spec) -> Outcome:
         assert self.executor is not None

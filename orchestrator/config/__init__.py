@@ -21,6 +21,7 @@ from agentcell.orchestrator.config._settings import (
     BackendName,
     Budgets,
     Price,
+    ProviderLimits,
     RaySettings,
     Settings,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "ENV_SETTINGS",
     "McpServerConfig",
     "Price",
+    "ProviderLimits",
     "RaySettings",
     "Settings",
     "is_trusted",

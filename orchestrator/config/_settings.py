@@ -31,6 +31,20 @@ class Budgets(BaseModel):
     max_subagents: int | None = Field(default=None, ge=0, le=10**6)
 
 
+class ProviderLimits(BaseModel):
+    """A provider's limits, kept by the parent across the main agent and every child.
+
+    ``[limits.openai]`` holds for each model of that provider on its own (providers
+    limit per model); ``[limits."openai:gpt-4o"]`` for that model, in place of the
+    provider's table. Unset fields (the default) are not limited."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrent: int | None = Field(default=None, ge=1)  # requests in flight at once
+    requests_per_minute: float | None = Field(default=None, gt=0)
+    tokens_per_minute: int | None = Field(default=None, ge=1)
+
+
 DEFAULT_ALIASES = {
     "sonnet": "anthropic:claude-sonnet-4-5",
     "opus": "anthropic:claude-opus-4-1",
@@ -86,6 +100,8 @@ class Settings(BaseModel):
     background_wait_s: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
+    # Provider limits ("openai", or "openai:gpt-4o" for one model); none by default.
+    limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     backend: BackendName = "local"  # where sub-agents run: this machine, or a Ray cluster
     ray: RaySettings = Field(default_factory=RaySettings)
     # The OS sandbox each sub-agent puts itself in (see docs/security.md); "required"

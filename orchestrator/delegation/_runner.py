@@ -54,6 +54,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentStarted,
 )
 from agentcell.orchestrator.delegation._hooks import HookRunner, tool_payload
+from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
@@ -83,6 +84,8 @@ from agentcell.protocol import (
     HookRequest,
     Limits,
     Message,
+    PermitDone,
+    PermitRequest,
     RemoteTool,
     RunStatus,
     Start,
@@ -186,8 +189,11 @@ class Runner:
         backends: dict[str, Backend] | None = None,
         hooks: HookRunner | None = None,
         home: Path | None = None,
+        limiter: ProviderLimiter | None = None,
     ) -> None:
         self.pool = pool
+        # The provider limits every child's model requests take a permit from.
+        self.limiter = limiter or ProviderLimiter(settings.limits)
         # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
         self.backends: dict[str, Backend] = {**(backends or {}), "local": pool}
         self.registry = registry
@@ -637,6 +643,7 @@ class Runner:
             # The keys it does not get, so that it can still redact them from its records.
             redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
             mcp_servers=mcp_servers,
+            model_permits=self.limiter.applies(model),
         )
         limits = Limits(
             address_space_bytes=definition.memory_limit_mb * 1024 * 1024
@@ -695,9 +702,14 @@ class Runner:
         ledger = _ledger(scope, self.ledger)
         call_id = request.call_id
         side: set[asyncio.Task[None]] = set()
+        permits = ChildPermits(self.limiter, lease.send_nowait)
         try:
             while (frame := await lease.recv()) is not None:
-                if isinstance(frame, Event):
+                if isinstance(frame, PermitRequest):
+                    permits.on_request(frame)
+                elif isinstance(frame, PermitDone):
+                    permits.on_done(frame)
+                elif isinstance(frame, Event):
                     event = frame.event
                     if isinstance(event, UsageUpdate):
                         progress.usage = progress.usage + event.usage
@@ -733,7 +745,9 @@ class Runner:
                 elif isinstance(frame, HookRequest):
                     _spawn(side, self._answer_hook(lease, frame, spec, hooks))
         finally:
-            # The child is gone (or we are): questions it asked are moot now.
+            # The child is gone (or we are): questions it asked are moot now, and what
+            # it held of the provider's limits goes back to its siblings.
+            await permits.close()
             for task in side:
                 task.cancel()
             if side:

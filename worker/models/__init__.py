@@ -13,6 +13,7 @@ from agentcell.worker.models._base import (
     ToolSpec,
     complete,
 )
+from agentcell.worker.models._gate import Permit, RequestGate, request_gate
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
 
@@ -24,10 +25,13 @@ __all__ = [
     "ModelErrorKind",
     "ModelRequest",
     "ModelResponse",
+    "Permit",
+    "RequestGate",
     "StopReason",
     "StreamItem",
     "TextPart",
     "ToolSpec",
     "complete",
+    "request_gate",
     "resolve_model",
 ]

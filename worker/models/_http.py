@@ -37,6 +37,7 @@ from agentcell.worker.models._base import (
     StreamItem,
     TextPart,
 )
+from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 
 #: Set to "1" to make every request to a non-loopback host fail before it is sent.
 BLOCK_ENV = "AGENTCELL_BLOCK_REAL_MODELS"
@@ -159,6 +160,65 @@ def make_client(
         follow_redirects=False,
         trust_env=False,  # proxies are resolved above; no .netrc lookups per request
     )
+
+
+#: Clients a spare process connected before its run, by base URL, with the settings
+#: they were made with; the first model on that URL adopts one (``SSEClient.client``).
+_prepared: dict[str, tuple[httpx.AsyncClient, float, int, str | None]] = {}
+#: The longest a spare spends connecting ahead: a slow endpoint must not hold its Hello.
+PREPARE_TIMEOUT_S = 2.0
+
+
+async def prepare_connection(
+    base_url: str, *, client_timeout: float = 600, max_connections: int = 4, hint: str = ""
+) -> bool:
+    """Open a connection to ``base_url`` (TCP, and TLS for https) before any model
+    needs it, so a sub-agent's first request does not pay the handshake.
+
+    One unauthenticated GET of the base URL does it (no key is in a spare yet; whatever
+    it answers, the connection stays in the pool). A connection the server closes while
+    it idles is dropped by the pool at the next request and a new one made: never an
+    error. False if nothing could be opened (the endpoint is down, slow or blocked)."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https"):
+        return False
+    try:
+        client = make_client(
+            base_url, timeout=client_timeout, max_connections=max_connections, hint=hint
+        )
+    except ModelError:
+        return False
+    try:
+        async with asyncio.timeout(PREPARE_TIMEOUT_S):
+            response = await client.get(base_url)
+            await response.aread()
+    except (httpx.HTTPError, ModelError, TimeoutError, OSError):
+        await client.aclose()
+        return False
+    replaced = _prepared.pop(base_url, None)
+    if replaced is not None:
+        await replaced[0].aclose()
+    _prepared[base_url] = (client, client_timeout, max_connections, _env_proxy(url))
+    return True
+
+
+def _adopt_prepared(
+    base_url: str, timeout: float, max_connections: int
+) -> httpx.AsyncClient | None:
+    """The client ``prepare_connection`` made for this URL, if it was made the same way
+    (and the environment still asks for the same proxy)."""
+    found = _prepared.get(base_url)
+    if found is None:
+        return None
+    client, made_timeout, made_connections, proxy = found
+    if (made_timeout, made_connections, proxy) != (
+        timeout,
+        max_connections,
+        _env_proxy(httpx.URL(base_url)),
+    ):
+        return None  # kept for a model that is made the same way
+    del _prepared[base_url]
+    return client
 
 
 def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -498,7 +558,9 @@ class SSEClient:
             )
         pid = os.getpid()
         if self._client is None or self._pid != pid:
-            self._client = make_client(
+            self._client = _adopt_prepared(
+                self.base_url, self.timeout, self.max_connections
+            ) or make_client(
                 self.base_url,
                 timeout=self.timeout,
                 max_connections=self.max_connections,
@@ -527,6 +589,7 @@ class SSEClient:
         """
         body = prepare()
         client = self.client
+        gate = request_gate.get()
         attempt = 0
         started = asyncio.get_running_loop().time()  # the deadline covers every attempt
         while True:
@@ -538,6 +601,10 @@ class SSEClient:
                 )
             handler = new_handler()
             streamed = False
+            response: ModelResponse | None = None
+            failure: Retry | None = None
+            # Every attempt is a request the provider counts: each takes its own permit.
+            permit = await self._permit(gate, body)
             try:
                 async with client.stream("POST", url, content=body, headers=headers) as resp:
                     if resp.status_code != 200:
@@ -580,7 +647,17 @@ class SSEClient:
                 ) from None
             except httpx.HTTPError as exc:
                 failure = self._transport_failure(exc)
-            else:
+            finally:
+                # Before the answer is handed on: the caller may hold it for a long time.
+                if permit is not None:
+                    permit.release(
+                        tokens=response.usage.input_tokens + response.usage.output_tokens
+                        if response is not None
+                        else 0,
+                        retry_after=failure.retry_after if failure is not None else None,
+                    )
+            if failure is None:
+                assert response is not None
                 yield response
                 return
             if streamed:
@@ -608,6 +685,11 @@ class SSEClient:
             f"{self.provider}: the answer from {self.base_url} passed "
             f"{self.max_response_bytes} bytes (the max_response_bytes model option)",
         )
+
+    async def _permit(self, gate: RequestGate | None, body: bytes) -> Permit | None:
+        if gate is None:
+            return None
+        return await gate.acquire(f"{self.provider}:{self.model_name}", estimate_tokens(body))
 
     # -- classifying failures -------------------------------------------------------
 
