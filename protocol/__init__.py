@@ -31,7 +31,12 @@ from agentcell.protocol._events import (
     TurnStarted,
     UsageUpdate,
 )
-from agentcell.protocol._frame_mac import frame_is_authentic, new_frame_key, sign_frame
+from agentcell.protocol._frame_mac import (
+    frame_is_authentic,
+    new_frame_key,
+    seal_for_child,
+    sign_frame,
+)
 from agentcell.protocol._frames import (
     PROTOCOL_VERSION,
     AgentSpec,
@@ -81,6 +86,7 @@ from agentcell.protocol._tcp import (
 __all__ = [
     "frame_is_authentic",
     "new_frame_key",
+    "seal_for_child",
     "sign_frame",
     "HEADER_SIZE",
     "MAX_FRAME_BYTES",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 from agentcell.protocol._frames import ApprovalReply, Failure, Result
@@ -47,3 +47,15 @@ def sign_frame(frame: _F, key: bytes) -> _F:
 def frame_is_authentic(frame: SignedFrame, key: bytes) -> bool:
     """True if ``frame`` was signed with ``key``."""
     return len(frame.mac) == _MAC_BYTES and hmac.compare_digest(frame.mac, _mac(frame, key))
+
+
+def seal_for_child(frame: Any, key: bytes) -> Any:
+    """A parent's frame as it goes to the child that holds ``key``: the ``Start`` carries
+    the key, an ``ApprovalReply`` is signed with it, anything else goes as it is."""
+    from agentcell.protocol._frames import ApprovalReply, Start
+
+    if isinstance(frame, Start):
+        return msgspec.structs.replace(frame, frame_key=key)
+    if isinstance(frame, ApprovalReply):
+        return sign_frame(frame, key)
+    return frame

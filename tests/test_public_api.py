@@ -128,6 +128,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "frame_is_authentic",
         "memory_channel_pair",
         "new_frame_key",
+        "seal_for_child",
         "sign_frame",
         "tcp_connect",
     ],

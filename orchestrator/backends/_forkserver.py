@@ -21,14 +21,12 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
-import msgspec
 import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
-    ApprovalReply,
     ChannelClosed,
     Control,
     ControlAction,
@@ -42,7 +40,7 @@ from agentcell.protocol import (
     Start,
     frame_is_authentic,
     new_frame_key,
-    sign_frame,
+    seal_for_child,
 )
 from agentcell.worker import process as proc
 from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
@@ -365,13 +363,10 @@ class Lease:
 
     def _sealed(self, frame: Frame) -> Frame:
         """The Start carries this child's frame key; approval replies are signed with it."""
-        worker = self._worker
         if isinstance(frame, Start):
-            worker.start_sent = True
-            return msgspec.structs.replace(frame, frame_key=worker.frame_key)
-        if isinstance(frame, ApprovalReply):
-            return sign_frame(frame, worker.frame_key)
-        return frame
+            self._worker.start_sent = True
+        sealed: Frame = seal_for_child(frame, self._worker.frame_key)
+        return sealed
 
     async def recv(self) -> Frame | None:
         """The child's next frame, or None once it has ended and every frame was read."""

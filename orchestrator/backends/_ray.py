@@ -28,12 +28,10 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
 from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
-    ApprovalReply,
     ChannelClosed,
     Control,
     ControlAction,
@@ -48,7 +46,7 @@ from agentcell.protocol import (
     TcpListener,
     frame_is_authentic,
     new_frame_key,
-    sign_frame,
+    seal_for_child,
 )
 
 log = logging.getLogger("agentcell.ray")
@@ -321,14 +319,11 @@ class RemoteLease:
         channel.send_nowait(self._sealed(frame))
 
     def _sealed(self, frame: Frame) -> Frame:
-        """The Start carries this sub-agent's frame key; approval replies are signed."""
-        worker = self._worker
+        """The Start carries this child's frame key; approval replies are signed with it."""
         if isinstance(frame, Start):
-            worker.start_sent = True
-            return msgspec.structs.replace(frame, frame_key=worker.frame_key)
-        if isinstance(frame, ApprovalReply):
-            return sign_frame(frame, worker.frame_key)
-        return frame
+            self._worker.start_sent = True
+        sealed: Frame = seal_for_child(frame, self._worker.frame_key)
+        return sealed
 
     async def recv(self) -> Frame | None:
         while not self._frames:
