@@ -247,7 +247,7 @@ async def test_keys_live_in_memory_while_an_orchestrator_runs(
     from agentcell.worker import _proc
 
     monkeypatch.setenv("OPENAI_API_KEY", _PARENT_KEY)
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-other-provider-key-0123456789")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-anthropic-other-provider-key-0123456789")
     async with orchestrator(tmp_path, [], {}):
         assert "OPENAI_API_KEY" not in os.environ and "ANTHROPIC_API_KEY" not in os.environ
         assert not _proc.is_dumpable()
@@ -267,7 +267,7 @@ async def test_a_child_redacts_the_keys_it_was_never_given(
     model_server: ModelServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    other = "sk-ant-the-other-providers-key-0123456789"
+    other = "fake-anthropic-the-other-providers-key-0123456789"
     (tmp_path / "leak.txt").write_text(f"config: {other}\n")
     replies = iter([Reply(tool_calls=[Call("read_file", {"path": "leak.txt"})]), Reply("done")])
     model_server.responder = lambda body, api: next(replies)
