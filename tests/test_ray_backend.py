@@ -382,3 +382,40 @@ def test_the_cluster_talks_to_loopback_only(head: RayHead) -> None:
                     outside.append(f"{proc.pid} {proc.name()}: {address.ip}:{address.port}")
     assert head.processes(), "the head should still be running"
     assert not outside, outside
+
+
+async def test_a_remote_sub_agent_starts_its_mcp_server_on_its_node(
+    ray_env: RayHead, tmp_path: Path
+) -> None:
+    """An MCP server named by the definition starts in the remote sub-agent's own tree
+    (on its node) and its tools reach the model there, as they do locally."""
+    server = str(Path(__file__).with_name("mcp_server.py"))
+    marker = tmp_path / "server.pid"
+
+    def model(messages: list[Any], tools: list[Any]) -> Any:
+        done = tool_results(messages)
+        if not done:
+            return reply("", tool_call("mcp__local__echo", text="from the node"))
+        return done[0].content
+
+    agent = AgentDefinition(
+        name="mcp-user",
+        model="function:mcp",
+        tools=["mcp__local__*"],
+        mcp_servers=[{"local": {"command": sys.executable, "args": [server, str(marker)]}}],
+    )
+    async with Orchestrator(
+        settings=settings(ray_env, approval="allow"),  # an MCP tool may change things
+        workdir=tmp_path,
+        agents=[agent],
+        models={"function:mcp": FunctionModel(model, name="function:mcp")},
+        record=False,
+    ) as orch:
+        result = await orch.delegate("mcp-user", "use the server")
+    assert result.status is RunStatus.COMPLETED, result
+    assert result.text == "echo from MCP: from the node"
+    assert result.node
+    pid, parent = map(int, marker.read_text().split())
+    assert parent == result.pid  # a process of the remote sub-agent's own tree
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    await wait_none_alive(ray_env)
