@@ -24,6 +24,7 @@ from typing import Any
 import multiprocess
 import multiprocess.forkserver
 import multiprocess.process
+from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
@@ -37,10 +38,8 @@ from agentcell.protocol import (
     PipeChannel,
     ProtocolError,
     Result,
-    Start,
     frame_is_authentic,
     new_frame_key,
-    seal_for_child,
 )
 from agentcell.worker import process as proc
 from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
@@ -302,7 +301,7 @@ class _Worker:
         return ChildOutcome(kind=kind, detail=exit_text, **common)  # type: ignore[arg-type]
 
 
-class Lease:
+class Lease(FrameQueue):
     """Exclusive use of one ready child for one run.
 
     ``send`` frames to it, ``recv`` its frames (heartbeats are absorbed) until ``None``,
@@ -310,11 +309,12 @@ class Lease:
     """
 
     def __init__(self, worker: _Worker) -> None:
+        super().__init__()
         self._worker = worker
-        self._frames: collections.deque[Frame] = collections.deque()
-        self._ended = False
-        self._waiter: asyncio.Future[None] | None = None
         self._waiting = False  # someone waits for the end without reading: never hold
+
+    def _sealing(self) -> _Worker:
+        return self._worker
 
     @property
     def pid(self) -> int:
@@ -343,16 +343,14 @@ class Lease:
     high_water = 1024
     low_water = 256
 
-    def _deliver(self, frame: Frame | None) -> None:
-        if frame is None:
-            self._ended = True
-        else:
-            self._frames.append(frame)
-            if len(self._frames) >= self.high_water and not self._ended and not self._waiting:
-                self._worker.channel.hold("lease")
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    def _after_put(self) -> None:
+        if len(self._frames) >= self.high_water and not self._ended and not self._waiting:
+            self._worker.channel.hold("lease")
+
+    def _after_take(self) -> None:
+        if len(self._frames) <= self.low_water and self._worker.channel.reading_paused:
+            self._worker.last_seen = self._worker.pool._loop.time()  # silence was ours
+            self._worker.channel.release("lease")
 
     async def send(self, frame: Frame) -> None:
         """Send a frame; raises ``ChannelClosed`` if the child is gone."""
@@ -360,38 +358,6 @@ class Lease:
 
     def send_nowait(self, frame: Frame) -> None:
         self._worker.channel.send_nowait(self._sealed(frame))
-
-    def _sealed(self, frame: Frame) -> Frame:
-        """The Start carries this child's frame key; approval replies are signed with it."""
-        if isinstance(frame, Start):
-            self._worker.start_sent = True
-        sealed: Frame = seal_for_child(frame, self._worker.frame_key)
-        return sealed
-
-    async def recv(self) -> Frame | None:
-        """The child's next frame, or None once it has ended and every frame was read."""
-        while not self._frames:
-            if self._ended:
-                return None
-            self._waiter = self._worker.pool._loop.create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        frame = self._frames.popleft()
-        if len(self._frames) <= self.low_water and self._worker.channel.reading_paused:
-            self._worker.last_seen = self._worker.pool._loop.time()  # silence was ours
-            self._worker.channel.release("lease")
-        return frame
-
-    @property
-    def pending(self) -> int:
-        """Frames received from the child and not read yet."""
-        return len(self._frames)
-
-    async def __aiter__(self) -> AsyncIterator[Frame]:
-        while (frame := await self.recv()) is not None:
-            yield frame
 
     async def wait(self) -> ChildOutcome:
         """Wait until the child has ended (frames not yet read stay readable)."""

@@ -7,10 +7,13 @@ and can be given a deadline, cancelled politely or killed.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from agentcell.orchestrator.backends._outcome import ChildOutcome
-from agentcell.protocol import Frame, Hello
+from agentcell.protocol import Frame, Hello, Start, seal_for_child
 
 
 class WorkerLease(Protocol):
@@ -55,3 +58,69 @@ class Backend(Protocol):
     async def acquire(self) -> WorkerLease: ...
 
     async def close(self) -> None: ...
+
+
+class _Sealing(Protocol):
+    frame_key: bytes
+    start_sent: bool
+
+
+class FrameQueue:
+    """What both backends' leases share: the child's frames queued for one reader until
+    the child has ended, and the parent's frames sealed with the child's key on the way
+    out. ``_after_put``/``_after_take`` let a backend apply flow control."""
+
+    def __init__(self) -> None:
+        self._frames: collections.deque[Frame] = collections.deque()
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def _sealing(self) -> _Sealing:
+        raise NotImplementedError
+
+    def _sealed(self, frame: Frame) -> Frame:
+        """The Start carries this child's frame key; approval replies are signed with it."""
+        worker = self._sealing()
+        if isinstance(frame, Start):
+            worker.start_sent = True
+        sealed: Frame = seal_for_child(frame, worker.frame_key)
+        return sealed
+
+    def _deliver(self, frame: Frame | None) -> None:
+        if frame is None:
+            self._ended = True
+        else:
+            self._frames.append(frame)
+            self._after_put()
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _after_put(self) -> None:
+        return None
+
+    def _after_take(self) -> None:
+        return None
+
+    async def recv(self) -> Frame | None:
+        """The child's next frame, or None once it has ended and every frame was read."""
+        while not self._frames:
+            if self._ended:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        frame = self._frames.popleft()
+        self._after_take()
+        return frame
+
+    @property
+    def pending(self) -> int:
+        """Frames received from the child and not read yet."""
+        return len(self._frames)
+
+    async def __aiter__(self) -> AsyncIterator[Frame]:
+        while (frame := await self.recv()) is not None:
+            yield frame

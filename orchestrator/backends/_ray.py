@@ -16,7 +16,6 @@ Silence past the heartbeat timeout (a vanished node) and the deadline end it fro
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import json
 import logging
@@ -29,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentcell.orchestrator.backends._forkserver import PoolError
+from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
@@ -41,12 +41,10 @@ from agentcell.protocol import (
     Hello,
     ProtocolError,
     Result,
-    Start,
     StreamChannel,
     TcpListener,
     frame_is_authentic,
     new_frame_key,
-    seal_for_child,
 )
 
 log = logging.getLogger("agentcell.ray")
@@ -271,15 +269,16 @@ class _RemoteWorker:
         return ChildOutcome(kind=kind, detail=exit_text, **common)
 
 
-class RemoteLease:
+class RemoteLease(FrameQueue):
     """A remote sub-agent for one run: the same surface as a local ``Lease``."""
 
     def __init__(self, worker: _RemoteWorker) -> None:
+        super().__init__()
         self._worker = worker
-        self._frames: collections.deque[Frame] = collections.deque()
-        self._ended = False
-        self._waiter: asyncio.Future[None] | None = None
         worker.lease = self
+
+    def _sealing(self) -> _RemoteWorker:
+        return self._worker
 
     @property
     def pid(self) -> int:
@@ -298,14 +297,6 @@ class RemoteLease:
         dead = self._worker.dead
         return dead.result() if dead.done() else None
 
-    def _deliver(self, frame: Frame | None) -> None:
-        if frame is None:
-            self._ended = True
-        else:
-            self._frames.append(frame)
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
     async def send(self, frame: Frame) -> None:
         channel = self._worker.channel
         if channel is None:
@@ -317,24 +308,6 @@ class RemoteLease:
         if channel is None:
             raise ChannelClosed("the remote sub-agent is not connected")
         channel.send_nowait(self._sealed(frame))
-
-    def _sealed(self, frame: Frame) -> Frame:
-        """The Start carries this child's frame key; approval replies are signed with it."""
-        if isinstance(frame, Start):
-            self._worker.start_sent = True
-        sealed: Frame = seal_for_child(frame, self._worker.frame_key)
-        return sealed
-
-    async def recv(self) -> Frame | None:
-        while not self._frames:
-            if self._ended:
-                return None
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        return self._frames.popleft()
 
     async def wait(self) -> ChildOutcome:
         return await asyncio.shield(self._worker.dead)
