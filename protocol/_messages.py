@@ -54,11 +54,35 @@ class UserMessage(msgspec.Struct, tag="user", tag_field="role", kw_only=True):
     content: str
 
 
+class ThinkingBlock(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One block of a model's reasoning, kept so that it can be sent back unchanged.
+
+    Anthropic's extended thinking: a ``thinking`` block has the text and the
+    ``signature`` that vouches for it; a ``redacted_thinking`` block only ``data``, the
+    encrypted reasoning (``redacted`` is then true). The API refuses a tool-use turn
+    whose thinking is missing or altered, so these are opaque: never edited or merged.
+    Thinking is not the answer, and is never shown as answer text.
+    """
+
+    thinking: str = ""
+    signature: str = ""
+    data: str = ""  # a redacted_thinking block's encrypted content
+
+    @property
+    def redacted(self) -> bool:
+        return bool(self.data)
+
+
 class AssistantMessage(
     msgspec.Struct, tag="assistant", tag_field="role", kw_only=True, omit_defaults=True
 ):
+    """One assistant turn: its text, its tool calls and, from a thinking model, its
+    reasoning blocks (empty otherwise; omitted on the wire, so records and frames from
+    before the field existed decode unchanged)."""
+
     content: str = ""
     tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    reasoning: list[ThinkingBlock] = msgspec.field(default_factory=list)
 
 
 class ToolMessage(msgspec.Struct, tag="tool", tag_field="role", kw_only=True, omit_defaults=True):

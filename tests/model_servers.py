@@ -33,7 +33,15 @@ from typing import Any
 import pytest
 from agentcell.protocol import Usage
 
-__all__ = ["Call", "ModelServer", "RecordedRequest", "Reply", "Responder", "model_server"]
+__all__ = [
+    "Call",
+    "ModelServer",
+    "RecordedRequest",
+    "Reply",
+    "Responder",
+    "Thought",
+    "model_server",
+]
 
 _CREATED = 1_700_000_000  # a fixed timestamp keeps the chunks deterministic
 _DEFAULT_USAGE = Usage(input_tokens=10, output_tokens=5)
@@ -80,11 +88,27 @@ class Call:
 
 
 @dataclasses.dataclass
+class Thought:
+    """An Anthropic thinking block for a reply: ``thinking`` text with its ``signature``,
+    or, with ``data``, a ``redacted_thinking`` block (encrypted; no text)."""
+
+    thinking: str = ""
+    signature: str = ""
+    data: str | None = None
+
+    def block(self) -> dict[str, Any]:
+        if self.data is not None:
+            return {"type": "redacted_thinking", "data": self.data}
+        return {"type": "thinking", "thinking": self.thinking, "signature": self.signature}
+
+
+@dataclasses.dataclass
 class Reply:
     """One scripted answer. The defaults give a successful streamed text reply.
 
     Content: ``text`` and ``tool_calls``, streamed in pieces of ``chunk_size``
-    characters (text deltas and argument fragments alike); ``usage`` in our terms
+    characters (text deltas and argument fragments alike), after ``thinking`` (Anthropic
+    thinking blocks: thinking deltas then one signature delta); ``usage`` in our terms
     (``input_tokens`` counts every prompt token; Anthropic's wire form reports cache
     reads and writes apart); ``stop_reason`` one of end/tool_use/max_tokens/refusal,
     by default tool_use when there are tool calls.
@@ -101,6 +125,7 @@ class Reply:
 
     text: str = ""
     tool_calls: Sequence[Call] = ()
+    thinking: Sequence[Thought] = ()  # Anthropic only
     usage: Usage | None = None
     stop_reason: str | None = None
     model: str | None = None  # the model named in the answer; default: the requested one
@@ -425,6 +450,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return f"{field}: Field required"
         if api == "anthropic" and "anthropic-version" not in headers:
             return "anthropic-version: header is required"
+        if api == "anthropic" and body.get("thinking") is not None:
+            return _thinking_problem(body)
         return ""
 
     # -- responses --------------------------------------------------------------------
@@ -630,20 +657,29 @@ def _anthropic_events(reply: Reply, model: str, n: int) -> list[bytes]:
     events = [_sse("message_start", {"message": start})]
     ping = _sse("ping", {})
     index = 0
+    for thought in reply.thinking:
+        events += _thinking_events(thought, index, reply.chunk_size)
+        if index == 0:
+            events.append(ping)
+        index += 1
     if reply.text:
         events.append(
-            _sse("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+            _sse(
+                "content_block_start",
+                {"index": index, "content_block": {"type": "text", "text": ""}},
+            )
         )
-        events.append(ping)
+        if index == 0:
+            events.append(ping)
         events += [
             _sse(
                 "content_block_delta",
-                {"index": 0, "delta": {"type": "text_delta", "text": piece}},
+                {"index": index, "delta": {"type": "text_delta", "text": piece}},
             )
             for piece in _pieces(reply.text, reply.chunk_size)
         ]
-        events.append(_sse("content_block_stop", {"index": 0}))
-        index = 1
+        events.append(_sse("content_block_stop", {"index": index}))
+        index += 1
     for i, call in enumerate(reply.tool_calls):
         block = {"type": "tool_use", "id": _call_id(call, "toolu", n, i), "name": call.name}
         events.append(
@@ -677,8 +713,58 @@ def _anthropic_events(reply: Reply, model: str, n: int) -> list[bytes]:
     return events
 
 
+def _thinking_events(thought: Thought, index: int, chunk_size: int) -> list[bytes]:
+    """A thinking block as the API streams it: an empty start, thinking deltas, then the
+    signature in one delta; a redacted block arrives whole in its start event."""
+    if thought.data is not None:
+        start = {"index": index, "content_block": thought.block()}
+        return [_sse("content_block_start", start), _sse("content_block_stop", {"index": index})]
+    empty = {"type": "thinking", "thinking": "", "signature": ""}
+    events = [_sse("content_block_start", {"index": index, "content_block": empty})]
+    events += [
+        _sse(
+            "content_block_delta",
+            {"index": index, "delta": {"type": "thinking_delta", "thinking": piece}},
+        )
+        for piece in _pieces(thought.thinking, chunk_size)
+    ]
+    signature = {"type": "signature_delta", "signature": thought.signature}
+    events.append(_sse("content_block_delta", {"index": index, "delta": signature}))
+    events.append(_sse("content_block_stop", {"index": index}))
+    return events
+
+
+def _thinking_problem(body: dict[str, Any]) -> str:
+    """What the real API refuses a request with thinking on for, if anything: a budget
+    under 1024 or not under max_tokens, sampling parameters thinking forbids, and a
+    tool-use turn being continued without its thinking block first."""
+    thinking = body["thinking"]
+    kind = thinking.get("type") if isinstance(thinking, dict) else None
+    if kind == "enabled":
+        budget = thinking.get("budget_tokens")
+        if not isinstance(budget, int) or budget < 1024:
+            return "thinking.enabled.budget_tokens: Input should be greater than or equal to 1024"
+        if budget >= body["max_tokens"]:
+            return "`max_tokens` must be greater than `thinking.budget_tokens`"
+    elif kind != "adaptive":
+        return f"thinking.type: Input should be 'enabled', 'adaptive' or 'disabled', not {kind!r}"
+    for name in ("temperature", "top_k"):
+        if name in body and body[name] != 1:
+            return f"`{name}` may only be set to 1 when thinking is enabled"
+    assistants = [m for m in body["messages"] if m.get("role") == "assistant"]
+    last = assistants[-1]["content"] if assistants else []
+    uses_tools = isinstance(last, list) and any(b.get("type") == "tool_use" for b in last)
+    if uses_tools and last[0].get("type") not in ("thinking", "redacted_thinking"):
+        return (
+            "messages: Expected `thinking` or `redacted_thinking`, but found "
+            f"`{last[0].get('type')}`. When `thinking` is enabled, a final `assistant` "
+            "message must start with a thinking block"
+        )
+    return ""
+
+
 def _anthropic_message(reply: Reply, model: str, n: int) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = [thought.block() for thought in reply.thinking]
     if reply.text:
         content.append({"type": "text", "text": reply.text})
     for i, call in enumerate(reply.tool_calls):

@@ -228,7 +228,13 @@ class Engine:
                 max_output_tokens=limits.max_output_tokens,
             )
             response = await self._call_model(request)
-            session.add(AssistantMessage(content=response.text, tool_calls=response.tool_calls))
+            session.add(
+                AssistantMessage(
+                    content=response.text,
+                    tool_calls=response.tool_calls,
+                    reasoning=response.reasoning,
+                )
+            )
             if response.tool_calls and response.stop_reason is StopReason.MAX_TOKENS:
                 # The last call's arguments may be cut off: running it would be a guess.
                 raise _Stop(

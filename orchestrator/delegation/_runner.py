@@ -101,7 +101,7 @@ from agentcell.worker import (
     secret_digests,
     stricter_sandbox,
 )
-from agentcell.worker.models import ToolSpec
+from agentcell.worker.models import ToolSpec, thinking_control, thinking_max_tokens
 from agentcell.worker.tools import Tool
 
 AGENT_HANDLER = "agentcell.worker._agent:run_agent"
@@ -812,19 +812,41 @@ class Runner:
             spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
 
     def _apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
-        provider = spec.model.partition(":")[0]
+        """A definition's ``effort`` as its provider's reasoning control: OpenAI's
+        ``reasoning_effort``, Anthropic's extended thinking (``AnthropicModel`` builds the
+        request). One note per definition and model where it has no such control, or where
+        thinking raises the ``max_tokens`` the user set."""
+        effort = definition.effort or "medium"
+        provider, _, name = spec.model.partition(":")
         if provider == "openai":
-            spec.model_options["reasoning_effort"] = _OPENAI_EFFORT[definition.effort or "medium"]
+            spec.model_options["reasoning_effort"] = _OPENAI_EFFORT[effort]
             return
-        if (definition.name, provider) not in self._effort_noted:
-            self._effort_noted.add((definition.name, provider))
-            log.warning(
-                "%s: effort %s ignored: its model %s has no reasoning control agentcell "
-                "sets (only openai models take reasoning_effort)",
-                definition.name,
-                definition.effort,
-                spec.model,
-            )
+        control = thinking_control(name) if provider == "anthropic" else None
+        if control is not None:
+            spec.model_options["effort"] = effort
+            limit = spec.model_options.get("max_tokens")
+            raised = thinking_max_tokens(effort, limit if isinstance(limit, int) else None)
+            if isinstance(limit, int) and raised > limit:
+                self._note_effort(
+                    definition,
+                    spec.model,
+                    f"{definition.name}: effort {effort} raises max_tokens from {limit} to "
+                    f"{raised} for {spec.model}: thinking and the answer share it (set "
+                    f"model_options.anthropic.max_tokens to {raised} or more to silence this)",
+                )
+            return
+        self._note_effort(
+            definition,
+            spec.model,
+            f"{definition.name}: effort {definition.effort} ignored: its model {spec.model} "
+            "has no reasoning control agentcell sets (openai models take reasoning_effort, "
+            "Claude 3.7 Sonnet and Claude 4 and later extended thinking)",
+        )
+
+    def _note_effort(self, definition: AgentDefinition, model: str, note: str) -> None:
+        if (definition.name, model) not in self._effort_noted:
+            self._effort_noted.add((definition.name, model))
+            log.warning("%s", note)
 
     async def _answer_approval(
         self, lease: WorkerLease, request_id: int, query: ApprovalQuery
@@ -1007,7 +1029,8 @@ def stricter_mode(parent: str, wanted: str | None) -> str:
     return min(parent, wanted, key=_STRICTNESS.index)
 
 
-#: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max").
+#: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max"). Anthropic's
+#: thinking budgets are ``THINKING_BUDGETS`` in agentcell.worker.models, by the request.
 _OPENAI_EFFORT = {
     "minimal": "minimal",
     "low": "low",

@@ -1,6 +1,11 @@
 """Model providers behind one streaming interface."""
 
-from agentcell.worker.models._anthropic import AnthropicModel
+from agentcell.worker.models._anthropic import (
+    THINKING_BUDGETS,
+    AnthropicModel,
+    thinking_control,
+    thinking_max_tokens,
+)
 from agentcell.worker.models._base import (
     Model,
     ModelError,
@@ -18,6 +23,7 @@ from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
 
 __all__ = [
+    "THINKING_BUDGETS",
     "AnthropicModel",
     "OpenAIChatModel",
     "Model",
@@ -34,4 +40,6 @@ __all__ = [
     "complete",
     "request_gate",
     "resolve_model",
+    "thinking_control",
+    "thinking_max_tokens",
 ]

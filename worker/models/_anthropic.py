@@ -9,13 +9,15 @@ content_block_start/delta/stop, message_delta, message_stop, ping, error).
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+import re
+from typing import Any, Literal
 
 import msgspec
 from agentcell.protocol import (
     AssistantMessage,
     Message,
     SystemMessage,
+    ThinkingBlock,
     TokenCount,
     ToolCall,
     ToolMessage,
@@ -33,6 +35,7 @@ from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096  # the output limit when neither the model nor the request sets one
 
 _STOP = {
     "end_turn": StopReason.END,
@@ -58,6 +61,73 @@ _ERRORS = {
 }
 
 
+# -- extended thinking: which models, and how much ------------------------------------
+
+ThinkingControl = Literal["budget", "adaptive"]
+
+#: A definition's ``effort`` as ``thinking.budget_tokens`` (the API's floor is 1024).
+#: The largest plus ``ANSWER_ROOM`` stays under 32 000, the output limit of Claude Opus 4
+#: and 4.1, the smallest among the models that take a budget.
+THINKING_BUDGETS = {"minimal": 1024, "low": 4096, "medium": 8192, "high": 16384, "max": 24576}
+
+#: What the answer (text and tool calls) gets on top of the thinking budget: max_tokens
+#: counts both, and must be greater than budget_tokens.
+ANSWER_ROOM = DEFAULT_MAX_TOKENS
+
+#: ``effort`` as ``output_config.effort`` for the models with adaptive thinking.
+_ADAPTIVE_EFFORT = {
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "max": "max",
+}
+
+_LEGACY_NAME = re.compile(r"(?:^|[./])claude-3-7-sonnet")
+_NAME = re.compile(r"(?:^|[./])claude-([a-z]+)(?:-(\d+)(?:[-.](\d{1,2})(?!\d))?)?")
+
+
+def thinking_control(model_name: str) -> ThinkingControl | None:
+    """How a Claude model takes extended thinking, judged from its name; None: not at all.
+
+    From Anthropic's extended- and adaptive-thinking documentation (platform.claude.com,
+    build-with-claude/extended-thinking and /adaptive-thinking, as of 2026):
+
+    * ``"budget"``: ``thinking: {type: enabled, budget_tokens: N}`` — Claude 3.7 Sonnet
+      and the Claude 4 models up to 4.5 (Sonnet 4 and 4.5, Opus 4, 4.1 and 4.5, Haiku
+      4.5), dated ids and ``-latest`` aliases included;
+    * ``"adaptive"``: ``thinking: {type: adaptive}`` with ``output_config.effort`` —
+      Opus and Sonnet 4.6 (where budget_tokens is deprecated), 4.7 and later, the 5
+      families and Mythos (Opus 4.7 and later answer budget_tokens with a 400);
+    * None: Claude 3.5 and older, Claude 3 Opus/Haiku, and names this does not know.
+
+    Bedrock-style ids (``anthropic.claude-…``, ``us.anthropic.claude-…``) are read too.
+    """
+    if _LEGACY_NAME.search(model_name):
+        return "budget"
+    match = _NAME.search(model_name)
+    if match is None:
+        return None
+    family, major, minor = match.group(1), match.group(2), match.group(3)
+    if family == "mythos":
+        return "adaptive"
+    if major is None or family not in ("opus", "sonnet", "haiku", "fable"):
+        return None
+    version = (int(major), int(minor or 0))
+    if version >= (4, 6):
+        return "adaptive"
+    if version >= (4, 0):
+        return "budget"
+    return None
+
+
+def thinking_max_tokens(effort: str, limit: int | None) -> int:
+    """``max_tokens`` for a thinking request at ``effort``: the thinking budget plus
+    ``ANSWER_ROOM``, or ``limit`` (what the user set) when that is larger already."""
+    needed = THINKING_BUDGETS[effort] + ANSWER_ROOM
+    return needed if limit is None or limit < needed else limit
+
+
 # -- the event schema: one struct for every event type, only the fields read ----------
 
 
@@ -79,12 +149,17 @@ class _Block(msgspec.Struct, gc=False):
     id: str | None = None
     name: str | None = None
     input: msgspec.Raw = msgspec.Raw(b"")  # kept as JSON text: it becomes the arguments
+    thinking: str | None = None  # thinking
+    signature: str | None = None  # thinking
+    data: str | None = None  # redacted_thinking
 
 
 class _Delta(msgspec.Struct, gc=False):
     type: str | None = None
     text: str | None = None  # text_delta
     partial_json: str | None = None  # input_json_delta
+    thinking: str | None = None  # thinking_delta
+    signature: str | None = None  # signature_delta
     stop_reason: str | None = None  # message_delta
 
 
@@ -106,6 +181,20 @@ class _Event(msgspec.Struct, gc=False):
 _decode_event = msgspec.json.Decoder(_Event).decode
 _encode = msgspec.json.Encoder().encode
 _decode_arguments = msgspec.json.Decoder().decode
+
+
+class _ThoughtBlock:
+    __slots__ = ("data", "parts", "signature")
+
+    def __init__(self, block: _Block) -> None:
+        self.parts = [block.thinking] if block.thinking else []
+        self.signature = [block.signature] if block.signature else []
+        self.data = block.data or ""
+
+    def finish(self) -> ThinkingBlock:
+        if self.data:
+            return ThinkingBlock(data=self.data)
+        return ThinkingBlock(thinking="".join(self.parts), signature="".join(self.signature))
 
 
 class _ToolBlock:
@@ -132,13 +221,24 @@ def stream_error(error: _Error | None, data: bytes) -> Exception:
 class _Stream:
     """Assembles one streamed message (implements ``_http.StreamHandler``)."""
 
-    __slots__ = ("done", "events", "model", "position", "stop_reason", "text", "tools", "usage")
+    __slots__ = (
+        "done",
+        "events",
+        "model",
+        "position",
+        "stop_reason",
+        "text",
+        "thoughts",
+        "tools",
+        "usage",
+    )
 
     def __init__(self, model: str, position: int) -> None:
         self.model = model
         self.position = position
         self.text: list[str] = []
         self.tools: dict[int, _ToolBlock] = {}
+        self.thoughts: dict[int, _ThoughtBlock] = {}
         self.usage = [0, 0, 0, 0]  # input (uncached), output, cache read, cache write
         self.stop_reason: str | None = None
         self.done = False
@@ -169,7 +269,14 @@ class _Stream:
                 block = self.tools.get(ev.index)
                 if block is not None:
                     block.parts.append(delta.partial_json)
-            return None  # thinking and signature deltas are not kept
+            elif delta.type in ("thinking_delta", "signature_delta"):
+                thought = self.thoughts.get(ev.index)
+                if thought is not None:  # kept, never streamed: thinking is not the answer
+                    if delta.thinking:
+                        thought.parts.append(delta.thinking)
+                    if delta.signature:
+                        thought.signature.append(delta.signature)
+            return None
         if kind == "content_block_start":
             cb = ev.content_block
             if cb is None:
@@ -180,6 +287,8 @@ class _Stream:
             elif cb.type == "text" and cb.text:
                 self.text.append(cb.text)
                 return cb.text
+            elif cb.type in ("thinking", "redacted_thinking"):
+                self.thoughts[ev.index] = _ThoughtBlock(cb)
         elif kind == "message_start":
             if ev.message is not None:
                 if ev.message.model:
@@ -237,6 +346,7 @@ class _Stream:
             ),
             stop_reason=stop,
             model=self.model,
+            reasoning=[self.thoughts[index].finish() for index in sorted(self.thoughts)],
         )
 
 
@@ -261,7 +371,9 @@ def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]
     Leading system messages become the ``system`` field; a later one becomes user text
     where it stands. Consecutive messages of one role are merged into one message, as
     the API wants tool results and any user text after them in a single user turn.
-    Empty text is dropped: the API refuses empty text blocks.
+    Empty text is dropped: the API refuses empty text blocks. An assistant turn's
+    thinking blocks come first and exactly as received (a turn with neither text nor
+    tool calls sends none).
     """
     system: list[str] = []
     out: list[dict[str, Any]] = []
@@ -282,6 +394,9 @@ def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]
             role, blocks = "user", [block]
         elif isinstance(m, AssistantMessage):
             role, blocks = "assistant", _text(m.content)
+            if blocks or m.tool_calls:
+                # as received and first: the API refuses a tool-use turn without them
+                blocks[:0] = [_thinking_block(t) for t in m.reasoning]
             blocks.extend(
                 {
                     "type": "tool_use",
@@ -307,14 +422,31 @@ def _text(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text}] if text else []
 
 
+def _thinking_block(block: ThinkingBlock) -> dict[str, Any]:
+    if block.redacted:
+        return {"type": "redacted_thinking", "data": block.data}
+    return {"type": "thinking", "thinking": block.thinking, "signature": block.signature}
+
+
 class AnthropicModel(HttpChatModel):
     """A Claude model over the Anthropic Messages API, streamed.
 
     ``base_url`` defaults to ``$ANTHROPIC_BASE_URL``, then the official API; ``api_key``
     to ``$ANTHROPIC_API_KEY`` (required by the official API). ``max_tokens`` is the
-    output limit when a request sets none (the API requires one). Usage reports
-    ``input_tokens`` including cache reads and writes, like OpenAI's ``prompt_tokens``.
-    ``timeout`` bounds connecting and each wait for data, not the whole answer.
+    output limit when a request sets none (the API requires one; default 4096). Usage
+    reports ``input_tokens`` including cache reads and writes, like OpenAI's
+    ``prompt_tokens``. ``timeout`` bounds connecting and each wait for data, not the
+    whole answer.
+
+    ``effort`` (minimal|low|medium|high|max, an agent definition's key) turns on
+    extended thinking where ``thinking_control`` says the model has it, and is ignored
+    elsewhere (the orchestrator notes that once). Budget models get ``budget_tokens``
+    from ``THINKING_BUDGETS``, adaptive ones ``output_config.effort``; either way
+    ``max_tokens`` becomes ``thinking_max_tokens``: the thinking room plus
+    ``ANSWER_ROOM`` unless the limit set (``max_tokens`` given here, or the request's
+    own) is larger already. No sampling parameters are sent, so none that thinking
+    forbids (temperature, top_k). Thinking blocks come back in
+    ``ModelResponse.reasoning`` and are sent back unchanged with their turn.
     """
 
     provider = "anthropic"
@@ -329,14 +461,20 @@ class AnthropicModel(HttpChatModel):
         *,
         base_url: str | None = None,
         api_key: str | None = None,
-        max_tokens: int = 4096,
+        max_tokens: int | None = None,
         max_retries: int = 4,
         timeout: float = 600,
         retry_base_delay: float = 0.5,
         max_connections: int = 4,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        effort: str | None = None,
     ) -> None:
+        if effort is not None and effort not in THINKING_BUDGETS:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"anthropic: effort {effort!r} is not one of {', '.join(THINKING_BUDGETS)}",
+            )
         super().__init__(
             model_name,
             base_url=base_url,
@@ -348,7 +486,9 @@ class AnthropicModel(HttpChatModel):
             deadline=deadline,
             max_response_bytes=max_response_bytes,
         )
-        self._max_tokens = max_tokens
+        self._max_tokens = max_tokens  # None: DEFAULT_MAX_TOKENS
+        self._effort = effort
+        self._thinking = thinking_control(model_name) if effort is not None else None
 
     def _headers_for(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
@@ -361,12 +501,23 @@ class AnthropicModel(HttpChatModel):
 
     def _payload(self, request: ModelRequest) -> bytes:
         system, messages = convert_messages(request.messages)
+        limit = request.max_output_tokens or self._max_tokens
         body: dict[str, Any] = {
             "model": self.model_name,
-            "max_tokens": request.max_output_tokens or self._max_tokens,
+            "max_tokens": limit or DEFAULT_MAX_TOKENS,
             "messages": messages,
             "stream": True,
         }
+        if self._effort is not None and self._thinking is not None:
+            body["max_tokens"] = thinking_max_tokens(self._effort, limit)
+            if self._thinking == "budget":
+                body["thinking"] = {
+                    "type": "enabled",
+                    "budget_tokens": THINKING_BUDGETS[self._effort],
+                }
+            else:
+                body["thinking"] = {"type": "adaptive"}
+                body["output_config"] = {"effort": _ADAPTIVE_EFFORT[self._effort]}
         if system:
             body["system"] = system
         if request.tools:

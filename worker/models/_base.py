@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
 import msgspec
-from agentcell.protocol import Message, ToolCall, Usage
+from agentcell.protocol import Message, ThinkingBlock, ToolCall, Usage
 
 
 class ToolSpec(msgspec.Struct, kw_only=True, frozen=True):
@@ -43,10 +43,12 @@ class TextPart(msgspec.Struct, kw_only=True):
 
 
 class ModelResponse(msgspec.Struct, kw_only=True):
-    """One whole assistant turn."""
+    """One whole assistant turn. ``reasoning``: the thinking blocks of a thinking model,
+    to be kept in the session and sent back as they came (never shown as text)."""
 
     text: str = ""
     tool_calls: list[ToolCall] = msgspec.field(default_factory=list)
+    reasoning: list[ThinkingBlock] = msgspec.field(default_factory=list)
     usage: Usage = msgspec.field(default_factory=Usage)
     stop_reason: StopReason = StopReason.END
     model: str = ""
