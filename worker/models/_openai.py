@@ -253,7 +253,8 @@ class _Stream:
 
 
 def convert_messages(messages: list[Message]) -> list[dict[str, Any]]:
-    """Our messages in Chat Completions form."""
+    """Our messages in Chat Completions form. An assistant turn's ``reasoning`` (another
+    provider's thinking blocks) is left out: Chat Completions has no place for it."""
     out: list[dict[str, Any]] = []
     for m in messages:
         if isinstance(m, ToolMessage):
