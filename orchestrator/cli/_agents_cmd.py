@@ -79,8 +79,7 @@ def hooks_ignored(definition: AgentDefinition, workdir: Path) -> str:
         return ""
     count = len(parse_hooks(definition.hooks, definition.source))
     return (
-        f"{count} ignored — this folder is not trusted; run `agentcell trust` in it to "
-        "honour them"
+        f"{count} ignored — this folder is not trusted; run `agentcell trust` in it to honour them"
     )
 
 
