@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from agentcell.orchestrator.config import Settings, is_trusted, user_config_path
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.worker import probe_sandbox, sandbox_missing
 
 log = logging.getLogger("agentcell.sandbox")
@@ -37,16 +37,27 @@ def check_sandbox(settings: Settings) -> list[str]:
     return missing
 
 
+def untrusted_project_file(
+    definition: AgentDefinition, workdir: Path, home: Path | None = None
+) -> bool:
+    """Whether ``definition`` was read from a file in ``workdir`` and that folder is not
+    trusted: then its hooks and bash's network are not honoured (``agents show`` says so)."""
+    return _inside(definition, workdir) and not is_trusted(workdir, user_config_path(home))
+
+
+def _inside(definition: AgentDefinition, workdir: Path) -> bool:
+    source = os.path.realpath(definition.source) if os.sep in definition.source else ""
+    return source.startswith(os.path.realpath(workdir) + os.sep)
+
+
 def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path | None) -> None:
     """An untrusted project's agent files may not give bash the network, nor hooks (they
     would run commands here, outside every sandbox)."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
         return
-    root = os.path.realpath(workdir)
     for definition in registry.definitions():
-        source = os.path.realpath(definition.source) if os.sep in definition.source else ""
-        if not source.startswith(root + os.sep):
+        if not _inside(definition, workdir):
             continue
         dropped: dict[str, object] = {}
         if definition.network:

@@ -99,7 +99,8 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
     mcp_servers: list[McpServer] = msgspec.field(default_factory=list)  # started by the child
     # Tools a parent-side PreToolUse/PostToolUse hook matches: only their calls are relayed
-    # (``HookRequest``), so a run with no hooks pays nothing for them.
+    # (``HookRequest``), so a run with no hooks pays nothing for them. "SubagentStop" ->
+    # [agent_type] when a stop hook matches this agent: each final answer is relayed first.
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
     model_permits: bool = False  # ask the parent for a permit before each model request
@@ -171,17 +172,18 @@ class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only
 
 
 class HookRequest(msgspec.Struct, tag="hook_request", tag_field="t", kw_only=True):
-    """child → parent: run the parent's ``PreToolUse``/``PostToolUse`` hooks for this call.
+    """child → parent: run the parent's ``PreToolUse``/``PostToolUse`` hooks for this call,
+    or its ``SubagentStop`` hooks before the child accepts its final answer.
 
     Hooks are the user's own commands: they run in the parent, outside the sandbox. The
     parent answers with ``HookReply``."""
 
     request_id: int
-    event: str  # PreToolUse | PostToolUse
-    call_id: str
-    tool: str
+    event: str  # PreToolUse | PostToolUse | SubagentStop
+    call_id: str  # SubagentStop: ""
+    tool: str  # SubagentStop: the agent type
     arguments: str
-    response: str = ""  # PostToolUse: the tool's output
+    response: str = ""  # PostToolUse: the tool's output; SubagentStop: the final answer
     is_error: bool = False
 
 
@@ -189,7 +191,8 @@ class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
     """parent → child: what the hooks decided about one ``HookRequest``."""
 
     request_id: int
-    blocked: bool = False  # PreToolUse: do not run the call; ``reason`` goes to the model
+    # PreToolUse: do not run the call; SubagentStop: do not stop. ``reason`` goes to the model
+    blocked: bool = False
     reason: str = ""
     context: str = ""  # additionalContext: added to what the model is told
 

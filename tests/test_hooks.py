@@ -217,3 +217,60 @@ async def test_only_calls_to_hooked_tools_are_relayed() -> None:
         expected = "out" if name == "read_file" else "out\n\nPreToolUse note\nPostToolUse note"
         assert out.content == expected
     assert asked == [("PreToolUse", "bash"), ("PostToolUse", "bash")]
+
+
+GUARDED_AGENT = """---
+name: guarded
+description: has hooks
+hooks:
+  PreToolUse:
+    - matcher: Bash
+      hooks:
+        - type: command
+          command: ./check.sh
+  Stop:
+    - hooks:
+        - type: command
+          command: ./done.sh
+---
+Body.
+"""
+
+
+def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
+    tmp_path: Path,
+) -> None:
+    import os
+    import subprocess
+
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    (project / ".claude" / "agents").mkdir(parents=True)
+    (project / ".claude" / "agents" / "guarded.md").write_text(GUARDED_AGENT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
+    env.update(HOME=str(home), NO_COLOR="1", COLUMNS="200")
+    command = str(Path(PY).with_name("agentcell"))
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [command, *args], cwd=project, env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    ignored = "2 ignored — this folder is not trusted; run `agentcell trust` in it"
+    text = cli("agents", "show", "guarded").splitlines()
+    [line] = [line for line in text if line.strip().startswith("hooks ")]
+    assert ignored in line and "PreToolUse (1), Stop (1)" in line
+    shown = json.loads(cli("agents", "show", "guarded", "--json"))
+    assert shown["hooks"] == ["PreToolUse (1)", "Stop (1)"]
+    assert shown["hooks_ignored"].startswith(ignored)
+    lines = cli("agents", "validate").splitlines()
+    said = [line for line in lines if "hooks:" in line]
+    assert said == [f".claude/agents/guarded.md: warning: hooks: {shown['hooks_ignored']}"]
+    assert lines[-1] == "1 file(s) checked, 0 failed, 1 problem(s)"
+
+    cli("trust")
+    shown = json.loads(cli("agents", "show", "guarded", "--json"))
+    assert shown["hooks"] == ["PreToolUse (1)", "Stop (1)"] and shown["hooks_ignored"] is None
+    assert "hooks:" not in cli("agents", "validate")

@@ -2,7 +2,7 @@
 
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, TurnHook
-from agentcell.worker._hook_relay import RelayedHooks
+from agentcell.worker._hook_relay import MAX_STOP_HOOK_CONTINUATIONS, RelayedHooks
 from agentcell.worker._hooks import (
     Approver,
     Decision,
@@ -42,6 +42,7 @@ __all__ = [
     "EventSink",
     "Hook",
     "Limits",
+    "MAX_STOP_HOOK_CONTINUATIONS",
     "MCP_PREFIX",
     "McpServers",
     "McpTool",

@@ -34,7 +34,7 @@ from agentcell.protocol import (
 from agentcell.worker import _proc, _sandbox
 from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
-from agentcell.worker._hook_relay import RelayedHooks
+from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
 from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
@@ -312,8 +312,14 @@ def build_engine(
             f"sub-agents at depth {spec.depth} cannot delegate (max depth {spec.max_depth})",
         ),
     ]
-    if spec.hooked_tools:  # the parent's PreToolUse/PostToolUse hooks, asked over the pipe
-        hooks.append(RelayedHooks(spec.hooked_tools, link.run_hooks))
+    hooked = spec.hooked_tools
+    if hooked.get("PreToolUse") or hooked.get("PostToolUse"):
+        # The parent's PreToolUse/PostToolUse hooks, asked over the pipe.
+        hooks.append(RelayedHooks(hooked, link.run_hooks))
+    # A SubagentStop hook for this agent decides, in the parent, whether it may stop.
+    finish_hooks = (
+        [relayed_stop_hook(spec.agent_type, link.run_hooks)] if hooked.get("SubagentStop") else []
+    )
     limits = start.limits
     engine_limits = Limits(
         max_turns=spec.max_turns,
@@ -340,6 +346,7 @@ def build_engine(
         # With an explicit environment, bash gets its own (no model credentials).
         env=dict(spec.bash_env) if spec.env is not None else None,
         turn_hooks=[TurnControls(link)],
+        finish_hooks=finish_hooks,
     )
 
 

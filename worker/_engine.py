@@ -75,13 +75,18 @@ class Limits:
     max_tool_output_chars: int = 30_000
 
 
-class _Stop(Exception):
-    """Ends the loop with a terminal status (max turns, budget, model trouble)."""
+class StopRun(Exception):
+    """Ends the loop with a terminal status (max turns, budget, model trouble). A turn or
+    finish hook may raise it too: the run then ends with ``status`` and ``error``, its
+    last answer kept as the text."""
 
     def __init__(self, status: RunStatus, error: str) -> None:
         super().__init__(error)
         self.status = status
         self.error = error
+
+
+_Stop = StopRun
 
 
 class Engine:

@@ -1,8 +1,10 @@
-"""A sub-agent's side of the parent's lifecycle hooks (``PreToolUse``, ``PostToolUse``).
+"""A sub-agent's side of the parent's lifecycle hooks (``PreToolUse``, ``PostToolUse``,
+``SubagentStop``).
 
 The hooks are the user's own commands and run in the parent, outside this process's
 sandbox. The parent says in ``AgentSpec.hooked_tools`` which tools each event has a hook
-for; only those calls cross the pipe, so a run without hooks pays nothing.
+for (and, under ``SubagentStop``, this agent's type when a stop hook matches it); only
+those calls cross the pipe, so a run without hooks pays nothing.
 """
 
 from __future__ import annotations
@@ -10,13 +12,27 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from agentcell.protocol import HookReply, ToolCall
+from agentcell.protocol import (
+    AssistantMessage,
+    HookReply,
+    Message,
+    RunStatus,
+    ToolCall,
+    UserMessage,
+)
+from agentcell.worker._engine import StopRun, TurnHook
 from agentcell.worker._hooks import Decision, Hook, Verdict
+from agentcell.worker._session import Session
 from agentcell.worker.tools import Tool, ToolOutput
 
 #: ``ChildLink.run_hooks``: (event, call_id=, tool=, arguments=, response=, is_error=) →
 #: the parent's answer.
 HookAsker = Callable[..., Awaitable[HookReply]]
+
+#: How many times in a row a ``SubagentStop`` hook may send the sub-agent back to work
+#: (Claude Code ends a turn after 8 consecutive stop-hook blocks too). The next block
+#: ends the run as an error, so a hook that never lets go cannot keep it going.
+MAX_STOP_HOOK_CONTINUATIONS = 8
 
 
 class RelayedHooks(Hook):
@@ -58,3 +74,34 @@ class RelayedHooks(Hook):
         if not extra:
             return output
         return ToolOutput(f"{output.content}\n\n{extra}", output.is_error)
+
+
+def relayed_stop_hook(agent_type: str, ask: HookAsker) -> TurnHook:
+    """A finish hook: before the engine accepts a final answer, the parent runs its
+    ``SubagentStop`` hooks on it. One that blocks (exit 2, ``"decision": "block"``) sends
+    its reason back as a user message and the sub-agent goes on; past
+    ``MAX_STOP_HOOK_CONTINUATIONS`` in a row the run ends as an error instead. The parent
+    keeps ``stop_hook_active`` (it saw every earlier answer)."""
+    continued = 0
+
+    async def finish(session: Session) -> Sequence[Message]:
+        nonlocal continued
+        last = next(
+            (m.content for m in reversed(session.messages) if isinstance(m, AssistantMessage)), ""
+        )
+        reply = await ask("SubagentStop", call_id="", tool=agent_type, arguments="", response=last)
+        if not reply.blocked:
+            continued = 0
+            return []
+        reason = reply.reason or "blocked by a SubagentStop hook"
+        if continued >= MAX_STOP_HOOK_CONTINUATIONS:
+            raise StopRun(
+                RunStatus.ERROR,
+                f"a SubagentStop hook kept blocking the finish: it sent the sub-agent back "
+                f"{continued} times in a row, the cap (MAX_STOP_HOOK_CONTINUATIONS); fix the "
+                f"hook's condition. Its last reason: {reason}",
+            )
+        continued += 1
+        return [UserMessage(content=f"SubagentStop hook: {reason}")]
+
+    return finish

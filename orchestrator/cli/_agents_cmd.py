@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+from agentcell.orchestrator._sandbox_policy import untrusted_project_file
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._display import output_console
-from agentcell.orchestrator.config import load_settings
+from agentcell.orchestrator.config import load_settings, parse_hooks
 from agentcell.orchestrator.definitions import (
     COORDINATION_TOOLS,
     AgentDefinition,
@@ -65,8 +66,31 @@ def _describe(
             f"{event} ({len(entries) if isinstance(entries, list) else 1})"
             for event, entries in definition.hooks.items()
         ],
+        # Why the hooks above never run, or None when they do.
+        "hooks_ignored": hooks_ignored(definition, workdir) or None,
         "extra": definition.extra,
     }
+
+
+def hooks_ignored(definition: AgentDefinition, workdir: Path) -> str:
+    """Why a definition's hooks are not honoured here ("" when they are): an agent file of
+    an untrusted project may not run commands on this machine."""
+    if not definition.hooks or not untrusted_project_file(definition, workdir):
+        return ""
+    count = len(parse_hooks(definition.hooks, definition.source))
+    return (
+        f"{count} ignored — this folder is not trusted; run `agentcell trust` in it to honour them"
+    )
+
+
+def hook_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
+    """One warning per definition whose hooks this folder's trust setting turns off."""
+    found = []
+    for definition in registry.definitions():
+        why = hooks_ignored(definition, workdir)
+        if why:
+            found.append(Diagnostic("warning", definition.source, f"hooks: {why}"))
+    return found
 
 
 def _skill_line(name: str, workdir: Path) -> str:
@@ -218,6 +242,8 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         if value in (None, [], {}):
             continue
         shown = ", ".join(value) if isinstance(value, list) else value
+        if key == "hooks" and row["hooks_ignored"]:
+            shown = f"{row['hooks_ignored']} ({shown})"
         console.print(literal(f"  {key.replace('_', ' '):18} {shown}"))
     if row["extra"]:
         console.print(literal(f"  {'other keys':18} {', '.join(sorted(row['extra']))}"))
@@ -243,6 +269,7 @@ def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[
         registry, _, _ = _registry(workdir, agents_dirs)
     registry.diagnostics.extend(skill_diagnostics(registry, workdir))
     registry.diagnostics.extend(mcp_diagnostics(registry, workdir))
+    registry.diagnostics.extend(hook_diagnostics(registry, workdir))
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
     for diagnostic in registry.diagnostics:

@@ -28,6 +28,7 @@ from agentcell.orchestrator.delegation._events import (
 from agentcell.orchestrator.delegation._hooks import (
     HookOutcome,
     HookRunner,
+    SubagentStopHooks,
     local_tool_hooks,
     stop_hook,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "EventStream",
     "HookOutcome",
     "HookRunner",
+    "SubagentStopHooks",
     "MEMORY_MAX_CHARS",
     "MEMORY_MAX_LINES",
     "OrchestratorEvent",

@@ -23,7 +23,7 @@ from typing import Any
 from agentcell.orchestrator.config import HookCommand, parse_hooks
 from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, AgentDefinition
 from agentcell.protocol import AssistantMessage, HookReply, Message, UserMessage
-from agentcell.worker import Hook, RelayedHooks, Session, TurnHook
+from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS, Hook, RelayedHooks, Session, TurnHook
 
 log = logging.getLogger("agentcell.hooks")
 
@@ -275,6 +275,68 @@ def stop_hook(hooks: HookRunner) -> TurnHook:
         return [UserMessage(content=f"Stop hook: {outcome.reason}")]
 
     return finish
+
+
+class SubagentStopHooks:
+    """One sub-agent run's ``SubagentStop`` event, as Claude Code has it: a matching hook
+    (matcher: the agent type) decides, before the sub-agent accepts its final answer,
+    whether it may stop. The child asks over the pipe (``relayed``); the hook runs here.
+
+    Each stop the child reaches is asked once. The after-the-fact run (``ended``) happens
+    only when the run's last stop was not asked: a crash, a timeout, max_turns after a
+    block, a cancel. Then the child cannot go on, so that run is a notification and
+    cannot block. Either way the hook sees the run's end exactly once."""
+
+    def __init__(
+        self, hooks: HookRunner, *, agent_id: str, agent_type: str, transcript: str = ""
+    ) -> None:
+        self.hooks = hooks
+        self.agent_id = agent_id
+        self.agent_type = agent_type
+        self.transcript = transcript
+        self.blocks = 0  # in a row: each one sent the sub-agent back to work
+        self.settled = False  # the run's last stop was asked: no after-the-fact run
+        self._turn = asyncio.Lock()  # a child's stops come one at a time; a forged burst waits
+
+    def relayed_events(self) -> dict[str, list[str]]:
+        """For ``AgentSpec.hooked_tools``: relay this agent's stops, when a hook matches it."""
+        if self.hooks.matching("SubagentStop", self.agent_type):
+            return {"SubagentStop": [self.agent_type]}
+        return {}
+
+    async def relayed(self, last_message: str) -> HookOutcome:
+        """The child is about to stop with ``last_message``: may it?"""
+        async with self._turn:
+            if self.settled:  # a child asking past its end (or past the cap) is not heard
+                return HookOutcome()
+            outcome = await self.hooks.run(
+                "SubagentStop", self._payload(last_message), self.agent_type
+            )
+            if outcome.blocked:
+                self.blocks += 1
+                # The child ends the run itself past the cap; this was its last stop.
+                self.settled = self.blocks > MAX_STOP_HOOK_CONTINUATIONS
+            else:
+                self.settled = True
+            return outcome
+
+    async def ended(self, last_message: str) -> None:
+        """The run is over: tell the hooks, unless its last stop already did."""
+        if self.settled:
+            return
+        self.settled = True
+        await self.hooks.run("SubagentStop", self._payload(last_message), self.agent_type)
+
+    def _payload(self, last_message: str) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "agent_id": self.agent_id,
+            "agent_type": self.agent_type,
+            "last_assistant_message": last_message,
+            "stop_hook_active": self.blocks > 0,
+        }
+        if self.transcript:
+            payload["agent_transcript_path"] = self.transcript
+        return payload
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -53,7 +53,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._hooks import HookRunner, tool_payload
+from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks, tool_payload
 from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
@@ -327,6 +327,13 @@ class Runner:
             spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
         hooks = self.hooks.for_definition(definition)
         self._complete_spec(spec, definition, request, hooks, history)
+        stop_hooks = SubagentStopHooks(
+            hooks,
+            agent_id=agent_id,
+            agent_type=definition.name,
+            transcript=str(Path(spec.run_dir) / f"{agent_id}.jsonl") if spec.run_dir else "",
+        )
+        spec.hooked_tools.update(stop_hooks.relayed_events())
         self.recorded.started(agent_id, definition.name, run_dir, _owner(scope))
         started_hook = await hooks.run(
             "SubagentStart",
@@ -390,6 +397,7 @@ class Runner:
                 progress=progress,
                 background=background,
                 hooks=hooks,
+                stop_hooks=stop_hooks,
             )
         except asyncio.CancelledError:
             cancelled = True
@@ -440,16 +448,9 @@ class Runner:
             result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
         self.recorded.ended(agent_id)
-        await hooks.run(
-            "SubagentStop",
-            {
-                "agent_id": agent_id,
-                "agent_type": definition.name,
-                "last_assistant_message": result.text,
-                "stop_hook_active": False,
-            },
-            definition.name,
-        )
+        # Once per run: unless the child's last stop was already put to the hooks (it
+        # crashed, timed out, ran out of turns after a block), they hear of the end now.
+        await stop_hooks.ended(result.text)
         self._finish(result, model, outcome)
         return result
 
@@ -695,6 +696,7 @@ class Runner:
         progress: _Progress,
         background: bool,
         hooks: HookRunner,
+        stop_hooks: SubagentStopHooks,
     ) -> None:
         agent_id = spec.agent_id
         agent_type = spec.agent_type
@@ -743,7 +745,7 @@ class Runner:
                         ),
                     )
                 elif isinstance(frame, HookRequest):
-                    _spawn(side, self._answer_hook(lease, frame, spec, hooks))
+                    _spawn(side, self._answer_hook(lease, frame, spec, hooks, stop_hooks))
         finally:
             # The child is gone (or we are): questions it asked are moot now, and what
             # it held of the provider's limits goes back to its siblings.
@@ -754,11 +756,21 @@ class Runner:
                 await asyncio.wait(side)
 
     async def _answer_hook(
-        self, lease: WorkerLease, frame: HookRequest, spec: AgentSpec, hooks: HookRunner
+        self,
+        lease: WorkerLease,
+        frame: HookRequest,
+        spec: AgentSpec,
+        hooks: HookRunner,
+        stop_hooks: SubagentStopHooks,
     ) -> None:
         offered = spec.hooked_tools.get(frame.event, [])
         if frame.tool not in offered:  # only what the parent said it hooks is answered
             reply = HookReply(request_id=frame.request_id)
+        elif frame.event == "SubagentStop":  # the child's final answer, before it stops
+            outcome = await stop_hooks.relayed(frame.response)
+            reply = HookReply(
+                request_id=frame.request_id, blocked=outcome.blocked, reason=outcome.reason
+            )
         else:
             payload = tool_payload(
                 frame.event,
