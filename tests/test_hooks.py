@@ -15,6 +15,7 @@ from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.config import HookCommand, load_settings, parse_hooks, trust
 from agentcell.orchestrator.delegation import HookRunner
 from agentcell.protocol import RunStatus, ToolMessage, UserMessage
+from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 
 PY = sys.executable
@@ -196,6 +197,43 @@ async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
     assert (tmp_path / "keep.txt").exists()
     assert blocked.status is RunStatus.DENIED
     assert "blocked by a UserPromptSubmit hook: no secrets in prompts" in blocked.error
+
+
+async def test_a_main_stop_hook_that_always_blocks_ends_the_run_at_the_cap(
+    tmp_path: Path,
+) -> None:
+    """The main agent's Stop hook has the sub-agents' cap: a hook that never lets the
+    agent stop ends the run as an error naming the cap, long before ``max_turns``."""
+    runs = tmp_path / "runs.jsonl"
+    nag = tmp_path / "nag.py"
+    nag.write_text(
+        "import json, sys\n"
+        f"open({str(runs)!r}, 'a').write(json.dumps(json.load(sys.stdin)) + '\\n')\n"
+        "print('not yet', file=sys.stderr); sys.exit(2)\n"
+    )
+    turns: list[int] = []
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        turns.append(len(messages))
+        return "done"
+
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        settings=Settings(
+            approval="allow", warm_spares=0, hooks={"Stop": [{"command": f"{PY} {nag}"}]}
+        ),
+        workdir=tmp_path,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("finish"), 60)
+    cap = MAX_STOP_HOOK_CONTINUATIONS
+    assert report.status is RunStatus.ERROR, report
+    assert "MAX_STOP_HOOK_CONTINUATIONS" in report.error and "not yet" in report.error
+    assert len(turns) == cap + 1  # the first answer, then one per allowed continuation
+    seen = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert [r["stop_hook_active"] for r in seen] == [False] + [True] * cap
 
 
 async def test_only_calls_to_hooked_tools_are_relayed() -> None:

@@ -155,6 +155,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SANDBOX_MODES",
         "SECRET_NAMES",
         "Session",
+        "StopRun",
         "Transcript",
         "TurnHook",
         "Verdict",

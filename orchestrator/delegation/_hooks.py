@@ -22,8 +22,15 @@ from typing import Any
 
 from agentcell.orchestrator.config import HookCommand, parse_hooks
 from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, AgentDefinition
-from agentcell.protocol import AssistantMessage, HookReply, Message, UserMessage
-from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS, Hook, RelayedHooks, Session, TurnHook
+from agentcell.protocol import AssistantMessage, HookReply, Message, RunStatus, UserMessage
+from agentcell.worker import (
+    MAX_STOP_HOOK_CONTINUATIONS,
+    Hook,
+    RelayedHooks,
+    Session,
+    StopRun,
+    TurnHook,
+)
 
 log = logging.getLogger("agentcell.hooks")
 
@@ -257,22 +264,32 @@ def local_tool_hooks(hooks: HookRunner, tools: Iterable[str]) -> Hook | None:
 def stop_hook(hooks: HookRunner) -> TurnHook:
     """A finish hook: the Stop hooks see the answer; one that blocks ("decision": "block"
     or exit 2) sends its reason back as a user message, so the agent goes on (Claude
-    Code's contract; ``stop_hook_active`` tells a hook it already did, and max_turns bounds
-    it)."""
-    active = False
+    Code's contract; ``stop_hook_active`` tells a hook it already did). Past
+    ``MAX_STOP_HOOK_CONTINUATIONS`` blocks in a row the run ends as an error, as a
+    sub-agent's does, rather than spend every turn ``max_turns`` leaves."""
+    continued = 0
 
     async def finish(session: Session) -> Sequence[Message]:
-        nonlocal active
+        nonlocal continued
         last = next(
             (m.content for m in reversed(session.messages) if isinstance(m, AssistantMessage)), ""
         )
         outcome = await hooks.run(
-            "Stop", {"last_assistant_message": last, "stop_hook_active": active}
+            "Stop", {"last_assistant_message": last, "stop_hook_active": continued > 0}
         )
         if not outcome.blocked:
+            continued = 0
             return []
-        active = True
-        return [UserMessage(content=f"Stop hook: {outcome.reason}")]
+        reason = outcome.reason or "blocked by a Stop hook"
+        if continued >= MAX_STOP_HOOK_CONTINUATIONS:
+            raise StopRun(
+                RunStatus.ERROR,
+                f"a Stop hook kept blocking the finish: it sent the agent back {continued} "
+                f"times in a row, the cap (MAX_STOP_HOOK_CONTINUATIONS); fix the hook's "
+                f"condition. Its last reason: {reason}",
+            )
+        continued += 1
+        return [UserMessage(content=f"Stop hook: {reason}")]
 
     return finish
 
