@@ -1,7 +1,7 @@
 """The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
 
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
-from agentcell.worker._engine import Engine, EventSink, Limits, TurnHook
+from agentcell.worker._engine import Engine, EventSink, Limits, StreamWatcher, TurnHook
 from agentcell.worker._hook_relay import RelayedHooks
 from agentcell.worker._hooks import (
     Approver,
@@ -53,6 +53,7 @@ __all__ = [
     "SANDBOX_MODES",
     "SECRET_NAMES",
     "Session",
+    "StreamWatcher",
     "Transcript",
     "TurnHook",
     "Verdict",

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentcell.protocol import (
     AgentEvent,
@@ -43,6 +43,7 @@ from agentcell.worker.models import (
     ModelResponse,
     StopReason,
     TextPart,
+    ToolCallStart,
 )
 from agentcell.worker.tools import (
     Tool,
@@ -60,6 +61,20 @@ TurnHook = Callable[[Session], Awaitable[Sequence[Message]]]
 EventSink = Callable[[AgentEvent], None]
 
 _PREVIEW_CHARS = 200
+
+
+class StreamWatcher(Protocol):
+    """Sees each model call's tool calls as their names stream in (``Engine(stream_watcher=)``).
+
+    The orchestrator's main agent uses it to start sub-agent processes for ``task``
+    calls before the model has finished writing them. Both methods run on the event
+    loop and must not block; ``model_call_ended`` follows every model call however it
+    ended (answer, error, cancellation), so what a watcher set up for a call is undone.
+    """
+
+    def tool_call_started(self, start: ToolCallStart) -> None: ...
+
+    def model_call_ended(self) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -102,6 +117,7 @@ class Engine:
         env: dict[str, str] | None = None,
         turn_hooks: Iterable[TurnHook] = (),
         finish_hooks: Iterable[TurnHook] = (),
+        stream_watcher: StreamWatcher | None = None,
     ) -> None:
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -117,6 +133,7 @@ class Engine:
         self.extra_roots: tuple[Path, ...] = ()  # see ToolContext.extra_roots
         self.turn_hooks = list(turn_hooks)
         self.finish_hooks = list(finish_hooks)
+        self.stream_watcher = stream_watcher
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0
@@ -257,12 +274,17 @@ class Engine:
 
     async def _call_model(self, request: ModelRequest) -> ModelResponse:
         emit = self._emit
+        watcher = self.stream_watcher
         response: ModelResponse | None = None
         try:
             async for item in self.model.stream(request):
                 if isinstance(item, TextPart):
                     if item.text:
                         emit(TextDelta(text=item.text))
+                elif isinstance(item, ToolCallStart):
+                    # No event for it: a child would pay a frame per call for nothing.
+                    if watcher is not None:
+                        watcher.tool_call_started(item)
                 else:
                     response = item
         except ModelError as exc:
@@ -271,6 +293,9 @@ class Engine:
             raise _Stop(
                 RunStatus.ERROR, f"{self.model.name}: {type(exc).__name__}: {exc}"
             ) from None
+        finally:
+            if watcher is not None:
+                watcher.model_call_ended()
         if response is None:
             raise _Stop(RunStatus.ERROR, f"{self.model.name}: the stream ended without a response")
         self.usage = self.usage + response.usage

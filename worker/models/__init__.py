@@ -10,6 +10,7 @@ from agentcell.worker.models._base import (
     StopReason,
     StreamItem,
     TextPart,
+    ToolCallStart,
     ToolSpec,
     complete,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "StopReason",
     "StreamItem",
     "TextPart",
+    "ToolCallStart",
     "ToolSpec",
     "complete",
     "request_gate",
