@@ -412,6 +412,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "RunHandle",
         "Runner",
         "Scope",
+        "StartAhead",
         "SubAgentEnded",
         "SubAgentProcess",
         "SubAgentResult",

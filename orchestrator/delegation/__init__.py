@@ -46,6 +46,7 @@ from agentcell.orchestrator.delegation._runner import (
     Runner,
     stricter_mode,
 )
+from agentcell.orchestrator.delegation._start_ahead import StartAhead
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,
     parse_task_arguments,
@@ -95,6 +96,7 @@ __all__ = [
     "RunHandle",
     "Runner",
     "Scope",
+    "StartAhead",
     "SubAgentEnded",
     "SubAgentProcess",
     "SubAgentResult",

@@ -5,8 +5,9 @@
   an unexpected extra call, and ``assert_complete()`` fails on unused steps.
 
 Both stream their text in small chunks and announce each tool call (``ToolCallStart``)
-before the whole response, like a real provider, report deterministic token usage, and can be shipped into a child process (dill carries closures). A copy used in a
-child records there; the runner hands that record back to the parent's object
+before the whole response, like a real provider, report deterministic token usage, and
+can be shipped into a child process (dill carries closures). A copy used in a child
+records there; the runner hands that record back to the parent's object
 (``export_record``/``absorb_record``), so assertions on ``calls`` see every child's calls.
 """
 
