@@ -704,19 +704,26 @@ class WorkerPool:
         self._retire_timer = None
         if not self._open or self._closed:
             return
-        surplus = self.idle - self.warm - self._expected
+        starting = self._starting()
+        # What is idle or on its way beyond what is wanted (starting ones go to waiters).
+        surplus = self.idle + starting - self.warm - self._expected - self.waiting
         if surplus <= 0:
             return
-        retired = [w for w in reversed(self._idle) if w.state is WorkerState.IDLE][:surplus]
-        for worker in retired:  # the newest first: the oldest are taken first by acquire
+        idle = [w for w in reversed(self._idle) if w.state is WorkerState.IDLE]
+        for worker in idle[:surplus]:  # the newest first: acquire takes the oldest
             worker.kill(OutcomeKind.KILLED, "a spare started ahead that no run needed")
+        if surplus > len(idle):  # some surplus is still starting: retire it once it is up
+            self._retire_timer = self._loop.call_later(self.surplus_idle_s, self._retire_surplus)
+
+    def _starting(self) -> int:
+        return self._spawning + sum(
+            1 for w in self._workers.values() if w.state is WorkerState.STARTING
+        )
 
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
             return
-        starting = self._spawning + sum(
-            1 for w in self._workers.values() if w.state is WorkerState.STARTING
-        )
+        starting = self._starting()
         # Expected leases count like waiting ones: a model streaming N task calls has
         # N processes starting before it has finished writing them.
         want = self.warm + len(self._waiters) + self._expected - self.idle - starting
