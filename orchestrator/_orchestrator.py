@@ -40,6 +40,7 @@ from agentcell.orchestrator.delegation import (
     RunHandle,
     Runner,
     Scope,
+    StartAhead,
     SubAgentResult,
     TaskControlTool,
     TaskStatusTool,
@@ -346,6 +347,7 @@ class Orchestrator:
                 else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
             )
             + [stop_hook(self.hooks)],
+            stream_watcher=self._start_ahead(account),
         )
         stops += [engine.cancel, task_tool.cancel_all]
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.
@@ -670,6 +672,13 @@ class Orchestrator:
             return None  # said where the run starts, in the run's own words
         url = getattr(model, "base_url", None)
         return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+    def _start_ahead(self, account: RunAccount) -> StartAhead | None:
+        """The main agent's sub-agent processes start as its task calls are named."""
+        backend = self.runner.default_backend()
+        if backend is None:
+            return None
+        return StartAhead(backend, room=account.ledger.subagents_left)
 
     def _main_scope(self, session: Session, account: RunAccount | None = None) -> Scope:
         return Scope(

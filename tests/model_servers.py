@@ -40,6 +40,7 @@ __all__ = [
     "Reply",
     "Responder",
     "Thought",
+    "events_through_last_tool_name",
     "model_server",
 ]
 
@@ -798,3 +799,16 @@ def _error_events(api: str, reply: Reply) -> list[bytes]:
         return [_sse("error", {"error": {"type": etype, "message": message}})]
     error = {"message": message, "type": etype, "param": None, "code": None}
     return [b"data: " + _dumps({"error": error}) + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def events_through_last_tool_name(reply: Reply, api: str) -> int:
+    """How many stream events carry ``reply`` up to the last tool call's name (its
+    arguments not yet): ``pause_after``/``drop_after`` at this holds or cuts the stream
+    right after every call has been named."""
+    if api == "openai":
+        events = _openai_events(reply, "m", 1, usage_on=True)
+    else:
+        events = _anthropic_events(reply, "m", 1)
+    named = [i for i, event in enumerate(events) if b'"name":' in event]
+    assert named, "the reply has no tool calls"
+    return named[-1] + 1

@@ -12,6 +12,7 @@ from agentcell.worker.models import (
     ModelRequest,
     ModelResponse,
     TextPart,
+    ToolCallStart,
     ToolSpec,
     _http,
 )
@@ -51,7 +52,7 @@ async def run_stream(model: Model, request: ModelRequest) -> tuple[str, ModelRes
         assert final is None, "nothing may follow the ModelResponse"
         if isinstance(item, TextPart):
             parts.append(item.text)
-        else:
+        elif not isinstance(item, ToolCallStart):
             final = item
     assert final is not None
     assert "".join(parts) == final.text
@@ -63,6 +64,7 @@ async def fail_stream(model: Model, request: ModelRequest) -> tuple[str, ModelEr
     parts: list[str] = []
     with pytest.raises(ModelError) as info:
         async for item in model.stream(request):
-            assert isinstance(item, TextPart), "a failing stream must not finish"
-            parts.append(item.text)
+            assert isinstance(item, TextPart | ToolCallStart), "a failing stream must not finish"
+            if isinstance(item, TextPart):
+                parts.append(item.text)
     return "".join(parts), info.value

@@ -1,7 +1,7 @@
 """The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
 
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
-from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, TurnHook
+from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
 from agentcell.worker._hook_relay import MAX_STOP_HOOK_CONTINUATIONS, RelayedHooks
 from agentcell.worker._hooks import (
     Approver,
@@ -55,6 +55,7 @@ __all__ = [
     "SECRET_NAMES",
     "Session",
     "StopRun",
+    "StreamWatcher",
     "Transcript",
     "TurnHook",
     "Verdict",

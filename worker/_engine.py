@@ -13,7 +13,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from agentcell.protocol import (
     AgentEvent,
@@ -43,6 +43,7 @@ from agentcell.worker.models import (
     ModelResponse,
     StopReason,
     TextPart,
+    ToolCallStart,
 )
 from agentcell.worker.tools import (
     Tool,
@@ -60,6 +61,20 @@ TurnHook = Callable[[Session], Awaitable[Sequence[Message]]]
 EventSink = Callable[[AgentEvent], None]
 
 _PREVIEW_CHARS = 200
+
+
+class StreamWatcher(Protocol):
+    """Sees each model call's tool calls as their names stream in (``Engine(stream_watcher=)``).
+
+    The orchestrator's main agent uses it to start sub-agent processes for ``task``
+    calls before the model has finished writing them. Both methods run on the event
+    loop and must not block; ``model_call_ended`` follows every model call however it
+    ended (answer, error, cancellation), so what a watcher set up for a call is undone.
+    """
+
+    def tool_call_started(self, start: ToolCallStart) -> None: ...
+
+    def model_call_ended(self) -> None: ...
 
 
 @dataclasses.dataclass(slots=True)
@@ -86,9 +101,6 @@ class StopRun(Exception):
         self.error = error
 
 
-_Stop = StopRun
-
-
 class Engine:
     """Runs one agent. Create one per run; ``run`` may be called once."""
 
@@ -107,6 +119,7 @@ class Engine:
         env: dict[str, str] | None = None,
         turn_hooks: Iterable[TurnHook] = (),
         finish_hooks: Iterable[TurnHook] = (),
+        stream_watcher: StreamWatcher | None = None,
     ) -> None:
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -122,6 +135,7 @@ class Engine:
         self.extra_roots: tuple[Path, ...] = ()  # see ToolContext.extra_roots
         self.turn_hooks = list(turn_hooks)
         self.finish_hooks = list(finish_hooks)
+        self.stream_watcher = stream_watcher
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0
@@ -203,7 +217,7 @@ class Engine:
             if not self._cancel_requested:
                 raise  # the caller's cancellation: run() propagates it
             return self._cancelled_result(session)
-        except _Stop as stop:
+        except StopRun as stop:
             self._settle(session, stop.error)
             return self._result(stop.status, stop.error, text=_last_text(session))
 
@@ -220,7 +234,7 @@ class Engine:
             for hook in self.turn_hooks:
                 session.extend(await hook(session))
             if limits.max_turns is not None and self.turns >= limits.max_turns:
-                raise _Stop(
+                raise StopRun(
                     RunStatus.MAX_TURNS,
                     f"stopped after {self.turns} turns (max_turns is {limits.max_turns}) "
                     "without a final answer",
@@ -242,18 +256,18 @@ class Engine:
             )
             if response.tool_calls and response.stop_reason is StopReason.MAX_TOKENS:
                 # The last call's arguments may be cut off: running it would be a guess.
-                raise _Stop(
+                raise StopRun(
                     RunStatus.ERROR,
                     "the model hit its output token limit in the middle of a tool call",
                 )
             if not response.tool_calls:
                 if response.stop_reason is StopReason.MAX_TOKENS:
-                    raise _Stop(
+                    raise StopRun(
                         RunStatus.ERROR,
                         "the model hit its output token limit before finishing its answer",
                     )
                 if response.stop_reason is StopReason.REFUSAL:
-                    raise _Stop(RunStatus.ERROR, "the model declined the task")
+                    raise StopRun(RunStatus.ERROR, "the model declined the task")
                 # Last word to the finish hooks: news the model has not seen yet (results
                 # of background work) means one more turn rather than an answer without it.
                 news: list[Message] = []
@@ -268,22 +282,32 @@ class Engine:
 
     async def _call_model(self, request: ModelRequest) -> ModelResponse:
         emit = self._emit
+        watcher = self.stream_watcher
         response: ModelResponse | None = None
         try:
             async for item in self.model.stream(request):
                 if isinstance(item, TextPart):
                     if item.text:
                         emit(TextDelta(text=item.text))
+                elif isinstance(item, ToolCallStart):
+                    # No event for it: a child would pay a frame per call for nothing.
+                    if watcher is not None:
+                        watcher.tool_call_started(item)
                 else:
                     response = item
         except ModelError as exc:
-            raise _Stop(RunStatus.ERROR, str(exc)) from None
+            raise StopRun(RunStatus.ERROR, str(exc)) from None
         except Exception as exc:  # a broken provider fails this run, not the process
-            raise _Stop(
+            raise StopRun(
                 RunStatus.ERROR, f"{self.model.name}: {type(exc).__name__}: {exc}"
             ) from None
+        finally:
+            if watcher is not None:
+                watcher.model_call_ended()
         if response is None:
-            raise _Stop(RunStatus.ERROR, f"{self.model.name}: the stream ended without a response")
+            raise StopRun(
+                RunStatus.ERROR, f"{self.model.name}: the stream ended without a response"
+            )
         self.usage = self.usage + response.usage
         emit(UsageUpdate(usage=response.usage, model=response.model or self.model.name))
         return response
@@ -291,7 +315,7 @@ class Engine:
     def _check_budget(self) -> None:
         budget = self.limits.max_tokens
         if budget is not None and self.usage.total_tokens > budget:
-            raise _Stop(
+            raise StopRun(
                 RunStatus.BUDGET,
                 f"token budget exceeded: {self.usage.total_tokens} tokens used, "
                 f"max_tokens is {budget}",
@@ -327,7 +351,7 @@ class Engine:
         elif admitted:
             session.extend(await asyncio.gather(*(self._run_one(c) for c in admitted)))
         if len(admitted) < len(batch):
-            raise _Stop(RunStatus.LIMIT, f"tool call limit reached: max_tool_calls is {limit}")
+            raise StopRun(RunStatus.LIMIT, f"tool call limit reached: max_tool_calls is {limit}")
 
     async def _run_one(self, call: ToolCall) -> ToolMessage:
         self._emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))

@@ -670,13 +670,63 @@ class WorkerPool:
         self._tasks.add(future)
         future.add_done_callback(self._tasks.discard)
 
+    # -- starting ahead (Backend.expect) ------------------------------------------------
+    #: How long a spare started ahead for an expectation that was then withdrawn may wait
+    #: idle for a run (the next turn's fan-out, say) before it is retired: spares beyond
+    #: ``warm`` are ended then. Settable per pool.
+    surplus_idle_s: float = 30.0
+    # Class defaults, set per instance by expect (kept here, beside the code using them).
+    _expected = 0
+    _retire_timer: asyncio.TimerHandle | None = None
+
+    def expect(self, n: int) -> None:
+        """``n`` more leases are on their way (negative: withdraw that many): keep that
+        many more processes starting or ready beyond ``warm``, within ``max_workers``.
+
+        What is already started for a withdrawn expectation is not killed (the leases it
+        was for may still come): it waits as an idle spare, and spares beyond ``warm``
+        are retired ``surplus_idle_s`` after the last withdrawal if no lease took them.
+        """
+        self._expected = max(0, self._expected + n)
+        if n > 0:
+            self._replenish()
+        elif n < 0 and self._open and not self._closed:
+            if self._retire_timer is not None:
+                self._retire_timer.cancel()
+            self._retire_timer = self._loop.call_later(self.surplus_idle_s, self._retire_surplus)
+
+    @property
+    def expected(self) -> int:
+        """Leases announced by ``expect`` and not withdrawn yet."""
+        return self._expected
+
+    def _retire_surplus(self) -> None:
+        self._retire_timer = None
+        if not self._open or self._closed:
+            return
+        starting = self._starting()
+        # What is idle or on its way beyond what is wanted (starting ones go to waiters).
+        surplus = self.idle + starting - self.warm - self._expected - self.waiting
+        if surplus <= 0:
+            return
+        idle = [w for w in reversed(self._idle) if w.state is WorkerState.IDLE]
+        for worker in idle[:surplus]:  # the newest first: acquire takes the oldest
+            worker.kill(OutcomeKind.KILLED, "a spare started ahead that no run needed")
+        if surplus > len(idle):  # some surplus is still starting: retire it once it is up
+            self._retire_timer = self._loop.call_later(self.surplus_idle_s, self._retire_surplus)
+
+    def _starting(self) -> int:
+        return self._spawning + sum(
+            1 for w in self._workers.values() if w.state is WorkerState.STARTING
+        )
+
     def _replenish(self) -> None:
         if not self._open or self._closed or self._halted:
             return
-        starting = self._spawning + sum(
-            1 for w in self._workers.values() if w.state is WorkerState.STARTING
-        )
-        want = self.warm + len(self._waiters) - self.idle - starting
+        starting = self._starting()
+        # Expected leases count like waiting ones: a model streaming N task calls has
+        # N processes starting before it has finished writing them.
+        want = self.warm + len(self._waiters) + self._expected - self.idle - starting
         room = self.max_workers - self.live
         for _ in range(max(0, min(want, room))):
             self._spawn()

@@ -57,6 +57,13 @@ class Backend(Protocol):
 
     async def acquire(self) -> WorkerLease: ...
 
+    def expect(self, n: int) -> None:
+        """A hint: ``n`` more ``acquire`` calls are on their way (a model is still
+        streaming their ``task`` calls), so start processes for them now; a negative
+        ``n`` withdraws that many. Starting early is all it may do: an expectation never
+        holds a process back from another caller, nor lets more run than the backend's
+        limit. A backend that cannot start ahead ignores it."""
+
     async def close(self) -> None: ...
 
 

@@ -480,6 +480,10 @@ class RayBackend:
             await self._listener.aclose()
 
     # -- leasing -------------------------------------------------------------------------
+    def expect(self, n: int) -> None:
+        """Ignored: a Ray actor is created per run on whichever node takes it, and one
+        made ahead would hold that node's resources for a run that may never come."""
+
     async def acquire(self) -> RemoteLease:
         if self._closed or self._listener is None or self._driver is None:
             raise RayBackendError("the Ray backend is not running")

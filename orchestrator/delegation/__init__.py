@@ -47,6 +47,7 @@ from agentcell.orchestrator.delegation._runner import (
     Runner,
     stricter_mode,
 )
+from agentcell.orchestrator.delegation._start_ahead import StartAhead
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,
     parse_task_arguments,
@@ -97,6 +98,7 @@ __all__ = [
     "RunHandle",
     "Runner",
     "Scope",
+    "StartAhead",
     "SubAgentEnded",
     "SubAgentProcess",
     "SubAgentResult",

@@ -477,6 +477,10 @@ class Runner:
             return lease
         raise AssertionError("unreachable")
 
+    def default_backend(self) -> Backend | None:
+        """Where a sub-agent runs unless its definition pins one (None: not started)."""
+        return self.backends.get(self.settings.backend)
+
     def _backend(self, definition: AgentDefinition) -> Backend:
         """The definition's backend (``backend: local`` pins an agent here), else the
         operator's."""

@@ -76,6 +76,15 @@ class UsageLedger:
         if self.parent is not None:
             self.parent.reserve_subagent()
 
+    def subagents_left(self) -> int | None:
+        """How many more sub-agents the budgets here and above allow (None: no limit)."""
+        limit = self.budgets.max_subagents
+        left = None if limit is None else max(0, limit - self.subagents)
+        above = self.parent.subagents_left() if self.parent is not None else None
+        if left is None or above is None:
+            return above if left is None else left
+        return min(left, above)
+
     def add_turn(self, agent_id: str, agent_type: str) -> None:
         self.agent(agent_id, agent_type).turns += 1
         self.turns += 1

@@ -15,6 +15,7 @@ from agentcell.worker.models._base import (
     StopReason,
     StreamItem,
     TextPart,
+    ToolCallStart,
     ToolSpec,
     complete,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "StopReason",
     "StreamItem",
     "TextPart",
+    "ToolCallStart",
     "ToolSpec",
     "complete",
     "request_gate",

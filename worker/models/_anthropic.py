@@ -29,6 +29,7 @@ from agentcell.worker.models._base import (
     ModelRequest,
     ModelResponse,
     StopReason,
+    ToolCallStart,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
@@ -244,7 +245,7 @@ class _Stream:
         self.done = False
         self.events = 0
 
-    def feed(self, event: bytes, data: bytes) -> str | None:
+    def feed(self, event: bytes, data: bytes) -> str | list[ToolCallStart] | None:
         self.events += 1
         try:
             ev = _decode_event(data)
@@ -283,7 +284,9 @@ class _Stream:
                 return None
             if cb.type == "tool_use":
                 initial = bytes(cb.input).decode()
-                self.tools[ev.index] = _ToolBlock(cb.id or "", cb.name or "", initial)
+                name = cb.name or ""
+                self.tools[ev.index] = _ToolBlock(cb.id or "", name, initial)
+                return [ToolCallStart(index=ev.index, name=name)]  # its input streams next
             elif cb.type == "text" and cb.text:
                 self.text.append(cb.text)
                 return cb.text

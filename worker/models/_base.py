@@ -1,8 +1,10 @@
 """The one interface every model provider implements, and its errors.
 
 A provider turns a ``ModelRequest`` into a stream: zero or more ``TextPart`` chunks as
-text arrives, then exactly one ``ModelResponse`` with the whole assistant turn (text,
-assembled tool calls, usage, stop reason). The engine needs nothing else.
+text arrives and a ``ToolCallStart`` as each tool call's name arrives (before its
+arguments), then exactly one ``ModelResponse`` with the whole assistant turn (text,
+assembled tool calls, usage, stop reason). A consumer that only wants the answer ignores
+everything but the ``ModelResponse`` (see ``complete``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,21 @@ class TextPart(msgspec.Struct, kw_only=True):
     text: str
 
 
+class ToolCallStart(msgspec.Struct, kw_only=True, frozen=True):
+    """A tool call's name has arrived; its arguments are still streaming.
+
+    Lets a consumer get ready for the call early (the orchestrator starts a sub-agent
+    process for each ``task`` call while the model is still writing the others).
+    ``index`` tells the calls of one response apart (the provider's own: a tool call's
+    index for OpenAI, its content block's for Anthropic); a retried request repeats the
+    same indexes, so count distinct indexes, not items. The ``ModelResponse`` stays the
+    authority on which calls were made.
+    """
+
+    index: int
+    name: str
+
+
 class ModelResponse(msgspec.Struct, kw_only=True):
     """One whole assistant turn. ``reasoning``: the thinking blocks of a thinking model,
     to be kept in the session and sent back as they came (never shown as text)."""
@@ -54,7 +71,7 @@ class ModelResponse(msgspec.Struct, kw_only=True):
     model: str = ""
 
 
-StreamItem = TextPart | ModelResponse
+StreamItem = TextPart | ToolCallStart | ModelResponse
 
 
 class ModelErrorKind(enum.StrEnum):
@@ -86,7 +103,8 @@ class Model(Protocol):
     name: str
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
+        """Stream one assistant turn: ``TextPart`` chunks and ``ToolCallStart``
+        announcements, then one ``ModelResponse``."""
         ...
 
     async def aclose(self) -> None:

@@ -72,7 +72,8 @@ class HttpChatModel:
         raise NotImplementedError
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Stream one assistant turn: ``TextPart`` chunks, then one ``ModelResponse``."""
+        """Stream one assistant turn: ``TextPart`` chunks and ``ToolCallStart``
+        announcements, then one ``ModelResponse``."""
         position = len(request.messages)
         return self._http.stream(
             self._url,

@@ -4,9 +4,10 @@
 * ``ScriptedModel([...])``: plays its steps in order, records every call, fails loudly on
   an unexpected extra call, and ``assert_complete()`` fails on unused steps.
 
-Both stream their text in small chunks like a real provider, report deterministic token
-usage, and can be shipped into a child process (dill carries closures). A copy used in a
-child records there; the runner hands that record back to the parent's object
+Both stream their text in small chunks and announce each tool call (``ToolCallStart``)
+before the whole response, like a real provider, report deterministic token usage, and
+can be shipped into a child process (dill carries closures). A copy used in a child
+records there; the runner hands that record back to the parent's object
 (``export_record``/``absorb_record``), so assertions on ``calls`` see every child's calls.
 """
 
@@ -26,6 +27,7 @@ from agentcell.worker.models._base import (
     StopReason,
     StreamItem,
     TextPart,
+    ToolCallStart,
     ToolSpec,
 )
 
@@ -94,6 +96,8 @@ class _DoubleBase:
     ) -> AsyncIterator[StreamItem]:
         for piece in _CHUNK.findall(response.text):
             yield TextPart(text=piece)
+        for index, call in enumerate(response.tool_calls):  # as a provider announces them
+            yield ToolCallStart(index=index, name=call.name)
         if response.usage == Usage():
             response = msgspec.structs.replace(response, usage=_estimate_usage(request, response))
         if not response.model:

@@ -36,6 +36,7 @@ from agentcell.worker.models._base import (
     ModelResponse,
     StreamItem,
     TextPart,
+    ToolCallStart,
 )
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 
@@ -406,8 +407,9 @@ class StreamHandler(Protocol):
     #: events seen so far; none at all means the body was not an event stream
     events: int
 
-    def feed(self, event: bytes, data: bytes) -> str | None:
-        """Take one event; return assistant text to stream, if it carried some.
+    def feed(self, event: bytes, data: bytes) -> str | list[ToolCallStart] | None:
+        """Take one event; return assistant text to stream, if it carried some, or the
+        tool calls whose names it brought (announced before their arguments are whole).
 
         Raises ``ModelError`` for a final failure and ``Retry`` for one that may be
         retried if no text has been streamed yet (an overloaded error event).
@@ -625,15 +627,23 @@ class SSEClient:
                             if received > self.max_response_bytes:
                                 raise self._too_large()
                             for event, data in decoder.feed(chunk):
-                                text = handler.feed(event, data)
-                                if text:
-                                    streamed = True
-                                    yield TextPart(text=text)
+                                out = handler.feed(event, data)
+                                if out:
+                                    if isinstance(out, str):
+                                        streamed = True
+                                        yield TextPart(text=out)
+                                    else:  # named tool calls: a retry may repeat them
+                                        for start in out:
+                                            yield start
                     for event, data in decoder.close():
-                        text = handler.feed(event, data)
-                        if text:
-                            streamed = True
-                            yield TextPart(text=text)
+                        out = handler.feed(event, data)
+                        if out:
+                            if isinstance(out, str):
+                                streamed = True
+                                yield TextPart(text=out)
+                            else:
+                                for start in out:
+                                    yield start
                 response = handler.finish()
                 if response is None:
                     raise self._incomplete(handler, decoder, ctype)

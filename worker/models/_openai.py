@@ -27,6 +27,7 @@ from agentcell.worker.models._base import (
     ModelRequest,
     ModelResponse,
     StopReason,
+    ToolCallStart,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
@@ -160,7 +161,7 @@ class _Stream:
         self.done = False
         self.events = 0
 
-    def feed(self, event: bytes, data: bytes) -> str | None:
+    def feed(self, event: bytes, data: bytes) -> str | list[ToolCallStart] | None:
         self.events += 1
         if self.done:  # nothing counts after [DONE]; read on so the connection is reused
             return None
@@ -191,19 +192,23 @@ class _Stream:
         delta = choice.delta
         if delta is None:
             return None
-        if delta.tool_calls:
-            self._add_calls(delta.tool_calls)
+        named = self._add_calls(delta.tool_calls) if delta.tool_calls else None
         if delta.content:
+            # (a chunk with both is not seen from real servers; its calls still count
+            # in the response, only their early announcement is skipped)
             self.text.append(delta.content)
             return delta.content
         if delta.refusal:
             self.text.append(delta.refusal)
             self.finish_reason = "content_filter"
             return delta.refusal
-        return None
+        return named
 
-    def _add_calls(self, fragments: list[_ToolDelta]) -> None:
+    def _add_calls(self, fragments: list[_ToolDelta]) -> list[ToolCallStart] | None:
+        """Add the fragments; return the calls whose names came with them (the first
+        fragment of a call carries its name; some servers send whole calls at once)."""
         calls = self.calls
+        named: list[ToolCallStart] | None = None
         for frag in fragments:
             index = frag.index
             if index is None:  # a server without indexes: a new id starts a new call
@@ -219,8 +224,12 @@ class _Stream:
             if fn is not None:
                 if fn.name and not parts.name:
                     parts.name = fn.name
+                    if named is None:
+                        named = []
+                    named.append(ToolCallStart(index=index, name=fn.name))
                 if fn.arguments:
                     parts.args.append(fn.arguments)
+        return named
 
     def finish(self) -> ModelResponse | None:
         if not self.done and self.finish_reason is None:
