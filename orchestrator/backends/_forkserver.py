@@ -450,6 +450,7 @@ class WorkerPool:
         boot: ChildBoot | None = None,
         preload: list[str] | None = None,
         target: Callable[..., None] = child_main,
+        surplus_idle_s: float = 30.0,
     ) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
@@ -464,6 +465,12 @@ class WorkerPool:
         self.boot = boot or ChildBoot()
         self._extra_preload = list(preload or [])
         self._target = target
+        # How long a spare started ahead for an expectation that was then withdrawn may
+        # wait idle for a run (the next turn's fan-out, say) before spares beyond ``warm``
+        # are retired.
+        self.surplus_idle_s = surplus_idle_s
+        self._expected = 0  # leases announced by expect() and not withdrawn
+        self._retire_timer: asyncio.TimerHandle | None = None
         self._workers: dict[int, _Worker] = {}
         self._spawning = 0
         self._idle: collections.deque[_Worker] = collections.deque()
@@ -524,6 +531,9 @@ class WorkerPool:
             if not waiter.done():
                 waiter.set_exception(PoolError("the pool was closed"))
         self._waiters.clear()
+        if self._retire_timer is not None:  # nothing is left to retire
+            self._retire_timer.cancel()
+            self._retire_timer = None
         if self._watchdog is not None:
             self._watchdog.cancel()
         # Spawns in flight finish first (each kills its child on seeing the pool closed),
@@ -671,14 +681,6 @@ class WorkerPool:
         future.add_done_callback(self._tasks.discard)
 
     # -- starting ahead (Backend.expect) ------------------------------------------------
-    #: How long a spare started ahead for an expectation that was then withdrawn may wait
-    #: idle for a run (the next turn's fan-out, say) before it is retired: spares beyond
-    #: ``warm`` are ended then. Settable per pool.
-    surplus_idle_s: float = 30.0
-    # Class defaults, set per instance by expect (kept here, beside the code using them).
-    _expected = 0
-    _retire_timer: asyncio.TimerHandle | None = None
-
     def expect(self, n: int) -> None:
         """``n`` more leases are on their way (negative: withdraw that many): keep that
         many more processes starting or ready beyond ``warm``, within ``max_workers``.
