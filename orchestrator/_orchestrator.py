@@ -676,7 +676,7 @@ class Orchestrator:
     def _start_ahead(self, account: RunAccount) -> StartAhead | None:
         """The main agent's sub-agent processes start as its task calls are named."""
         backend = self.runner.default_backend()
-        if backend is None:
+        if backend is None or not self.settings.start_ahead:
             return None
         return StartAhead(backend, room=account.ledger.subagents_left)
 

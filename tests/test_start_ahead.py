@@ -315,6 +315,30 @@ async def test_task_calls_start_processes_while_the_model_is_still_streaming(
     assert all(result.ok for result in report.subagents)
 
 
+@pytest.mark.parametrize("start_ahead", [True, False])
+async def test_start_ahead_is_a_setting(
+    spawned: SpawnRecorder, model_server: ModelServer, tmp_path: Path, start_ahead: bool
+) -> None:
+    """``start_ahead = false`` turns it off: the pool hears no expectation at all, and the
+    fan-out still runs (each process started when its call is dispatched)."""
+    model_server.responder = Script(Reply(tool_calls=task_calls(3), chunk_size=4))
+    heard: list[int] = []
+    async with orchestrator(
+        tmp_path, model_server, max_workers=8, warm_spares=0, start_ahead=start_ahead
+    ) as orch:
+        expect = orch.pool.expect
+
+        def spy(n: int) -> None:
+            heard.append(n)
+            expect(n)
+
+        orch.pool.expect = spy  # type: ignore[method-assign]
+        report = await orch.run("fan out")
+    assert report.status is RunStatus.COMPLETED, report.error
+    assert sorted(r.text for r in report.subagents) == [f"done: job {i}" for i in range(3)]
+    assert heard == ([1, 1, 1, -3] if start_ahead else [])
+
+
 async def test_three_times_max_workers_task_calls_never_start_more_than_max_workers(
     spawned: SpawnRecorder, model_server: ModelServer, tmp_path: Path
 ) -> None:

@@ -82,6 +82,9 @@ class Settings(BaseModel):
     model_options: dict[str, dict[str, object]] = Field(default_factory=dict)  # per provider
     max_workers: int = Field(default=16, ge=1, le=4096)
     warm_spares: int = Field(default=2, ge=0, le=256)
+    # Start sub-agent processes as the main model names its task calls, before its
+    # response is complete (off: a process is started when a call is dispatched).
+    start_ahead: bool = True
     approval: ApprovalMode = "ask"
     permission_mode: str = "default"
     allow_rules: list[str] = Field(default_factory=list)
