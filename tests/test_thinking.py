@@ -230,6 +230,49 @@ async def test_a_continued_thinking_sub_agent_sends_its_recorded_thinking_back(
     assert all(SIGNATURE not in json.dumps(r.body) for r in served.requests if r.api == "openai")
 
 
+async def test_a_thinking_block_the_record_masked_is_left_out_of_a_continuation(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    """The record masks a secret the model quoted in its thinking; that block's
+    signature no longer matches, so the continuation leaves it out (Anthropic would
+    refuse the whole request) and sends the untouched one as it was."""
+    leaked = Thought(thinking="the key is sk-thinking-test-key, odd", signature="SIG-LEAKED")
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        if api == "anthropic":
+            if len(body["messages"]) == 1:
+                return Reply(thinking=[leaked, THOUGHT], text="noted: PELICAN")
+            return Reply(text="it was PELICAN")
+        outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        if not outputs:
+            return Reply(tool_calls=[Call("task", {"subagent_type": "keeper", "prompt": "keep"})])
+        if len(outputs) == 1:
+            ident = re.search(r"^agent_id: (\S+)$", outputs[0], re.MULTILINE)
+            assert ident is not None, outputs[0]
+            resume = {"subagent_type": "keeper", "prompt": "which?", "resume": ident.group(1)}
+            return Reply(tool_calls=[Call("task", resume)])
+        return Reply(text="done")
+
+    served.responder = respond
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        workdir=tmp_path,
+        agents=[thinker("keeper", "anthropic:claude-sonnet-4-5", "low")],
+        load_agent_files=False,
+        run_dir=tmp_path / "runs",
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    assert report.status is RunStatus.COMPLETED, report
+    records = "".join(p.read_text() for p in (tmp_path / "runs").rglob("*.jsonl"))
+    assert "sk-thinking-test-key" not in records and "[REDACTED]" in records
+    _, continued = (r.body for r in served.requests if r.api == "anthropic")
+    assert continued["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": THOUGHT.thinking, "signature": SIGNATURE},
+        {"type": "text", "text": "noted: PELICAN"},
+    ]
+
+
 async def test_thinking_streams_into_reasoning_not_into_the_text(served: ModelServer) -> None:
     served.add(Reply(thinking=[THOUGHT, Thought(data=REDACTED)], text="Hi.", chunk_size=4))
     model = AnthropicModel("claude-sonnet-4-5", effort="minimal")

@@ -39,6 +39,9 @@ class Redactor:
     child): found by their first characters, confirmed by the hash.
     """
 
+    #: what a secret is replaced with
+    mask = MASK
+
     def __init__(self, secrets: Iterable[str], digests: Iterable[SecretDigest] = ()) -> None:
         # Longest first, so a secret that contains another is masked whole.
         self.secrets = sorted({s for s in secrets if len(s) >= _MIN_LENGTH}, key=len, reverse=True)

@@ -19,7 +19,8 @@ from pathlib import Path
 import msgspec
 from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
 from agentcell.orchestrator.delegation._request import DelegationRequest
-from agentcell.protocol import Message
+from agentcell.protocol import AssistantMessage, Message, ThinkingBlock
+from agentcell.worker import Redactor
 
 #: How many started agents are remembered for a continuation (oldest forgotten first).
 MAX_REMEMBERED = 10_000
@@ -33,7 +34,12 @@ class _Recorded:
 
 
 def read_session(record: Path) -> list[Message] | None:
-    """The last recorded session in one agent's record (None: it recorded none)."""
+    """The last recorded session in one agent's record (None: it recorded none).
+
+    A thinking block in which the record masked a secret is left out: its signature no
+    longer matches, so Anthropic would refuse the whole request. The recorded session
+    ended with a final answer, so every block in it is from an earlier turn, which the
+    API lets a request omit."""
     found: list[Message] | None = None
     with record.open("rb") as file:
         for line in file:
@@ -44,7 +50,20 @@ def read_session(record: Path) -> list[Message] | None:
                 found = msgspec.convert(entry["messages"], list[Message])
             except (ValueError, KeyError, msgspec.ValidationError):
                 continue  # a line cut by a crash: the earlier one stands
-    return found
+    return None if found is None else [_verifiable(message) for message in found]
+
+
+def _verifiable(message: Message) -> Message:
+    if not isinstance(message, AssistantMessage) or not message.reasoning:
+        return message
+    kept = [block for block in message.reasoning if not _masked(block)]
+    if len(kept) == len(message.reasoning):
+        return message
+    return msgspec.structs.replace(message, reasoning=kept)
+
+
+def _masked(block: ThinkingBlock) -> bool:
+    return any(Redactor.mask in text for text in (block.thinking, block.signature, block.data))
 
 
 class RecordedAgents:
