@@ -257,8 +257,10 @@ class _Worker:
             self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
-        with _children_lock:
-            _known_children.discard(self.pid)
+        # No lock: one set operation is atomic, and the lock is held by the spawner
+        # thread for a whole process start (a sweep must not see a child half-known):
+        # waiting for it here stalled the event loop ~5 ms per child at large fan-out.
+        _known_children.discard(self.pid)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
