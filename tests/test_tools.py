@@ -709,7 +709,7 @@ def test_a_function_tool_travels_with_its_fields_and_schema_not_rebuilt_from_its
     # both are refused here, so only what travelled in the blob can make the tool.
     monkeypatch.setattr(_base, "_fields_from_signature", no_resolving)
     monkeypatch.setattr(_base.msgspec.json, "schema", no_resolving)
-    copy = dill.loads(blob)  # noqa: S301 - our own blob
+    copy = dill.loads(blob)
     assert copy.spec() == tool.spec() and copy.read_only and copy.name == tool.name
     args = copy.parse_args('{"path": "a.txt"}')
     assert (args.path, args.count) == ("a.txt", 3)
