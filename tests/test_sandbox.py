@@ -305,3 +305,28 @@ async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
         doomed = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
     assert doomed.status is RunStatus.CRASHED, doomed
     assert doomed.sandbox == "workspace (requested; not confirmed by the child)"
+
+
+def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fork server lists /etc once and its children reuse the answer; an entry added
+    # to (or removed from) /etc changes its mtime, and the next sandbox lists it again.
+    from agentcell.worker import _sandbox
+
+    stamp = [1]
+    listed: list[str] = []
+    names = ["hosts", "shadow", "resolv.conf"]
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return list(names) if path == "/etc" else []
+
+    monkeypatch.setattr(_sandbox, "_mtime_ns", lambda path: stamp[0])
+    monkeypatch.setattr(_sandbox.os, "listdir", listdir)
+    monkeypatch.setattr(_sandbox, "_etc_cache", {})
+    first = _sandbox._etc_paths()
+    assert "/etc/hosts" in first and "/etc/shadow" not in first
+    calls = len(listed)
+    assert _sandbox._etc_paths() == first and len(listed) == calls  # reused
+    names.append("added.conf")
+    stamp[0] = 2  # what adding the file did to /etc's mtime
+    assert "/etc/added.conf" in _sandbox._etc_paths() and len(listed) > calls

@@ -28,7 +28,8 @@ BOOT_PID = os.getpid()
 def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
-    The CA bundle for https models, the built-in tools' schemas and decoders, and one
+    The CA bundle for https models, the paths every sandbox allows, the built-in tools'
+    schemas and decoders, and one
     rehearsed agent run — engine, hooks, file tools, the OpenAI client over real HTTP and
     SSE against a throwaway local server, frames: CPython specialises bytecode as it
     first runs, and a child forked from a cold fork server would write those
@@ -37,10 +38,12 @@ def _warm() -> None:
     """
     import tempfile
 
+    from agentcell.worker import _sandbox
     from agentcell.worker.models._http import _shared_ssl_context
     from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()
+    _sandbox.warm_path_cache()
     for tool in builtin_tools():
         tool.spec()
         try:
