@@ -330,3 +330,32 @@ def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyP
     names.append("added.conf")
     stamp[0] = 2  # what adding the file did to /etc's mtime
     assert "/etc/added.conf" in _sandbox._etc_paths() and len(listed) > calls
+
+
+async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_removes_it(
+    spawned: SpawnRecorder,
+) -> None:
+    # Moving into a cgroup waits on the kernel's cgroup locks (ms under fan-out): a spare
+    # does it before its Hello. The cap stays per sub-agent (one process, one cgroup),
+    # and the pool itself removes the cgroup once the child is gone, whoever leased it.
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.worker import _cgroup
+    from pool_util import run_op
+
+    if _cgroup.controller() is None:
+        pytest.skip("no writable cgroup pids controller on this machine")
+    async with WorkerPool(max_workers=2, warm=2) as pool:
+        await pool.warmed()
+        spares = pool.pids()
+        paths = [_cgroup.cap_path(pid) for pid in spares]
+        assert len(set(paths)) == 2
+        for pid, path in zip(spares, paths, strict=True):
+            assert path is not None and path.is_dir(), path
+            assert (path / "cgroup.procs").read_text().split() == [str(pid)]
+            assert (path / "pids.max").read_text().strip() == "max"  # no run, no limit yet
+        _, outcome = await run_op(pool, "echo", text="x")
+        assert outcome.pid in spares
+        gone = _cgroup.cap_path(outcome.pid)
+        assert gone is not None and not gone.exists()
+    for path in paths:
+        assert path is not None and not path.exists()
