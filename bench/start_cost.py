@@ -11,6 +11,9 @@ preloads, its rehearsal and ``gc.freeze`` — one child at a time (no contention
 * **multiprocess forkserver**: ``Process.start()`` from this process, the child's target
   writing the same record and leaving: the fork server's own per-child work (the request
   over its socket, the pickled preparation data and Process object, ``_bootstrap``).
+* **agentcell's start request**: the same, with the request agentcell's pool sends
+  (``encode_request``: one small stdlib pickle instead of the preparation data and the
+  dill-pickled Process object).
 * **agentcell child, noop run**: a ``WorkerPool`` lease (no spare) running the ``noop``
   handler: everything agentcell's child does around a run (hardening, Hello, Start,
   Result, exit), no agent.
@@ -33,10 +36,12 @@ from pathlib import Path
 from typing import Any
 
 import multiprocess
+import multiprocess.forkserver
 import psutil
 from agentcell.orchestrator import WorkerPool
 from agentcell.orchestrator.backends import forkserver_pid
 from agentcell.protocol import PROTOCOL_VERSION, Start
+from agentcell.worker.process import encode_request
 
 from bench.start_probe import RECORD, bare_forks, report_start
 
@@ -65,6 +70,44 @@ def forkserver_row(n: int) -> dict[str, float]:
         b.close()
         t, user, system, faults = RECORD.unpack(a.recv_bytes())
         p.join()
+        a.close()
+        to_first.append((t - t0) / 1e6)
+        cpu_first.append((user + system) / 1e3)
+        faults_first.append(faults)
+    user1, system1 = _reaped_cpu(fs)
+    return {
+        "first_line_ms": statistics.median(to_first),
+        "cpu_at_first_line_ms": statistics.median(cpu_first),
+        "faults_at_first_line": statistics.median(faults_first),
+        "life_cpu_ms": (user1 - user0 + system1 - system0) / n * 1e3,
+        "life_user_ms": (user1 - user0) / n * 1e3,
+        "life_system_ms": (system1 - system0) / n * 1e3,
+        "starter_cpu_ms": statistics.median(parent_cpu) * 1e3,
+    }
+
+
+def lean_row(n: int) -> dict[str, float]:
+    """As ``forkserver_row``, with the start request agentcell's pool sends."""
+    fs = forkserver_pid()
+    assert fs is not None
+    server = multiprocess.forkserver._forkserver
+    ctx = multiprocess.get_context("forkserver")
+    user0, system0 = _reaped_cpu(fs)
+    to_first, cpu_first, faults_first, parent_cpu = [], [], [], []
+    for _ in range(n):
+        a, b = ctx.Pipe(duplex=False)
+        c0 = time.thread_time()
+        t0 = time.monotonic_ns()
+        request = encode_request(report_start, (), _NAME)
+        sentinel, data = server.connect_to_new_process([b.fileno()])
+        with open(data, "wb") as pipe:
+            pipe.write(request)
+        multiprocess.forkserver.read_signed(sentinel)
+        parent_cpu.append(time.thread_time() - c0)
+        b.close()
+        t, user, system, faults = RECORD.unpack(a.recv_bytes())
+        multiprocess.forkserver.read_signed(sentinel)  # its exit code: it is reaped
+        os.close(sentinel)
         a.close()
         to_first.append((t - t0) / 1e6)
         cpu_first.append((user + system) / 1e3)
@@ -131,7 +174,12 @@ def _median_rows(rounds: list[dict[str, float]]) -> dict[str, float]:
 
 
 async def amain(n: int, rounds: int) -> dict[str, Any]:
-    rows: dict[str, list[dict[str, float]]] = {"bare": [], "forkserver": [], "agentcell": []}
+    rows: dict[str, list[dict[str, float]]] = {
+        "bare": [],
+        "forkserver": [],
+        "lean": [],
+        "agentcell": [],
+    }
     # The pool starts (and holds) agentcell's fork server, with the probes preloaded.
     async with WorkerPool(
         max_workers=1, warm=0, preload=["bench.start_probe", "bench.handlers"]
@@ -139,12 +187,14 @@ async def amain(n: int, rounds: int) -> dict[str, Any]:
         for _ in range(rounds):
             rows["bare"].append(bare_fork_row(n))
             rows["forkserver"].append(forkserver_row(n))
+            rows["lean"].append(lean_row(n))
             rows["agentcell"].append(await agentcell_row(pool, n))
     return {k: _median_rows(v) for k, v in rows.items()}
 
 
 def render(result: dict[str, Any], n: int, rounds: int) -> str:
     bare, fs, ac = result["bare"], result["forkserver"], result["agentcell"]
+    lean = result["lean"]
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = [
         f"process start cost, {n} children × {rounds} rounds, one at a time "
@@ -160,12 +210,19 @@ def render(result: dict[str, Any], n: int, rounds: int) -> str:
         f"| multiprocess forkserver | {fs['first_line_ms']:.2f} "
         f"| {fs['cpu_at_first_line_ms']:.2f} | {fs['faults_at_first_line']:.0f} "
         f"| {fs['life_cpu_ms']:.2f} ({fs['life_user_ms']:.2f} + {fs['life_system_ms']:.2f}) |",
+        f"| agentcell's start request (same fork server) | {lean['first_line_ms']:.2f} "
+        f"| {lean['cpu_at_first_line_ms']:.2f} | {lean['faults_at_first_line']:.0f} "
+        f"| {lean['life_cpu_ms']:.2f} ({lean['life_user_ms']:.2f} + "
+        f"{lean['life_system_ms']:.2f}) |",
         f"| agentcell child, noop run | — | — | — "
         f"| {ac['life_cpu_ms']:.2f} ({ac['life_user_ms']:.2f} + {ac['life_system_ms']:.2f}) |",
         "",
         f"forkserver − bare: {fs['first_line_ms'] - bare['first_line_ms']:.2f} ms to the "
         f"first line, {fs['life_cpu_ms'] - bare['life_cpu_ms']:.2f} ms CPU per child "
         f"(+ {fs['starter_cpu_ms']:.2f} ms in the starting thread of the parent)",
+        f"agentcell's request − bare: {lean['first_line_ms'] - bare['first_line_ms']:.2f} ms "
+        f"to the first line, {lean['life_cpu_ms'] - bare['life_cpu_ms']:.2f} ms CPU per child "
+        f"(+ {lean['starter_cpu_ms']:.2f} ms in the starting thread)",
         f"agentcell noop − forkserver: {ac['life_cpu_ms'] - fs['life_cpu_ms']:.2f} ms CPU "
         f"per child; lease → reaped {ac['lease_to_reaped_ms']:.2f} ms wall",
         f"bare fork → reaped: {bare['fork_to_reaped_ms']:.2f} ms wall; "

@@ -231,6 +231,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ProcInfo",
         "child_main",
         "descendants",
+        "encode_request",
         "is_alive",
         "kill_group",
         "kill_session",

@@ -19,7 +19,9 @@ import os
 import sys
 import warnings
 
+import multiprocess.forkserver
 from agentcell.worker import _proc
+from agentcell.worker._fork_request import serve_one
 from agentcell.worker._preload import PRELOAD_MODULES
 
 BOOT_PID = os.getpid()
@@ -132,6 +134,9 @@ async def _rehearse(workdir: str) -> None:
 
 
 _warm()
+
+# Children are started with agentcell's lean request (multiprocess's own still works).
+multiprocess.forkserver._serve_one = serve_one
 
 #: Modules of the preload list that did not load in the fork server.
 MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules]
