@@ -20,6 +20,7 @@ from typing import Any
 #: (phase, module, attribute path): what a child's life is made of, in order.
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("harden (setsid, prctl, oom, fds, faulthandler)", "agentcell.worker._child", "_harden"),
+    ("spare's cgroup, made before its Hello", "agentcell.worker._cgroup", "ProcessCap.prepare"),
     ("pre-connect to the model endpoint", "agentcell.worker.models._http", "prepare_connection"),
     ("open the pipe", "agentcell.protocol", "PipeChannel.open"),
     ("Hello → Start → run → Result (all of _serve)", "agentcell.worker._child", "_serve"),
@@ -61,10 +62,10 @@ def instrument() -> dict[str, list[float]]:
         except (ImportError, AttributeError):
             continue
         raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
-        is_classmethod = isinstance(raw, classmethod)
-        func = raw.__func__ if is_classmethod else raw
+        kind = type(raw) if isinstance(raw, classmethod | staticmethod) else None
+        func = raw.__func__ if kind is not None else raw
         wrapped = _wrap(func, labels, totals)
-        setattr(owner, name, classmethod(wrapped) if is_classmethod else wrapped)
+        setattr(owner, name, kind(wrapped) if kind is not None else wrapped)
     return totals
 
 
