@@ -237,6 +237,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "kill_session",
         "kill_tree",
         "process_table",
+        "remove_stale_caps",
         "session_members",
         "set_parent_death_signal",
         "signal_name",

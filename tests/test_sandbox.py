@@ -7,6 +7,7 @@ client talking to a local model server, and bash commands a hostile model would 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -359,3 +360,37 @@ async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_
         assert gone is not None and not gone.exists()
     for path in paths:
         assert path is not None and not path.exists()
+
+
+def test_a_pool_removes_the_cgroups_a_killed_orchestrator_left_behind(
+    spawned: SpawnRecorder,
+) -> None:
+    # An orchestrator SIGKILLed with spares alive leaves their (empty) cgroups; the next
+    # pool removes those of processes that are gone, never one with members.
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.worker import _cgroup
+
+    found = _cgroup.controller()
+    if found is None:
+        pytest.skip("no writable cgroup pids controller on this machine")
+    beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live pid
+    stale, occupied = found[1] / str(beyond), found[1] / str(beyond + 1)
+    stale.mkdir(parents=True, exist_ok=True)
+    occupied.mkdir(exist_ok=True)
+    busy = subprocess.Popen(["sleep", "60"])
+    try:
+        (occupied / "cgroup.procs").write_text(str(busy.pid))  # a member: not stale
+
+        async def start_a_pool() -> None:
+            async with WorkerPool(max_workers=1, warm=0):
+                pass
+
+        asyncio.run(start_a_pool())
+        assert not stale.exists()
+        assert occupied.exists()
+    finally:
+        busy.kill()
+        busy.wait()
+        _cgroup.release_process_cap(beyond + 1)
+        with contextlib.suppress(OSError):
+            stale.rmdir()

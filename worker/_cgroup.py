@@ -147,3 +147,31 @@ def release_process_cap(pid: int) -> None:
                 os.kill(int(line), signal.SIGKILL)
     with contextlib.suppress(OSError):
         path.rmdir()
+
+
+def remove_stale_caps() -> list[int]:
+    """Remove the cgroups of sub-agent processes that are gone and left them behind (an
+    orchestrator killed before it could remove them); returns their pids.
+
+    Every spare makes one, so an orchestrator that is SIGKILLed leaves one per live
+    child. Only a cgroup that is empty and whose process no longer exists is removed:
+    one just made by a starting spare has a live pid."""
+    found = controller()
+    if found is None:
+        return []
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(found[1]):
+            if not entry.name.isdigit() or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = int(entry.name)
+            if os.path.exists(f"/proc/{pid}"):
+                continue
+            try:
+                if (Path(entry.path) / "cgroup.procs").read_text().split():
+                    continue  # still has members: not ours to judge
+                os.rmdir(entry.path)
+            except OSError:
+                continue
+            removed.append(pid)
+    return removed

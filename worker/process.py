@@ -5,6 +5,7 @@ lean start request its children are forked for, and the Linux process plumbing t
 parent uses to watch and end a child's whole tree.
 """
 
+from agentcell.worker._cgroup import remove_stale_caps
 from agentcell.worker._child import ChildBoot, child_main
 from agentcell.worker._fork_request import encode_request
 from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES
@@ -36,6 +37,7 @@ __all__ = [
     "kill_session",
     "kill_tree",
     "process_table",
+    "remove_stale_caps",
     "session_members",
     "set_parent_death_signal",
     "signal_name",

@@ -529,6 +529,8 @@ class WorkerPool:
             with _minimal_environment():
                 fs.ensure_running()
             WorkerPool._forkserver_users += 1
+        # What an orchestrator killed before its clean-up left: the cgroups of its spares.
+        proc.remove_stale_caps()
 
     async def __aenter__(self) -> WorkerPool:
         return await self.start()
