@@ -23,6 +23,7 @@ import functools
 import glob
 import io
 import json
+import os
 import pstats
 import shutil
 import statistics
@@ -33,6 +34,8 @@ from typing import Any
 
 import psutil
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
+from agentcell.orchestrator.backends import forkserver_pid
+from agentcell.worker import ChildBoot
 
 from bench.profiled_child import profiled_child
 from bench.runner import configure_environment
@@ -79,7 +82,19 @@ def top(stats: pstats.Stats, sort: str, count: int) -> str:
     return buffer.getvalue()
 
 
-async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> dict[str, Any]:
+def _reaped_cpu_s() -> float:
+    """CPU of every child the fork server has reaped so far (their whole lives, exit
+    included: what a child's own counters cannot see)."""
+    fs = forkserver_pid()
+    if fs is None:
+        return 0.0
+    t = psutil.Process(fs).cpu_times()
+    return float(t.children_user + t.children_system)
+
+
+async def profile_run(
+    n: int, out: Path, port: int, children_profiled: bool, phases: bool = False
+) -> dict[str, Any]:
     worker = AgentDefinition(
         name="worker",
         description=WORKER_DESCRIPTION,
@@ -94,7 +109,11 @@ async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> 
     pool = WorkerPool(
         max_workers=n,
         warm=settings.warm_spares,
-        target=functools.partial(profiled_child, str(child_dir), children_profiled),
+        target=functools.partial(profiled_child, str(child_dir), children_profiled, phases=phases),
+        # The wrapper is a child's own code: imported once, like agentcell's modules.
+        preload=["bench.profiled_child", "bench.phases"],
+        # As the Orchestrator's own pool: spares connect to the model endpoint first.
+        boot=ChildBoot(prepare_url=os.environ["OPENAI_BASE_URL"]),
     )
     parent = cProfile.Profile()
     try:
@@ -114,6 +133,7 @@ async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> 
                 path.unlink()
             me = psutil.Process()
             threads_before = {t.id: t.user_time + t.system_time for t in me.threads()}
+            reaped0 = _reaped_cpu_s()
             cpu0 = time.process_time()
             t0 = time.perf_counter()
             parent.enable()
@@ -121,6 +141,8 @@ async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> 
             parent.disable()
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
+            await pool.warmed()  # the run's own children are reaped by now
+            reaped = _reaped_cpu_s() - reaped0
             threads = {
                 t.id: t.user_time + t.system_time - threads_before.get(t.id, 0.0)
                 for t in me.threads()
@@ -135,6 +157,9 @@ async def profile_run(n: int, out: Path, port: int, children_profiled: bool) -> 
         "ok": report.ok and ok == n,
         "wall_s": wall,
         "parent_cpu_s": cpu,
+        # Children reaped during the run: its n sub-agents (spares started for the next
+        # run are alive still, and the warm-up's were reaped before).
+        "children_life_cpu_s": reaped,
         "parent_threads_cpu_s": {
             ("event loop (main thread)" if tid == main_tid else f"thread {tid}"): round(s, 3)
             for tid, s in sorted(threads.items(), key=lambda kv: -kv[1])
@@ -151,10 +176,14 @@ def threading_main_native_id() -> int:
 
 def summarize(out: Path, run: dict[str, Any], count: int) -> str:
     parent = pstats.Stats(str(out / "parent.prof"))
-    child_profiles = sorted(glob.glob(str(out / "children" / "child-*.prof")))
-    accounts = [
-        json.loads(Path(p).read_text()) for p in glob.glob(str(out / "children" / "*.json"))
+    child_profiles = [
+        p
+        for p in sorted(glob.glob(str(out / "children" / "child-*.prof")))
+        if Path(p).stat().st_size
     ]
+    # (a spare still alive for a next run has written nothing yet)
+    texts = [Path(p).read_text() for p in glob.glob(str(out / "children" / "*.json"))]
+    accounts = [json.loads(text) for text in texts if text]
     lines = [
         f"agentcell profile: io workload, N={run['n']}, ok={run['ok']}",
         f"wall {run['wall_s']:.2f} s; parent CPU {run['parent_cpu_s']:.2f} s "
@@ -182,6 +211,7 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
             "user_in_target_ms": median_ms("user_in_target_s"),
             "system_in_target_ms": median_ms("system_in_target_s"),
             "page_faults": faults,
+            "life_cpu_ms": run["children_life_cpu_s"] / run["n"] * 1e3,
         }
         c = run["children"]
         lines += [
@@ -190,8 +220,28 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
             f"start-up), then {c['user_in_target_ms']:.1f} ms user + "
             f"{c['system_in_target_ms']:.1f} ms system"
             + (" (under cProfile, which inflates user time)" if child_profiles else "")
-            + f"; minor page faults per child: {faults:.0f}",
+            + f"; minor page faults per child: {faults:.0f}; whole life (the fork server's "
+            f"reaped-children CPU ÷ N, exit included): {c['life_cpu_ms']:.1f} ms",
         ]
+        imported = sorted({m for a in accounts for m in a.get("imported_in_target", [])})
+        run["children"]["imported_in_target"] = imported
+        lines.append(
+            "modules a child imported itself (not inherited from the fork server): "
+            + (", ".join(imported) or "none")
+        )
+        phase_rows = _phase_table(accounts)
+        if phase_rows:
+            run["children"]["phases"] = phase_rows
+            lines += [
+                "",
+                "phases of a child's life (mean per child; inclusive, nested rows indented):",
+                "| phase | CPU ms | wall ms | calls |",
+                "|---|---|---|---|",
+            ]
+            lines += [
+                f"| {label} | {cpu:.2f} | {wall:.2f} | {calls:.1f} |"
+                for label, cpu, wall, calls in phase_rows
+            ]
     if child_profiles:
         children = pstats.Stats(*child_profiles)
         children.dump_stats(str(out / "children.prof"))
@@ -205,6 +255,25 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
     return "\n".join(lines)
 
 
+def _phase_table(accounts: list[dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+    from bench.phases import PHASES
+
+    rows = []
+    for label, _module, _path in PHASES:
+        found = [a["phases"].get(label, [0.0, 0.0, 0]) for a in accounts if a.get("phases")]
+        if not found or not any(f[2] for f in found):
+            continue
+        rows.append(
+            (
+                label,
+                statistics.fmean(f[0] for f in found) * 1e3,
+                statistics.fmean(f[1] for f in found) * 1e3,
+                statistics.fmean(f[2] for f in found),
+            )
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -216,13 +285,19 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="count the children's CPU and page faults without cProfile's overhead",
     )
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="no cProfile in the children: CPU and wall time per phase of their lives instead",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     out = args.out or OUT / time.strftime("profile-%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     with LoadServer() as server:
         configure_environment(server.port)
-        run = asyncio.run(profile_run(args.n, out, server.port, not args.no_child_profile))
+        profiled = not (args.no_child_profile or args.phases)
+        run = asyncio.run(profile_run(args.n, out, server.port, profiled, args.phases))
     text = summarize(out, run, args.top)
     (out / "profile.txt").write_text(text)
     print(text)

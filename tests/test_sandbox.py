@@ -7,6 +7,7 @@ client talking to a local model server, and bash commands a hostile model would 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -305,3 +306,91 @@ async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
         doomed = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
     assert doomed.status is RunStatus.CRASHED, doomed
     assert doomed.sandbox == "workspace (requested; not confirmed by the child)"
+
+
+def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The fork server lists /etc once and its children reuse the answer; an entry added
+    # to (or removed from) /etc changes its mtime, and the next sandbox lists it again.
+    from agentcell.worker import _sandbox
+
+    stamp = [1]
+    listed: list[str] = []
+    names = ["hosts", "shadow", "resolv.conf"]
+
+    def listdir(path: str) -> list[str]:
+        listed.append(path)
+        return list(names) if path == "/etc" else []
+
+    monkeypatch.setattr(_sandbox, "_mtime_ns", lambda path: stamp[0])
+    monkeypatch.setattr(_sandbox.os, "listdir", listdir)
+    monkeypatch.setattr(_sandbox, "_etc_cache", {})
+    first = _sandbox._etc_paths()
+    assert "/etc/hosts" in first and "/etc/shadow" not in first
+    calls = len(listed)
+    assert _sandbox._etc_paths() == first and len(listed) == calls  # reused
+    names.append("added.conf")
+    stamp[0] = 2  # what adding the file did to /etc's mtime
+    assert "/etc/added.conf" in _sandbox._etc_paths() and len(listed) > calls
+
+
+async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_removes_it(
+    spawned: SpawnRecorder,
+) -> None:
+    # Moving into a cgroup waits on the kernel's cgroup locks (ms under fan-out): a spare
+    # does it before its Hello. The cap stays per sub-agent (one process, one cgroup),
+    # and the pool itself removes the cgroup once the child is gone, whoever leased it.
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.worker import _cgroup
+    from pool_util import run_op
+
+    if _cgroup.controller() is None:
+        pytest.skip("no writable cgroup pids controller on this machine")
+    async with WorkerPool(max_workers=2, warm=2) as pool:
+        await pool.warmed()
+        spares = pool.pids()
+        paths = [_cgroup.cap_path(pid) for pid in spares]
+        assert len(set(paths)) == 2
+        for pid, path in zip(spares, paths, strict=True):
+            assert path is not None and path.is_dir(), path
+            assert (path / "cgroup.procs").read_text().split() == [str(pid)]
+            assert (path / "pids.max").read_text().strip() == "max"  # no run, no limit yet
+        _, outcome = await run_op(pool, "echo", text="x")
+        assert outcome.pid in spares
+        gone = _cgroup.cap_path(outcome.pid)
+        assert gone is not None and not gone.exists()
+    for path in paths:
+        assert path is not None and not path.exists()
+
+
+def test_a_pool_removes_the_cgroups_a_killed_orchestrator_left_behind(
+    spawned: SpawnRecorder,
+) -> None:
+    # An orchestrator SIGKILLed with spares alive leaves their (empty) cgroups; the next
+    # pool removes those of processes that are gone, never one with members.
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.worker import _cgroup
+
+    found = _cgroup.controller()
+    if found is None:
+        pytest.skip("no writable cgroup pids controller on this machine")
+    beyond = int(Path("/proc/sys/kernel/pid_max").read_text()) + 1  # never a live pid
+    stale, occupied = found[1] / str(beyond), found[1] / str(beyond + 1)
+    stale.mkdir(parents=True, exist_ok=True)
+    occupied.mkdir(exist_ok=True)
+    busy = subprocess.Popen(["sleep", "60"])
+    try:
+        (occupied / "cgroup.procs").write_text(str(busy.pid))  # a member: not stale
+
+        async def start_a_pool() -> None:
+            async with WorkerPool(max_workers=1, warm=0):
+                pass
+
+        asyncio.run(start_a_pool())
+        assert not stale.exists()
+        assert occupied.exists()
+    finally:
+        busy.kill()
+        busy.wait()
+        _cgroup.release_process_cap(beyond + 1)
+        with contextlib.suppress(OSError):
+            stale.rmdir()

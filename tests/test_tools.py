@@ -683,3 +683,37 @@ def _no_stray_children() -> Iterator[None]:
         with contextlib.suppress(psutil.Error):
             p.send_signal(signal.SIGKILL)
     assert not stray, stray
+
+
+# -- custom tools crossing into a child process --------------------------------------------
+
+
+def _shipped_tool_fn(path: str, count: int = 3, ctx: ToolContext | None = None) -> str:
+    """Look at a path."""
+    return f"{path} {count}"
+
+
+def test_a_function_tool_travels_with_its_fields_and_schema_not_rebuilt_from_its_signature(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import dill
+    from agentcell.worker.tools import _base, function_tool
+
+    tool = function_tool(_shipped_tool_fn, read_only=True)
+    blob = dill.dumps(tool)
+
+    def no_resolving(*args: Any) -> Any:
+        raise AssertionError("the child resolved the signature again")
+
+    # A child that would rebuild the tool resolves annotations and generates the schema:
+    # both are refused here, so only what travelled in the blob can make the tool.
+    monkeypatch.setattr(_base, "_fields_from_signature", no_resolving)
+    monkeypatch.setattr(_base.msgspec.json, "schema", no_resolving)
+    copy = dill.loads(blob)
+    assert copy.spec() == tool.spec() and copy.read_only and copy.name == tool.name
+    args = copy.parse_args('{"path": "a.txt"}')
+    assert (args.path, args.count) == ("a.txt", 3)
+    with pytest.raises(ToolError, match="invalid arguments"):
+        copy.parse_args('{"path": "a.txt", "other": 1}')
+    ctx = ToolContext(workdir=Path("."))
+    assert asyncio.run(copy.execute(args, ctx)) == "a.txt 3"

@@ -4,8 +4,9 @@
 sub-agent's bash would take the machine's process table; a cgroup counts exactly the
 tree of the process put in it (what it forks stays in it) and refuses ``fork`` past
 ``pids.max``. The child creates its own cgroup and moves itself in before it restricts
-itself; ``pids.events`` then says whether the cap was hit; the parent removes the cgroup
-once the child is gone (``release_process_cap``).
+itself (a spare makes it before its Hello, with no limit, and the run then only writes
+its limit: ``ProcessCap.prepare``); ``pids.events`` then says whether the cap was hit;
+the parent removes the cgroup once the child is gone (``release_process_cap``).
 
 cgroup v1 (a ``pids`` hierarchy) and v2 (``pids`` enabled for our subtree) are both
 detected, never assumed; where neither can be written, ``ProcessCap.create`` returns None
@@ -65,6 +66,11 @@ def cap_path(pid: int) -> Path | None:
     return None if found is None else found[1] / str(pid)
 
 
+#: The cgroup ``ProcessCap.prepare`` made, by the pid that made it (a process forked
+#: from a spare is not in it as the owner: its pid differs).
+_prepared: dict[int, Path] = {}
+
+
 class ProcessCap:
     """The cgroup this process and its descendants count against."""
 
@@ -74,7 +80,18 @@ class ProcessCap:
 
     @classmethod
     def create(cls, limit: int) -> ProcessCap | None:
-        """Put this process into a new cgroup allowing ``limit`` processes, or None."""
+        """Put this process into a new cgroup allowing ``limit`` processes, or None.
+
+        A spare made its cgroup before its Hello (``prepare``): then only the limit is
+        written now — the costly part (the move into the cgroup waits for the kernel's
+        cgroup locks, many ms when many processes start at once) is off the run's path."""
+        prepared = _prepared.get(os.getpid())
+        if prepared is not None:
+            try:
+                (prepared / "pids.max").write_text(str(limit))
+            except OSError:
+                return None
+            return cls(prepared, limit)
         path = cap_path(os.getpid())
         if path is None:
             return None
@@ -87,6 +104,25 @@ class ProcessCap:
                 path.rmdir()
             return None
         return cls(path, limit)
+
+    @staticmethod
+    def prepare() -> bool:
+        """Make this process's own cgroup now, with no limit yet, and move into it (a
+        spare, before its Hello). ``create`` then only sets the run's limit. False where
+        no cgroup can be made here (``create`` then tries the whole way and says so)."""
+        pid = os.getpid()
+        path = cap_path(pid)
+        if path is None:
+            return False
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            (path / "cgroup.procs").write_text(str(pid))
+        except OSError:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+            return False
+        _prepared[pid] = path
+        return True
 
     def times_hit(self) -> int:
         """How often a fork was refused because the tree was at the cap."""
@@ -111,3 +147,31 @@ def release_process_cap(pid: int) -> None:
                 os.kill(int(line), signal.SIGKILL)
     with contextlib.suppress(OSError):
         path.rmdir()
+
+
+def remove_stale_caps() -> list[int]:
+    """Remove the cgroups of sub-agent processes that are gone and left them behind (an
+    orchestrator killed before it could remove them); returns their pids.
+
+    Every spare makes one, so an orchestrator that is SIGKILLed leaves one per live
+    child. Only a cgroup that is empty and whose process no longer exists is removed:
+    one just made by a starting spare has a live pid."""
+    found = controller()
+    if found is None:
+        return []
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(found[1]):
+            if not entry.name.isdigit() or not entry.is_dir(follow_symlinks=False):
+                continue
+            pid = int(entry.name)
+            if os.path.exists(f"/proc/{pid}"):
+                continue
+            try:
+                if (Path(entry.path) / "cgroup.procs").read_text().split():
+                    continue  # still has members: not ours to judge
+                os.rmdir(entry.path)
+            except OSError:
+                continue
+            removed.append(pid)
+    return removed

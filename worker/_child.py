@@ -55,7 +55,7 @@ from agentcell.protocol import (
     frame_is_authentic,
     sign_frame,
 )
-from agentcell.worker import _proc, _sandbox
+from agentcell.worker import _cgroup, _proc, _sandbox
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0
@@ -74,6 +74,9 @@ class ChildBoot:
     # The default provider's endpoint: a spare connects to it before its Hello, so a
     # run's first model request does not pay the TCP (and TLS) handshake.
     prepare_url: str | None = None
+    # Make the process's cgroup (the sub-agent's process cap) before the Hello: moving
+    # into a cgroup waits on kernel locks, ~10 ms and more when many processes start.
+    prepare_process_cap: bool = True
 
 
 #: The modules this process had when it started (inherited from the fork server).
@@ -253,6 +256,8 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     global INHERITED_MODULES
     INHERITED_MODULES = frozenset(sys.modules)
     _harden(boot)
+    if boot.prepare_process_cap:
+        _cgroup.ProcessCap.prepare()
 
     async def pipe() -> ChildChannel:
         if boot.prepare_url:  # before the Hello: a ready spare is a connected one

@@ -19,7 +19,9 @@ import os
 import sys
 import warnings
 
+import multiprocess.forkserver
 from agentcell.worker import _proc
+from agentcell.worker._fork_request import serve_one
 from agentcell.worker._preload import PRELOAD_MODULES
 
 BOOT_PID = os.getpid()
@@ -28,7 +30,8 @@ BOOT_PID = os.getpid()
 def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
-    The CA bundle for https models, the built-in tools' schemas and decoders, and one
+    The CA bundle for https models, the paths every sandbox allows, the built-in tools'
+    schemas and decoders, and one
     rehearsed agent run — engine, hooks, file tools, the OpenAI client over real HTTP and
     SSE against a throwaway local server, frames: CPython specialises bytecode as it
     first runs, and a child forked from a cold fork server would write those
@@ -37,10 +40,12 @@ def _warm() -> None:
     """
     import tempfile
 
+    from agentcell.worker import _sandbox
     from agentcell.worker.models._http import _shared_ssl_context
     from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()
+    _sandbox.warm_path_cache()
     for tool in builtin_tools():
         tool.spec()
         try:
@@ -129,6 +134,9 @@ async def _rehearse(workdir: str) -> None:
 
 
 _warm()
+
+# Children are started with agentcell's lean request (multiprocess's own still works).
+multiprocess.forkserver._serve_one = serve_one
 
 #: Modules of the preload list that did not load in the fork server.
 MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules]

@@ -13,6 +13,10 @@ PRELOAD_MODULES: list[str] = [
     "msgspec.msgpack",
     "msgspec.json",
     "dill",
+    # Unpickling the Process object a child is started from imports these (the
+    # Connection's file descriptor travels as a popen_forkserver reference).
+    "multiprocess.popen_fork",
+    "multiprocess.popen_forkserver",
     "agentcell.protocol",
     "psutil",
     "httpx",

@@ -323,25 +323,60 @@ def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
     """System folders and the Python runtime this process runs (with its source checkout)."""
     home = os.path.realpath(os.path.expanduser("~"))
     paths = list(_SYSTEM_READ)
-    runtime = {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    runtime.add(os.path.dirname(os.path.realpath(sys.executable)))
-    runtime.update(entry for entry in sys.path if entry)
-    # The folder this package is installed from (an editable install: the source checkout).
-    runtime.add(str(Path(__file__).resolve().parents[1]))
-    base = os.path.realpath(sys.base_prefix)
-    if _contains(home, base):
-        # A Python manager in the home (~/.pyenv): its shims on PATH need all of it.
-        runtime.add(os.path.join(home, os.path.relpath(base, home).split(os.sep)[0]))
-    for entry in sorted(runtime):
-        real = os.path.realpath(entry)
-        # Never a folder that holds the home (or the workdir's surroundings) as a whole.
-        if real in ("/", "") or _contains(real, home) or _contains(real, workdir):
+    runtime = _runtime_paths(
+        home,
+        tuple(sys.path),
+        (sys.prefix, sys.base_prefix, sys.exec_prefix),
+        sys.executable,
+    )
+    real_workdir = os.path.realpath(workdir)
+    for real in runtime:
+        # Never a folder that holds the workdir's surroundings as a whole.
+        if real_workdir.startswith(real.rstrip("/") + "/") or real == workdir:
             continue
         paths.append(real)
     # git treats an unreadable global config as fatal: its configuration (not the rest of
     # the home) is readable.
     paths += [os.path.join(home, ".gitconfig"), os.path.join(home, ".config", "git")]
     return paths + [os.path.realpath(os.path.expanduser(p)) for p in extra]
+
+
+@functools.lru_cache(maxsize=8)
+def _runtime_paths(
+    home: str, sys_path: tuple[str, ...], prefixes: tuple[str, ...], executable: str
+) -> tuple[str, ...]:
+    """The runtime's folders, resolved, without "/" and any that holds the home. Cached:
+    the fork server computes it once (``warm_path_cache``) and every sub-agent process
+    inherits the answer instead of resolving some twenty paths again."""
+    runtime = set(prefixes)
+    runtime.add(os.path.dirname(os.path.realpath(executable)))
+    runtime.update(entry for entry in sys_path if entry)
+    # The folder this package is installed from (an editable install: the source checkout).
+    runtime.add(str(Path(__file__).resolve().parents[1]))
+    base = os.path.realpath(prefixes[1])
+    if _contains(home, base):
+        # A Python manager in the home (~/.pyenv): its shims on PATH need all of it.
+        runtime.add(os.path.join(home, os.path.relpath(base, home).split(os.sep)[0]))
+    found = []
+    for entry in sorted(runtime):
+        real = os.path.realpath(entry)
+        # Never a folder that holds the home as a whole.
+        if real in ("/", "") or _contains(real, home):
+            continue
+        found.append(real)
+    return tuple(found)
+
+
+def warm_path_cache() -> None:
+    """Work out, once in the fork server, the paths every sandbox allows (its children
+    inherit the result; each still opens and adds its own rules)."""
+    _runtime_paths(
+        os.path.realpath(os.path.expanduser("~")),
+        tuple(sys.path),
+        (sys.prefix, sys.base_prefix, sys.exec_prefix),
+        sys.executable,
+    )
+    _etc_paths()
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:
@@ -368,8 +403,31 @@ def _contains(folder: str, path: str) -> bool:
     return os.path.realpath(path).startswith(folder.rstrip("/") + "/") or folder == path
 
 
-def _etc_paths() -> Iterable[str]:
-    """``/etc`` entry by entry, without the secrets (Landlock rules can only allow)."""
+def _etc_paths() -> list[str]:
+    """``/etc`` entry by entry, without the secrets (Landlock rules can only allow).
+
+    Cached while ``/etc`` and ``/etc/ssh`` keep their modification times (an entry added,
+    removed or renamed changes them), so a fork server's children reuse its listing."""
+    key = (_mtime_ns("/etc"), _mtime_ns("/etc/ssh"))
+    cached = _etc_cache.get(key)
+    if cached is None:
+        cached = list(_list_etc())
+        _etc_cache.clear()
+        _etc_cache[key] = cached
+    return cached
+
+
+_etc_cache: dict[tuple[int, int], list[str]] = {}
+
+
+def _mtime_ns(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return -1
+
+
+def _list_etc() -> Iterable[str]:
     try:
         names = os.listdir("/etc")
     except OSError:

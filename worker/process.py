@@ -1,10 +1,13 @@
 """What a process backend needs from the runtime to run sub-agents in processes.
 
-The child's entry point and its boot settings, the modules a fork server preloads, and
-the Linux process plumbing the parent uses to watch and end a child's whole tree.
+The child's entry point and its boot settings, the modules a fork server preloads, the
+lean start request its children are forked for, and the Linux process plumbing the
+parent uses to watch and end a child's whole tree.
 """
 
+from agentcell.worker._cgroup import remove_stale_caps
 from agentcell.worker._child import ChildBoot, child_main
+from agentcell.worker._fork_request import encode_request
 from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES
 from agentcell.worker._proc import (
     ProcInfo,
@@ -28,11 +31,13 @@ __all__ = [
     "ProcInfo",
     "child_main",
     "descendants",
+    "encode_request",
     "is_alive",
     "kill_group",
     "kill_session",
     "kill_tree",
     "process_table",
+    "remove_stale_caps",
     "session_members",
     "set_parent_death_signal",
     "signal_name",

@@ -16,6 +16,7 @@ import enum
 import itertools
 import logging
 import os
+import select
 import signal
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -23,7 +24,6 @@ from typing import Any
 
 import multiprocess
 import multiprocess.forkserver
-import multiprocess.process
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
@@ -42,7 +42,14 @@ from agentcell.protocol import (
     new_frame_key,
 )
 from agentcell.worker import process as proc
-from agentcell.worker.process import BOOT_MODULE, PRELOAD_MODULES, ChildBoot, child_main
+from agentcell.worker import release_sandbox
+from agentcell.worker.process import (
+    BOOT_MODULE,
+    PRELOAD_MODULES,
+    ChildBoot,
+    child_main,
+    encode_request,
+)
 
 log = logging.getLogger("agentcell.pool")
 
@@ -62,7 +69,8 @@ class WorkerState(enum.Enum):
     IDLE = "idle"
     # Serving one run for a lease. Left when the child ends (→ DEAD) or is killed (→ STOPPING).
     BUSY = "busy"
-    # We sent a kill (deadline, heartbeat, protocol error, shutdown). Left when reaped (→ DEAD).
+    # We sent a kill (deadline, heartbeat, protocol error, shutdown), or a spare exited and
+    # what it left is being removed. Left when reaped and cleaned up (→ DEAD).
     STOPPING = "stopping"
     # Reaped; its outcome is final. Terminal.
     DEAD = "dead"
@@ -220,12 +228,16 @@ class _Worker:
     def on_sentinel(self) -> None:
         loop = self.pool._loop
         loop.remove_reader(self.process.sentinel)
-        exit_code = self.process._popen.poll()
+        exit_code = self.process.poll()
         if exit_code is None:  # spurious wake-up
             loop.add_reader(self.process.sentinel, self.on_sentinel)
             return
         for timer in self._timers:
             timer.cancel()
+        if self.state is WorkerState.IDLE:
+            # A spare that died (its fork server killed, say) is no longer one while its
+            # leftovers are cleaned up in a thread: no lease may take it meanwhile.
+            self.state = WorkerState.STOPPING
         # Its last frames are in the socket already; read them before deciding anything.
         self.channel.read_remaining()
         self.on_channel_activity()
@@ -243,7 +255,7 @@ class _Worker:
         if not clean or proc.kill_group(self.pid):
             self.pool._background(self._finish_after_sweep(exit_code))
             return
-        self._finish(exit_code)
+        self.pool._background(self._finish_after_release(exit_code))
 
     async def _finish_after_sweep(self, exit_code: int) -> None:
         """Declare the child dead only once what it left behind is gone too. The /proc
@@ -254,11 +266,22 @@ class _Worker:
             if leftovers:
                 await wait_gone(leftovers, within=10.0)
         finally:
+            await self._finish_after_release(exit_code)
+
+    async def _finish_after_release(self, exit_code: int) -> None:
+        """Remove the child's cgroup (every spare makes one) and private temp folder,
+        then declare it dead. In a thread: removing a cgroup waits on the kernel's cgroup
+        locks, ~1.5 ms per child at N=128, which stalled the event loop."""
+        try:
+            await asyncio.to_thread(release_sandbox, self.pid)
+        finally:
             self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
-        with _children_lock:
-            _known_children.discard(self.pid)
+        # No lock: one set operation is atomic, and the lock is held by the spawner
+        # thread for a whole process start (a sweep must not see a child half-known):
+        # waiting for it here stalled the event loop ~5 ms per child at large fan-out.
+        _known_children.discard(self.pid)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -513,6 +536,8 @@ class WorkerPool:
             with _minimal_environment():
                 fs.ensure_running()
             WorkerPool._forkserver_users += 1
+        # What an orchestrator killed before its clean-up left: the cgroups of its spares.
+        proc.remove_stale_caps()
 
     async def __aenter__(self) -> WorkerPool:
         return await self.start()
@@ -751,13 +776,11 @@ class WorkerPool:
             self._start_failed(f"could not create a pipe for a child: {exc}")
             self._replenish()
             return
-        process = self._ctx.Process(
-            target=self._target,
-            args=(child_conn, self.boot),
-            name=f"{_CHILD_NAME}{next(self._ids)}",
-        )
+        request = encode_request(self._target, (self.boot,), f"{_CHILD_NAME}{next(self._ids)}")
         try:
-            await self._loop.run_in_executor(self._spawner, _start_process, process)
+            process = await self._loop.run_in_executor(
+                self._spawner, _start_process, request, child_conn
+            )
         except BaseException as exc:
             self._spawning -= 1
             child_conn.close()
@@ -934,16 +957,54 @@ def _skip_main_in_children() -> None:
     spawn.get_preparation_data = get_preparation_data
 
 
-def _start_process(process: Any) -> None:
-    """Start ``process`` (in the spawner thread) and take it out of multiprocess's registry.
+class ForkedChild:
+    """A child the fork server started for us: its pid, and its sentinel — the fork
+    server's status pipe, readable once the child has exited (its exit code follows)."""
 
-    multiprocess polls every registered child from ``Process.start``; our exit codes are
-    read from the event loop instead, and two readers of one sentinel would race.
+    def __init__(self, pid: int, sentinel: int) -> None:
+        self.pid = pid
+        self.sentinel = sentinel
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once the child has exited, else None (never blocks)."""
+        if self.returncode is None and self.sentinel >= 0:
+            readable, _, _ = select.select([self.sentinel], [], [], 0)
+            if not readable:
+                return None
+            try:
+                self.returncode = multiprocess.forkserver.read_signed(self.sentinel)
+            except (OSError, EOFError):
+                self.returncode = 255  # the fork server itself died (as multiprocess says)
+        return self.returncode
+
+    def close(self) -> None:
+        if self.sentinel >= 0:
+            os.close(self.sentinel)
+            self.sentinel = -1
+
+
+def _start_process(request: bytes, child_conn: Any) -> ForkedChild:
+    """Have the fork server fork a child for ``request`` (in the spawner thread), its
+    pipe end passed along; returns once the fork server has said the child's pid.
+
+    The request is ours (``encode_request``), not ``Process.start()``'s: multiprocess's
+    preparation data and dill-pickled Process object cost every child ~1.6 ms of CPU
+    (bench/start_cost.py). No Process object, so nothing in multiprocess's registry
+    polls the child: its exit is read from the event loop alone.
     """
+    fs = multiprocess.forkserver._forkserver
     with _children_lock:  # a sweep never sees a child we started but do not know yet
-        process.start()
-        _known_children.add(process.pid)
-    multiprocess.process._children.discard(process)
+        sentinel, data = fs.connect_to_new_process([child_conn.fileno()])
+        try:
+            with open(data, "wb", closefd=True) as pipe:
+                pipe.write(request)
+            pid = multiprocess.forkserver.read_signed(sentinel)
+        except BaseException:
+            os.close(sentinel)
+            raise
+        _known_children.add(pid)
+    return ForkedChild(pid, sentinel)
 
 
 #: Every live child the pools of this process started; anything else the fork server

@@ -131,19 +131,24 @@ class FunctionTool(Tool):
         self.description = description or inspect.getdoc(fn) or self.name  # type: ignore[misc]
         self.concurrency_safe = concurrency_safe  # type: ignore[misc]
         self.read_only = read_only  # type: ignore[misc]
-        self.Args = _struct_from_signature(fn, self.name)  # type: ignore[misc]
+        self._fields = _fields_from_signature(fn, self.name)
+        self.Args = _struct_from_fields(self.name, self._fields)  # type: ignore[misc]
         self._wants_ctx = "ctx" in inspect.signature(fn).parameters
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # The Args struct is built at run time and cannot be pickled; rebuild it from the
-        # function on the other side (custom tools travel into child processes).
+        # The Args struct is built at run time and cannot be pickled. What it is made of
+        # travels instead — the fields as resolved here and the schema the model sees —
+        # so that a child process does not resolve the annotations (get_type_hints
+        # compiles string annotations), inspect the signature and generate the schema
+        # again for every run: ~1 ms per tool in a fresh process.
         options = dict(
             name=self.name,
             description=self.description,
             concurrency_safe=self.concurrency_safe,
             read_only=self.read_only,
         )
-        return (_rebuild_function_tool, (self.fn, options))
+        shipped = (self._fields, self._wants_ctx, args_schema(self.Args))
+        return (_rebuild_function_tool, (self.fn, options, shipped))
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
         kwargs = msgspec.structs.asdict(args)
@@ -160,13 +165,30 @@ class FunctionTool(Tool):
         return result if isinstance(result, str) else msgspec.json.encode(result).decode()
 
 
-def _rebuild_function_tool(fn: Callable[..., Any], options: dict[str, Any]) -> FunctionTool:
-    return FunctionTool(fn, **options)
+def _rebuild_function_tool(
+    fn: Callable[..., Any],
+    options: dict[str, Any],
+    shipped: tuple[list[tuple[Any, ...]], bool, dict[str, Any]] | None = None,
+) -> FunctionTool:
+    if shipped is None:  # pickled by an older version: rebuild from the function
+        return FunctionTool(fn, **options)
+    fields, wants_ctx, schema = shipped
+    tool = FunctionTool.__new__(FunctionTool)
+    tool.fn = fn
+    tool.name = options["name"]  # type: ignore[misc]
+    tool.description = options["description"]  # type: ignore[misc]
+    tool.concurrency_safe = options["concurrency_safe"]  # type: ignore[misc]
+    tool.read_only = options["read_only"]  # type: ignore[misc]
+    tool._fields = fields
+    tool.Args = _struct_from_fields(tool.name, fields)  # type: ignore[misc]
+    tool._wants_ctx = wants_ctx
+    _schemas[tool.Args] = schema
+    return tool
 
 
-def _struct_from_signature(fn: Callable[..., Any], name: str) -> type[msgspec.Struct]:
+def _fields_from_signature(fn: Callable[..., Any], name: str) -> list[tuple[Any, ...]]:
     hints = get_type_hints(fn)
-    fields: list[Any] = []
+    fields: list[tuple[Any, ...]] = []
     for param in inspect.signature(fn).parameters.values():
         if param.name == "ctx":
             continue
@@ -177,6 +199,10 @@ def _struct_from_signature(fn: Callable[..., Any], name: str) -> type[msgspec.St
             fields.append((param.name, annotation))
         else:
             fields.append((param.name, annotation, param.default))
+    return fields
+
+
+def _struct_from_fields(name: str, fields: list[tuple[Any, ...]]) -> type[msgspec.Struct]:
     struct: type[msgspec.Struct] = msgspec.defstruct(
         f"{name}_args", fields, kw_only=True, forbid_unknown_fields=True
     )

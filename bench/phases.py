@@ -1,0 +1,125 @@
+"""Per-phase CPU and wall time inside one sub-agent process (used by ``bench.profile``).
+
+``instrument()`` wraps, in the child only, the functions that make up a sub-agent's
+life — hardening, the pipe and Hello, the Start's objects, model, engine and sandbox,
+each model request, the exit clean-up — and adds up, per phase, the process's CPU
+(``time.process_time``, every thread) and wall time spent inside them. Phases nest (a
+sandbox's cgroup is inside "enter sandbox"), so each row is inclusive. A child runs one
+agent, so the CPU measured across an ``await`` is that agent's (a heartbeat is noise).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import time
+from collections.abc import Callable
+from typing import Any
+
+#: (phase, module, attribute path): what a child's life is made of, in order.
+PHASES: tuple[tuple[str, str, str], ...] = (
+    ("harden (setsid, prctl, oom, fds, faulthandler)", "agentcell.worker._child", "_harden"),
+    ("spare's cgroup, made before its Hello", "agentcell.worker._cgroup", "ProcessCap.prepare"),
+    ("pre-connect to the model endpoint", "agentcell.worker.models._http", "prepare_connection"),
+    ("open the pipe", "agentcell.protocol", "PipeChannel.open"),
+    ("Hello → Start → run → Result (all of _serve)", "agentcell.worker._child", "_serve"),
+    ("run_agent (the handler)", "agentcell.worker._agent", "run_agent"),
+    ("dill.loads of the Start's objects", "dill", "loads"),
+    ("resolve the model", "agentcell.worker._agent", "resolve_model"),
+    ("build the engine (registry, hooks)", "agentcell.worker._agent", "build_engine"),
+    ("enter the sandbox (all)", "agentcell.worker._agent", "enter_sandbox"),
+    ("  cgroup pids cap", "agentcell.worker._cgroup", "ProcessCap.create"),
+    ("  Landlock ruleset", "agentcell.worker._sandbox", "_restrict_process"),
+    ("  bash wall prepared", "agentcell.worker._sandbox", "_prepare_bash_wall"),
+    ("engine.run (3 model turns + tools)", "agentcell.worker._engine", "Engine.run"),
+    ("  model request #1", "agentcell.worker.models._http", "SSEClient.stream#1"),
+    ("  model requests #2+", "agentcell.worker.models._http", "SSEClient.stream#2+"),
+    ("model.aclose", "agentcell.worker.models._chat_model", "HttpChatModel.aclose"),
+    ("reap descendants at exit", "agentcell.worker._child", "_reap_descendants"),
+)
+
+
+def _resolve(module: str, path: str) -> tuple[Any, str]:
+    owner: Any = importlib.import_module(module)
+    *parents, name = path.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return owner, name
+
+
+def instrument() -> dict[str, list[float]]:
+    """Wrap every phase's function; returns {phase: [cpu_s, wall_s, calls]}, filled as
+    the child runs."""
+    totals: dict[str, list[float]] = {}
+    by_target: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for label, module, path in PHASES:
+        attr, _, which = path.partition("#")
+        by_target.setdefault((module, attr), []).append((label, which))
+    for (module, attr), labels in by_target.items():
+        try:
+            owner, name = _resolve(module, attr)
+        except (ImportError, AttributeError):
+            continue
+        raw = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name)
+        kind = type(raw) if isinstance(raw, classmethod | staticmethod) else None
+        func = raw.__func__ if kind is not None else raw
+        wrapped = _wrap(func, labels, totals)
+        setattr(owner, name, kind(wrapped) if kind is not None else wrapped)
+    return totals
+
+
+def _wrap(
+    func: Callable[..., Any], labels: list[tuple[str, str]], totals: dict[str, list[float]]
+) -> Callable[..., Any]:
+    calls = [0]
+
+    def label_now() -> str:
+        calls[0] += 1
+        for label, which in labels:
+            if not which or (which == "1" and calls[0] == 1) or (which == "2+" and calls[0] > 1):
+                return label
+        return labels[0][0]
+
+    def add(label: str, cpu0: float, wall0: float) -> None:
+        row = totals.setdefault(label, [0.0, 0.0, 0])
+        row[0] += time.process_time() - cpu0
+        row[1] += time.perf_counter() - wall0
+        row[2] += 1
+
+    if inspect.isasyncgenfunction(func):
+
+        @functools.wraps(func)
+        async def agen(*args: Any, **kwargs: Any) -> Any:
+            label = label_now()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            try:
+                async for item in func(*args, **kwargs):
+                    yield item
+            finally:
+                add(label, cpu0, wall0)
+
+        return agen
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def coro(*args: Any, **kwargs: Any) -> Any:
+            label = label_now()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            try:
+                return await func(*args, **kwargs)
+            finally:
+                add(label, cpu0, wall0)
+
+        return coro
+
+    @functools.wraps(func)
+    def plain(*args: Any, **kwargs: Any) -> Any:
+        label = label_now()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            add(label, cpu0, wall0)
+
+    return plain
