@@ -165,6 +165,7 @@ class Orchestrator:
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
             boot=ChildBoot(prepare_url=self._default_endpoint()),
+            starters=self.settings.process_starters,
         )
         self._owns_pool = pool is None
         self.ray = _ray_backend(self.settings, self.registry)

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import psutil
 import pytest
 from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.orchestrator.backends import forkserver_pids
 from agentcell.worker import _proc
 from hypothesis import HealthCheck, settings
 from model_servers import model_server  # noqa: F401  (a fixture for every test module)
@@ -49,7 +50,7 @@ class SpawnRecorder:
         for pid in self.forkservers:
             if _proc.is_alive(pid):
                 found.append(f"fork server {pid} is alive")
-        if _pool.forkserver_pid() is None:
+        if not forkserver_pids():
             for proc in psutil.Process().children(recursive=True):
                 try:
                     if proc.status() != psutil.STATUS_ZOMBIE:
@@ -72,9 +73,7 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> Iterator[SpawnRecorder]:
     def recording_init(self: _pool._Worker, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)  # type: ignore[arg-type]
         recorder.pids.add(self.pid)
-        fs = _pool.forkserver_pid()
-        if fs is not None:
-            recorder.forkservers.add(fs)
+        recorder.forkservers.update(forkserver_pids())
 
     monkeypatch.setattr(_pool._Worker, "__init__", recording_init)
     try:

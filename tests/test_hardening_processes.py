@@ -368,7 +368,7 @@ async def test_descendants_that_left_the_session_die_with_their_child(
 async def test_a_killed_fork_server_is_a_clear_result_and_is_replaced(
     spawned: SpawnRecorder,
 ) -> None:
-    from agentcell.orchestrator.backends._forkserver import forkserver_pid
+    from agentcell.orchestrator.backends import forkserver_pid
 
     async with WorkerPool(max_workers=4, warm=1) as pool:
         async with pool.lease() as lease:
@@ -463,7 +463,7 @@ async def test_a_spare_that_died_before_its_start_does_not_fail_the_run(
 ) -> None:
     """The fork server is killed (its idle spares die with it, unnoticed yet): the next
     sub-agent still runs, on a process of the replacement fork server."""
-    from agentcell.orchestrator.backends._forkserver import forkserver_pid
+    from agentcell.orchestrator.backends import forkserver_pid
 
     async with Orchestrator(
         settings=Settings(model="scripted:echo", approval="deny", warm_spares=3),

@@ -9,7 +9,7 @@ import sys
 import psutil
 import pytest
 from agentcell.orchestrator import OutcomeKind, PoolError, WorkerPool, WorkerStartError, WorkerState
-from agentcell.orchestrator.backends._forkserver import forkserver_pid
+from agentcell.orchestrator.backends import forkserver_pid
 from agentcell.protocol import (
     ApprovalReply,
     ApprovalRequest,

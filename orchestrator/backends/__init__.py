@@ -11,7 +11,6 @@ from agentcell.orchestrator.backends._forkserver import (
     WorkerPool,
     WorkerStartError,
     WorkerState,
-    forkserver_pid,
     wait_gone,
 )
 from agentcell.orchestrator.backends._interface import (
@@ -34,10 +33,17 @@ from agentcell.orchestrator.backends._ray_local import (
     RayHead,
     local_ray_head,
 )
+from agentcell.orchestrator.backends._starters import (
+    MAX_STARTERS,
+    default_starters,
+    forkserver_pid,
+    forkserver_pids,
+)
 
 __all__ = [
     "Backend",
     "LOOPBACK_ENV",
+    "MAX_STARTERS",
     "RayBackend",
     "RayBackendError",
     "RayHead",
@@ -56,6 +62,8 @@ __all__ = [
     "WorkerState",
     "child_environment",
     "describe_exit",
+    "default_starters",
     "forkserver_pid",
+    "forkserver_pids",
     "wait_gone",
 ]

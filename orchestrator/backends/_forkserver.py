@@ -16,9 +16,7 @@ import enum
 import itertools
 import logging
 import os
-import select
 import signal
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -26,6 +24,12 @@ import multiprocess
 import multiprocess.forkserver
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
+from agentcell.orchestrator.backends._starters import (
+    FORK_SERVERS,
+    MAX_STARTERS,
+    default_starters,
+    sweep_orphans,
+)
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ChannelClosed,
@@ -101,7 +105,7 @@ class _Worker:
         self._timers: list[asyncio.TimerHandle] = []
         # Signs what we send and checks what decides the run (see protocol's _frame_mac);
         # in force from the moment the Start carrying it is sent.
-        self.forkserver = forkserver_pid()  # the one that forked it (it may be replaced)
+        self.forkserver = process.forkserver  # the one that forked it (it may be replaced)
         self.frame_key = new_frame_key()
         self.start_sent = False
         self.forged_frames = 0
@@ -281,7 +285,7 @@ class _Worker:
         # No lock: one set operation is atomic, and the lock is held by the spawner
         # thread for a whole process start (a sweep must not see a child half-known):
         # waiting for it here stalled the event loop ~5 ms per child at large fan-out.
-        _known_children.discard(self.pid)
+        FORK_SERVERS.known.discard(self.pid)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -458,9 +462,6 @@ class WorkerPool:
     kept started so that a lease does not wait for a process start.
     """
 
-    _forkserver_users = 0
-    _forkserver_lock = threading.Lock()
-
     def __init__(
         self,
         *,
@@ -474,11 +475,14 @@ class WorkerPool:
         preload: list[str] | None = None,
         target: Callable[..., None] = child_main,
         surplus_idle_s: float = 30.0,
+        starters: int | None = None,
     ) -> None:
         if max_workers < 1:
             raise ValueError("max_workers must be at least 1")
         if warm < 0:
             raise ValueError("warm must be 0 or more")
+        if starters is not None and not 1 <= starters <= MAX_STARTERS:
+            raise ValueError(f"starters must be from 1 to {MAX_STARTERS}")
         self.max_workers = max_workers
         self.warm = min(warm, max_workers)
         self.heartbeat_timeout = heartbeat_timeout
@@ -488,6 +492,10 @@ class WorkerPool:
         self.boot = boot or ChildBoot()
         self._extra_preload = list(preload or [])
         self._target = target
+        # Fork servers taking start requests side by side (each forks one at a time),
+        # and as many threads handing them requests.
+        self.starters = starters or default_starters()
+        self._next_starter = itertools.count()
         # How long a spare started ahead for an expectation that was then withdrawn may
         # wait idle for a run (the next turn's fan-out, say) before spares beyond ``warm``
         # are retired.
@@ -519,7 +527,7 @@ class WorkerPool:
         if self._closed:
             raise PoolError("this pool is closed; create a new one")
         self._loop = asyncio.get_running_loop()
-        self._spawner = concurrent.futures.ThreadPoolExecutor(1, "agentcell-spawn")
+        self._spawner = concurrent.futures.ThreadPoolExecutor(self.starters, "agentcell-spawn")
         await self._loop.run_in_executor(self._spawner, self._ensure_forkserver)
         self._open = True
         self._watchdog = asyncio.create_task(self._watch())
@@ -527,15 +535,9 @@ class WorkerPool:
         return self
 
     def _ensure_forkserver(self) -> None:
-        with WorkerPool._forkserver_lock:
-            fs = multiprocess.forkserver._forkserver
-            if fs._forkserver_pid is None:
-                modules = [*PRELOAD_MODULES, *self._extra_preload, BOOT_MODULE]
-                self._ctx.set_forkserver_preload(modules)
-            _skip_main_in_children()
-            with _minimal_environment():
-                fs.ensure_running()
-            WorkerPool._forkserver_users += 1
+        _skip_main_in_children()
+        modules = [*PRELOAD_MODULES, *self._extra_preload, BOOT_MODULE]
+        FORK_SERVERS.open(self.starters, modules, _minimal_environment)
         # What an orchestrator killed before its clean-up left: the cgroups of its spares.
         proc.remove_stale_caps()
 
@@ -577,15 +579,7 @@ class WorkerPool:
 
     @staticmethod
     def _release_forkserver() -> None:
-        with WorkerPool._forkserver_lock:
-            WorkerPool._forkserver_users -= 1
-            if WorkerPool._forkserver_users == 0:
-                multiprocess.forkserver._forkserver._stop()
-                from multiprocess import resource_tracker
-
-                stop = getattr(resource_tracker._resource_tracker, "_stop", None)
-                if stop is not None:
-                    stop()
+        FORK_SERVERS.close()
 
     # -- leasing ------------------------------------------------------------------------
     async def acquire(self) -> Lease:
@@ -779,7 +773,7 @@ class WorkerPool:
         request = encode_request(self._target, (self.boot,), f"{_CHILD_NAME}{next(self._ids)}")
         try:
             process = await self._loop.run_in_executor(
-                self._spawner, _start_process, request, child_conn
+                self._spawner, FORK_SERVERS.start, next(self._next_starter), request, child_conn
             )
         except BaseException as exc:
             self._spawning -= 1
@@ -955,84 +949,3 @@ def _skip_main_in_children() -> None:
 
     get_preparation_data._agentcell = True  # type: ignore[attr-defined]
     spawn.get_preparation_data = get_preparation_data
-
-
-class ForkedChild:
-    """A child the fork server started for us: its pid, and its sentinel — the fork
-    server's status pipe, readable once the child has exited (its exit code follows)."""
-
-    def __init__(self, pid: int, sentinel: int) -> None:
-        self.pid = pid
-        self.sentinel = sentinel
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        """The exit code once the child has exited, else None (never blocks)."""
-        if self.returncode is None and self.sentinel >= 0:
-            readable, _, _ = select.select([self.sentinel], [], [], 0)
-            if not readable:
-                return None
-            try:
-                self.returncode = multiprocess.forkserver.read_signed(self.sentinel)
-            except (OSError, EOFError):
-                self.returncode = 255  # the fork server itself died (as multiprocess says)
-        return self.returncode
-
-    def close(self) -> None:
-        if self.sentinel >= 0:
-            os.close(self.sentinel)
-            self.sentinel = -1
-
-
-def _start_process(request: bytes, child_conn: Any) -> ForkedChild:
-    """Have the fork server fork a child for ``request`` (in the spawner thread), its
-    pipe end passed along; returns once the fork server has said the child's pid.
-
-    The request is ours (``encode_request``), not ``Process.start()``'s: multiprocess's
-    preparation data and dill-pickled Process object cost every child ~1.6 ms of CPU
-    (bench/start_cost.py). No Process object, so nothing in multiprocess's registry
-    polls the child: its exit is read from the event loop alone.
-    """
-    fs = multiprocess.forkserver._forkserver
-    with _children_lock:  # a sweep never sees a child we started but do not know yet
-        sentinel, data = fs.connect_to_new_process([child_conn.fileno()])
-        try:
-            with open(data, "wb", closefd=True) as pipe:
-                pipe.write(request)
-            pid = multiprocess.forkserver.read_signed(sentinel)
-        except BaseException:
-            os.close(sentinel)
-            raise
-        _known_children.add(pid)
-    return ForkedChild(pid, sentinel)
-
-
-#: Every live child the pools of this process started; anything else the fork server
-#: is the parent of is an orphan: a descendant of a child that died, reparented to the
-#: fork server (a subreaper) when it did. Guarded by ``_children_lock``.
-_known_children: set[int] = set()
-_children_lock = threading.Lock()
-
-
-def sweep_orphans() -> list[int]:
-    """Kill every orphan under the fork server (and its descendants); returns the pids.
-
-    This tracks a sub-agent's tree without relying on sessions: while a child lives it is
-    the subreaper of everything it starts, and when it dies what is left moves here.
-    """
-    fs = forkserver_pid()
-    if fs is None:
-        return []
-    with _children_lock:
-        table = proc.process_table()
-        orphans = [i.pid for i in table.values() if i.ppid == fs and i.pid not in _known_children]
-        killed: list[int] = []
-        for pid in orphans:
-            killed.extend(proc.kill_tree(pid, signal.SIGKILL, table))
-    return killed
-
-
-def forkserver_pid() -> int | None:
-    """The fork server's pid while one runs in this process (tests check it goes away)."""
-    pid: int | None = multiprocess.forkserver._forkserver._forkserver_pid
-    return pid

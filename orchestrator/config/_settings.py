@@ -85,6 +85,8 @@ class Settings(BaseModel):
     # Start sub-agent processes as the main model names its task calls, before its
     # response is complete (off: a process is started when a call is dispatched).
     start_ahead: bool = True
+    # Fork servers starting processes side by side; None: one per four cores (1 to 4).
+    process_starters: int | None = Field(default=None, ge=1, le=8)
     approval: ApprovalMode = "ask"
     permission_mode: str = "default"
     allow_rules: list[str] = Field(default_factory=list)

@@ -1,0 +1,196 @@
+"""The fork servers that start the pools' children: one per process starter.
+
+A fork server is a warmed Python process that forks one child per request. It forks
+one at a time, so on a machine with many cores a large fan-out waits in its queue:
+``starters`` fork servers (``default_starters()`` by the machine's cores) take requests
+side by side, the pool handing them out in turn. The first is multiprocess's own
+(``multiprocess.forkserver._forkserver``); the others are further instances of its
+``ForkServer``, started the same way. They are shared by every pool of this process and
+stopped when the last pool closes.
+
+Each fork server is the subreaper of what its children leave behind: a child's
+descendants that outlive it are reparented to the server that forked it. The sweep looks
+for them under every server; a start and a sweep of the same server never overlap, so
+a child just forked is never mistaken for an orphan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import multiprocess.forkserver
+from agentcell.worker import process as proc
+
+#: At most this many fork servers (each holds its own warmed interpreter, ~40 MiB).
+MAX_STARTERS = 8
+
+
+def default_starters() -> int:
+    """One fork server per four usable cores, from one up to four: on two cores a second
+    server would only take CPU from the children; on sixteen, four keep up with a
+    fan-out of hundreds."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores // 4))
+
+
+class ForkedChild:
+    """A child a fork server started for us: its pid, the fork server's pid, and its
+    sentinel — that server's status pipe, readable once the child has exited (its exit
+    code follows)."""
+
+    def __init__(self, pid: int, sentinel: int, forkserver: int | None) -> None:
+        self.pid = pid
+        self.sentinel = sentinel
+        self.forkserver = forkserver
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        """The exit code once the child has exited, else None (never blocks)."""
+        if self.returncode is None and self.sentinel >= 0:
+            readable, _, _ = select.select([self.sentinel], [], [], 0)
+            if not readable:
+                return None
+            try:
+                self.returncode = multiprocess.forkserver.read_signed(self.sentinel)
+            except (OSError, EOFError):
+                self.returncode = 255  # the fork server itself died (as multiprocess says)
+        return self.returncode
+
+    def close(self) -> None:
+        if self.sentinel >= 0:
+            os.close(self.sentinel)
+            self.sentinel = -1
+
+
+class _Server:
+    def __init__(self, server: Any) -> None:
+        self.server = server
+        # Held for a whole start on this server, and by a sweep of it: a sweep never
+        # sees a child this server forked that is not known yet.
+        self.lock = threading.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        pid: int | None = self.server._forkserver_pid
+        return pid
+
+
+class ForkServers:
+    """The process's fork servers and the children they started for its pools."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._servers = [_Server(multiprocess.forkserver._forkserver)]
+        self._running = 1  # how many of them the pools use now
+        self._users = 0
+        #: Every live child the pools started; anything else a fork server is the parent
+        #: of is an orphan (a descendant of a child that died, reparented to it).
+        self.known: set[int] = set()
+
+    def open(
+        self,
+        count: int,
+        preload: list[str],
+        environment: Callable[[], contextlib.AbstractContextManager[None]],
+    ) -> None:
+        """A pool needs ``count`` fork servers (started in ``environment``, preloading
+        ``preload`` when they start). The first pool to ask for more starts them."""
+        count = max(1, min(count, MAX_STARTERS))
+        with self._lock:
+            while len(self._servers) < count:
+                self._servers.append(_Server(multiprocess.forkserver.ForkServer()))
+            for entry in self._servers[:count]:
+                if entry.pid is None:
+                    entry.server.set_forkserver_preload(preload)
+                with environment():
+                    entry.server.ensure_running()
+            self._running = max(self._running, count)
+            self._users += 1
+
+    def close(self) -> None:
+        """A pool is done with them: the last one stops them all, and the resource
+        tracker."""
+        with self._lock:
+            self._users -= 1
+            if self._users > 0:
+                return
+            for entry in self._servers:
+                entry.server._stop()
+            self._running = 1
+            from multiprocess import resource_tracker
+
+            stop = getattr(resource_tracker._resource_tracker, "_stop", None)
+            if stop is not None:
+                stop()
+
+    def start(self, index: int, request: bytes, child_conn: Any) -> ForkedChild:
+        """Have fork server ``index`` (modulo those running) fork a child for
+        ``request``, its pipe end passed along; returns once the server has said the
+        child's pid. (In a starter thread: this blocks.) A server killed from outside
+        is started again by the next request to it."""
+        entry = self._servers[index % self._running]
+        with entry.lock:
+            sentinel, data = entry.server.connect_to_new_process([child_conn.fileno()])
+            try:
+                with open(data, "wb", closefd=True) as pipe:
+                    pipe.write(request)
+                pid = multiprocess.forkserver.read_signed(sentinel)
+            except BaseException:
+                os.close(sentinel)
+                raise
+            self.known.add(pid)
+        return ForkedChild(pid, sentinel, entry.pid)
+
+    def pids(self) -> list[int]:
+        """The pids of the fork servers running now (the first one first)."""
+        return [pid for entry in self._servers if (pid := entry.pid) is not None]
+
+    def sweep(self) -> list[int]:
+        """Kill every orphan under a fork server (and its descendants); returns the pids.
+
+        This tracks a sub-agent's tree without relying on sessions: while a child lives
+        it is the subreaper of everything it starts, and when it dies what is left moves
+        to its fork server."""
+        killed: list[int] = []
+        for entry in list(self._servers):
+            with entry.lock:
+                server = entry.pid
+                if server is None:
+                    continue
+                table = proc.process_table()
+                orphans = [
+                    i.pid for i in table.values() if i.ppid == server and i.pid not in self.known
+                ]
+                for pid in orphans:
+                    killed.extend(proc.kill_tree(pid, signal.SIGKILL, table))
+        return killed
+
+
+#: The one set of fork servers of this process.
+FORK_SERVERS = ForkServers()
+
+
+def sweep_orphans() -> list[int]:
+    """``FORK_SERVERS.sweep()``: kill what dead children left under the fork servers."""
+    return FORK_SERVERS.sweep()
+
+
+def forkserver_pid() -> int | None:
+    """The first fork server's pid while one runs in this process (tests check it goes
+    away); ``forkserver_pids()`` lists them all."""
+    pid: int | None = multiprocess.forkserver._forkserver._forkserver_pid
+    return pid
+
+
+def forkserver_pids() -> list[int]:
+    """Every fork server running in this process."""
+    return FORK_SERVERS.pids()

@@ -1,0 +1,119 @@
+"""More than one process starter: fork servers that start children side by side."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import psutil
+import pytest
+from agentcell.orchestrator import Orchestrator, Settings
+from agentcell.orchestrator.backends import (
+    MAX_STARTERS,
+    OutcomeKind,
+    WorkerPool,
+    default_starters,
+    forkserver_pids,
+    wait_gone,
+)
+from agentcell.protocol import (
+    PROTOCOL_VERSION,
+    Control,
+    ControlAction,
+    Event,
+    Notice,
+    Start,
+)
+from agentcell.worker import _proc
+from conftest import SpawnRecorder
+
+
+def parent_of(pid: int) -> int:
+    return psutil.Process(pid).ppid()
+
+
+def escape_then_die() -> Start:
+    """A child leaves two descendants outside its session, then kills itself."""
+    return Start(
+        protocol_version=PROTOCOL_VERSION,
+        run_id="r",
+        handler="hardening_handlers:run",
+        args={"op": "escape_then", "then": "sigkill"},
+    )
+
+
+async def test_two_starters_fork_children_in_turn_and_sweep_under_both(
+    spawned: SpawnRecorder,
+) -> None:
+    async with WorkerPool(max_workers=4, warm=2, starters=2) as pool:
+        await pool.warmed()
+        servers = forkserver_pids()
+        assert len(servers) == 2 and len(set(servers)) == 2
+        leases = [await pool.acquire(), await pool.acquire()]
+        # One child from each fork server: they take the requests in turn.
+        assert sorted(parent_of(lease.pid) for lease in leases) == sorted(servers)
+        left: list[int] = []
+        for lease in leases:
+            await lease.send(escape_then_die())
+            notice = await lease.recv()
+            assert isinstance(notice, Event) and isinstance(notice.event, Notice)
+            left += [int(p) for p in notice.event.message.split()]
+            await lease.send(Control(action=ControlAction.STEER, text="end now"))
+        for lease in leases:
+            outcome = await lease.wait()
+            assert outcome.kind is OutcomeKind.SIGNALED, outcome
+            await lease.release()
+        # What each dead child left moved to its own fork server, and was swept there.
+        await wait_gone(left, within=5.0)
+        assert [pid for pid in left if _proc.is_alive(pid)] == []
+    assert forkserver_pids() == []
+    assert not any(_proc.is_alive(pid) for pid in servers)
+
+
+async def test_a_killed_second_starter_is_replaced_and_its_child_reported(
+    spawned: SpawnRecorder,
+) -> None:
+    # No spares: each acquire starts one child, on the next fork server in turn.
+    async with WorkerPool(max_workers=4, warm=0, starters=2) as pool:
+        first, second = await pool.acquire(), await pool.acquire()
+        servers = forkserver_pids()
+        assert [parent_of(first.pid), parent_of(second.pid)] == servers
+        os.kill(servers[1], signal.SIGKILL)  # what a tool of any sub-agent could do
+        outcome = await second.wait()
+        assert "its fork server died" in outcome.detail, outcome
+        # The next start on the second server gets a new one, without a failed start.
+        third, fourth = await pool.acquire(), await pool.acquire()
+        now = forkserver_pids()
+        assert now[0] == servers[0] and now[1] not in servers
+        assert [parent_of(third.pid), parent_of(fourth.pid)] == now
+        for lease in (first, third, fourth):
+            await lease.release()
+
+
+async def test_an_orchestrator_takes_its_starters_from_the_settings(
+    spawned: SpawnRecorder,
+) -> None:
+    orch = Orchestrator(
+        model="scripted:demo",
+        settings=Settings(process_starters=3, warm_spares=3),
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        await asyncio.wait_for(orch.pool.warmed(), 60)
+        assert orch.pool.starters == 3
+        assert len(forkserver_pids()) == 3
+    assert forkserver_pids() == []
+
+
+def test_the_default_is_one_starter_per_four_cores_from_one_to_four(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    found = {}
+    for cores in (1, 2, 7, 8, 16, 64):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        found[cores] = default_starters()
+    assert found == {1: 1, 2: 1, 7: 1, 8: 2, 16: 4, 64: 4}
+    with pytest.raises(ValueError, match=f"from 1 to {MAX_STARTERS}"):
+        WorkerPool(starters=MAX_STARTERS + 1)
