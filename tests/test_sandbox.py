@@ -186,6 +186,73 @@ async def test_the_child_itself_reaches_only_its_model_endpoint(
     assert not accepted
 
 
+# Run by a sub-agent's bash under ``network: true`` (its own network namespace is then the
+# child's: /proc/net/unix lists the fork server's listening socket). It asks the fork server
+# for a child whose request unpickles to a shell command writing OUTSIDE, then makes a
+# second connection that sends nothing. Either would escape the sandbox or kill every
+# sibling, if the fork server took requests from anyone but the orchestrator.
+_FORK_SERVER_ATTACK = r"""
+import os, pickle, socket, struct, sys
+outside = sys.argv[1]
+class Run:
+    def __reduce__(self):
+        return (os.system, (f"touch {outside}",))
+paths = [line.split()[-1] for line in open("/proc/net/unix") if "listener-" in line]
+print("found", len(paths))
+for path in paths:
+    for payload in (True, False):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            if payload:
+                child_r, parent_w = os.pipe()
+                parent_r, child_w = os.pipe()
+                spare_r, spare_w = os.pipe()
+                fds = [child_r, child_w, spare_r, spare_w]
+                socket.send_fds(s, [bytes([len(fds)])], fds)
+                for fd in fds:  # the server holds its own copies, if it took them
+                    os.close(fd)
+                head = body = pickle.dumps(Run())
+                request = b"Ap" + struct.pack(">II", len(head), len(body)) + head + body
+                try:
+                    os.write(parent_w, request)
+                except BrokenPipeError:
+                    pass
+                print("pid", os.read(parent_r, 8))  # b"": refused
+            s.close()
+            print("sent", payload)
+        except OSError as exc:
+            print("refused", type(exc).__name__)
+"""
+
+
+async def test_a_sub_agent_cannot_use_the_fork_server(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    workdir, outside = tmp_path / "work", tmp_path / "escaped"
+    workdir.mkdir()
+    (workdir / "attack.py").write_text(_FORK_SERVER_ATTACK)
+    served.responder = bash_script([f"python3 attack.py {outside}"])
+    orch = Orchestrator(
+        settings=Settings(
+            model="openai:test", approval="allow", max_workers=2, warm_spares=1, network=True
+        ),
+        workdir=workdir,
+        agents=[agent("worker", ["bash"])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+        # The fork server lived through it: the spare beside the attacker still runs.
+        after = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert not outside.exists()
+    assert result.status is RunStatus.COMPLETED, result
+    assert "found 1" in result.text, result.text
+    assert "pid b''" in result.text and "sent False" in result.text, result.text  # no pid came
+    assert after.status is RunStatus.COMPLETED, after
+
+
 async def test_a_fork_bomb_ends_that_sub_agent_with_limit_and_nothing_else(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:

@@ -16,9 +16,11 @@ never with the marker), so ``Process.start()`` keeps working as before.
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import signal
+import socket
 import struct
 import sys
 import threading
@@ -106,3 +108,38 @@ def serve_one(child_r: int, fds: list[int], unused_fds: list[int], handlers: Any
     conn = Connection(forkserver._forkserver._inherited_fds[0])
     target(conn, *args)
     return 0
+
+
+_PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def guard_fork_requests() -> None:
+    """In the fork server: take fork requests from the orchestrator that started it only.
+
+    Its listening socket is a path any process of the same user can connect to — a
+    sub-agent's own code included (under ``network: true`` its bash even sees the path in
+    /proc/net/unix). A request from it would be forked outside every sandbox and run what
+    it pickled, and a malformed one would end the fork server's loop and every sibling
+    with it. So each connection's peer (``SO_PEERCRED``, set by the kernel at
+    ``connect``) must be this server's parent; anything else is dropped as an aborted
+    connection, which multiprocess's loop skips, before a byte of it is read.
+    """
+    from multiprocess import reduction
+
+    original = reduction.recvfds
+    if getattr(original, "_agentcell_guard", False):
+        return
+    owner = os.getppid()
+
+    def recvfds_from_owner(sock: socket.socket, size: int) -> list[int]:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        pid, _uid, _gid = _PEERCRED.unpack(raw)
+        if pid != owner:
+            raise ConnectionAbortedError(
+                errno.ECONNABORTED, f"fork request from process {pid}, not the orchestrator"
+            )
+        fds: list[int] = original(sock, size)
+        return fds
+
+    recvfds_from_owner._agentcell_guard = True  # type: ignore[attr-defined]
+    reduction.recvfds = recvfds_from_owner

@@ -21,7 +21,7 @@ import warnings
 
 import multiprocess.forkserver
 from agentcell.worker import _proc
-from agentcell.worker._fork_request import serve_one
+from agentcell.worker._fork_request import guard_fork_requests, serve_one
 from agentcell.worker._preload import PRELOAD_MODULES
 
 BOOT_PID = os.getpid()
@@ -135,8 +135,10 @@ async def _rehearse(workdir: str) -> None:
 
 _warm()
 
-# Children are started with agentcell's lean request (multiprocess's own still works).
+# Children are started with agentcell's lean request (multiprocess's own still works),
+# and only the orchestrator may ask for one.
 multiprocess.forkserver._serve_one = serve_one
+guard_fork_requests()
 
 #: Modules of the preload list that did not load in the fork server.
 MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules]
