@@ -41,7 +41,7 @@ from agentcell.orchestrator import (
     TaskState,
     WorkerState,
 )
-from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.orchestrator.backends import forkserver_pids
 from agentcell.protocol import Message, RunStatus, ToolMessage, UserMessage
 from agentcell.worker.models import ModelResponse, ToolSpec
 from agentcell.worker.testing import FunctionModel, reply, tool_call
@@ -162,7 +162,7 @@ async def fan_out(count: int, tmp_path: Path) -> dict[str, Any]:
         await asyncio.wait_for(orch.pool.warmed(), 60)  # replenished: the spares are idle
         # While open, after the work: the fork server (and multiprocess's resource
         # tracker, if it runs) and the idle spares — nothing else.
-        helpers = {_pool.forkserver_pid(), resource_tracker._resource_tracker._pid}
+        helpers = {*forkserver_pids(), resource_tracker._resource_tracker._pid}
         idle = {p for p in orch.pool.pids() if orch.pool._workers[p].state is WorkerState.IDLE}
         unexpected = {p: n for p, n in live_descendants().items() if p not in helpers | idle}
     final = main.calls[-1].messages
@@ -228,6 +228,6 @@ async def test_a_thousand_background_subagents(spawned: SpawnRecorder, tmp_path:
     assert seen["peak_live"] <= MAX_WORKERS
     assert not seen["unexpected"], seen["unexpected"]
     assert not leaked, leaked
-    assert _pool.forkserver_pid() is None
+    assert forkserver_pids() == []
     assert fds_after - fds_before <= FD_ALLOWANCE, (fds_before, fds_after)
     assert rss_after / rss_before < RSS_BOUND, (rss_before, rss_after)
