@@ -248,8 +248,12 @@ async def test_a_sub_agent_cannot_use_the_fork_server(
         after = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     assert not outside.exists()
     assert result.status is RunStatus.COMPLETED, result
-    assert "found 1" in result.text, result.text
-    assert "pid b''" in result.text and "sent False" in result.text, result.text  # no pid came
+    # Every fork server on the machine is found (another orchestrator's too); none forks.
+    lines = result.text.splitlines()
+    assert lines[0].startswith("found ") and int(lines[0].split()[1]) >= 1, result.text
+    assert [line for line in lines if line.startswith("pid")] != [], result.text
+    assert all(line == "pid b''" for line in lines if line.startswith("pid")), result.text
+    assert "sent False" in lines, result.text
     assert after.status is RunStatus.COMPLETED, after
 
 
