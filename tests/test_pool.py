@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 
@@ -284,3 +285,33 @@ async def test_children_import_nothing_the_forkserver_did_not_preload(
 
 def test_forkserver_boot_module_is_never_imported_in_the_parent() -> None:
     assert "agentcell.worker._forkserver_boot" not in sys.modules
+
+
+def test_a_sentinel_past_descriptor_1024_still_reports_the_exit() -> None:
+    """A busy orchestrator (a host application's files, ~500 live children) hands out
+    descriptors past 1024, where ``select()`` refuses to look: the child's end must still
+    be read from its sentinel, or its lease and the pool's close wait forever."""
+    import resource
+
+    import multiprocess.forkserver
+    from agentcell.orchestrator.backends._starters import ForkedChild
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2100:
+        pytest.skip(f"the hard descriptor limit here is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2100), hard))
+    read_end, write_end = os.pipe()
+    high = os.dup2(read_end, 2000)
+    os.close(read_end)
+    try:
+        child = ForkedChild(pid=0, sentinel=high, forkserver=None)
+        assert child.poll() is None  # nothing written: still running
+        multiprocess.forkserver.write_signed(write_end, 7)  # the fork server: "exit code 7"
+        assert child.poll() == 7
+        child.close()
+        assert child.sentinel == -1
+    finally:
+        os.close(write_end)
+        with contextlib.suppress(OSError):
+            os.close(high)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

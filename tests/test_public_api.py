@@ -416,6 +416,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "EventStream",
         "HookOutcome",
         "HookRunner",
+        "MAX_OPEN_REQUESTS",
         "MEMORY_MAX_CHARS",
         "MEMORY_MAX_LINES",
         "OrchestratorEvent",

@@ -20,7 +20,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import HookCommand
 from agentcell.orchestrator.delegation import HookRunner, Runner, SubagentStopHooks
-from agentcell.protocol import RunStatus
+from agentcell.protocol import RunStatus, ToolMessage
 from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -225,3 +225,68 @@ async def test_the_parent_hears_no_stop_past_the_last_one(tmp_path: Path) -> Non
     assert [o.blocked for o in outcomes].count(True) == MAX_STOP_HOOK_CONTINUATIONS + 1
     await blocking.ended("last")
     assert len(log.read_text().splitlines()) == MAX_STOP_HOOK_CONTINUATIONS + 1
+
+
+# Waits (bounded) until the forging child has written every frame, so the first stop is
+# still being decided when the second request comes in.
+WAIT_FOR_SENT = """
+import os, sys, time
+end = time.monotonic() + 20
+while not os.path.exists(sys.argv[1]) and time.monotonic() < end:
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("burst", ["two stops", "open requests"])
+async def test_a_child_forging_a_burst_of_hook_requests_is_ended(
+    spawned: SpawnRecorder, tmp_path: Path, burst: str
+) -> None:
+    """A real child never has two stops open, nor more than MAX_OPEN_REQUESTS requests:
+    one that does is not ours, and is killed rather than queued in the parent."""
+    from agentcell.orchestrator.delegation import MAX_OPEN_REQUESTS
+    from agentcell.worker.testing import FunctionModel, reply, tool_call
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    waiter = tmp_path / "wait.py"
+    waiter.write_text(WAIT_FOR_SENT)
+    forger = FunctionModel(child_models.forge_hook_requests, name="function:forger")
+    prompt = "2" if burst == "two stops" else f"{MAX_OPEN_REQUESTS + 8} tools"
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return reply("", tool_call("task", subagent_type="forger", prompt=prompt))
+        return "done"
+
+    command = f"{sys.executable} {waiter} {workdir / 'sent'}"
+    never = f"{sys.executable} {waiter} {tmp_path / 'never'}"
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        models={"function:forger": forger},
+        agents=[
+            AgentDefinition(
+                name="forger",
+                description="forger",
+                tools=["read_file"],
+                model="function:forger",
+                source="test",
+            )
+        ],
+        settings=Settings(
+            approval="allow",
+            warm_spares=0,
+            hooks={
+                "SubagentStop": [{"matcher": "forger", "command": command}],
+                # Never answered on its own (20 s at most): every request stays open.
+                "PreToolUse": [{"matcher": "read_file", "command": never}],
+            },
+        ),
+        workdir=workdir,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    (result,) = report.subagents
+    assert result.status is not RunStatus.COMPLETED, result
+    assert "protocol violation" in result.error, result.error

@@ -133,12 +133,13 @@ async def _rehearse(workdir: str) -> None:
         decode_body(bytes(encode_frame(frame))[4:])
 
 
-_warm()
-
-# Children are started with agentcell's lean request (multiprocess's own still works),
-# and only the orchestrator may ask for one.
-multiprocess.forkserver._serve_one = serve_one
+# Only the orchestrator may ask for a child: first, so that nothing below can leave the
+# fork server unguarded. Children are started with agentcell's lean request
+# (multiprocess's own still works).
 guard_fork_requests()
+multiprocess.forkserver._serve_one = serve_one
+
+_warm()
 
 #: Modules of the preload list that did not load in the fork server.
 MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules]

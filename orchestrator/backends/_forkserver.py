@@ -238,6 +238,9 @@ class _Worker:
             return
         for timer in self._timers:
             timer.cancel()
+        # Dead now: its pid may be reused by the next child, which must not be shadowed
+        # (or swept) by this one's record.
+        FORK_SERVERS.known.discard(self.pid)
         if self.state is WorkerState.IDLE:
             # A spare that died (its fork server killed, say) is no longer one while its
             # leftovers are cleaned up in a thread: no lease may take it meanwhile.
@@ -282,10 +285,8 @@ class _Worker:
             self._finish(exit_code)
 
     def _finish(self, exit_code: int) -> None:
-        # No lock: one set operation is atomic, and the lock is held by the spawner
-        # thread for a whole process start (a sweep must not see a child half-known):
-        # waiting for it here stalled the event loop ~5 ms per child at large fan-out.
-        FORK_SERVERS.known.discard(self.pid)
+        # (Its pid left FORK_SERVERS.known when the sentinel fired, without a lock: one
+        # set operation is atomic, and waiting for a starter's lock stalled the loop.)
         self.outcome = self._outcome(exit_code)
         self.state = WorkerState.DEAD
         self.dead.set_result(self.outcome)
@@ -730,10 +731,13 @@ class WorkerPool:
         surplus = self.idle + starting - self.warm - self._expected - self.waiting
         if surplus <= 0:
             return
+        # Only ready spares can be ended, and only those beyond what is wanted once the
+        # starting ones are up: a ready warm spare is never traded for one still starting.
+        ready_surplus = min(surplus, self.idle - self.warm)
         idle = [w for w in reversed(self._idle) if w.state is WorkerState.IDLE]
-        for worker in idle[:surplus]:  # the newest first: acquire takes the oldest
+        for worker in idle[: max(0, ready_surplus)]:  # the newest first: acquire takes the oldest
             worker.kill(OutcomeKind.KILLED, "a spare started ahead that no run needed")
-        if surplus > len(idle):  # some surplus is still starting: retire it once it is up
+        if surplus > max(0, ready_surplus):  # some is still starting: retire it once it is up
             self._retire_timer = self._loop.call_later(self.surplus_idle_s, self._retire_surplus)
 
     def _starting(self) -> int:
@@ -789,6 +793,8 @@ class WorkerPool:
         except BaseException:
             self._spawning -= 1
             proc.kill_session(process.pid)
+            process.close()
+            FORK_SERVERS.known.discard(process.pid)
             raise
         self._spawning -= 1
         worker = _Worker(self, process, channel)

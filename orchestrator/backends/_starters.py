@@ -56,8 +56,10 @@ class ForkedChild:
     def poll(self) -> int | None:
         """The exit code once the child has exited, else None (never blocks)."""
         if self.returncode is None and self.sentinel >= 0:
-            readable, _, _ = select.select([self.sentinel], [], [], 0)
-            if not readable:
+            # poll(), not select(): a busy orchestrator's descriptors pass 1024.
+            poller = select.poll()
+            poller.register(self.sentinel, select.POLLIN)
+            if not poller.poll(0):
                 return None
             try:
                 self.returncode = multiprocess.forkserver.read_signed(self.sentinel)
@@ -92,6 +94,7 @@ class ForkServers:
         self._servers = [_Server(multiprocess.forkserver._forkserver)]
         self._running = 1  # how many of them the pools use now
         self._users = 0
+        self._environment: Callable[[], contextlib.AbstractContextManager[None]] | None = None
         #: Every live child the pools started; anything else a fork server is the parent
         #: of is an orphan (a descendant of a child that died, reparented to it).
         self.known: set[int] = set()
@@ -106,6 +109,7 @@ class ForkServers:
         ``preload`` when they start). The first pool to ask for more starts them."""
         count = max(1, min(count, MAX_STARTERS))
         with self._lock:
+            self._environment = environment
             while len(self._servers) < count:
                 self._servers.append(_Server(multiprocess.forkserver.ForkServer()))
             for entry in self._servers[:count]:
@@ -139,6 +143,11 @@ class ForkServers:
         is started again by the next request to it."""
         entry = self._servers[index % self._running]
         with entry.lock:
+            if entry.pid is not None and not proc.is_alive(entry.pid) and self._environment:
+                # Killed from outside: start it again as it was started, with the minimal
+                # environment (multiprocess's own restart would give it ours, keys included).
+                with self._environment():
+                    entry.server.ensure_running()
             sentinel, data = entry.server.connect_to_new_process([child_conn.fileno()])
             try:
                 with open(data, "wb", closefd=True) as pipe:

@@ -43,6 +43,7 @@ from agentcell.orchestrator.delegation._results import (
 )
 from agentcell.orchestrator.delegation._resume import read_session
 from agentcell.orchestrator.delegation._runner import (
+    MAX_OPEN_REQUESTS,
     RunHandle,
     Runner,
     stricter_mode,
@@ -73,6 +74,7 @@ from agentcell.orchestrator.delegation._usage import (
 )
 
 __all__ = [
+    "MAX_OPEN_REQUESTS",
     "agent_mcp_servers",
     "wire_server",
     "AgentActivity",

@@ -125,8 +125,8 @@ class HookRunner:
 
     async def _start(self, hook: HookCommand, data: bytes) -> HookOutcome:
         where = f"{hook.event} hook {hook.command!r}" + (f" ({hook.origin})" if hook.origin else "")
-        try:
-            process = await asyncio.create_subprocess_shell(
+        starting = asyncio.ensure_future(
+            asyncio.create_subprocess_shell(
                 hook.command,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
@@ -134,9 +134,21 @@ class HookRunner:
                 cwd=self.cwd,
                 start_new_session=True,  # so a timeout can stop all it started
             )
+        )
+        try:
+            process = await asyncio.shield(starting)
         except OSError as exc:
             log.warning("%s could not start: %s", where, exc)
             return HookOutcome()
+        except asyncio.CancelledError:
+            # Cancelled while it started: asyncio would wait for its pipes to close, that
+            # is for the hook (and what it started) to end by itself. End its group now.
+            with contextlib.suppress(Exception):
+                started = await starting
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(started.pid, signal.SIGKILL)
+                await started.wait()
+            raise
         try:
             async with asyncio.timeout(hook.timeout_s):
                 out, err, code = await _talk(process, data)
@@ -313,13 +325,23 @@ class SubagentStopHooks:
         self.transcript = transcript
         self.blocks = 0  # in a row: each one sent the sub-agent back to work
         self.settled = False  # the run's last stop was asked: no after-the-fact run
-        self._turn = asyncio.Lock()  # a child's stops come one at a time; a forged burst waits
+        self._turn = asyncio.Lock()  # a child's stops come one at a time
+        self.open = False  # a stop is being decided: a real child never asks twice at once
 
     def relayed_events(self) -> dict[str, list[str]]:
         """For ``AgentSpec.hooked_tools``: relay this agent's stops, when a hook matches it."""
         if self.hooks.matching("SubagentStop", self.agent_type):
             return {"SubagentStop": [self.agent_type]}
         return {}
+
+    def claim(self) -> bool:
+        """Take the one open stop a child may have; False if one is open already (a
+        burst of forged requests, each holding up to a frame of text, is refused rather
+        than queued)."""
+        if self.open:
+            return False
+        self.open = True
+        return True
 
     async def relayed(self, last_message: str) -> HookOutcome:
         """The child is about to stop with ``last_message``: may it?"""

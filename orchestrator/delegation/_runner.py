@@ -749,7 +749,18 @@ class Runner:
                         ),
                     )
                 elif isinstance(frame, HookRequest):
+                    if frame.event == "SubagentStop" and not stop_hooks.claim():
+                        lease.kill(
+                            "protocol violation: a second SubagentStop request while one is open"
+                        )
+                        break
                     _spawn(side, self._answer_hook(lease, frame, spec, hooks, stop_hooks))
+                if len(side) > MAX_OPEN_REQUESTS:
+                    lease.kill(
+                        f"protocol violation: more than {MAX_OPEN_REQUESTS} requests "
+                        "(approvals, hooks, delegations) open at once"
+                    )
+                    break
         finally:
             # The child is gone (or we are): questions it asked are moot now, and what
             # it held of the provider's limits goes back to its siblings.
@@ -769,9 +780,14 @@ class Runner:
     ) -> None:
         offered = spec.hooked_tools.get(frame.event, [])
         if frame.tool not in offered:  # only what the parent said it hooks is answered
+            if frame.event == "SubagentStop":
+                stop_hooks.open = False
             reply = HookReply(request_id=frame.request_id)
         elif frame.event == "SubagentStop":  # the child's final answer, before it stops
-            outcome = await stop_hooks.relayed(frame.response)
+            try:
+                outcome = await stop_hooks.relayed(frame.response)
+            finally:
+                stop_hooks.open = False  # claimed when the frame came in
             reply = HookReply(
                 request_id=frame.request_id, blocked=outcome.blocked, reason=outcome.reason
             )
@@ -1064,6 +1080,11 @@ def _owner(scope: Scope) -> str:
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
     return scope.account.ledger if scope.account is not None else default
+
+
+#: Requests one child may have open at once (a model's parallel tool calls each ask
+#: at most one approval, hook or delegation); beyond it the child is not one of ours.
+MAX_OPEN_REQUESTS = 1024
 
 
 def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:
