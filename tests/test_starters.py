@@ -72,8 +72,9 @@ async def test_two_starters_fork_children_in_turn_and_sweep_under_both(
 
 
 async def test_a_killed_second_starter_is_replaced_and_its_child_reported(
-    spawned: SpawnRecorder,
+    spawned: SpawnRecorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-starter-test-key-not-real")
     # No spares: each acquire starts one child, on the next fork server in turn.
     async with WorkerPool(max_workers=4, warm=0, starters=2) as pool:
         first, second = await pool.acquire(), await pool.acquire()
@@ -86,6 +87,9 @@ async def test_a_killed_second_starter_is_replaced_and_its_child_reported(
         third, fourth = await pool.acquire(), await pool.acquire()
         now = forkserver_pids()
         assert now[0] == servers[0] and now[1] not in servers
+        # Started again as it was first started: with the minimal environment, no keys.
+        with open(f"/proc/{now[1]}/environ", "rb") as environ:
+            assert b"sk-starter-test-key" not in environ.read()
         assert [parent_of(third.pid), parent_of(fourth.pid)] == now
         for lease in (first, third, fourth):
             await lease.release()
