@@ -327,3 +327,32 @@ def test_reasoning_round_trips_through_the_codec_and_old_messages_decode() -> No
     message = msgspec.json.decode(old, type=Message)
     assert isinstance(message, AssistantMessage) and message.reasoning == []
     assert msgspec.json.encode(message) == old
+
+
+def test_a_continuation_of_a_run_stopped_inside_a_tool_loop_drops_the_masked_turn(
+    tmp_path: Path,
+) -> None:
+    """A run cut inside a tool loop ends with a tool-use turn; if the record masked a
+    secret in that turn's thinking, the turn cannot be sent (the API requires its thinking,
+    unaltered), so it goes with its tool results; an earlier masked block just goes."""
+    from agentcell.orchestrator.delegation._resume import read_session
+
+    masked = ThinkingBlock(thinking="the key is [REDACTED]", signature="SIG-1")
+    clean = ThinkingBlock(thinking="fine", signature="SIG-2")
+    call = ToolCall(id="c1", name="read_file", arguments='{"path": "a"}')
+    messages: list[Message] = [
+        UserMessage(content="go"),
+        AssistantMessage(content="first", reasoning=[masked, clean]),
+        UserMessage(content="more"),
+        AssistantMessage(content="", tool_calls=[call], reasoning=[masked]),
+        ToolMessage(tool_call_id="c1", name="read_file", content="data"),
+    ]
+    record = tmp_path / "a1.jsonl"
+    entry = {"kind": "messages", "messages": msgspec.to_builtins(messages)}
+    record.write_text(json.dumps(entry, separators=(",", ":")) + "\n")
+    session = read_session(record)
+    assert session == [
+        UserMessage(content="go"),
+        AssistantMessage(content="first", reasoning=[clean]),
+        UserMessage(content="more"),
+    ]

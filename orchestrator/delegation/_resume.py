@@ -37,9 +37,11 @@ def read_session(record: Path) -> list[Message] | None:
     """The last recorded session in one agent's record (None: it recorded none).
 
     A thinking block in which the record masked a secret is left out: its signature no
-    longer matches, so Anthropic would refuse the whole request. The recorded session
-    ended with a final answer, so every block in it is from an earlier turn, which the
-    API lets a request omit."""
+    longer matches, so Anthropic would refuse the whole request. A block of an earlier
+    turn may be omitted; but a run that stopped inside a tool loop (max_turns, a timeout,
+    a cancel) ends with an assistant turn whose thinking the API requires, so when that
+    turn lost a block it goes, with its tool results: the continuation starts after the
+    last turn that can be sent as it was."""
     found: list[Message] | None = None
     with record.open("rb") as file:
         for line in file:
@@ -50,7 +52,13 @@ def read_session(record: Path) -> list[Message] | None:
                 found = msgspec.convert(entry["messages"], list[Message])
             except (ValueError, KeyError, msgspec.ValidationError):
                 continue  # a line cut by a crash: the earlier one stands
-    return None if found is None else [_verifiable(message) for message in found]
+    if found is None:
+        return None
+    kept = [_verifiable(message) for message in found]
+    last = max((i for i, m in enumerate(kept) if isinstance(m, AssistantMessage)), default=-1)
+    if last >= 0 and kept[last] is not found[last] and found[last].tool_calls:  # type: ignore[union-attr]
+        kept = kept[:last]
+    return kept
 
 
 def _verifiable(message: Message) -> Message:
