@@ -188,12 +188,19 @@ class _RemoteWorker:
             self.backend._later(self._settle())
 
     async def _settle(self) -> None:
-        """Both witnesses, or one and a short wait for the other, then the outcome."""
+        """Both witnesses, or one and a wait for the other, then the outcome.
+
+        The channel may end first: the driver's report, which names the cause (the actor
+        died, its node died, memory ran out, the exit status), then follows once Ray has
+        noticed, which on a loaded machine takes seconds. It is waited for up to
+        ``REPORT_GRACE_S``; the channel, after a report, only ``exit_grace``."""
         if self.dead.done():
             return
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.backend.exit_grace):
                 await self.channel_ended.wait()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(REPORT_GRACE_S):
                 while self.report is None:
                     await self.backend._reported.wait()
         self._finish()
@@ -350,6 +357,11 @@ class RemoteLease(FrameQueue):
                 worker.kill(OutcomeKind.KILLED, "the remote sub-agent did not exit")
                 worker._finish()
         return await asyncio.shield(worker.dead)
+
+
+#: How long the outcome of a remote sub-agent whose connection ended waits for the
+#: driver to say why (Ray's actor-death notice is slow on a loaded machine).
+REPORT_GRACE_S = 30.0
 
 
 class RayBackend:
