@@ -53,6 +53,18 @@ def agent(name: str, tools: list[str], **fields: Any) -> AgentDefinition:
     )
 
 
+def orchestrator(workdir: Path, *agents: AgentDefinition, **settings: Any) -> Orchestrator:
+    """Default settings (the ``workspace`` sandbox), the local model server, no records."""
+    defaults: dict[str, Any] = {"model": "openai:test", "approval": "allow", "max_workers": 2}
+    return Orchestrator(
+        settings=Settings(**(defaults | {"warm_spares": 0} | settings)),
+        workdir=workdir,
+        agents=list(agents),
+        load_agent_files=False,
+        record=False,
+    )
+
+
 @pytest.fixture
 def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
@@ -117,13 +129,7 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
         f"echo leak > /dev/udp/127.0.0.1/{udp.getsockname()[1]} && echo UDP-SENT",
     ]
     served.responder = bash_script(commands)
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
-        workdir=work,
-        agents=[agent("worker", ["bash"])],
-        load_agent_files=False,
-        record=False,
-    )
+    orch = orchestrator(work, agent("worker", ["bash"]))
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     # The child reached its model endpoint for every turn, through the sandbox.
@@ -169,15 +175,7 @@ async def test_the_child_itself_reaches_only_its_model_endpoint(
         f'socket.create_connection(("127.0.0.1", {port}), timeout=5);print("CONNECTED")\''
     )
     served.responder = bash_script([probe])
-    orch = Orchestrator(
-        settings=Settings(
-            model="openai:test", approval="allow", max_workers=2, warm_spares=0, network=True
-        ),
-        workdir=tmp_path,
-        agents=[agent("worker", ["bash"])],
-        load_agent_files=False,
-        record=False,
-    )
+    orch = orchestrator(tmp_path, agent("worker", ["bash"]), network=True)
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result
@@ -233,15 +231,7 @@ async def test_a_sub_agent_cannot_use_the_fork_server(
     workdir.mkdir()
     (workdir / "attack.py").write_text(_FORK_SERVER_ATTACK)
     served.responder = bash_script([f"python3 attack.py {outside}"])
-    orch = Orchestrator(
-        settings=Settings(
-            model="openai:test", approval="allow", max_workers=2, warm_spares=1, network=True
-        ),
-        workdir=workdir,
-        agents=[agent("worker", ["bash"])],
-        load_agent_files=False,
-        record=False,
-    )
+    orch = orchestrator(workdir, agent("worker", ["bash"]), warm_spares=1, network=True)
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
         # The fork server lived through it: the spare beside the attacker still runs.
@@ -264,12 +254,8 @@ async def test_a_fork_bomb_ends_that_sub_agent_with_limit_and_nothing_else(
     # gives up by itself, so a broken cap fails the test instead of the machine.
     bomb = "for i in $(seq 200); do sleep 20 & done; wait"
     served.responder = bash_script([bomb, "echo second command ran"], timeout_s=15)
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
-        workdir=tmp_path,
-        agents=[agent("bomber", ["bash"], max_processes=40), agent("quiet", ["bash"])],
-        load_agent_files=False,
-        record=False,
+    orch = orchestrator(
+        tmp_path, agent("bomber", ["bash"], max_processes=40), agent("quiet", ["bash"])
     )
     async with orch:
         bomber = await asyncio.wait_for(orch.delegate("bomber", "go"), 60)
@@ -366,13 +352,7 @@ async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
     served.responder = bash_script(["kill -9 $PPID"])  # bash may still end its own agent
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
-        workdir=tmp_path,
-        agents=[agent("doomed", ["bash"])],
-        load_agent_files=False,
-        record=False,
-    )
+    orch = orchestrator(tmp_path, agent("doomed", ["bash"]))
     async with orch:
         doomed = await asyncio.wait_for(orch.delegate("doomed", "go"), 60)
     assert doomed.status is RunStatus.CRASHED, doomed

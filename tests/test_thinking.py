@@ -183,13 +183,14 @@ async def test_adaptive_models_get_effort_and_models_without_thinking_one_note(
     assert f"from 2000 to {THINKING_BUDGETS['max'] + 4096}" in raised
 
 
-async def test_a_continued_thinking_sub_agent_sends_its_recorded_thinking_back(
-    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
-) -> None:
+def keep_then_resume(thoughts: list[Thought]) -> Any:
+    """The main agent (OpenAI) starts ``keeper`` (Claude, thinking ``thoughts`` once), then
+    continues it by its ``agent_id`` with a second prompt."""
+
     def respond(body: dict[str, Any], api: str) -> Reply:
         if api == "anthropic":
             if len(body["messages"]) == 1:
-                return Reply(thinking=[THOUGHT], text="noted: PELICAN")
+                return Reply(thinking=thoughts, text="noted: PELICAN")
             return Reply(text="it was PELICAN")
         outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
         if not outputs:
@@ -201,7 +202,13 @@ async def test_a_continued_thinking_sub_agent_sends_its_recorded_thinking_back(
             return Reply(tool_calls=[Call("task", resume)])
         return Reply(text="done")
 
-    served.responder = respond
+    return respond
+
+
+async def test_a_continued_thinking_sub_agent_sends_its_recorded_thinking_back(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = keep_then_resume([THOUGHT])
     keeper = thinker("keeper", "anthropic:claude-sonnet-4-5", "low")
     orch = Orchestrator(
         settings=Settings(model="openai:test", approval="allow", warm_spares=0),
@@ -238,22 +245,7 @@ async def test_a_thinking_block_the_record_masked_is_left_out_of_a_continuation(
     refuse the whole request) and sends the untouched one as it was."""
     leaked = Thought(thinking="the key is sk-thinking-test-key, odd", signature="SIG-LEAKED")
 
-    def respond(body: dict[str, Any], api: str) -> Reply:
-        if api == "anthropic":
-            if len(body["messages"]) == 1:
-                return Reply(thinking=[leaked, THOUGHT], text="noted: PELICAN")
-            return Reply(text="it was PELICAN")
-        outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
-        if not outputs:
-            return Reply(tool_calls=[Call("task", {"subagent_type": "keeper", "prompt": "keep"})])
-        if len(outputs) == 1:
-            ident = re.search(r"^agent_id: (\S+)$", outputs[0], re.MULTILINE)
-            assert ident is not None, outputs[0]
-            resume = {"subagent_type": "keeper", "prompt": "which?", "resume": ident.group(1)}
-            return Reply(tool_calls=[Call("task", resume)])
-        return Reply(text="done")
-
-    served.responder = respond
+    served.responder = keep_then_resume([leaked, THOUGHT])
     orch = Orchestrator(
         settings=Settings(model="openai:test", approval="allow", warm_spares=0),
         workdir=tmp_path,
