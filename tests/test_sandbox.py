@@ -220,7 +220,7 @@ for path in paths:
             s.close()
             print("sent", payload)
         except OSError as exc:
-            print("refused", type(exc).__name__)
+            print("refused", payload, type(exc).__name__)
 """
 
 
@@ -241,9 +241,12 @@ async def test_a_sub_agent_cannot_use_the_fork_server(
     # Every fork server on the machine is found (another orchestrator's too); none forks.
     lines = result.text.splitlines()
     assert lines[0].startswith("found ") and int(lines[0].split()[1]) >= 1, result.text
-    assert [line for line in lines if line.startswith("pid")] != [], result.text
-    assert all(line == "pid b''" for line in lines if line.startswith("pid")), result.text
-    assert "sent False" in lines, result.text
+    # Each request was refused: dropped before it was read (the attacker's send fails), or
+    # read by nobody (no pid comes back). The empty connection is not fatal either.
+    found = int(lines[0].split()[1])
+    refused = [line for line in lines if line == "pid b''" or line.startswith("refused True")]
+    assert len(refused) == found, result.text
+    assert not [line for line in lines if line.startswith("pid") and line != "pid b''"]
     assert after.status is RunStatus.COMPLETED, after
 
 
