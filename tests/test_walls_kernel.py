@@ -369,6 +369,9 @@ def test_a_sub_agent_cannot_reach_the_terminal_it_was_started_from(
     lines = report["text"].split(SEP)[1].splitlines()
     assert lines[0] != "ttys 0", lines  # the attack found the terminal it was after
     assert not [line for line in lines if line.startswith("OPENED")], lines
+    # No device node can be made where it may write (root could otherwise make one).
+    made = [line for line in lines if line.startswith(("mknod", "open node"))]
+    assert made == ["mknod EACCES" if os.geteuid() == 0 else "mknod EPERM"], lines
     ioctls = [line for line in lines if line.startswith(("tiocsti", "tioclinux"))]
     assert len(ioctls) == 6 and all(line.endswith(" EPERM") for line in ioctls), lines
     assert b"52;c;" not in terminal.output and b"agentcell-pwned" not in terminal.output
