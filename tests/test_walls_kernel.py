@@ -18,6 +18,7 @@ import pty
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -26,11 +27,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.cli._sandbox_cmd import describe
 from agentcell.protocol import RunStatus
-from agentcell.worker import probe_sandbox
+from agentcell.worker import _seccomp, probe_sandbox
 from conftest import SpawnRecorder
-from model_servers import ModelServer
+from model_servers import Call, ModelServer, Reply
 from test_sandbox import SEP, agent, bash_script, orchestrator, served
 
 __all__ = ["served"]  # the fixture, shared with test_sandbox
@@ -43,6 +45,7 @@ pytestmark = [
     pytest.mark.skipif(not CAPS["seccomp_refuses"], reason=f"no seccomp here: {CAPS['seccomp']}"),
 ]
 SCRIPT = Path(__file__).with_name("walls_kernel_script.py")
+MCP_SERVER = Path(__file__).with_name("walls_kernel_mcp.py")
 
 # -- the kernel keyring ----------------------------------------------------------------
 
@@ -387,3 +390,104 @@ def test_agentcell_sandbox_reports_the_filter_and_what_it_refuses() -> None:
     assert "socket(AF_UNIX)" not in CAPS["seccomp_refuses"]
     assert "socket(AF_UNIX)" in CAPS["seccomp_bash_refuses"]
     assert not [line for line in report["modes"]["workspace"]["missing"] if "seccomp" in line]
+
+
+async def test_an_mcp_server_started_before_the_walls_runs_under_the_filter(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    server = {"command": sys.executable, "args": [str(MCP_SERVER)]}
+    served.responder = lambda body, api: (
+        Reply(text=[m for m in body["messages"] if m["role"] == "tool"][0]["content"])
+        if any(m["role"] == "tool" for m in body["messages"])
+        else Reply(tool_calls=[Call("mcp__walls__walls", {})])
+    )
+    worker = agent("worker", ["mcp__walls__*"], mcp_servers=[{"walls": server}])
+    async with orchestrator(tmp_path, worker) as orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    assert result.text == "seccomp 2 tiocsti EPERM", result.text
+
+
+# -- the filter program itself, on both architectures (no kernel needed) ------------------
+
+
+def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:
+    """What a classic BPF seccomp program returns for one system call (the kernel's
+    interpreter, for the four instructions the filter uses)."""
+    data = struct.pack("<iIQ6Q", nr, arch, 0, *(list(args) + [0] * (6 - len(args))))
+    code = [struct.unpack_from("=HBBI", program, i) for i in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while True:
+        op, jt, jf, k = code[pc]
+        pc += 1
+        if op == 0x20:  # BPF_LD | BPF_W | BPF_ABS
+            acc = struct.unpack_from("<I", data, k)[0]
+        elif op in (0x15, 0x35):  # BPF_JEQ, BPF_JGE with a constant
+            hit = acc == k if op == 0x15 else acc >= k
+            pc += jt if hit else jf
+        elif op == 0x06:  # BPF_RET
+            return k
+        else:
+            raise AssertionError(f"unexpected BPF instruction {op:#x}")
+
+
+_ALLOW, _EPERM = 0x7FFF0000, 0x00050001
+
+
+@pytest.mark.parametrize("machine", sorted(_seccomp._ARCHES))
+def test_the_filter_refuses_exactly_what_it_says_on_each_architecture(machine: str) -> None:
+    numbers = _seccomp._ARCHES[machine]
+    native = numbers["AUDIT_ARCH"]
+    for unix_too in (False, True):
+        program = _seccomp.build(machine, refuse_unix_sockets=unix_too)
+        for name in _seccomp.REFUSED_CALLS:
+            assert _run_bpf(program, numbers[name], native) == _EPERM, name
+        assert _run_bpf(program, 39, native) == _ALLOW  # getpid (x86_64) / umount2: allowed
+        # The request is compared on the 32 bits the kernel reads: high bits hide nothing.
+        for request in (0x5412, 0x541C, 0x1_0000_5412):
+            assert _run_bpf(program, numbers["ioctl"], native, (1, request)) == _EPERM
+        assert _run_bpf(program, numbers["ioctl"], native, (1, 0x541B)) == _ALLOW  # FIONREAD
+        # Another ABI's numbers mean other calls: all of them are refused.
+        other = _seccomp._ARCHES["aarch64" if machine == "x86_64" else "x86_64"]["AUDIT_ARCH"]
+        assert _run_bpf(program, 39, other) == _EPERM
+        assert _run_bpf(program, 39, 0x40000003) == _EPERM  # i386 (int 0x80)
+        unix = _run_bpf(program, numbers["socket"], native, (1, 1, 0))
+        assert unix == (_EPERM if unix_too else _ALLOW)
+        assert _run_bpf(program, numbers["socket"], native, (0x1_0000_0001, 1)) == unix
+        assert _run_bpf(program, numbers["socket"], native, (2, 1, 0)) == _ALLOW  # AF_INET
+    if machine == "x86_64":  # x32: the same arch value, bit 30 set in the number
+        assert _run_bpf(program, 0x40000000 | 39, native) == _EPERM
+
+
+def _seccomp_mode(pid: int, tid: str) -> str:
+    status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    return next(line.split(":")[1].strip() for line in status.splitlines() if "Seccomp:" in line)
+
+
+async def test_every_thread_of_the_sub_agent_is_under_the_filter(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    hold = "echo $PPID > child.pid && until [ -e go ]; do sleep 0.05; done && echo released"
+    served.responder = bash_script([hold], timeout_s=60)
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=work,
+        agents=[agent("worker", ["bash"])],
+        load_agent_files=False,
+        record=True,  # a run folder: the child's output-drain thread runs before the walls
+    )
+    marker = work / "child.pid"
+    async with orch:
+        run = asyncio.create_task(orch.delegate("worker", "go"))
+        while not (marker.exists() and marker.read_text().strip()):
+            assert not run.done(), run.result()
+            await asyncio.sleep(0.05)  # polls a condition (the file), no timing assumed
+        pid = int(marker.read_text())
+        modes = {tid: _seccomp_mode(pid, tid) for tid in os.listdir(f"/proc/{pid}/task")}
+        (work / "go").touch()
+        result = await asyncio.wait_for(run, 60)
+    assert result.status is RunStatus.COMPLETED, result
+    assert len(modes) >= 2, modes  # the drain thread, started before the filter
+    assert set(modes.values()) == {"2"}, modes  # SECCOMP_MODE_FILTER on every one

@@ -281,6 +281,15 @@ def apply(
     return box
 
 
+def launcher_seccomp(mode: str) -> str:
+    """The process filter for a launcher that starts a program before the walls go up
+    (an MCP server): ``-`` under ``off`` or where no filter can be installed."""
+    if parse_mode(mode) == "off" or _seccomp.unavailable() is not None:
+        return "-"
+    process_filter = _seccomp.process_filter()
+    return "-" if process_filter is None else process_filter.launcher_arg()
+
+
 def _install_seccomp(box: Sandbox, *, bash_unix_sockets: bool) -> None:
     """The second wall, last: after the process's own set-up, on every thread."""
     reason = _seccomp.unavailable()

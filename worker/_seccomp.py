@@ -233,9 +233,10 @@ class Filter:
         ):
             os._exit(126)
 
-    def hex(self) -> str:
-        """The program as hex, for a launcher in another interpreter (MCP servers)."""
-        return self._buffer.raw.hex()
+    def launcher_arg(self) -> str:
+        """``<seccomp number>:<program hex>``: for a launcher in another interpreter that
+        installs this filter before it execs (MCP servers, ``_mcp._LAUNCHER``)."""
+        return f"{self._nr}:{self._buffer.raw.hex()}"
 
 
 def unavailable() -> str | None:
