@@ -491,3 +491,22 @@ async def test_every_thread_of_the_sub_agent_is_under_the_filter(
     assert result.status is RunStatus.COMPLETED, result
     assert len(modes) >= 2, modes  # the drain thread, started before the filter
     assert set(modes.values()) == {"2"}, modes  # SECCOMP_MODE_FILTER on every one
+
+
+def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcell.worker import _sandbox
+
+    bare = {**CAPS, "seccomp": "not available: no seccomp", "seccomp_refuses": []}
+    bare["seccomp_bash_refuses"] = []
+    report = describe(bare)
+    assert not [line for line in report["modes"]["workspace"]["enforced"] if "seccomp" in line]
+    assert [line for line in report["modes"]["workspace"]["missing"] if "seccomp" in line]
+    assert report["modes"]["required"]["note"] == "refuses to start here"
+    # The child side: nothing installed, and the result's sandbox field says so.
+    monkeypatch.setattr(_seccomp, "unavailable", lambda: "the kernel has no seccomp")
+    box = _sandbox.Sandbox("workspace")
+    _sandbox._install_seccomp(box, bash_unix_sockets=False)
+    assert not box.seccomp and box.bash_preexec() is None
+    assert box.report().endswith("missing: seccomp filter (the kernel has no seccomp)")

@@ -419,6 +419,7 @@ def warm_path_cache() -> None:
         sys.executable,
     )
     _etc_paths()
+    _seccomp.warm()
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import platform
 import struct
@@ -163,6 +164,7 @@ class _Program:
         return offset
 
 
+@functools.cache  # built once in the fork server (``warm``); its children reuse the bytes
 def build(machine: str, *, refuse_unix_sockets: bool) -> bytes:
     """The filter program for ``machine`` (see the module's docstring for its shape)."""
     numbers = _ARCHES[machine]
@@ -260,6 +262,14 @@ def process_filter() -> Filter | None:
 def bash_filter() -> Filter | None:
     machine = arch()
     return None if machine is None else Filter(machine, refuse_unix_sockets=True)
+
+
+def warm() -> None:
+    """Build both programs now (the fork server calls this: its children inherit them)."""
+    machine = arch()
+    if machine is not None:
+        for unix in (False, True):
+            build(machine, refuse_unix_sockets=unix)
 
 
 # -- what it refuses on this machine, tried in a throwaway child -------------------------
