@@ -12,9 +12,10 @@ filter that also refuses ``socket(AF_UNIX, ...)`` (``socketpair`` stays: it reac
 one else), unless the run has ``network: true``.
 
 The program is classic BPF built here by hand rather than through libseccomp: it is a
-dozen comparisons, it has no run-time dependency (libseccomp's Python binding is not on
-PyPI and ``pyseccomp`` has not been released since 2021), and it is built once before the
-fork, so what runs between fork and exec is one system call on ready bytes. Its shape:
+dozen comparisons, it has no run-time dependency (libseccomp's own binding comes with
+distributions or third-party wheels, ``pyseccomp`` has not been released since 2021, and
+both need libseccomp installed), and it is built once before the fork, so what runs
+between fork and exec is one system call on ready bytes. Its shape:
 
 1. the architecture (``seccomp_data.arch``) must be this process's own — a 64-bit
    process can still make i386 (``int 0x80``) or x32 system calls, whose numbers differ:
