@@ -129,7 +129,8 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
         return None
     from agentcell.worker._mcp import McpServers
 
-    servers = McpServers(spec.mcp_servers, workdir=spec.workdir)
+    seccomp = _sandbox.launcher_seccomp(spec.sandbox)  # the servers get the filter too
+    servers = McpServers(spec.mcp_servers, workdir=spec.workdir, seccomp=seccomp)
     await servers.start()
     for tool in servers.tools:
         if tool.name not in engine.tools:

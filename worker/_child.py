@@ -300,6 +300,7 @@ def remote_child_main(
         _proc.set_parent_death_signal(signal.SIGKILL)
         _proc.set_child_subreaper()
         _proc.raise_oom_score(boot.oom_score_adj)
+        _proc.detach_terminal()
         faulthandler.enable(all_threads=True)
         asyncio.run(_serve_then_exit(connect, lambda: (True, [])))
         os._exit(EXIT_FAILURE)  # not reached: _serve_then_exit leaves with os._exit
@@ -365,6 +366,7 @@ def _harden(boot: ChildBoot) -> None:
     _proc.set_child_subreaper()
     _proc.raise_oom_score(boot.oom_score_adj)
     _release_multiprocess_fds()
+    _proc.detach_terminal()  # the user's terminal is never a sub-agent's (docs/security.md)
     if boot.stdio_path is not None:
         fd = os.open(boot.stdio_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)

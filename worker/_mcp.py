@@ -39,15 +39,27 @@ STOP_TIMEOUT_S = 5.0
 #: Runs a stdio server's command with a parent-death signal. The SDK starts a server in
 #: a session of its own, where the sweep of a dead sub-agent's session does not reach; the
 #: signal ends the server with the sub-agent however that one dies (SIGKILL included).
-#: argv: the sub-agent's pid (if it is already gone, do not start), command, its args.
+#: It also installs the sub-agent's seccomp filter (``_seccomp``), which the server
+#: would not otherwise have: it starts before the sub-agent's walls go up.
+#: argv: the sub-agent's pid (if it is already gone, do not start), the filter as
+#: ``<seccomp syscall number>:<program hex>`` or ``-`` (none), command, its args.
 _LAUNCHER = (
     "import ctypes, os, sys\n"
-    "ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
     "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
+    "if sys.argv[2] != '-':\n"
+    "    nr, code = sys.argv[2].split(':')\n"
+    "    program = ctypes.create_string_buffer(bytes.fromhex(code))\n"
+    # struct sock_fprog on a little-endian 64-bit ABI: the length, padding, the pointer.
+    "    fprog = (ctypes.c_ulong * 2)(len(code) // 16, ctypes.addressof(program))\n"
+    "    if libc.prctl(38, 1, 0, 0, 0) or libc.syscall(int(nr), 1, 0, fprog):\n"
+    "        print('cannot install the seccomp filter', file=sys.stderr)\n"
+    "        sys.exit(126)\n"
     "try:\n"
-    "    os.execvp(sys.argv[2], sys.argv[2:])\n"
+    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
     "except OSError as exc:\n"
-    "    print(f'cannot run {sys.argv[2]!r}: {exc.strerror}', file=sys.stderr)\n"
+    "    print(f'cannot run {sys.argv[3]!r}: {exc.strerror}', file=sys.stderr)\n"
     "    sys.exit(127)\n"
 )
 
@@ -151,7 +163,10 @@ def _decoded_size(data: str) -> int:
 class McpServers:
     """The MCP servers of one agent: ``start`` them, use ``tools``, ``stop`` them."""
 
-    def __init__(self, servers: Sequence[McpServer], *, workdir: str = ".") -> None:
+    def __init__(
+        self, servers: Sequence[McpServer], *, workdir: str = ".", seccomp: str = "-"
+    ) -> None:
+        self.seccomp = seccomp  # the filter stdio servers start under (see _LAUNCHER)
         self.servers = list(servers)
         self.workdir = workdir
         self.tools: list[Tool] = []
@@ -197,7 +212,9 @@ class McpServers:
     async def _serve(self, server: McpServer, ready: asyncio.Future[Any]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                client = await stack.enter_async_context(_client(server, stack, self.workdir))
+                client = await stack.enter_async_context(
+                    _client(server, stack, self.workdir, self.seccomp)
+                )
                 tools: list[Any] = []
                 cursor: str | None = None
                 while True:  # every page of the listing
@@ -234,7 +251,9 @@ class McpServers:
         return "; ".join(parts)
 
 
-def _client(server: McpServer, stack: contextlib.AsyncExitStack, workdir: str) -> Any:
+def _client(
+    server: McpServer, stack: contextlib.AsyncExitStack, workdir: str, seccomp: str = "-"
+) -> Any:
     """The SDK client for one server (imported here: only runs with servers pay for it)."""
     from mcp import Client, StdioServerParameters
 
@@ -249,7 +268,7 @@ def _client(server: McpServer, stack: contextlib.AsyncExitStack, workdir: str) -
         raise FileNotFoundError(f"no such command: {server.command}")
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-c", _LAUNCHER, str(os.getpid()), server.command, *server.args],
+        args=["-c", _LAUNCHER, str(os.getpid()), seccomp, server.command, *server.args],
         env=dict(server.env) or None,
         cwd=os.path.realpath(workdir),
     )

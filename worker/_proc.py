@@ -204,3 +204,21 @@ def is_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
+
+
+def detach_terminal() -> None:
+    """Leave no descriptor of a terminal in this process: standard input, output and
+    error that are one become ``/dev/null``, any other is closed. A sub-agent is in a
+    session of its own with no controlling terminal, and no tty device is in its walls;
+    an inherited descriptor is what Landlock would not check (it checks opens only)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        with contextlib.suppress(OSError):
+            if not os.isatty(fd):
+                continue
+            if fd > 2:
+                os.close(fd)
+                continue
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)

@@ -10,11 +10,17 @@ process (and so its tools, its bash and everything they start) may
 - connect over TCP only to its model endpoint's port, when its model is an HTTP provider
   and no in-process custom code (tools, a model object) came with the run (Landlock);
 - not signal or ptrace anything outside its own tree (Landlock scopes, ABI 6);
+- not open any terminal (no tty device is in its walls; it has no controlling terminal);
+- not use the kernel keyring, ptrace, ``process_vm_*``, io_uring, bpf, perf events,
+  userfaultfd, nor the TIOCSTI/TIOCLINUX ioctls (a seccomp filter on all its threads,
+  inherited by all it starts: ``_seccomp``);
 - have at most ``max_processes`` processes and threads in its tree (cgroup ``pids``).
 
 ``bash`` commands get one more, stacked domain with no TCP at all and, where the kernel
 lets us, a network namespace of their own (no UDP, no abstract sockets either), unless
-the run has ``network: true``. ``read-only`` is ``workspace`` with the workdir read-only.
+the run has ``network: true``; and a stacked seccomp filter with no ``socket(AF_UNIX, …)``
+(a path a UNIX socket connects to is no Landlock right), also unless ``network: true``.
+``read-only`` is ``workspace`` with the workdir read-only.
 
 Every mechanism is detected, never assumed; what is missing is named in the report that
 goes back to the parent (``SandboxReport``), never silently skipped.
@@ -33,7 +39,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _cgroup, _landlock
+from agentcell.worker import _cgroup, _landlock, _seccomp
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -44,7 +50,8 @@ _ETC_SECRETS = frozenset(
     {"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "security", "ssl"}
 )
 _SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys")
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: No tty device (``/dev/tty``, ``/dev/pts``): the user's terminal is never in the walls.
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 
@@ -90,11 +97,7 @@ def probe() -> dict[str, Any]:
 def _probe() -> dict[str, Any]:
     abi = _landlock.abi_version()
     cgroup = _cgroup.controller()
-    seccomp = "unknown"
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Seccomp:"):
-                seccomp = "available (not used by agentcell)"
+    seccomp = _seccomp.probe()
     return {
         "landlock_abi": abi,
         "landlock_files": abi >= 1,
@@ -106,7 +109,9 @@ def _probe() -> dict[str, Any]:
         "no_new_privs": True,
         "network_namespace": _can_unshare_net(),
         "process_cap": None if cgroup is None else f"cgroup {cgroup[0]} pids",
-        "seccomp": seccomp,
+        "seccomp": "filter" if seccomp["available"] else f"not available: {seccomp['reason']}",
+        "seccomp_refuses": seccomp["refuses"],
+        "seccomp_bash_refuses": seccomp["bash_refuses"],
     }
 
 
@@ -123,6 +128,8 @@ def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
         missing.append("signal and abstract-socket scoping (Landlock ABI 6)")
     if caps["process_cap"] is None:
         missing.append("a process cap (a writable cgroup pids controller)")
+    if not caps["seccomp_refuses"]:
+        missing.append(f"the seccomp filter (keyring, ptrace, io_uring, …): {caps['seccomp']}")
     return missing
 
 
@@ -140,7 +147,9 @@ class Sandbox:
         self.model_ports: list[int] | None = None  # None: the process's own TCP is open
         self.bash_network = True
         self.missing: list[str] = []
+        self.seccomp = False  # this process's filter is installed
         self._bash_ruleset: Ruleset | None = None
+        self._bash_filter: _seccomp.Filter | None = None  # no AF_UNIX sockets for bash
 
     # The shape recorded on SubAgentResult.sandbox.
     def report(self) -> str:
@@ -151,6 +160,10 @@ class Sandbox:
         if self.model_ports is not None:
             parts.append("own tcp: " + (",".join(map(str, self.model_ports)) or "none"))
         parts.append("bash network" if self.bash_network else "bash no network")
+        if self.seccomp:
+            parts.append(
+                "seccomp" if self._bash_filter is None else "seccomp, bash no unix sockets"
+            )
         if self.cap is not None:
             parts.append(f"max {self.cap.limit} processes")
         if self.missing:
@@ -161,9 +174,11 @@ class Sandbox:
         return self.cap is not None and self.cap.times_hit() > 0
 
     def bash_preexec(self) -> Callable[[], None] | None:
-        """What bash's child runs between fork and exec: the no-network domain."""
+        """What bash's child runs between fork and exec: the no-network domain, then the
+        filter without UNIX sockets (last: nothing before it needs a socket)."""
+        unix_filter = self._bash_filter
         if self.bash_network:
-            return None
+            return None if unix_filter is None else unix_filter.install_in_child
         ruleset = self._bash_ruleset
         unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded now, not after fork
 
@@ -176,6 +191,8 @@ class Sandbox:
             isolated = unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
             if not isolated and ruleset is None:
                 os._exit(126)  # no wall at all would be a silent skip: refuse instead
+            if unix_filter is not None:
+                unix_filter.install_in_child()
 
         return enter
 
@@ -260,7 +277,30 @@ def apply(
         )
     if not network:
         _prepare_bash_wall(box, caps_abi)
+    _install_seccomp(box, bash_unix_sockets=network)
     return box
+
+
+def launcher_seccomp(mode: str) -> str:
+    """The process filter for a launcher that starts a program before the walls go up
+    (an MCP server): ``-`` under ``off`` or where no filter can be installed."""
+    if parse_mode(mode) == "off" or _seccomp.unavailable() is not None:
+        return "-"
+    process_filter = _seccomp.process_filter()
+    return "-" if process_filter is None else process_filter.launcher_arg()
+
+
+def _install_seccomp(box: Sandbox, *, bash_unix_sockets: bool) -> None:
+    """The second wall, last: after the process's own set-up, on every thread."""
+    reason = _seccomp.unavailable()
+    process_filter = _seccomp.process_filter()
+    if reason is not None or process_filter is None:
+        box.missing.append(f"seccomp filter ({reason})")
+        return
+    process_filter.install()
+    box.seccomp = True
+    if not bash_unix_sockets:  # built now: bash's preexec only loads it
+        box._bash_filter = _seccomp.bash_filter()
 
 
 def _restrict_process(
@@ -273,16 +313,18 @@ def _restrict_process(
     read_paths: Iterable[str],
     memory_dir: str = "",
 ) -> None:
-    everything = _landlock.fs_rights(abi)
+    # Writable never includes making device nodes: as root, ``mknod`` of the terminal's
+    # (or a disk's) numbers in the workdir would open what the walls keep out.
+    handled = _landlock.fs_rights(abi)
+    everything = handled & ~(_landlock.MAKE_CHAR | _landlock.MAKE_BLOCK)
     net = _landlock.net_rights(abi) if model_ports is not None else 0
-    ruleset = Ruleset(fs=everything, net=net, scoped=_landlock.scopes(abi))
+    ruleset = Ruleset(fs=handled, net=net, scoped=_landlock.scopes(abi))
     try:
         ruleset.allow_paths(_read_paths(workdir, read_paths), _landlock.READ)
         ruleset.allow_path("/etc", _landlock.READ_DIR)  # listing only: files one by one
         ruleset.allow_paths(_etc_paths(), _landlock.READ_FILE | _landlock.READ_DIR)
         device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
         ruleset.allow_paths(_DEVICES, device)
-        ruleset.allow_path("/dev/pts", device | _landlock.READ_DIR)
         writable = [box.tmpdir or ""]
         if run_dir:
             outputs = Path(run_dir) / "tool-outputs"
@@ -377,6 +419,7 @@ def warm_path_cache() -> None:
         sys.executable,
     )
     _etc_paths()
+    _seccomp.warm()
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:

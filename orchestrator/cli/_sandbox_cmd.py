@@ -39,6 +39,8 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     if caps["process_cap"]:
         walls.append(f"process cap per sub-agent tree ({caps['process_cap']})")
     walls.append("no_new_privs: no setuid or file-capability gains")
+    walls.append("no terminal: no controlling tty, no tty device, no inherited tty descriptor")
+    walls += seccomp_walls(caps)
     missing = sandbox_missing("workspace", caps)
     modes: dict[str, Any] = {
         "off": {"enforced": [], "missing": [], "note": "no OS walls: only process isolation"},
@@ -55,6 +57,22 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     }
     assert set(SANDBOX_MODES) <= set(modes)
     return {"machine": caps, "modes": modes}
+
+
+def seccomp_walls(caps: dict[str, Any]) -> list[str]:
+    """What the seccomp filter refused when tried on this machine (none: not available)."""
+    refused = caps["seccomp_refuses"]
+    if not refused:
+        return []
+    lines = ["seccomp on every thread and all descendants, EPERM for: " + ", ".join(refused)]
+    bash_only = [name for name in caps["seccomp_bash_refuses"] if name not in refused]
+    if bash_only:
+        lines.append(
+            "bash commands also (unless network: true): "
+            + ", ".join(bash_only)
+            + " (socketpair still works)"
+        )
+    return lines
 
 
 def show_sandbox(*, as_json: bool) -> None:
