@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
+from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
 from agentcell.worker.models import ModelError
 
@@ -465,3 +466,9 @@ def main() -> None:
     except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
         click.echo("", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:
+        if not is_closed_pipe(exc):
+            raise
+        # The reader of stdout went away (``agentcell runs list | head -1``): what it
+        # wanted was shown, so end quietly, as ``git log | head`` does.
+        stdout_gone()
