@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -28,3 +29,44 @@ def test_a_closed_stdout_ends_the_run_quietly_and_the_run_is_recorded(tmp_path: 
         [AGENTCELL, "runs", "list", "--json"], cwd=work, env=env, capture_output=True, text=True
     )
     assert '"completed"' in listed.stdout, listed.stdout + listed.stderr
+
+
+def _agentcell(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTCELL, *args], cwd=work, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_resume_takes_the_recorded_model_and_a_short_id(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "home").mkdir()
+    env = cli_env(work)
+    first = _agentcell(work, env, "run", "--model", "scripted:demo", "--json", "hello")
+    assert first.returncode == 0, first.stderr
+    run_id = json.loads(first.stdout)["run_dir"].rsplit("/", 1)[-1]
+    # No --model, and no model configured anywhere: the record names the one it used.
+    by_suffix = _agentcell(work, env, "runs", "resume", run_id[-4:], "--json", "go on")
+    assert by_suffix.returncode == 0, by_suffix.stderr
+    resumed = json.loads(by_suffix.stdout)
+    assert resumed["status"] == "completed"
+    assert resumed["run_dir"].rsplit("/", 1)[-1] != run_id
+    shown = _agentcell(work, env, "runs", "show", run_id[:-2], "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == run_id, shown.stderr
+
+
+def test_an_ambiguous_or_unknown_short_id_is_one_line(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "home").mkdir()
+    env = cli_env(work)
+    for _ in range(2):
+        assert (
+            _agentcell(work, env, "run", "--model", "scripted:demo", "--quiet", "hi").returncode
+            == 0
+        )
+    ambiguous = _agentcell(work, env, "runs", "show", "2")
+    assert ambiguous.returncode == 2 and "matches several runs" in ambiguous.stderr
+    assert len(ambiguous.stderr.strip().splitlines()) == 1 and "Traceback" not in ambiguous.stderr
+    unknown = _agentcell(work, env, "runs", "resume", "zzzz", "x")
+    assert unknown.returncode == 2 and "no run 'zzzz'" in unknown.stderr

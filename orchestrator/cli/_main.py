@@ -375,7 +375,7 @@ def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
 @guarded
 def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debug: bool) -> None:
     """One run: what each sub-agent was asked, did and answered (RUN_ID may be a unique
-    prefix); with AGENT (an id such as a3, or main), that agent's transcript."""
+    prefix or suffix); with AGENT (an id such as a3, or main), that agent's transcript."""
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
@@ -397,18 +397,21 @@ def runs_resume(
     debug: bool,
     **flags: Any,
 ) -> None:
-    """Continue a recorded main session (RUN_ID may be a unique prefix): with PROMPT,
-    one more run on it (`-` reads it from stdin); without, a chat that goes on from it."""
-    from agentcell.orchestrator._records import recorded_main_session
+    """Continue a recorded main session (RUN_ID may be a unique prefix or suffix), with the
+    model it used unless --model says otherwise: with PROMPT, one more run on it (`-` reads
+    it from stdin); without, a chat that goes on from it."""
+    from agentcell.orchestrator._records import recorded_main_session, recorded_model
     from agentcell.worker import Session
 
     _setup_logging(debug)
     inline = _inline_agents(flags.pop("agents_json", None))
-    settings = _load(workdir, **flags)
     try:
         _, messages = recorded_main_session(workdir.resolve(), run_id)
+        if flags.get("model") is None:  # the record names the model the session was with
+            flags["model"] = recorded_model(workdir.resolve(), run_id)
     except LookupError as exc:
         raise click.UsageError(str(exc.args[0])) from None
+    settings = _load(workdir, **flags)
     session = Session(messages)
     if prompt is None:
         from agentcell.orchestrator.cli._chat import run_chat
