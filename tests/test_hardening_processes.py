@@ -213,7 +213,10 @@ def _nobody_cannot_run_agentcell() -> str | None:
     if probe.returncode == 0:
         return None
     last = (probe.stderr.strip().splitlines() or ["exit code " + str(probe.returncode)])[-1]
-    return f"user nobody cannot run agentcell from {sys.prefix} ({last}); clone outside a private folder to run it"
+    return (
+        f"user nobody cannot run agentcell from {sys.prefix} ({last}); "
+        "clone outside a private folder to run it"
+    )
 
 
 def test_a_same_user_process_cannot_read_the_orchestrators_keys(spawned: SpawnRecorder) -> None:
