@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
+from model_servers import Call, ModelServer, Reply
 from test_cli import AGENTCELL, cli_env
 
 
@@ -70,3 +72,35 @@ def test_an_ambiguous_or_unknown_short_id_is_one_line(tmp_path: Path) -> None:
     assert len(ambiguous.stderr.strip().splitlines()) == 1 and "Traceback" not in ambiguous.stderr
     unknown = _agentcell(work, env, "runs", "resume", "zzzz", "x")
     assert unknown.returncode == 2 and "no run 'zzzz'" in unknown.stderr
+
+
+def _claude_code_responder(body: dict[str, Any], api: str) -> Reply:
+    """The main agent sends one task to a Claude Code agent file; the sub-agent answers."""
+    system = json.dumps(body["messages"][0])
+    if "main agent of agentcell" not in system:
+        return Reply(text=f"helper ran on {body['model']}")
+    if any(m.get("role") == "tool" for m in body["messages"]):
+        return Reply(text="done")
+    task = {"subagent_type": "helper", "prompt": "help", "description": "help"}
+    return Reply(tool_calls=[Call("task", task)])
+
+
+def test_a_claude_code_agent_file_runs_on_a_local_server_through_model_alias(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    (work / ".claude" / "agents").mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    agent_file = "---\nname: helper\ndescription: helps\nmodel: sonnet\n---\nYou help.\n"
+    (work / ".claude" / "agents" / "helper.md").write_text(agent_file)
+    env = cli_env(work, model_server)
+    model_server.responder = _claude_code_responder
+    args = ("run", "--model", "openai:local-main", "--json", "--approve", "allow", "go")
+    unmapped = json.loads(_agentcell(work, env, *args).stdout)
+    assert "ANTHROPIC_API_KEY" in unmapped["subagents"][0]["error"]
+    mapped = _agentcell(work, env, *args, "--model-alias", "sonnet=openai:local-sonnet")
+    sub = json.loads(mapped.stdout)["subagents"][0]
+    assert sub["status"] == "completed", sub
+    assert sub["final_text"] == "helper ran on local-sonnet"
+    bad = _agentcell(work, env, *args, "--model-alias", "sonnet")
+    assert bad.returncode == 2 and "write ALIAS=PROVIDER:NAME" in bad.stderr

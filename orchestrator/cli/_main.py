@@ -113,6 +113,14 @@ def common_options(fn: F) -> F:
             help="Temporary agent definitions for this session, as the Claude Agent SDK "
             'writes them: \'{"name": {"description": ..., "prompt": ..., "tools": [...]}}\'.',
         ),
+        click.option(
+            "--model-alias",
+            "model_aliases",
+            multiple=True,
+            metavar="ALIAS=PROVIDER:NAME",
+            help="Run agent files' model ALIAS (sonnet, opus, haiku, …) on this model, e.g. "
+            "sonnet=openai:qwen2.5-coder for a local server (repeatable; as [aliases]).",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -148,10 +156,12 @@ def _load(
     backend: str | None = None,
     ray_address: str | None = None,
     sandbox: str | None = None,
+    model_aliases: tuple[str, ...] = (),
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
     flags = {
+        "aliases": _parse_aliases(model_aliases) or None,
         "model": model,
         "approval": approve,
         "max_workers": max_workers,
@@ -162,6 +172,18 @@ def _load(
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     return settings
+
+
+def _parse_aliases(given: tuple[str, ...]) -> dict[str, str]:
+    aliases = {}
+    for item in given:
+        alias, sep, target = item.partition("=")
+        if not sep or not alias.strip() or ":" not in target:
+            raise ConfigError(
+                [f"--model-alias {item}: write ALIAS=PROVIDER:NAME, e.g. sonnet=openai:qwen2.5"]
+            )
+        aliases[alias.strip()] = target.strip()
+    return aliases
 
 
 def _setup_logging(debug: bool) -> None:
