@@ -7,6 +7,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import psutil
+import pytest
+from agentcell.orchestrator.backends._ray_local import RayHead, stop_ray_head
 from model_servers import Call, ModelServer, Reply
 from test_cli import AGENTCELL, cli_env
 
@@ -104,3 +107,49 @@ def test_a_claude_code_agent_file_runs_on_a_local_server_through_model_alias(
     assert sub["final_text"] == "helper ran on local-sonnet"
     bad = _agentcell(work, env, *args, "--model-alias", "sonnet")
     assert bad.returncode == 2 and "write ALIAS=PROVIDER:NAME" in bad.stderr
+
+
+def _outside_loopback(head: RayHead) -> list[str]:
+    outside = []
+    for proc in head.processes():
+        try:
+            connections = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for conn in connections:
+            for address in (conn.laddr, conn.raddr):
+                if address and address.ip not in ("127.0.0.1", "::ffff:127.0.0.1"):
+                    outside.append(f"{proc.pid} {proc.name()}: {address.ip}:{address.port}")
+    return outside
+
+
+def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("ray", reason="the ray extra is not installed (make test installs it)")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {**cli_env(tmp_path, None), "HOME": str(home), "XDG_STATE_HOME": str(tmp_path / "st")}
+    # Another program's process that `ray stop` would end (it matches Ray's names).
+    bystander = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 600"], start_new_session=True)
+    head: RayHead | None = None
+    try:
+        started = _agentcell(tmp_path, env, "ray", "start", "--num-cpus", "1")
+        assert started.returncode == 0, started.stderr
+        state = json.loads((tmp_path / "st" / "agentcell" / "ray-head.json").read_text())
+        head = RayHead(state["address"], {}, state["home"], state["leader"])
+        assert state["address"].startswith("127.0.0.1:") and head.processes()
+        assert not _outside_loopback(head)
+        status = _agentcell(tmp_path, env, "ray", "status")
+        assert state["address"] in status.stdout
+        stopped = _agentcell(tmp_path, env, "ray", "stop")
+        assert stopped.returncode == 0 and "stopped the Ray head" in stopped.stdout
+        assert not head.processes()
+        assert bystander.poll() is None, "agentcell ray stop ended a process it did not start"
+        again = _agentcell(tmp_path, env, "ray", "stop")
+        assert again.returncode == 0 and "no Ray head" in again.stdout
+    finally:
+        if head is not None:
+            stop_ray_head(head)
+        bystander.kill()
+        bystander.wait()

@@ -460,6 +460,40 @@ def runs_resume(
     sys.exit(code)
 
 
+# -- ray ------------------------------------------------------------------------------------
+@cli.group("ray")
+def ray_group() -> None:
+    """agentcell's own Ray head on 127.0.0.1 (loopback only), for --backend ray."""
+
+
+@ray_group.command("start")
+@click.option("--num-cpus", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), help="The head's port (default: free).")
+@debug_option
+@guarded
+def ray_start_cmd(num_cpus: int, port: int | None, debug: bool) -> None:
+    """Start a head on 127.0.0.1 with usage reporting and cloud probing off."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_start
+
+    ray_start(num_cpus, port)
+
+
+@ray_group.command("status")
+def ray_status_cmd() -> None:
+    """Whether agentcell's head runs, and where."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_status
+
+    ray_status()
+
+
+@ray_group.command("stop")
+def ray_stop_cmd() -> None:
+    """Stop agentcell's head and what it started (no other Ray process)."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_stop
+
+    ray_stop()
+
+
 # -- sandbox and trust ---------------------------------------------------------------------
 @cli.command("sandbox")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
