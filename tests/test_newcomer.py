@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +158,111 @@ def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
             stop_ray_head(head)
         bystander.kill()
         bystander.wait()
+
+
+_DRIVER = """
+import asyncio, signal
+from pool_util import run_op
+from agentcell.orchestrator import WorkerPool
+
+signal.signal(signal.SIGINT, lambda *_: print("interrupted", flush=True))
+
+async def main():
+    async with WorkerPool(max_workers=1, preload=["slow_boot"], start_timeout=15) as pool:
+        _frames, outcome = await run_op(pool, "echo", text="hi")
+        print("child", outcome.exit_code, flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_ctrl_c_while_a_fork_server_imports_neither_kills_it_nor_shows_a_traceback(
+    tmp_path: Path,
+) -> None:
+    """A terminal sends Ctrl-C to its whole foreground process group, fork servers
+    included; one still importing its preload list must not die of it."""
+    importing, release = tmp_path / "importing", tmp_path / "release"
+    os.mkfifo(release)
+    # A preload module that holds the fork server mid-import until the test lets it go.
+    (tmp_path / "slow_boot.py").write_text(
+        f"open({str(importing)!r}, 'w').close()\nopen({str(release)!r}).read()\n"
+    )
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER],
+        # The fork server imports its preload list from PYTHONPATH (it keeps that variable).
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).parent}"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        _wait_for(importing, driver)
+        os.killpg(driver.pid, signal.SIGINT)  # what Ctrl-C on a terminal does
+        assert driver.stdout is not None
+        assert driver.stdout.readline() == "interrupted\n"  # delivered: the group got it
+        _release(release)  # let the import finish
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.communicate()
+    assert "KeyboardInterrupt" not in err and "Traceback" not in err, err
+    assert out == "child 0\n", out + err
+
+
+def _release(fifo: Path) -> None:
+    """Open the fifo the preload module reads (it then returns); if no reader holds it
+    any more (the fork server died), there is nothing to release."""
+    try:
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+
+
+def _wait_for(path: Path, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the fork server never began its preload"
+        time.sleep(0.05)  # another process's start-up: polled, with a deadline
+
+
+def test_ctrl_c_before_a_command_takes_over_exits_130_without_aborted(tmp_path: Path) -> None:
+    """Ctrl-C while ``run -`` still reads its prompt: exit 130, as everywhere else, and no
+    click "Aborted!" with exit code 1."""
+    (tmp_path / "home").mkdir()
+    reading = subprocess.Popen(
+        [AGENTCELL, "run", "--model", "scripted:echo", "-"],
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait_reading_stdin(reading.pid)
+        reading.send_signal(signal.SIGINT)
+        _out, err = reading.communicate(timeout=60)
+    finally:
+        if reading.poll() is None:
+            reading.kill()
+            reading.communicate()
+    assert reading.returncode == 130, err
+    assert "Aborted" not in err and "Traceback" not in err, err
+
+
+def _wait_reading_stdin(pid: int) -> None:
+    """Until the process sits in read(0, …): the prompt is being read."""
+    read_nr = {"x86_64": "0", "aarch64": "63"}.get(os.uname().machine)
+    if read_nr is None:
+        pytest.skip(f"the read system call's number on {os.uname().machine} is not known here")
+    deadline = time.monotonic() + 120
+    while True:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+        if fields[:2] == [read_nr, "0x0"]:
+            return
+        assert time.monotonic() < deadline, "the command never read its prompt"
+        time.sleep(0.05)  # another process's start-up: polled, with a deadline

@@ -467,7 +467,13 @@ def ray_group() -> None:
 
 
 @ray_group.command("start")
-@click.option("--num-cpus", type=click.IntRange(min=1), default=8, show_default=True)
+@click.option(
+    "--num-cpus",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="CPUs the head offers its tasks (each sub-agent asks for [ray] num_cpus).",
+)
 @click.option("--port", type=click.IntRange(1, 65535), help="The head's port (default: free).")
 @debug_option
 @guarded
@@ -521,13 +527,22 @@ def trust_cmd(
 
 def main() -> None:
     try:
-        cli()
-    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
+        # Not click's standalone mode: it turns Ctrl-C into "Aborted!" and exit code 1.
+        code = cli.main(standalone_mode=False)
+    except click.Abort as exc:  # Ctrl-C (or end of input) before a command's own handling
+        interrupted = isinstance(exc.__context__, KeyboardInterrupt)
+        sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
+    except KeyboardInterrupt:
         click.echo("", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
     except OSError as exc:
         if not is_closed_pipe(exc):
             raise
         # The reader of stdout went away (``agentcell runs list | head -1``): what it
         # wanted was shown, so end quietly, as ``git log | head`` does.
         stdout_gone()
+        return
+    sys.exit(code if isinstance(code, int) else EXIT_OK)
