@@ -1,18 +1,24 @@
-# Every target creates .venv and installs the project (with the dev and ray extras) when needed.
+# `make demo` installs what the offline demo needs (agentcell alone); every other target
+# adds the dev and Ray extras the tests and lint use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench bench-full fuzz clean .typecheck
 
-$(STAMP): pyproject.toml
+$(BASE_STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e .
+	touch $(BASE_STAMP)
+
+$(STAMP): pyproject.toml $(BASE_STAMP)
 	$(BIN)/pip install --quiet -e '.[dev,ray]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(BIN)/agentcell demo
 
 test: $(STAMP)

@@ -89,16 +89,33 @@ def list_runs(workdir: Path) -> list[dict[str, Any]]:
     return runs
 
 
-def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """A run's summary and its transcripts by agent id. ``run_id`` may be a unique prefix."""
+def find_run_dir(workdir: Path, run_id: str) -> Path:
+    """The folder of the run ``run_id`` names: its whole id, or any unique prefix or
+    suffix of it (as git takes short hashes); ``LookupError`` naming the choices."""
     root = workdir / RUNS_DIR
-    matches = sorted(p for p in root.glob(f"{run_id}*") if p.is_dir()) if root.is_dir() else []
+    folders = [p for p in root.iterdir() if p.is_dir()] if root.is_dir() and run_id else []
+    exact = [p for p in folders if p.name == run_id]
+    if exact:
+        return exact[0]
+    matches = sorted(p for p in folders if p.name.startswith(run_id) or p.name.endswith(run_id))
     if not matches:
         raise LookupError(f"no run {run_id!r} under {root} (see: agentcell runs list)")
-    if len(matches) > 1 and not any(p.name == run_id for p in matches):
+    if len(matches) > 1:
         names = ", ".join(p.name for p in matches[:5])
         raise LookupError(f"{run_id!r} matches several runs ({names}); give more of the id")
-    path = next((p for p in matches if p.name == run_id), matches[0])
+    return matches[0]
+
+
+def recorded_model(workdir: Path, run_id: str) -> str | None:
+    """The main model a recorded run used (``runs resume`` continues with it)."""
+    model = _read_summary(find_run_dir(workdir, run_id)).get("model")
+    return model if isinstance(model, str) and model else None
+
+
+def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    """A run's summary and its transcripts by agent id. ``run_id`` may be a unique prefix
+    or suffix."""
+    path = find_run_dir(workdir, run_id)
     transcripts: dict[str, list[dict[str, Any]]] = {}
     for file in sorted(path.glob("*.jsonl")):
         lines = []

@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import gc
 import os
+import signal
 import sys
 import warnings
 
@@ -25,6 +26,13 @@ from agentcell.worker._fork_request import guard_fork_requests, serve_one
 from agentcell.worker._preload import PRELOAD_MODULES
 
 BOOT_PID = os.getpid()
+
+# Ctrl-C is the orchestrator's to handle. The fork server started with SIGINT blocked
+# (``block_interrupts`` in orchestrator/backends/_starters.py) so that a press while it
+# imported its preload list stayed pending; it is discarded here, later ones are ignored
+# (as multiprocess's own loop does from now on), and the mask is as it was.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _warm() -> None:

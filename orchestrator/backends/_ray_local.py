@@ -62,52 +62,77 @@ def _connectable(port: int) -> bool:
     return False
 
 
-@contextlib.contextmanager
-def local_ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
+def start_ray_head(
+    num_cpus: int = 8, port: int | None = None
+) -> tuple[RayHead, subprocess.Popen[bytes]]:
+    """Start a Ray head on 127.0.0.1 in a session of its own and wait until it serves.
+
+    The head keeps running if this process ends (``agentcell ray start`` leaves it so);
+    ``stop_ray_head`` ends it and everything it started, and nothing else."""
     # Short: Ray's Unix socket paths live under its temp dir and must stay < 108 bytes.
     home = tempfile.mkdtemp(prefix="acray-", dir="/tmp")
     env = loopback_ray_environment(home)
-    port = _free_port()
-    log = open(os.path.join(home, "head.log"), "wb")  # noqa: SIM115 - closed below
-    head = subprocess.Popen(
-        [
-            RAY,
-            "start",
-            "--head",
-            "--block",
-            "--node-ip-address=127.0.0.1",
-            f"--port={port}",
-            f"--num-cpus={num_cpus}",
-            "--include-dashboard=false",
-            "--disable-usage-stats",
-            f"--temp-dir={home}/t",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    port = port or _free_port()
+    with open(os.path.join(home, "head.log"), "wb") as log:
+        process = subprocess.Popen(
+            [
+                RAY,
+                "start",
+                "--head",
+                "--block",
+                "--node-ip-address=127.0.0.1",
+                f"--port={port}",
+                f"--num-cpus={num_cpus}",
+                "--include-dashboard=false",
+                "--disable-usage-stats",
+                f"--temp-dir={home}/t",
+            ],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    head = RayHead(address=f"127.0.0.1:{port}", env=env, home=home, leader=process.pid)
     try:
-        deadline = time.monotonic() + 120
-        # The head is up when its GCS port accepts and it wrote the cluster address.
-        while not (_connectable(port) and (Path(home) / "t" / "ray_current_cluster").exists()):
-            if head.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(
-                    "the Ray head did not start: " + Path(home, "head.log").read_text()[-2000:]
-                )
-            time.sleep(0.2)  # another program's start-up: polled, with a deadline
-        yield RayHead(address=f"127.0.0.1:{port}", env=env, home=home, leader=head.pid)
+        _wait_until_serving(process, port, home)
+    except BaseException:
+        stop_ray_head(head)
+        process.wait()
+        raise
+    return head, process
+
+
+def _wait_until_serving(head: subprocess.Popen[bytes], port: int, home: str) -> None:
+    deadline = time.monotonic() + 120
+    # The head is up when its GCS port accepts and it wrote the cluster address.
+    while not (_connectable(port) and (Path(home) / "t" / "ray_current_cluster").exists()):
+        if head.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(
+                "the Ray head did not start: " + Path(home, "head.log").read_text()[-2000:]
+            )
+        time.sleep(0.2)  # another program's start-up: polled, with a deadline
+
+
+def stop_ray_head(head: RayHead, grace_s: float = 20) -> None:
+    """End the head's session and every Ray process it started; wait until they are gone."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.leader, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while head.processes() and time.monotonic() < deadline:
+        time.sleep(0.1)  # Ray's own shutdown: polled, with a deadline
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(head.leader, signal.SIGKILL)
+    for proc in head.processes():
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+@contextlib.contextmanager
+def local_ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
+    head, process = start_ray_head(num_cpus)
+    try:
+        yield head
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGTERM)
-        try:
-            head.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)
-        head.wait()
-        for proc in RayHead("", env, home, head.pid).processes():
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
-        log.close()
+        stop_ray_head(head)
+        process.wait()

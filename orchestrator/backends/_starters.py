@@ -21,7 +21,7 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import multiprocess.forkserver
@@ -29,6 +29,27 @@ from agentcell.worker import process as proc
 
 #: At most this many fork servers (each holds its own warmed interpreter, ~40 MiB).
 MAX_STARTERS = 8
+
+
+@contextlib.contextmanager
+def _interrupts_blocked() -> Iterator[None]:
+    """Start fork servers with SIGINT blocked.
+
+    A program inherits the signal mask of the thread that started it, so a fork server
+    starts with Ctrl-C blocked: it is importing its preload list then (a second or more),
+    and a terminal's Ctrl-C, sent to the whole foreground process group, would kill it
+    mid-import with a ``KeyboardInterrupt`` traceback on the user's screen and fail every
+    start after it. Its boot module ignores SIGINT and unblocks it
+    (``worker/_forkserver_boot.py``). multiprocess's resource tracker unblocks SIGINT
+    after starting itself, so it is started first."""
+    from multiprocess import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def default_starters() -> int:
@@ -115,7 +136,7 @@ class ForkServers:
             for entry in self._servers[:count]:
                 if entry.pid is None:
                     entry.server.set_forkserver_preload(preload)
-                with environment():
+                with environment(), _interrupts_blocked():
                     entry.server.ensure_running()
             self._running = max(self._running, count)
             self._users += 1
@@ -146,7 +167,7 @@ class ForkServers:
             if entry.pid is not None and not proc.is_alive(entry.pid) and self._environment:
                 # Killed from outside: start it again as it was started, with the minimal
                 # environment (multiprocess's own restart would give it ours, keys included).
-                with self._environment():
+                with self._environment(), _interrupts_blocked():
                     entry.server.ensure_running()
             sentinel, data = entry.server.connect_to_new_process([child_conn.fileno()])
             try:

@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
+from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
 from agentcell.worker.models import ModelError
 
@@ -112,6 +113,14 @@ def common_options(fn: F) -> F:
             help="Temporary agent definitions for this session, as the Claude Agent SDK "
             'writes them: \'{"name": {"description": ..., "prompt": ..., "tools": [...]}}\'.',
         ),
+        click.option(
+            "--model-alias",
+            "model_aliases",
+            multiple=True,
+            metavar="ALIAS=PROVIDER:NAME",
+            help="Run agent files' model ALIAS (sonnet, opus, haiku, …) on this model, e.g. "
+            "sonnet=openai:qwen2.5-coder for a local server (repeatable; as [aliases]).",
+        ),
         click.option("--debug", is_flag=True, help="Show tracebacks and debug logs."),
     ]
     for option in reversed(options):
@@ -147,10 +156,12 @@ def _load(
     backend: str | None = None,
     ray_address: str | None = None,
     sandbox: str | None = None,
+    model_aliases: tuple[str, ...] = (),
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
     flags = {
+        "aliases": _parse_aliases(model_aliases) or None,
         "model": model,
         "approval": approve,
         "max_workers": max_workers,
@@ -161,6 +172,18 @@ def _load(
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     return settings
+
+
+def _parse_aliases(given: tuple[str, ...]) -> dict[str, str]:
+    aliases = {}
+    for item in given:
+        alias, sep, target = item.partition("=")
+        if not sep or not alias.strip() or ":" not in target:
+            raise ConfigError(
+                [f"--model-alias {item}: write ALIAS=PROVIDER:NAME, e.g. sonnet=openai:qwen2.5"]
+            )
+        aliases[alias.strip()] = target.strip()
+    return aliases
 
 
 def _setup_logging(debug: bool) -> None:
@@ -374,7 +397,7 @@ def runs_list(workdir: Path, as_json: bool, debug: bool) -> None:
 @guarded
 def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debug: bool) -> None:
     """One run: what each sub-agent was asked, did and answered (RUN_ID may be a unique
-    prefix); with AGENT (an id such as a3, or main), that agent's transcript."""
+    prefix or suffix); with AGENT (an id such as a3, or main), that agent's transcript."""
     from agentcell.orchestrator.cli._runs_cmd import show_recorded
 
     show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
@@ -396,18 +419,21 @@ def runs_resume(
     debug: bool,
     **flags: Any,
 ) -> None:
-    """Continue a recorded main session (RUN_ID may be a unique prefix): with PROMPT,
-    one more run on it (`-` reads it from stdin); without, a chat that goes on from it."""
-    from agentcell.orchestrator._records import recorded_main_session
+    """Continue a recorded main session (RUN_ID may be a unique prefix or suffix), with the
+    model it used unless --model says otherwise: with PROMPT, one more run on it (`-` reads
+    it from stdin); without, a chat that goes on from it."""
+    from agentcell.orchestrator._records import recorded_main_session, recorded_model
     from agentcell.worker import Session
 
     _setup_logging(debug)
     inline = _inline_agents(flags.pop("agents_json", None))
-    settings = _load(workdir, **flags)
     try:
         _, messages = recorded_main_session(workdir.resolve(), run_id)
+        if flags.get("model") is None:  # the record names the model the session was with
+            flags["model"] = recorded_model(workdir.resolve(), run_id)
     except LookupError as exc:
         raise click.UsageError(str(exc.args[0])) from None
+    settings = _load(workdir, **flags)
     session = Session(messages)
     if prompt is None:
         from agentcell.orchestrator.cli._chat import run_chat
@@ -432,6 +458,46 @@ def runs_resume(
         )
     )
     sys.exit(code)
+
+
+# -- ray ------------------------------------------------------------------------------------
+@cli.group("ray")
+def ray_group() -> None:
+    """agentcell's own Ray head on 127.0.0.1 (loopback only), for --backend ray."""
+
+
+@ray_group.command("start")
+@click.option(
+    "--num-cpus",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="CPUs the head offers its tasks (each sub-agent asks for [ray] num_cpus).",
+)
+@click.option("--port", type=click.IntRange(1, 65535), help="The head's port (default: free).")
+@debug_option
+@guarded
+def ray_start_cmd(num_cpus: int, port: int | None, debug: bool) -> None:
+    """Start a head on 127.0.0.1 with usage reporting and cloud probing off."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_start
+
+    ray_start(num_cpus, port)
+
+
+@ray_group.command("status")
+def ray_status_cmd() -> None:
+    """Whether agentcell's head runs, and where."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_status
+
+    ray_status()
+
+
+@ray_group.command("stop")
+def ray_stop_cmd() -> None:
+    """Stop agentcell's head and what it started (no other Ray process)."""
+    from agentcell.orchestrator.cli._ray_cmd import ray_stop
+
+    ray_stop()
 
 
 # -- sandbox and trust ---------------------------------------------------------------------
@@ -461,7 +527,22 @@ def trust_cmd(
 
 def main() -> None:
     try:
-        cli()
-    except KeyboardInterrupt:  # Ctrl-C before a command installed its own handling
+        # Not click's standalone mode: it turns Ctrl-C into "Aborted!" and exit code 1.
+        code = cli.main(standalone_mode=False)
+    except click.Abort as exc:  # Ctrl-C (or end of input) before a command's own handling
+        interrupted = isinstance(exc.__context__, KeyboardInterrupt)
+        sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
+    except KeyboardInterrupt:
         click.echo("", err=True)
         sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except OSError as exc:
+        if not is_closed_pipe(exc):
+            raise
+        # The reader of stdout went away (``agentcell runs list | head -1``): what it
+        # wanted was shown, so end quietly, as ``git log | head`` does.
+        stdout_gone()
+        return
+    sys.exit(code if isinstance(code, int) else EXIT_OK)

@@ -18,6 +18,7 @@ from agentcell.orchestrator._orchestrator import Orchestrator
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
+from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
 from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
@@ -45,6 +46,7 @@ class AnswerStream:
         self.written = ""  # everything shown so far
         self._held = ""  # a tail that may be the start of a secret (masked once complete)
         self._line = ""  # the line in progress above a live table
+        self.closed = False  # the reader of stdout went away (``| head``): stop writing
 
     def on_event(self, event: OrchestratorEvent) -> None:
         if not isinstance(event, AgentActivity) or event.agent_id != "main":
@@ -65,12 +67,22 @@ class AnswerStream:
     def _write(self, text: str) -> None:
         self.written += text
         if self.view is None:
-            self.out.write(text)
-            self.out.flush()
+            if not self.closed:
+                self._write_out(text)
             return
         *lines, self._line = (self._line + text).split("\n")
         for line in lines:
             self.view.print_above(line)
+
+    def _write_out(self, text: str) -> None:
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except OSError as exc:
+            if not is_closed_pipe(exc):
+                raise
+            self.closed = True
+            stdout_gone()
 
     def finish(self, final_text: str) -> None:
         """End the answer with a newline; print ``final_text`` if nothing streamed."""

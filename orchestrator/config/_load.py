@@ -224,7 +224,7 @@ def _secret_problems(table: Mapping[str, Any], origin: str, prefix: str = "") ->
 
 
 #: Settings whose command-line flag is not named after the setting.
-FLAG_NAMES = {"approval": "approve"}
+FLAG_NAMES = {"approval": "approve", "aliases": "model_alias"}
 
 
 def settings_messages(exc: ValidationError, origin: str) -> list[str]:
