@@ -1,0 +1,272 @@
+"""git as the parent runs it: never a program that an agent, or a repository, named.
+
+The parent (unsandboxed, as the user) runs git on trees a sub-agent wrote: its worktree,
+whose ``.git`` file and admin folder (``.git/worktrees/<name>/``) the agent may rewrite, and
+the user's repository, whose ``.git/`` a plain sub-agent may have written. git runs
+programs named in those places: hooks, ``core.fsmonitor``, filter drivers named in
+``.gitattributes``, pagers, editors, transports' helpers. So every git command of the
+parent goes through :class:`SafeGit`:
+
+- the repository is never discovered from a tree an agent wrote: ``GIT_DIR``,
+  ``GIT_COMMON_DIR`` and ``GIT_WORK_TREE`` are paths agentcell verified (:class:`GitPlace`);
+- every key in :data:`HARDENING` and every driver in :data:`DRIVER_KEYS` is set in the
+  command scope (``GIT_CONFIG_COUNT``), which git reads after every config file, so it wins
+  over the system, global, repository and worktree files alike, and reaches the git
+  processes git starts itself (``worktree add``'s checkout, git-lfs's own git calls);
+- a driver (filter, git-lfs extension or transfer agent) keeps its program only when the
+  user's own global config, or the system's, defines it — read from those files alone;
+  any other driver name found in the effective config is blanked (empty command: git
+  stores and checks out the bytes as they are);
+- no transport at all (``GIT_ALLOW_PROTOCOL`` empty), no system config or attributes, no
+  terminal prompt, ``cat`` as pager and ``true`` as editor, and ``--no-ext-diff
+  --no-textconv`` on the diff family.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+#: Set on every git command of the parent, over anything a config file says. Each names a
+#: program git would run (or a state that lets an agent steer what the commit holds).
+HARDENING: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", "/dev/null"),  # no hook: .git/hooks, a tracked .husky, a global one
+    ("core.fsmonitor", "false"),  # a hook program, run on every index refresh
+    ("core.untrackedCache", "false"),  # an index cache an agent can forge: don't trust it
+    ("core.splitIndex", "false"),  # the index is one file agentcell can copy
+    ("core.pager", "cat"),
+    ("core.editor", "true"),
+    ("sequence.editor", "true"),
+    ("core.askPass", ""),  # empty: no askpass program (SSH_ASKPASS is not consulted either)
+    ("credential.helper", ""),  # empty: resets the list of helpers
+    ("commit.gpgSign", "false"),  # gpg.program / gpg.ssh.program never run
+    ("tag.gpgSign", "false"),
+    ("submodule.recurse", "false"),  # never enter a submodule, whose config we did not read
+    ("maintenance.auto", "false"),  # no `git maintenance run --auto` after a commit
+    ("gc.auto", "0"),
+)
+
+#: The environment git gets beside the verified paths (every other ``GIT_*`` is dropped).
+ENVIRONMENT: Mapping[str, str] = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_PAGER": "cat",
+    "GIT_EDITOR": "true",
+    "GIT_SEQUENCE_EDITOR": "true",
+    # Listed protocols only, over protocol.<name>.allow: none, so no ssh (core.sshCommand),
+    # git:// (core.gitProxy), http (credential helpers, askpass), ext::, nor a lazy fetch.
+    "GIT_ALLOW_PROTOCOL": "",
+    "GIT_NO_REPLACE_OBJECTS": "1",  # the commit is built from the objects as they are
+}
+
+#: Variables outside ``GIT_*`` that git reads for a program to run.
+_DROPPED = ("PAGER", "EDITOR", "VISUAL", "SSH_ASKPASS")
+
+#: Drivers: ``section.<name>.key`` families whose value is a command. Blanked for every
+#: name found in the effective config, unless the user's global or the system config
+#: defines that name (then the values from there are passed, so a repository cannot
+#: change them). Their neutral value is what git does without the driver.
+DRIVER_KEYS: Mapping[str, Mapping[str, str]] = {
+    "filter": {"clean": "", "smudge": "", "process": "", "required": "false"},
+    "lfs.extension": {"clean": "", "smudge": ""},
+    "lfs.customtransfer": {"path": ""},
+}
+
+#: Commands whose output may pass through a diff driver or an external diff program.
+_FLAGS: Mapping[str, tuple[str, ...]] = {
+    "diff": ("--no-ext-diff", "--no-textconv"),
+    "log": ("--no-ext-diff", "--no-textconv"),
+    "show": ("--no-ext-diff", "--no-textconv"),
+    "status": ("--ignore-submodules=all",),
+}
+
+
+class GitError(Exception):
+    """git could not be run as the parent runs it; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GitPlace:
+    """A repository as agentcell verified it: git is told these, never left to find them."""
+
+    git_dir: Path
+    common_dir: Path
+    work_tree: Path
+
+
+def base_environment(source: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``source`` (the parent's environment) without ``GIT_*`` and the program variables,
+    plus :data:`ENVIRONMENT`: no place or config yet."""
+    env = {
+        key: value
+        for key, value in (os.environ if source is None else source).items()
+        if not key.startswith("GIT_") and key not in _DROPPED
+    }
+    env.update(ENVIRONMENT)
+    return env
+
+
+def _config_env(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n``: the command scope, with no parsing of
+    ``key=value`` (a driver's name may hold ``=``)."""
+    env: dict[str, str] = {}
+    count = 0
+    for count, (key, value) in enumerate(pairs, start=1):
+        env[f"GIT_CONFIG_KEY_{count - 1}"] = key
+        env[f"GIT_CONFIG_VALUE_{count - 1}"] = value
+    env["GIT_CONFIG_COUNT"] = str(count)
+    return env
+
+
+async def _exec(argv: list[str], env: Mapping[str, str], cwd: Path | str) -> tuple[int, bytes]:
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=dict(env),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out
+
+
+def _parse_listing(raw: bytes) -> dict[str, str]:
+    """``git config -z --list``: NUL-ended entries, key and value split by a newline."""
+    found: dict[str, str] = {}
+    for entry in raw.decode(errors="surrogateescape").split("\0"):
+        if entry:
+            key, _, value = entry.partition("\n")
+            found[key] = value  # the last one wins, as in git
+    return found
+
+
+def _driver_of(key: str) -> tuple[str, str, str] | None:
+    """``filter.<name>.clean`` → ("filter", name, "clean"); None for any other key.
+    Section and key are lower case in a listing; the name keeps its case."""
+    for family, keys in DRIVER_KEYS.items():
+        prefix = family + "."
+        if key.lower().startswith(prefix) and "." in key[len(prefix) :]:
+            name, _, leaf = key[len(prefix) :].rpartition(".")
+            if name and leaf.lower() in keys:
+                return family, name, leaf.lower()
+    return None
+
+
+async def trusted_config(env: Mapping[str, str]) -> dict[str, str]:
+    """The user's global config and the system's (both out of an agent's reach), with
+    their includes: the only places a driver's program may come from."""
+    plain = {k: v for k, v in env.items() if k != "GIT_CONFIG_NOSYSTEM"}
+    merged: dict[str, str] = {}
+    for scope in ("--system", "--global"):  # global after system: it wins, as in git
+        code, out = await _exec(["git", "config", "-z", "--includes", "--list", scope], plain, "/")
+        if code == 0:
+            merged.update(_parse_listing(out))
+    return merged
+
+
+def _drivers(keys: Iterable[str]) -> set[tuple[str, str]]:
+    return {found[:2] for key in keys if (found := _driver_of(key)) is not None}
+
+
+def driver_overrides(names: Iterable[str], trusted: Mapping[str, str]) -> list[tuple[str, str]]:
+    """For every driver named in ``names`` (the effective config's keys) or ``trusted``:
+    each of its keys set to the trusted value where the user's global or the system config
+    defines that driver, else to the neutral one."""
+    defined: dict[tuple[str, str], dict[str, str]] = {}
+    for key, value in trusted.items():
+        found = _driver_of(key)
+        if found is not None:
+            defined.setdefault(found[:2], {})[found[2]] = value
+    pairs: list[tuple[str, str]] = []
+    for family, name in sorted(_drivers(names) | set(defined)):
+        own = defined.get((family, name))
+        for leaf, neutral in DRIVER_KEYS[family].items():
+            value = neutral if own is None else own.get(leaf, neutral)
+            pairs.append((f"{family}.{name}.{leaf}", value))
+    return pairs
+
+
+def place_environment(place: GitPlace) -> dict[str, str]:
+    return {
+        "GIT_DIR": str(place.git_dir),
+        "GIT_COMMON_DIR": str(place.common_dir),
+        "GIT_WORK_TREE": str(place.work_tree),
+    }
+
+
+class SafeGit:
+    """git commands in one verified place, with the drivers settled once (:meth:`open`)."""
+
+    def __init__(self, place: GitPlace, env: Mapping[str, str]) -> None:
+        self.place = place
+        self._env = dict(env)
+
+    @classmethod
+    async def open(cls, place: GitPlace) -> SafeGit:
+        """Read which drivers the effective config names (in this place, as the commands
+        will see it), and settle each one from the user's own config or blank it."""
+        base = base_environment()
+        env = base | place_environment(place) | _config_env(HARDENING)
+        code, out = await _exec(
+            ["git", "config", "-z", "--name-only", "--list"], env, place.work_tree
+        )
+        if code != 0:
+            raise GitError(f"git cannot read the configuration of {place.work_tree}: {_text(out)}")
+        names = [name for name in out.decode(errors="surrogateescape").split("\0") if name]
+        overrides = [*HARDENING, *driver_overrides(names, await trusted_config(base))]
+        return cls(place, base | place_environment(place) | _config_env(overrides))
+
+    def command(
+        self, *args: str, config: Iterable[tuple[str, str]] = ()
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of ``git args...`` (for a caller that runs it itself).
+        ``config`` adds keys to the command scope (after the hardening, never over it)."""
+        env = dict(self._env)
+        extra = list(config)
+        if extra:
+            count = int(env["GIT_CONFIG_COUNT"])
+            for index, (key, value) in enumerate(extra, start=count):
+                if key.lower() in _HARDENED_KEYS or _driver_of(key) is not None:
+                    raise ValueError(f"{key} is set by the git runner itself")
+                env[f"GIT_CONFIG_KEY_{index}"] = key
+                env[f"GIT_CONFIG_VALUE_{index}"] = value
+            env["GIT_CONFIG_COUNT"] = str(count + len(extra))
+        if args:
+            args = (args[0], *_FLAGS.get(args[0], ()), *args[1:])
+        return ["git", "--no-pager", *args], env
+
+    async def run(self, *args: str, config: Iterable[tuple[str, str]] = ()) -> tuple[int, str]:
+        """Run ``git args...`` in the work tree: exit status and output (stdout and stderr)."""
+        argv, env = self.command(*args, config=config)
+        code, out = await _exec(argv, env, self.place.work_tree)
+        return code, _text(out)
+
+
+_HARDENED_KEYS = frozenset(key.lower() for key, _ in HARDENING)
+
+
+def _text(out: bytes) -> str:
+    return out.decode(errors="replace").strip()
+
+
+async def discover(workdir: Path) -> GitPlace | None:
+    """The repository ``workdir`` is in, found from the user's own folder (the one git
+    discovery the parent makes), or None outside one. Real, absolute paths."""
+    env = base_environment() | _config_env(HARDENING)
+    argv = ["git", "rev-parse", "--path-format=absolute"]
+    argv += ["--show-toplevel", "--git-dir", "--git-common-dir"]
+    code, out = await _exec(argv, env, workdir)
+    lines = _text(out).splitlines()
+    if code != 0 or len(lines) != 3:
+        return None
+    top, git_dir, common = _real(lines)
+    return GitPlace(git_dir=git_dir, common_dir=common, work_tree=top)
+
+
+def _real(paths: list[str]) -> list[Path]:
+    return [Path(os.path.realpath(path)) for path in paths]
