@@ -282,7 +282,7 @@ async def test_a_replaced_worktree_folder_is_refused_in_one_line(tmp_path: Path)
 
 
 class Http401(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+    def do_GET(self) -> None:
         self.send_response(401)
         self.send_header("WWW-Authenticate", 'Basic realm="x"')
         self.send_header("Content-Length", "0")
@@ -514,3 +514,52 @@ async def test_no_pager_runs_even_on_a_terminal(tmp_path: Path, markers: Path, k
     argv, env = (await SafeGit.open(place)).command("diff")
     _on_a_terminal(argv, env, repo)
     assert left(markers) == []
+
+
+# -- drivers from your own config keep working --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("leaf", "then", "committed"),
+    [("clean", "cat", "SHOUT"), ("process", "exit 1", "shout")],
+    ids=["redefined: yours runs", "a process added: the filter is off"],
+)
+async def test_a_filter_from_your_own_config_runs_and_a_repository_cannot_change_it(
+    tmp_path: Path, markers: Path, own_home: Path, leaf: str, then: str, committed: str
+) -> None:
+    git(own_home, "config", "--global", "filter.upper.clean", "tr a-z A-Z")
+    repo = git_repo(tmp_path / "repo")
+    (repo / ".gitattributes").write_text("*.txt filter=upper\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "attributes")
+    # The repository's config (which a sub-agent may write) redefines it, or adds a key
+    # (git then runs the process and never the clean command).
+    git(repo, "config", f"filter.upper.{leaf}", trap(markers, "local", then))
+    tree = await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")
+    (tree.workdir / "a.txt").write_text("shout\n")
+    kept = await finish_worktree(tree)
+    assert kept is not None and kept.commit_error == ""
+    assert git(repo, "show", "agentcell/r/a1:a.txt") == committed
+    assert left(markers) == []  # the repository's program never ran
+
+
+@pytest.mark.skipif(shutil.which("git-lfs") is None, reason="git-lfs is not installed")
+async def test_git_lfs_repositories_keep_working(tmp_path: Path, own_home: Path) -> None:
+    git(own_home, "lfs", "install", "--skip-repo")  # filter.lfs.* in your ~/.gitconfig
+    repo = git_repo(tmp_path / "repo")
+    (repo / ".gitattributes").write_text("*.bin filter=lfs diff=lfs merge=lfs -text\n")
+    (repo / "old.bin").write_bytes(b"old large data\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "lfs")
+    assert git(repo, "cat-file", "-p", "HEAD:old.bin").startswith("version https://git-lfs")
+    tree = await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")
+    assert (tree.path / "old.bin").read_bytes() == b"old large data\n"  # smudged on checkout
+    (tree.workdir / "new.bin").write_bytes(b"new large data\n")
+    kept = await finish_worktree(tree)
+    assert kept is not None and kept.commit_error == ""
+    pointer = git(repo, "cat-file", "-p", "agentcell/r/a1:new.bin")
+    assert pointer.startswith("version https://git-lfs.github.com/spec/v1"), pointer
+    oid = next(line for line in pointer.splitlines() if line.startswith("oid sha256:"))[11:]
+    stored = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+    assert stored.read_bytes() == b"new large data\n"  # in the repository, not a temp folder
+    assert git(tree.path, "status", "--porcelain") == ""

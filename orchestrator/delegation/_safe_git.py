@@ -14,9 +14,10 @@ parent goes through :class:`SafeGit`:
   over the system, global, repository and worktree files alike, and reaches the git
   processes git starts itself (``worktree add``'s checkout, git-lfs's own git calls);
 - a driver (filter, git-lfs extension or transfer agent) keeps its program only when the
-  user's own global config, or the system's, defines it — read from those files alone;
-  any other driver name found in the effective config is blanked (empty command: git
-  stores and checks out the bytes as they are);
+  user's own global config, or the system's, sets it — read from those files alone; every
+  other driver key found in the effective config is blanked (an empty command: git stores
+  and checks out the bytes as they are). Only config names a driver: an attribute that
+  names one nobody configured runs nothing, so the attributes need no parsing;
 - no transport at all (``GIT_ALLOW_PROTOCOL`` empty), no system config or attributes, no
   terminal prompt, ``cat`` as pager and ``true`` as editor, and ``--no-ext-diff
   --no-textconv`` on the diff family.
@@ -169,26 +170,22 @@ async def trusted_config(env: Mapping[str, str]) -> dict[str, str]:
     return merged
 
 
-def _drivers(keys: Iterable[str]) -> set[tuple[str, str]]:
-    return {found[:2] for key in keys if (found := _driver_of(key)) is not None}
-
-
 def driver_overrides(names: Iterable[str], trusted: Mapping[str, str]) -> list[tuple[str, str]]:
-    """For every driver named in ``names`` (the effective config's keys) or ``trusted``:
-    each of its keys set to the trusted value where the user's global or the system config
-    defines that driver, else to the neutral one."""
-    defined: dict[tuple[str, str], dict[str, str]] = {}
+    """For every driver key in ``names`` (the effective config's keys) or ``trusted``: the
+    trusted value where the user's global or the system config sets that key, else the
+    neutral one. Keys nobody set stay unset: git has no way to unset a key, and an empty
+    ``process`` would also switch off the driver's ``clean`` and ``smudge`` — which is what
+    happens, safely, when a repository adds a ``process`` to a filter of yours."""
+    own: dict[tuple[str, str, str], str] = {}
     for key, value in trusted.items():
         found = _driver_of(key)
         if found is not None:
-            defined.setdefault(found[:2], {})[found[2]] = value
-    pairs: list[tuple[str, str]] = []
-    for family, name in sorted(_drivers(names) | set(defined)):
-        own = defined.get((family, name))
-        for leaf, neutral in DRIVER_KEYS[family].items():
-            value = neutral if own is None else own.get(leaf, neutral)
-            pairs.append((f"{family}.{name}.{leaf}", value))
-    return pairs
+            own[found] = value
+    present = {found for key in names if (found := _driver_of(key)) is not None} | set(own)
+    return [
+        (f"{family}.{name}.{leaf}", own.get((family, name, leaf), DRIVER_KEYS[family][leaf]))
+        for family, name, leaf in sorted(present)
+    ]
 
 
 def place_environment(place: GitPlace) -> dict[str, str]:
