@@ -266,6 +266,30 @@ async def test_a_rewritten_commondir_and_gitdir_are_not_followed_and_are_put_bac
     assert git(tree.path, "status", "--porcelain") == ""
 
 
+async def test_a_repository_the_agent_made_in_its_worktree_is_not_committed(
+    tmp_path: Path, markers: Path
+) -> None:
+    # A repository of the agent's inside its worktree, dirty, with an fsmonitor, a filter
+    # and hooks. Committed as a gitlink, it made *your* `git status` in the kept worktree
+    # run git inside it (its config, its hooks); left untracked, git never enters it.
+    repo = git_repo(tmp_path / "repo")
+    tree = await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")
+    sub = git_repo(tree.path / "sub")
+    (sub / ".gitattributes").write_text("* filter=y\n")
+    git(sub, "config", "core.fsmonitor", trap(markers, "fsmonitor", "false"))
+    git(sub, "config", "filter.y.clean", trap(markers, "filter-clean"))
+    hook(sub / ".git" / "hooks", "post-index-change", markers)
+    (sub / "README.md").write_text("dirty\n")
+    (tree.workdir / "top.txt").write_text("top\n")
+    kept = await finish_worktree(tree, "agentcell: a1")
+    assert left(markers) == []
+    assert kept is not None and kept.commit_error == ""
+    assert git(repo, "ls-tree", "--name-only", "agentcell/r/a1").split() == ["README.md", "top.txt"]
+    assert "(not committed: sub: a git repository of the sub-agent's own" in kept.diff_stat
+    assert git(tree.path, "status", "--porcelain") == "?? sub/"
+    assert left(markers) == []
+
+
 async def test_a_replaced_worktree_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "repo")
     tree = await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")

@@ -62,6 +62,7 @@ ENVIRONMENT: Mapping[str, str] = {
     # git:// (core.gitProxy), http (credential helpers, askpass), ext::, nor a lazy fetch.
     "GIT_ALLOW_PROTOCOL": "",
     "GIT_NO_REPLACE_OBJECTS": "1",  # the commit is built from the objects as they are
+    "GIT_LITERAL_PATHSPECS": "1",  # a path an agent named is a path, never a pattern
 }
 
 #: Variables outside ``GIT_*`` that git reads for a program to run.

@@ -173,11 +173,10 @@ async def finish_worktree(
         )
     with tempfile.TemporaryDirectory(prefix="agentcell-git-") as private:
         git = await SafeGit.open(_private_view(tree, Path(private)))
-        await git.run("read-tree", tree.branch)  # the files as they are, not the agent's index
-        await git.run("add", "--all")
+        repositories = await _stage(git, tree.branch)
         changed, _ = await git.run("diff", "--cached", "--quiet", tree.branch)
         _, ahead = await git.run("rev-list", "--count", f"{tree.base}..{tree.branch}")
-        if not changed and ahead.strip() in ("", "0"):
+        if not changed and not repositories and ahead.strip() in ("", "0"):
             await _remove(tree)
             return None
         commit_error = ""
@@ -190,14 +189,40 @@ async def finish_worktree(
         # Against the index: the commit when it worked, the staged changes when it did not.
         _, stat_text = await git.run("diff", "--cached", "--stat", tree.base)
         repaired = _repair(tree, Path(private) / "index")
-    note = f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
+    notes = ""
+    if repaired:
+        notes += f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
+    if repositories:
+        notes += (
+            f"(not committed: {', '.join(repositories)}: a git repository of the sub-agent's "
+            "own; agentcell commits files, not repositories — review it before you run git "
+            "inside it)\n"
+        )
     return KeptWorktree(
         path=str(tree.path),
         branch=tree.branch,
-        diff_stat=(note if repaired else "") + stat_text,
+        diff_stat=notes + stat_text,
         commit=head.strip(),
         commit_error=commit_error,
     )
+
+
+async def _stage(git: SafeGit, branch: str) -> list[str]:
+    """Stage the files as they are (a fresh index from the branch, not the agent's), then
+    unstage every repository the agent made or moved (a gitlink: your ``git status`` in
+    the kept worktree would run git inside it, with its config and hooks). Returns those."""
+    await git.run("read-tree", branch)
+    await git.run("add", "--all")
+    _, raw = await git.run("diff", "--cached", "--raw", "-z", "--no-abbrev", branch)
+    fields = raw.split("\0")
+    links = [
+        path
+        for info, path in zip(fields[::2], fields[1::2], strict=False)
+        if info.split(" ")[1:2] == ["160000"]
+    ]
+    if links:
+        await git.run("reset", "-q", branch, "--", *links)
+    return links
 
 
 def _private_view(tree: Worktree, private: Path) -> GitPlace:
