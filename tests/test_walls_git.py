@@ -26,7 +26,11 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._safe_git import SafeGit, discover
-from agentcell.orchestrator.delegation._worktree import create_worktree, finish_worktree
+from agentcell.orchestrator.delegation._worktree import (
+    WorktreeError,
+    create_worktree,
+    finish_worktree,
+)
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
@@ -300,6 +304,17 @@ async def test_a_replaced_worktree_folder_is_refused_in_one_line(tmp_path: Path)
     assert kept.commit_error == (
         f"agentcell ran no git there: {tree.path} was replaced or removed during the run"
     )
+
+
+async def test_a_repository_git_cannot_read_is_one_line(tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "repo")
+    with (repo / ".git" / "config").open("a") as config:
+        config.write("[core\n")
+    with pytest.raises(WorktreeError) as caught:
+        await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")
+    message = str(caught.value)
+    assert message.startswith(f"isolation: git cannot read the repository at {repo}: ")
+    assert "bad config line" in message and "\n" not in message
 
 
 # -- the table: one trap per key, against the runner directly -----------------------------

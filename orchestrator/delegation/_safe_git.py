@@ -68,10 +68,10 @@ ENVIRONMENT: Mapping[str, str] = {
 #: Variables outside ``GIT_*`` that git reads for a program to run.
 _DROPPED = ("PAGER", "EDITOR", "VISUAL", "SSH_ASKPASS")
 
-#: Drivers: ``section.<name>.key`` families whose value is a command. Blanked for every
-#: name found in the effective config, unless the user's global or the system config
-#: defines that name (then the values from there are passed, so a repository cannot
-#: change them). Their neutral value is what git does without the driver.
+#: Drivers: ``section.<name>.key`` families whose value is a command. Each such key found
+#: in the effective config is blanked, unless the user's global or the system config sets
+#: it (then the value from there is passed, so a repository cannot change it). The
+#: neutral value is what git does without the driver (git-lfs's: the call fails).
 DRIVER_KEYS: Mapping[str, Mapping[str, str]] = {
     "filter": {"clean": "", "smudge": "", "process": "", "required": "false"},
     "lfs.extension": {"clean": "", "smudge": ""},
@@ -254,14 +254,18 @@ def _text(out: bytes) -> str:
 
 async def discover(workdir: Path) -> GitPlace | None:
     """The repository ``workdir`` is in, found from the user's own folder (the one git
-    discovery the parent makes), or None outside one. Real, absolute paths."""
+    discovery the parent makes), or None outside one. Real, absolute paths; GitError
+    when git cannot read it."""
     env = base_environment() | _config_env(HARDENING)
     argv = ["git", "rev-parse", "--path-format=absolute"]
     argv += ["--show-toplevel", "--git-dir", "--git-common-dir"]
     code, out = await _exec(argv, env, workdir)
-    lines = _text(out).splitlines()
-    if code != 0 or len(lines) != 3:
+    text = _text(out)
+    if code != 0 and "not a git repository" in text:
         return None
+    lines = text.splitlines()
+    if code != 0 or len(lines) != 3:
+        raise GitError(f"git cannot read the repository at {workdir}: {' '.join(text.split())}")
     top, git_dir, common = _real(lines)
     return GitPlace(git_dir=git_dir, common_dir=common, work_tree=top)
 

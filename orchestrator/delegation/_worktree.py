@@ -33,7 +33,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from agentcell.orchestrator.delegation._safe_git import GitPlace, SafeGit, discover
+from agentcell.orchestrator.delegation._safe_git import GitError, GitPlace, SafeGit, discover
 
 
 class WorktreeError(Exception):
@@ -82,13 +82,19 @@ def _lock(repo: Path) -> asyncio.Lock:
 
 
 async def create_worktree(workdir: Path, root: Path, name: str, branch: str) -> Worktree:
-    home = await discover(workdir)
+    try:
+        home = await discover(workdir)
+    except GitError as exc:
+        raise WorktreeError(f"isolation: {exc}") from None
     if home is None:
         raise WorktreeError(
             f"isolation: worktree needs a git repository, and {workdir} is not inside one "
             "(run `git init` and commit, or drop the isolation setting)"
         )
-    git = await SafeGit.open(home)
+    try:
+        git = await SafeGit.open(home)
+    except GitError as exc:
+        raise WorktreeError(f"isolation: {exc}") from None
     code, base = await git.run("rev-parse", "--verify", "HEAD^{commit}")
     if code != 0:
         raise WorktreeError(
@@ -162,17 +168,14 @@ async def finish_worktree(
 ) -> KeptWorktree | None:
     """Remove the worktree if nothing changed; otherwise commit what the agent left on its
     branch (with ``message``), keep both, and describe the changes since the base."""
-    replaced = _replaced(tree)
-    if replaced:
-        return KeptWorktree(
-            path=str(tree.path),
-            branch=tree.branch,
-            diff_stat="",
-            commit="",
-            commit_error=f"agentcell ran no git there: {replaced}",
-        )
+    refused = _replaced(tree)
+    if refused:
+        return _untouched(tree, refused)
     with tempfile.TemporaryDirectory(prefix="agentcell-git-") as private:
-        git = await SafeGit.open(_private_view(tree, Path(private)))
+        try:
+            git = await SafeGit.open(_private_view(tree, Path(private)))
+        except GitError as exc:
+            return _untouched(tree, str(exc))
         repositories = await _stage(git, tree.branch)
         changed, _ = await git.run("diff", "--cached", "--quiet", tree.branch)
         _, ahead = await git.run("rev-list", "--count", f"{tree.base}..{tree.branch}")
@@ -225,6 +228,17 @@ async def _stage(git: SafeGit, branch: str) -> list[str]:
     return links
 
 
+def _untouched(tree: Worktree, why: str) -> KeptWorktree:
+    """The worktree kept as the agent left it, nothing committed, and why."""
+    return KeptWorktree(
+        path=str(tree.path),
+        branch=tree.branch,
+        diff_stat="",
+        commit="",
+        commit_error=f"agentcell ran no git there: {why}",
+    )
+
+
 def _private_view(tree: Worktree, private: Path) -> GitPlace:
     """A git folder of the parent's own for this worktree: ``HEAD`` names the agent's
     branch, ``commondir`` the repository (git's ref store reads that file, not
@@ -242,8 +256,8 @@ async def _remove(tree: Worktree) -> None:
     async with _lock(tree.repo):
         shutil.rmtree(tree.path, ignore_errors=True)  # never follows a link out
         shutil.rmtree(tree.admin, ignore_errors=True)
-        home = await SafeGit.open(tree.home)
-        await home.run("branch", "-D", tree.branch)
+        with contextlib.suppress(GitError):  # the branch stays: it holds nothing new
+            await (await SafeGit.open(tree.home)).run("branch", "-D", tree.branch)
 
 
 def _repair(tree: Worktree, index: Path) -> list[str]:
