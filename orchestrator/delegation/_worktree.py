@@ -191,7 +191,20 @@ async def finish_worktree(
         _, head = await git.run("rev-parse", "HEAD")
         # Against the index: the commit when it worked, the staged changes when it did not.
         _, stat_text = await git.run("diff", "--cached", "--stat", tree.base)
-        repaired = _repair(tree, Path(private) / "index")
+        try:
+            repaired = _repair(tree, Path(private) / "index")
+        except OSError as exc:  # the folders changed under it: say so, keep the commit
+            repaired = [f"nothing: {exc} (run no git in that worktree)"]
+    return KeptWorktree(
+        path=str(tree.path),
+        branch=tree.branch,
+        diff_stat=_notes(repaired, repositories) + stat_text,
+        commit=head.strip(),
+        commit_error=commit_error,
+    )
+
+
+def _notes(repaired: list[str], repositories: list[str]) -> str:
     notes = ""
     if repaired:
         notes += f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
@@ -201,13 +214,7 @@ async def finish_worktree(
             "own; agentcell commits files, not repositories — review it before you run git "
             "inside it)\n"
         )
-    return KeptWorktree(
-        path=str(tree.path),
-        branch=tree.branch,
-        diff_stat=notes + stat_text,
-        commit=head.strip(),
-        commit_error=commit_error,
-    )
+    return notes
 
 
 async def _stage(git: SafeGit, branch: str) -> list[str]:
@@ -272,7 +279,8 @@ def _repair(tree: Worktree, index: Path) -> list[str]:
     try:
         if (os.fstat(admin_fd).st_dev, os.fstat(admin_fd).st_ino) != tree.ids["admin"]:
             return ["the admin folder (replaced; left as it is)"]
-        _put(admin_fd, "index", index.read_bytes())
+        if index.is_file():  # git made one (it may have failed before)
+            _put(admin_fd, "index", index.read_bytes())
         _put(admin_fd, "HEAD", f"ref: refs/heads/{tree.branch}\n".encode())
         for name in _MARKED:
             if _put_back(admin_fd, name, tree.marks[name]):
