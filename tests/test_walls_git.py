@@ -421,12 +421,15 @@ def plant_editor(key: str, *command: str) -> Plant:
     return plant
 
 
-def plant_signing(repo: Path, markers: Path) -> list[str]:
-    hook(repo / ".git", "gpg", markers)  # gpg.program is run as a program, not by a shell
-    _config(repo, ("commit.gpgSign", "true"), ("gpg.program", str(repo / ".git" / "gpg")))
-    _modify(repo)
-    git(repo, "add", ".")
-    return ["commit", "-qm", "signed?"]
+def plant_signing(what: str) -> Plant:
+    def plant(repo: Path, markers: Path) -> list[str]:
+        hook(repo / ".git", "gpg", markers)  # gpg.program is run as a program, not by a shell
+        _config(repo, (f"{what}.gpgSign", "true"), ("gpg.program", str(repo / ".git" / "gpg")))
+        _modify(repo)
+        git(repo, "add", ".")
+        return ["commit", "-qm", "signed?"] if what == "commit" else ["tag", "-m", "v", "v1"]
+
+    return plant
 
 
 def plant_transport(url: str, *pairs: tuple[str, str]) -> Plant:
@@ -467,7 +470,8 @@ TRAPS: dict[str, Plant] = {
     "diff.external": plant_diff("diff.external"),
     "core.editor": plant_editor("core.editor", "commit"),
     "sequence.editor": plant_editor("sequence.editor", "rebase", "-q", "-i", "HEAD~1"),
-    "commit.gpgSign / gpg.program": plant_signing,
+    "commit.gpgSign / gpg.program": plant_signing("commit"),
+    "tag.gpgSign / gpg.program": plant_signing("tag"),
     "core.sshCommand": plant_transport(
         "ssh://git.invalid/x", ("core.sshCommand", "touch MARK/ssh; false")
     ),
@@ -520,6 +524,37 @@ async def test_credential_programs_never_run(
     code, out = await (await SafeGit.open(place)).run("ls-remote", asks_for_a_password)
     assert code != 0 and "not allowed" in out
     assert left(markers) == []
+
+
+def two_packs(repo: Path) -> Path:
+    """Two packs and a repository that consolidates at two: the next commit's automatic
+    maintenance repacks (in the foreground)."""
+    git(repo, "repack", "-q")
+    (repo / "second.txt").write_text("2\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "second")
+    git(repo, "repack", "-q")
+    git(repo, "config", "gc.autoPackLimit", "1")
+    git(repo, "config", "gc.autoDetach", "false")
+    (repo / "third.txt").write_text("3\n")
+    git(repo, "add", ".")
+    packs = repo / ".git" / "objects" / "pack"
+    assert len(list(packs.glob("*.pack"))) == 2
+    return packs
+
+
+async def test_no_automatic_maintenance_runs_after_the_parents_commit(tmp_path: Path) -> None:
+    plain = two_packs(git_repo(tmp_path / "plain"))
+    git(tmp_path / "plain", "commit", "-qm", "third")
+    assert len(list(plain.glob("*.pack"))) == 1, "plain git did not repack: proves nothing"
+
+    repo = git_repo(tmp_path / "safe")
+    packs = two_packs(repo)
+    place = await discover(repo)
+    assert place is not None
+    code, out = await (await SafeGit.open(place)).run("commit", "-qm", "third")
+    assert code == 0, out
+    assert len(list(packs.glob("*.pack"))) == 2  # gc.auto=0, maintenance.auto=false
 
 
 def _on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> None:
