@@ -617,6 +617,28 @@ async def test_a_filter_from_your_own_config_runs_and_a_repository_cannot_change
     assert left(markers) == []  # the repository's program never ran
 
 
+async def test_a_file_your_config_includes_from_the_repository_is_not_yours(
+    tmp_path: Path, markers: Path, own_home: Path
+) -> None:
+    # ~/.gitconfig includes a file inside the project (a common way to share settings):
+    # whatever a sub-agent writes there defines no driver the parent runs.
+    repo = git_repo(tmp_path / "repo")
+    shared = repo / ".gitconfig-shared"
+    git(own_home, "config", "--global", "include.path", str(shared))
+    shared.write_text(f'[filter "x"]\n\tclean = "{trap(markers, "included")}"\n')
+    (repo / ".gitattributes").write_text("*.txt filter=x\n")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "a.txt")
+    assert left(markers) == ["included"], "plain git did not run it: proves nothing"
+    (markers / "included").unlink()
+    git(repo, "reset", "-q")
+
+    place = await discover(repo)
+    assert place is not None
+    await (await SafeGit.open(place)).run("add", "--all")
+    assert left(markers) == []
+
+
 @pytest.mark.skipif(shutil.which("git-lfs") is None, reason="git-lfs is not installed")
 async def test_git_lfs_repositories_keep_working(tmp_path: Path, own_home: Path) -> None:
     git(own_home, "lfs", "install", "--skip-repo")  # filter.lfs.* in your ~/.gitconfig

@@ -137,13 +137,19 @@ async def _exec(argv: list[str], env: Mapping[str, str], cwd: Path | str) -> tup
     return proc.returncode or 0, out
 
 
-def _parse_listing(raw: bytes) -> dict[str, str]:
-    """``git config -z --list``: NUL-ended entries, key and value split by a newline."""
+def _parse_with_origins(raw: bytes, untrusted: Iterable[Path]) -> dict[str, str]:
+    """``git config -z --show-origin --list``: an origin, then its entry; entries from a
+    file under one of ``untrusted`` (a file your config includes from inside the
+    repository, say) are left out."""
+    roots = [str(root).rstrip("/") + "/" for root in untrusted]
+    fields = raw.decode(errors="surrogateescape").split("\0")
     found: dict[str, str] = {}
-    for entry in raw.decode(errors="surrogateescape").split("\0"):
-        if entry:
-            key, _, value = entry.partition("\n")
-            found[key] = value  # the last one wins, as in git
+    for origin, entry in zip(fields[::2], fields[1::2], strict=False):
+        path = os.path.realpath(origin.removeprefix("file:"))
+        if not origin.startswith("file:") or any(path.startswith(r) for r in roots):
+            continue
+        key, _, value = entry.partition("\n")
+        found[key] = value
     return found
 
 
@@ -159,15 +165,18 @@ def _driver_of(key: str) -> tuple[str, str, str] | None:
     return None
 
 
-async def trusted_config(env: Mapping[str, str]) -> dict[str, str]:
+async def trusted_config(env: Mapping[str, str], untrusted: Iterable[Path]) -> dict[str, str]:
     """The user's global config and the system's (both out of an agent's reach), with
-    their includes: the only places a driver's program may come from."""
+    their includes unless one lies under ``untrusted``: the only places a driver's
+    program may come from."""
     plain = {k: v for k, v in env.items() if k != "GIT_CONFIG_NOSYSTEM"}
+    roots = list(untrusted)
     merged: dict[str, str] = {}
     for scope in ("--system", "--global"):  # global after system: it wins, as in git
-        code, out = await _exec(["git", "config", "-z", "--includes", "--list", scope], plain, "/")
+        argv = ["git", "config", "-z", "--includes", "--show-origin", "--list", scope]
+        code, out = await _exec(argv, plain, "/")
         if code == 0:
-            merged.update(_parse_listing(out))
+            merged.update(_parse_with_origins(out, roots))
     return merged
 
 
@@ -216,7 +225,10 @@ class SafeGit:
         if code != 0:
             raise GitError(f"git cannot read the configuration of {place.work_tree}: {_text(out)}")
         names = [name for name in out.decode(errors="surrogateescape").split("\0") if name]
-        overrides = [*HARDENING, *driver_overrides(names, await trusted_config(base))]
+        # Folders an agent may write: the repository's own files are never "yours".
+        untrusted = {place.work_tree, place.git_dir, place.common_dir, place.common_dir.parent}
+        trusted = await trusted_config(base, untrusted)
+        overrides = [*HARDENING, *driver_overrides(names, trusted)]
         return cls(place, base | place_environment(place) | _config_env(overrides))
 
     def command(
