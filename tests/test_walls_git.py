@@ -32,12 +32,8 @@ from agentcell.orchestrator.delegation._worktree import (
     finish_worktree,
 )
 from agentcell.protocol import RunStatus
-from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
-
-CAPS = probe_sandbox()
-
 
 # -- hostile folders -----------------------------------------------------------------------
 
@@ -103,10 +99,6 @@ def left(markers: Path) -> list[str]:
 
 # -- end to end: a real worktree sub-agent ------------------------------------------------
 
-needs_landlock = pytest.mark.skipif(
-    not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
-)
-
 
 @pytest.fixture
 def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
@@ -158,7 +150,6 @@ def assert_handed_back(repo: Path, result: Any, files: dict[str, str]) -> None:
     assert (tree / ".git").read_text().startswith("gitdir: ")
 
 
-@needs_landlock
 async def test_a_worktree_agent_that_replaced_its_git_runs_nothing_in_the_parent(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, markers: Path
 ) -> None:
@@ -188,7 +179,6 @@ async def test_a_worktree_agent_that_replaced_its_git_runs_nothing_in_the_parent
     assert left(markers) == []
 
 
-@needs_landlock
 async def test_a_worktree_agent_cannot_steer_git_through_its_admin_folder(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, markers: Path
 ) -> None:
@@ -217,7 +207,6 @@ async def test_a_worktree_agent_cannot_steer_git_through_its_admin_folder(
     assert left(markers) == []
 
 
-@needs_landlock
 async def test_hooks_and_filters_planted_in_the_users_repository_do_not_run_on_worktree_add(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, markers: Path
 ) -> None:
