@@ -549,7 +549,9 @@ async def test_no_automatic_maintenance_runs_after_the_parents_commit(tmp_path: 
 def _on_a_terminal(argv: list[str], env: dict[str, str], cwd: Path) -> None:
     main, side = pty.openpty()
     try:
-        subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=side, stderr=side)
+        subprocess.run(
+            argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=side, stderr=side, timeout=60
+        )
     finally:
         os.close(side)
         with contextlib.suppress(OSError):
