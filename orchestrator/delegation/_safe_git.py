@@ -246,8 +246,9 @@ class SafeGit:
                 env[f"GIT_CONFIG_KEY_{index}"] = key
                 env[f"GIT_CONFIG_VALUE_{index}"] = value
             env["GIT_CONFIG_COUNT"] = str(count + len(extra))
-        if args:
-            args = (args[0], *_FLAGS.get(args[0], ()), *args[1:])
+        if not args or args[0].startswith("-"):  # options before it would skip the flags
+            raise ValueError(f"a git subcommand comes first, not {args[:1]}")
+        args = (args[0], *_FLAGS.get(args[0], ()), *args[1:])
         return ["git", "--no-pager", *args], env
 
     async def run(self, *args: str, config: Iterable[tuple[str, str]] = ()) -> tuple[int, str]:
