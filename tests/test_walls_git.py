@@ -221,11 +221,14 @@ async def test_hooks_and_filters_planted_in_the_users_repository_do_not_run_on_w
     hook(repo / ".git" / "hooks", "post-checkout", markers)
     git(repo, "config", "filter.x.smudge", trap(markers, "filter-smudge"))
     git(repo, "config", "core.fsmonitor", trap(markers, "fsmonitor", "false"))
-    served.responder = bash_then_answer("cat data.txt; echo more >> data.txt")
+    served.responder = bash_then_answer("cat data.txt; echo more >> data.txt; echo n > new.md")
     result = await delegate_in_worktree(repo, tmp_path / "run")
     assert result.text == "data", result.text
     assert left(markers) == []
-    assert_handed_back(repo, result, {"data.txt": "data\nmore"})
+    assert_handed_back(repo, result, {"new.md": "n", "data.txt": "data"})
+    # The filter's file is left for you: the repository's filter never ran in the parent.
+    assert "(not committed: data.txt: its filter is defined only in" in result.diff_stat
+    assert (Path(result.worktree) / "data.txt").read_text() == "data\nmore\n"
 
 
 # -- the worktree's git files, rewritten (a hostile folder) --------------------------------
@@ -586,8 +589,8 @@ async def test_no_pager_runs_even_on_a_terminal(tmp_path: Path, markers: Path, k
 
 @pytest.mark.parametrize(
     ("leaf", "then", "committed"),
-    [("clean", "cat", "SHOUT"), ("process", "exit 1", "shout")],
-    ids=["redefined: yours runs", "a process added: the filter is off"],
+    [("clean", "cat", "SHOUT"), ("process", "exit 1", "")],
+    ids=["redefined: yours runs", "a process added: off, the file left uncommitted"],
 )
 async def test_a_filter_from_your_own_config_runs_and_a_repository_cannot_change_it(
     tmp_path: Path, markers: Path, own_home: Path, leaf: str, then: str, committed: str
@@ -604,8 +607,39 @@ async def test_a_filter_from_your_own_config_runs_and_a_repository_cannot_change
     (tree.workdir / "a.txt").write_text("shout\n")
     kept = await finish_worktree(tree)
     assert kept is not None and kept.commit_error == ""
-    assert git(repo, "show", "agentcell/r/a1:a.txt") == committed
     assert left(markers) == []  # the repository's program never ran
+    if committed:
+        assert git(repo, "show", "agentcell/r/a1:a.txt") == committed
+    else:  # your filter is off: the file is left for you to commit
+        assert "(not committed: a.txt: its filter is defined only in" in kept.diff_stat
+
+
+async def test_a_file_under_a_filter_only_the_repository_defines_is_left_uncommitted(
+    tmp_path: Path, markers: Path
+) -> None:
+    # git-crypt's way: the filter lives in the repository's own config. Not run by the
+    # parent (a sub-agent may write that config), and not committed as the plain bytes the
+    # agent wrote either: left for you to commit with your git.
+    repo = git_repo(tmp_path / "repo")
+    git(repo, "config", "filter.crypt.clean", f"touch {markers}/clean; tr a-z n-za-m")
+    git(repo, "config", "filter.crypt.smudge", f"touch {markers}/smudge; tr a-z n-za-m")
+    (repo / ".gitattributes").write_text("secret.txt filter=crypt\n")
+    (repo / "secret.txt").write_text("old secret\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "crypt")
+    for name in left(markers):
+        (markers / name).unlink()
+    tree = await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1")
+    assert (tree.path / "secret.txt").read_text() == "byq frperg\n"  # as stored: not run
+    (tree.workdir / "secret.txt").write_text("new secret\n")
+    (tree.workdir / "other.txt").write_text("other\n")
+    kept = await finish_worktree(tree, "agentcell: a1")
+    assert left(markers) == []
+    assert kept is not None and kept.commit_error == ""
+    assert git(repo, "show", "agentcell/r/a1:other.txt") == "other"
+    assert git(repo, "show", "agentcell/r/a1:secret.txt") == "byq frperg"  # not the plain one
+    assert "(not committed: secret.txt: its filter is defined only in the" in kept.diff_stat
+    assert (tree.path / "secret.txt").read_text() == "new secret\n"  # still there for you
 
 
 async def test_a_file_your_config_includes_from_the_repository_is_not_yours(

@@ -198,6 +198,17 @@ def driver_overrides(names: Iterable[str], trusted: Mapping[str, str]) -> list[t
     ]
 
 
+def blanked_filters(overrides: Iterable[tuple[str, str]]) -> set[str]:
+    """The filters among ``overrides`` that had a command blanked (a repository's own
+    filter, or yours with a ``process`` a repository added)."""
+    blanked: set[str] = set()
+    for key, value in overrides:
+        found = _driver_of(key)
+        if found and found[0] == "filter" and found[2] != "required" and value == "":
+            blanked.add(found[1])
+    return blanked
+
+
 def place_environment(place: GitPlace) -> dict[str, str]:
     return {
         "GIT_DIR": str(place.git_dir),
@@ -209,9 +220,14 @@ def place_environment(place: GitPlace) -> dict[str, str]:
 class SafeGit:
     """git commands in one verified place, with the drivers settled once (:meth:`open`)."""
 
-    def __init__(self, place: GitPlace, env: Mapping[str, str]) -> None:
+    def __init__(
+        self, place: GitPlace, env: Mapping[str, str], blanked: Iterable[str] = ()
+    ) -> None:
         self.place = place
         self._env = dict(env)
+        #: Filters the config names whose program this runner does not run: a file they
+        #: cover goes in as its bytes (see :func:`blanked_filters`).
+        self.blanked = frozenset(blanked)
 
     @classmethod
     async def open(cls, place: GitPlace) -> SafeGit:
@@ -228,8 +244,9 @@ class SafeGit:
         # Folders an agent may write: the repository's own files are never "yours".
         untrusted = {place.work_tree, place.git_dir, place.common_dir, place.common_dir.parent}
         trusted = await trusted_config(base, untrusted)
-        overrides = [*HARDENING, *driver_overrides(names, trusted)]
-        return cls(place, base | place_environment(place) | _config_env(overrides))
+        drivers = driver_overrides(names, trusted)
+        env = base | place_environment(place) | _config_env([*HARDENING, *drivers])
+        return cls(place, env, blanked_filters(drivers))
 
     def command(
         self, *args: str, config: Iterable[tuple[str, str]] = ()
@@ -251,11 +268,14 @@ class SafeGit:
         args = (args[0], *_FLAGS.get(args[0], ()), *args[1:])
         return ["git", "--no-pager", *args], env
 
-    async def run(self, *args: str, config: Iterable[tuple[str, str]] = ()) -> tuple[int, str]:
-        """Run ``git args...`` in the work tree: exit status and output (stdout and stderr)."""
+    async def run(
+        self, *args: str, config: Iterable[tuple[str, str]] = (), strip: bool = True
+    ) -> tuple[int, str]:
+        """Run ``git args...`` in the work tree: exit status and output (stdout and stderr;
+        ``strip=False`` for ``-z`` output, whose first path may start with a space)."""
         argv, env = self.command(*args, config=config)
         code, out = await _exec(argv, env, self.place.work_tree)
-        return code, _text(out)
+        return code, _text(out) if strip else out.decode(errors="surrogateescape")
 
 
 _HARDENED_KEYS = frozenset(key.lower() for key, _ in HARDENING)

@@ -177,9 +177,10 @@ async def finish_worktree(
         except GitError as exc:
             return _untouched(tree, str(exc))
         repositories = await _stage(git, tree.branch)
+        held = await _unfiltered(git, tree.branch)
         changed, _ = await git.run("diff", "--cached", "--quiet", tree.branch)
         _, ahead = await git.run("rev-list", "--count", f"{tree.base}..{tree.branch}")
-        if not changed and not repositories and ahead.strip() in ("", "0"):
+        if not changed and not repositories and not held and ahead.strip() in ("", "0"):
             await _remove(tree)
             return None
         commit_error = ""
@@ -198,13 +199,13 @@ async def finish_worktree(
     return KeptWorktree(
         path=str(tree.path),
         branch=tree.branch,
-        diff_stat=_notes(repaired, repositories) + stat_text,
+        diff_stat=_notes(repaired, repositories, held) + stat_text,
         commit=head.strip(),
         commit_error=commit_error,
     )
 
 
-def _notes(repaired: list[str], repositories: list[str]) -> str:
+def _notes(repaired: list[str], repositories: list[str], held: list[str]) -> str:
     notes = ""
     if repaired:
         notes += f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
@@ -213,6 +214,11 @@ def _notes(repaired: list[str], repositories: list[str]) -> str:
             f"(not committed: {', '.join(repositories)}: a git repository of the sub-agent's "
             "own; agentcell commits files, not repositories — review it before you run git "
             "inside it)\n"
+        )
+    if held:
+        notes += (
+            f"(not committed: {', '.join(held)}: its filter is defined only in the "
+            "repository's own config, which agentcell does not run — commit it yourself)\n"
         )
     return notes
 
@@ -223,7 +229,7 @@ async def _stage(git: SafeGit, branch: str) -> list[str]:
     the kept worktree would run git inside it, with its config and hooks). Returns those."""
     await git.run("read-tree", branch)
     await git.run("add", "--all")
-    _, raw = await git.run("diff", "--cached", "--raw", "-z", "--no-abbrev", branch)
+    _, raw = await git.run("diff", "--cached", "--raw", "-z", "--no-abbrev", branch, strip=False)
     fields = raw.split("\0")
     links = [
         path
@@ -233,6 +239,26 @@ async def _stage(git: SafeGit, branch: str) -> list[str]:
     if links:
         await git.run("reset", "-q", branch, "--", *links)
     return links
+
+
+async def _unfiltered(git: SafeGit, branch: str) -> list[str]:
+    """Unstage the changed files whose filter the runner did not run (one only your
+    repository's config defines, git-crypt's say): committed, they would go in as the
+    bytes the agent wrote, unencrypted. Returns them, for you to commit yourself."""
+    if not git.blanked:
+        return []
+    _, names = await git.run("diff", "--cached", "--name-only", "-z", branch, strip=False)
+    paths = [path for path in names.split("\0") if path]
+    if not paths:
+        return []
+    _, attributes = await git.run("check-attr", "-z", "filter", "--", *paths, strip=False)
+    fields = attributes.split("\0")
+    held = [
+        path for path, value in zip(fields[::3], fields[2::3], strict=False) if value in git.blanked
+    ]
+    if held:
+        await git.run("reset", "-q", branch, "--", *held)
+    return held
 
 
 def _untouched(tree: Worktree, why: str) -> KeptWorktree:
