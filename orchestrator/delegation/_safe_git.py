@@ -239,7 +239,8 @@ class SafeGit:
             ["git", "config", "-z", "--name-only", "--list"], env, place.work_tree
         )
         if code != 0:
-            raise GitError(f"git cannot read the configuration of {place.work_tree}: {_text(out)}")
+            why = " ".join(_text(out).split())
+            raise GitError(f"git cannot read the configuration of {place.work_tree}: {why}")
         names = [name for name in out.decode(errors="surrogateescape").split("\0") if name]
         # Folders an agent may write: the repository's own files are never "yours".
         untrusted = {place.work_tree, place.git_dir, place.common_dir, place.common_dir.parent}
