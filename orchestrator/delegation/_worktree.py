@@ -7,14 +7,33 @@ are kept, and the result says where, on which branch and commit, and what change
 is never silently lost, and ``git merge <branch>`` takes it. Git commands on one
 repository are serialised: concurrent ``git worktree add`` calls contend for the same
 administrative files.
+
+Every git command here goes through :mod:`._safe_git`, and none trusts a file the agent
+could write: its worktree (``.git`` included) and its admin folder
+(``<common>/worktrees/<name>/``: ``HEAD``, ``index``, ``commondir``, ``gitdir``,
+``config.worktree``) are the agent's. What agentcell records when it makes the worktree
+(before the agent starts) is what it uses after: the commit is made in a private git
+folder of the parent's (``HEAD`` naming the agent's branch, a fresh index built from that
+branch and the files as they are), with ``GIT_COMMON_DIR`` the repository agentcell found
+in your folder. Then the admin folder gets the new index and ``HEAD``, and the ``.git``
+file, ``commondir`` and ``gitdir`` are put back as git wrote them (a ``config.worktree``
+the agent left is removed), so a later ``git`` of yours in the kept worktree reads nothing
+the agent planted there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
+import secrets
+import shutil
+import stat
+import tempfile
 from pathlib import Path
+
+from agentcell.orchestrator.delegation._safe_git import GitError, GitPlace, SafeGit, discover
 
 
 class WorktreeError(Exception):
@@ -28,6 +47,10 @@ class Worktree:
     branch: str
     base: str  # the commit it branched from
     workdir: Path  # where the child works: the same place inside the worktree
+    home: GitPlace  # the repository as found from your folder
+    admin: Path  # git's admin folder of this worktree (the agent's to write)
+    marks: dict[str, bytes]  # the .git file, commondir and gitdir as git wrote them
+    ids: dict[str, tuple[int, int]]  # (device, inode) of each folder trusted at creation
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -40,26 +63,13 @@ class KeptWorktree:
 
 
 #: Who commits an agent's work when the repository names nobody.
-_FALLBACK_IDENTITY = ("-c", "user.name=agentcell", "-c", "user.email=agentcell@localhost")
+_FALLBACK_IDENTITY = (("user.name", "agentcell"), ("user.email", "agentcell@localhost"))
+
+#: The files git writes into a new worktree's admin folder that say where things are.
+_MARKED = ("commondir", "gitdir")
 
 
 _locks: dict[tuple[int, Path], asyncio.Lock] = {}
-
-
-async def _git(*args: str, cwd: Path) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
-    env["GIT_TERMINAL_PROMPT"] = "0"
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        *args,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await proc.communicate()
-    return proc.returncode or 0, out.decode(errors="replace").strip()
 
 
 def _lock(repo: Path) -> asyncio.Lock:
@@ -72,30 +82,85 @@ def _lock(repo: Path) -> asyncio.Lock:
 
 
 async def create_worktree(workdir: Path, root: Path, name: str, branch: str) -> Worktree:
-    code, top = await _git("rev-parse", "--show-toplevel", cwd=workdir)
-    if code != 0:
+    try:
+        home = await discover(workdir)
+    except GitError as exc:
+        raise WorktreeError(f"isolation: {exc}") from None
+    if home is None:
         raise WorktreeError(
             f"isolation: worktree needs a git repository, and {workdir} is not inside one "
             "(run `git init` and commit, or drop the isolation setting)"
         )
-    repo = Path(top)  # git prints the real path
-    code, base = await _git("rev-parse", "--verify", "HEAD^{commit}", cwd=repo)
+    try:
+        git = await SafeGit.open(home)
+    except GitError as exc:
+        raise WorktreeError(f"isolation: {exc}") from None
+    code, base = await git.run("rev-parse", "--verify", "HEAD^{commit}")
     if code != 0:
         raise WorktreeError(
-            f"isolation: worktree needs a commit to branch from, and {repo} has none yet "
-            "(commit once first)"
+            f"isolation: worktree needs a commit to branch from, and {home.work_tree} has "
+            "none yet (commit once first)"
         )
     path = root / "worktrees" / name
     path.parent.mkdir(parents=True, exist_ok=True)
-    async with _lock(repo):
-        code, out = await _git(
-            "worktree", "add", "--quiet", "-b", branch, str(path), base, cwd=repo
-        )
+    async with _lock(home.work_tree):
+        code, out = await git.run("worktree", "add", "--quiet", "-b", branch, str(path), base)
     if code != 0:
         raise WorktreeError(f"isolation: git could not add a worktree at {path}: {out}")
-    _, prefix = await _git("rev-parse", "--show-prefix", cwd=workdir)
-    inside = Path(prefix)  # where the workdir sits inside the repository
-    return Worktree(repo=repo, path=path, branch=branch, base=base, workdir=path / inside)
+    inside = _inside(workdir, home.work_tree)
+    admin, marks = _recorded(path, home)
+    return Worktree(
+        repo=home.work_tree,
+        path=path,
+        branch=branch,
+        base=base,
+        workdir=path / inside,
+        home=home,
+        admin=admin,
+        marks=marks,
+        ids={
+            "worktree": _identity_of(path),
+            "admin": _identity_of(admin),
+            "common": _identity_of(home.common_dir),
+        },
+    )
+
+
+def _inside(workdir: Path, top: Path) -> Path:
+    """Where the workdir sits inside the repository."""
+    return Path(os.path.relpath(os.path.realpath(workdir), top))
+
+
+def _recorded(path: Path, home: GitPlace) -> tuple[Path, dict[str, bytes]]:
+    """What git just wrote (no agent has run yet): where the admin folder is, and the
+    bytes of the files that name it, which the finish trusts and puts back."""
+    marker = (path / ".git").read_bytes()
+    text = marker.decode(errors="replace").strip()
+    admin = Path(os.path.realpath(path / text.removeprefix("gitdir:").strip()))
+    if not text.startswith("gitdir:") or admin.parent != home.common_dir / "worktrees":
+        raise WorktreeError(f"isolation: git made an unexpected worktree at {path}: {text}")
+    return admin, {".git": marker} | {name: (admin / name).read_bytes() for name in _MARKED}
+
+
+def _identity_of(path: Path) -> tuple[int, int]:
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode):
+        raise OSError(f"{path} is not a folder")
+    return info.st_dev, info.st_ino
+
+
+def _replaced(tree: Worktree) -> str:
+    """Which trusted folder is no longer the one recorded ("" if none): git is then not
+    run there at all."""
+    places = {"worktree": tree.path, "admin": tree.admin, "common": tree.home.common_dir}
+    for what, path in places.items():
+        try:
+            same = _identity_of(path) == tree.ids[what]
+        except OSError:
+            same = False
+        if not same:
+            return f"{path} was replaced or removed during the run"
+    return ""
 
 
 async def finish_worktree(
@@ -103,37 +168,212 @@ async def finish_worktree(
 ) -> KeptWorktree | None:
     """Remove the worktree if nothing changed; otherwise commit what the agent left on its
     branch (with ``message``), keep both, and describe the changes since the base."""
-    _, status = await _git("status", "--porcelain", "--untracked-files=all", cwd=tree.path)
-    _, ahead = await _git("rev-list", "--count", f"{tree.base}..HEAD", cwd=tree.path)
-    if not status and ahead.strip() in ("", "0"):
-        async with _lock(tree.repo):
-            await _git("worktree", "remove", "--force", str(tree.path), cwd=tree.repo)
-            await _git("branch", "-D", tree.branch, cwd=tree.repo)
-        return None
-    await _git("add", "--all", cwd=tree.path)
-    commit_error = ""
-    if status:
-        code, out = await _git(*await _identity(tree.path), *_COMMIT, "-m", message, cwd=tree.path)
-        if code != 0:  # left staged, and the result says why
-            commit_error = " ".join(out.split())
-    _, head = await _git("rev-parse", "HEAD", cwd=tree.path)
-    # Against the index: the commit when it worked, the staged changes when it did not.
-    _, stat = await _git("diff", "--cached", "--stat", tree.base, cwd=tree.path)
+    refused = _replaced(tree)
+    if refused:
+        return _untouched(tree, refused)
+    with tempfile.TemporaryDirectory(prefix="agentcell-git-") as private:
+        try:
+            git = await SafeGit.open(_private_view(tree, Path(private)))
+        except GitError as exc:
+            return _untouched(tree, str(exc))
+        repositories = await _stage(git, tree.branch)
+        held = await _unfiltered(git, tree.branch)
+        changed, _ = await git.run("diff", "--cached", "--quiet", tree.branch)
+        _, ahead = await git.run("rev-list", "--count", f"{tree.base}..{tree.branch}")
+        if not changed and not repositories and not held and ahead.strip() in ("", "0"):
+            await _remove(tree)
+            return None
+        commit_error = ""
+        if changed:
+            identity = await _identity(git)
+            code, out = await git.run(*_COMMIT, "-m", message, config=identity)
+            if code != 0:  # left staged, and the result says why
+                commit_error = " ".join(out.split())
+        _, head = await git.run("rev-parse", "HEAD")
+        # Against the index: the commit when it worked, the staged changes when it did not.
+        _, stat_text = await git.run("diff", "--cached", "--stat", tree.base)
+        try:
+            repaired = _repair(tree, Path(private) / "index")
+        except OSError as exc:  # the folders changed under it: say so, keep the commit
+            repaired = [f"nothing: {exc} (run no git in that worktree)"]
     return KeptWorktree(
         path=str(tree.path),
         branch=tree.branch,
-        diff_stat=stat,
+        diff_stat=_notes(repaired, repositories, held) + stat_text,
         commit=head.strip(),
         commit_error=commit_error,
     )
 
 
+def _notes(repaired: list[str], repositories: list[str], held: list[str]) -> str:
+    notes = ""
+    if repaired:
+        notes += f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
+    if repositories:
+        notes += (
+            f"(not committed: {', '.join(repositories)}: a git repository of the sub-agent's "
+            "own; agentcell commits files, not repositories — review it before you run git "
+            "inside it)\n"
+        )
+    if held:
+        notes += (
+            f"(not committed: {', '.join(held)}: its filter is defined only in the "
+            "repository's own config, which agentcell does not run — commit it yourself)\n"
+        )
+    return notes
+
+
+async def _stage(git: SafeGit, branch: str) -> list[str]:
+    """Stage the files as they are (a fresh index from the branch, not the agent's), then
+    unstage every repository the agent made or moved (a gitlink: your ``git status`` in
+    the kept worktree would run git inside it, with its config and hooks). Returns those."""
+    await git.run("read-tree", branch)
+    await git.run("add", "--all")
+    _, raw = await git.run("diff", "--cached", "--raw", "-z", "--no-abbrev", branch, strip=False)
+    fields = raw.split("\0")
+    links = [
+        path
+        for info, path in zip(fields[::2], fields[1::2], strict=False)
+        if info.split(" ")[1:2] == ["160000"]
+    ]
+    if links:
+        await git.run("reset", "-q", branch, "--", *links)
+    return links
+
+
+async def _unfiltered(git: SafeGit, branch: str) -> list[str]:
+    """Unstage the changed files whose filter the runner did not run (one only your
+    repository's config defines, git-crypt's say): committed, they would go in as the
+    bytes the agent wrote, unencrypted. Returns them, for you to commit yourself."""
+    if not git.blanked:
+        return []
+    _, names = await git.run("diff", "--cached", "--name-only", "-z", branch, strip=False)
+    paths = [path for path in names.split("\0") if path]
+    if not paths:
+        return []
+    _, attributes = await git.run("check-attr", "-z", "filter", "--", *paths, strip=False)
+    fields = attributes.split("\0")
+    held = [
+        path for path, value in zip(fields[::3], fields[2::3], strict=False) if value in git.blanked
+    ]
+    if held:
+        await git.run("reset", "-q", branch, "--", *held)
+    return held
+
+
+def _untouched(tree: Worktree, why: str) -> KeptWorktree:
+    """The worktree kept as the agent left it, nothing committed, and why."""
+    return KeptWorktree(
+        path=str(tree.path),
+        branch=tree.branch,
+        diff_stat="",
+        commit="",
+        commit_error=f"agentcell ran no git there: {why}",
+    )
+
+
+def _private_view(tree: Worktree, private: Path) -> GitPlace:
+    """A git folder of the parent's own for this worktree: ``HEAD`` names the agent's
+    branch, ``commondir`` the repository (git's ref store reads that file, not
+    ``GIT_COMMON_DIR``), and no ``config.worktree``, index or per-worktree ref of the
+    agent's."""
+    common = tree.home.common_dir
+    (private / "HEAD").write_text(f"ref: refs/heads/{tree.branch}\n")
+    (private / "commondir").write_text(f"{common}\n")
+    return GitPlace(git_dir=private, common_dir=common, work_tree=tree.path)
+
+
+async def _remove(tree: Worktree) -> None:
+    """What ``git worktree remove --force`` does, without git reading the admin folders'
+    ``gitdir`` files (the agent's) to find which one to take away."""
+    async with _lock(tree.repo):
+        shutil.rmtree(tree.path, ignore_errors=True)  # never follows a link out
+        shutil.rmtree(tree.admin, ignore_errors=True)
+        with contextlib.suppress(GitError):  # the branch stays: it holds nothing new
+            await (await SafeGit.open(tree.home)).run("branch", "-D", tree.branch)
+
+
+def _repair(tree: Worktree, index: Path) -> list[str]:
+    """Give the admin folder the new index and ``HEAD``; put back the ``.git`` file,
+    ``commondir`` and ``gitdir`` as git wrote them and remove a planted
+    ``config.worktree``. Returns what had been changed. All through folder descriptors
+    opened without following a link, so nothing is written outside those two folders."""
+    changed: list[str] = []
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    admin_fd = os.open(tree.admin, flags)
+    tree_fd = os.open(tree.path, flags)
+    try:
+        if (os.fstat(admin_fd).st_dev, os.fstat(admin_fd).st_ino) != tree.ids["admin"]:
+            return ["the admin folder (replaced; left as it is)"]
+        if index.is_file():  # git made one (it may have failed before)
+            _put(admin_fd, "index", index.read_bytes())
+        _put(admin_fd, "HEAD", f"ref: refs/heads/{tree.branch}\n".encode())
+        for name in _MARKED:
+            if _put_back(admin_fd, name, tree.marks[name]):
+                changed.append(f"{tree.admin}/{name}")
+        with contextlib.suppress(FileNotFoundError):
+            _discard(admin_fd, "config.worktree")
+            changed.append(f"{tree.admin}/config.worktree (removed)")
+        if _put_back(tree_fd, ".git", tree.marks[".git"]):
+            changed.append(f"{tree.path}/.git")
+    finally:
+        os.close(admin_fd)
+        os.close(tree_fd)
+    return changed
+
+
+def _put_back(folder: int, name: str, data: bytes) -> bool:
+    """Make ``name`` the regular file ``data`` again; True if it was anything else."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        try:
+            same = stat.S_ISREG(os.fstat(fd).st_mode) and os.read(fd, len(data) + 1) == data
+        finally:
+            os.close(fd)
+        if same:
+            return False
+    with contextlib.suppress(FileNotFoundError):
+        _discard(folder, name)
+    _put(folder, name, data)
+    return True
+
+
+def _discard(folder: int, name: str) -> None:
+    """Remove ``name`` (a file, a link, or a whole tree, never following a link)."""
+    info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    if stat.S_ISDIR(info.st_mode):
+        shutil.rmtree(name, dir_fd=folder)
+    else:
+        os.unlink(name, dir_fd=folder)
+
+
+def _put(folder: int, name: str, data: bytes) -> None:
+    """Write ``name`` in ``folder`` through a new file renamed over it (a link planted
+    under that name is replaced, not followed)."""
+    temporary = f".{name}.agentcell-{secrets.token_hex(6)}"
+    fd = os.open(
+        temporary,
+        os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o644,
+        dir_fd=folder,
+    )
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+
+
 # No hooks (the repository's pre-commit checks are for people, and could run anything in
-# the parent) and no signing (gpg would wait for a passphrase nobody types).
-_COMMIT = ("-c", "commit.gpgsign=false", "commit", "--quiet", "--no-verify")
+# the parent: the runner turns every hook off) and no signing (gpg would wait for a
+# passphrase nobody types).
+_COMMIT = ("commit", "--quiet", "--no-verify")
 
 
-async def _identity(path: Path) -> tuple[str, ...]:
+async def _identity(git: SafeGit) -> tuple[tuple[str, str], ...]:
     """The repository's own author when it has one, else agentcell's."""
-    code, email = await _git("config", "--get", "user.email", cwd=path)
+    code, email = await git.run("config", "--get", "user.email")
     return () if code == 0 and email.strip() else _FALLBACK_IDENTITY
