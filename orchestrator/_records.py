@@ -8,12 +8,14 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from agentcell.orchestrator._record_keys import verified_record
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
 from agentcell.worker import Redactor
@@ -29,12 +31,32 @@ def new_run_dir(workdir: Path) -> Path:
         ms = int(now * 1000) % 1000
         run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        private_runs_folder(path.parent)
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
         except FileExistsError:
             continue  # the same millisecond and the same last digit: draw again
         return path
+
+
+def private_runs_folder(root: Path) -> None:
+    """The records folder: 0700 whatever the umask, with a ``.gitignore`` of its own so
+    that transcripts are never committed by accident."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    ignore = root / ".gitignore"
+    if not ignore.is_file():
+        _write_private(ignore, "# agentcell: run records (transcripts), never committed\n*\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link)."""
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+    with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(text)
+    tmp.replace(path)
 
 
 def subagent_json(result: SubAgentResult) -> dict[str, Any]:
@@ -68,9 +90,8 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(Redactor.from_env()(json.dumps(summary, indent=2)) + "\n")
-    tmp.replace(run_dir / "summary.json")
+    text = Redactor.from_env()(json.dumps(summary, indent=2)) + "\n"
+    _write_private(run_dir / "summary.json", text)
 
 
 def list_runs(workdir: Path) -> list[dict[str, Any]]:
@@ -91,14 +112,7 @@ def list_runs(workdir: Path) -> list[dict[str, Any]]:
 
 def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
     """A run's summary and its transcripts by agent id. ``run_id`` may be a unique prefix."""
-    root = workdir / RUNS_DIR
-    matches = sorted(p for p in root.glob(f"{run_id}*") if p.is_dir()) if root.is_dir() else []
-    if not matches:
-        raise LookupError(f"no run {run_id!r} under {root} (see: agentcell runs list)")
-    if len(matches) > 1 and not any(p.name == run_id for p in matches):
-        names = ", ".join(p.name for p in matches[:5])
-        raise LookupError(f"{run_id!r} matches several runs ({names}); give more of the id")
-    path = next((p for p in matches if p.name == run_id), matches[0])
+    path = _find_run(workdir, run_id)
     transcripts: dict[str, list[dict[str, Any]]] = {}
     for file in sorted(path.glob("*.jsonl")):
         lines = []
@@ -111,6 +125,17 @@ def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list
     summary = _read_summary(path)
     summary.setdefault("run_id", path.name)
     return summary, transcripts
+
+
+def _find_run(workdir: Path, run_id: str) -> Path:
+    root = workdir / RUNS_DIR
+    matches = sorted(p for p in root.glob(f"{run_id}*") if p.is_dir()) if root.is_dir() else []
+    if not matches:
+        raise LookupError(f"no run {run_id!r} under {root} (see: agentcell runs list)")
+    if len(matches) > 1 and not any(p.name == run_id for p in matches):
+        names = ", ".join(p.name for p in matches[:5])
+        raise LookupError(f"{run_id!r} matches several runs ({names}); give more of the id")
+    return next((p for p in matches if p.name == run_id), matches[0])
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
@@ -127,17 +152,22 @@ def _read_summary(path: Path) -> dict[str, Any]:
 def recorded_main_session(workdir: Path, run_id: str) -> tuple[str, list[Message]]:
     """A recorded run's id and its main agent's last session (``agentcell runs resume``);
     ``LookupError`` naming what is missing."""
-    summary, transcripts = load_run(workdir, run_id)
-    entries = [e for e in transcripts.get("main", []) if e.get("kind") == "messages"]
+    path = _find_run(workdir, run_id)
+    entries = [e for e in _verified_entries(path / "main.jsonl") if e.get("kind") == "messages"]
     if not entries:
         raise LookupError(
-            f"run {summary['run_id']} recorded no main-agent session to continue "
+            f"run {path.name} recorded no main-agent session to continue "
             "(it ended before its first answer, or it was a direct sub-agent run)"
         )
     try:
         messages = msgspec.convert(entries[-1]["messages"], list[Message])
     except (KeyError, msgspec.ValidationError) as exc:
-        raise LookupError(
-            f"run {summary['run_id']}: its recorded session is unreadable ({exc})"
-        ) from None
-    return summary["run_id"], messages
+        raise LookupError(f"run {path.name}: its recorded session is unreadable ({exc})") from None
+    return path.name, messages
+
+
+def _verified_entries(record: Path) -> list[dict[str, Any]]:
+    """The entries of a main-agent record whose chain holds (``LookupError`` otherwise)."""
+    if not record.is_file():
+        return []
+    return [json.loads(line) for line in verified_record(record)]

@@ -149,6 +149,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "McpTool",
         "PermissionMode",
         "PermissionPolicy",
+        "RecordTampered",
         "Redactor",
         "RelayedHooks",
         "Rule",
@@ -167,6 +168,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "mcp_tool_name",
         "parse_sandbox_mode",
         "probe_sandbox",
+        "record_key",
         "release_sandbox",
         "release_secrets",
         "sandbox_missing",
@@ -174,6 +176,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "secret_digests",
         "stricter_sandbox",
         "tool_granted",
+        "verified_lines",
     ],
     "agentcell.worker.models": [
         "AnthropicModel",

@@ -38,7 +38,7 @@ def memory_dir(definition: AgentDefinition, workdir: Path, home: Path) -> Path |
 
 def prepare_memory(folder: Path) -> None:
     """Create the folder; a local one is kept out of git (it is this machine's only)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     if folder.parent.name == "agent-memory-local":
         ignore = folder.parent / ".gitignore"
         if not ignore.exists():

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import msgspec
+from agentcell.orchestrator._record_keys import verified_record
 from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.protocol import AssistantMessage, Message, ThinkingBlock
@@ -41,17 +42,17 @@ def read_session(record: Path) -> list[Message] | None:
     turn may be omitted; but a run that stopped inside a tool loop (max_turns, a timeout,
     a cancel) ends with an assistant turn whose thinking the API requires, so when that
     turn lost a block it goes, with its tool results: the continuation starts after the
-    last turn that can be sent as it was."""
+    last turn that can be sent as it was. ``LookupError`` (one line) when the record's
+    chain does not verify: a line was changed, moved or added after it was written."""
     found: list[Message] | None = None
-    with record.open("rb") as file:
-        for line in file:
-            if b'"kind":"messages"' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-                found = msgspec.convert(entry["messages"], list[Message])
-            except (ValueError, KeyError, msgspec.ValidationError):
-                continue  # a line cut by a crash: the earlier one stands
+    for line in verified_record(record):  # a line changed since it was written: refused
+        if b'"kind":"messages"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+            found = msgspec.convert(entry["messages"], list[Message])
+        except (ValueError, KeyError, msgspec.ValidationError):
+            continue  # not a session the engine wrote: the earlier one stands
     if found is None:
         return None
     kept = [_verifiable(message) for message in found]
@@ -129,6 +130,8 @@ class RecordedAgents:
             session = read_session(known.record)
         except OSError as exc:
             raise LookupError(f"resume: cannot read {known.record}: {exc.strerror}") from None
+        except LookupError as exc:
+            raise LookupError(f"resume: {exc}") from None
         if session is None:
             raise LookupError(f"resume: {known.record} holds no session to continue from")
         return dataclasses.replace(request, agent_type=known.agent_type, resume=""), session

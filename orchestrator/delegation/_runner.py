@@ -21,6 +21,7 @@ from typing import Any
 
 import dill
 import msgspec
+from agentcell.orchestrator._record_keys import key_for
 from agentcell.orchestrator.backends import (
     Backend,
     ChildOutcome,
@@ -636,6 +637,7 @@ class Runner:
             ask_rules=list(settings.ask_rules),
             workdir=self.workdir,
             run_dir=run_dir,
+            record_key=key_for(run_dir, agent_id) if run_dir else b"",
             depth=depth,
             max_depth=max_depth,
             background=background,
