@@ -42,7 +42,8 @@ def new_run_dir(workdir: Path) -> Path:
 def private_runs_folder(root: Path) -> None:
     """The records folder: 0700 whatever the umask, with a ``.gitignore`` of its own so
     that transcripts are never committed by accident."""
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # never writable to others
+    root.mkdir(mode=0o700, exist_ok=True)
     os.chmod(root, 0o700)
     ignore = root / ".gitignore"
     if not ignore.is_file():
