@@ -306,7 +306,7 @@ def test_every_record_path_is_private_whatever_the_umask(
         capture_output=True,
         text=True,
         timeout=120,
-        preexec_fn=lambda: os.umask(umask),  # noqa: PLW1509 - before exec, nothing else
+        preexec_fn=lambda: os.umask(umask),  # in the child, before exec
     )
     assert done.returncode == 0, done.stderr
     root = project / ".agentcell" / "runs"
