@@ -39,7 +39,12 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
     with_skills,
 )
-from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._approval_question import refused_tool
+from agentcell.orchestrator.delegation._approvals import (
+    ApprovalAnswer,
+    ApprovalBroker,
+    ApprovalQuery,
+)
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -737,7 +742,8 @@ class Runner:
                         call_id=frame.call_id,
                         background=background,
                     )
-                    _spawn(side, self._answer_approval(lease, frame.request_id, query))
+                    refusal = refused_tool(frame.tool, spec)  # only a tool it was given
+                    _spawn(side, self._answer_approval(lease, frame.request_id, query, refusal))
                 elif isinstance(frame, DelegateRequest):
                     _spawn(
                         side,
@@ -883,9 +889,9 @@ class Runner:
             log.warning("%s", note)
 
     async def _answer_approval(
-        self, lease: WorkerLease, request_id: int, query: ApprovalQuery
+        self, lease: WorkerLease, request_id: int, query: ApprovalQuery, refusal: str = ""
     ) -> None:
-        answer = await self.broker.decide(query)
+        answer = ApprovalAnswer(False, refusal) if refusal else await self.broker.decide(query)
         with contextlib.suppress(ChannelClosed):
             await lease.send(
                 ApprovalReply(request_id=request_id, approved=answer.approved, reason=answer.reason)
