@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._record_keys import key_for
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._record_keys import verified_record
+from agentcell.orchestrator._records_key import verified_record
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
 from agentcell.worker import Redactor
@@ -31,7 +31,7 @@ def new_run_dir(workdir: Path) -> Path:
         ms = int(now * 1000) % 1000
         run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
-        private_runs_folder(path.parent)
+        _private_runs_folder(path.parent)
         try:
             path.mkdir(mode=0o700)
         except FileExistsError:
@@ -39,7 +39,7 @@ def new_run_dir(workdir: Path) -> Path:
         return path
 
 
-def private_runs_folder(root: Path) -> None:
+def _private_runs_folder(root: Path) -> None:
     """The records folder: 0700 whatever the umask, with a ``.gitignore`` of its own so
     that transcripts are never committed by accident."""
     root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # never writable to others

@@ -19,7 +19,7 @@ from provider_util import server, sleeps  # noqa: F401  (fixtures of the provide
 # No test may reach a real model: providers refuse any host but loopback. Set before any
 # fork server starts, so every child process inherits it too.
 os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
-# The run records' key (see orchestrator/_record_keys.py) is made in a folder of the test
+# The run records' key (see orchestrator/_records_key.py) is made in a folder of the test
 # session's own, never in the home of whoever runs the tests.
 _STATE = tempfile.TemporaryDirectory(prefix="agentcell-test-state-")
 os.environ["XDG_STATE_HOME"] = _STATE.name

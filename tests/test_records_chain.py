@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator._record_keys import key_for, key_path, verified_record
 from agentcell.orchestrator._records import recorded_main_session
+from agentcell.orchestrator._records_key import key_for, key_path, verified_record
 from agentcell.orchestrator.delegation._context import prepare_memory
 from agentcell.protocol import RunStatus
 from agentcell.worker import Transcript

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 import msgspec
-from agentcell.orchestrator._record_keys import verified_record
+from agentcell.orchestrator._records_key import verified_record
 from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.protocol import AssistantMessage, Message, ThinkingBlock

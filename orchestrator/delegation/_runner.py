@@ -21,7 +21,7 @@ from typing import Any
 
 import dill
 import msgspec
-from agentcell.orchestrator._record_keys import key_for
+from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import (
     Backend,
     ChildOutcome,
