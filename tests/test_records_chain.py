@@ -280,11 +280,13 @@ async def test_task_resume_refuses_a_record_a_sibling_edited(
 
 def survey_with_long_output(body: dict[str, Any], api: str) -> Reply:
     """The main agent delegates; the sub-agent's bash prints more than a tool result
-    keeps, so the whole output is saved under tool-outputs/."""
+    keeps (so the whole output is saved under tool-outputs/), ending with the mode of its
+    private temp folder."""
     outputs = _tool_outputs(body)
     if not _is_main(body):
         if not outputs:
-            return Reply(tool_calls=[Call("bash", {"command": "seq 1 60000"})])
+            command = "seq 1 60000; stat -c 'tmp=%a' \"$TMPDIR\""
+            return Reply(tool_calls=[Call("bash", {"command": command})])
         return Reply(text="counted")
     if not outputs:
         task = {"subagent_type": "general-purpose", "prompt": "count", "description": "count"}
@@ -312,7 +314,8 @@ def test_every_record_path_is_private_whatever_the_umask(
     root = project / ".agentcell" / "runs"
     assert (root / ".gitignore").read_text().splitlines()[-1] == "*"
     paths = [root, *root.rglob("*")]
-    assert any(p.parent.name == "tool-outputs" for p in paths), paths  # a child wrote one
+    [saved] = [p for p in paths if p.parent.name == "tool-outputs"]  # a child wrote one
+    assert saved.read_text().splitlines()[-1] == "tmp=700"  # its private temp folder too
     assert any(p.suffix == ".jsonl" and p.stem != "main" for p in paths)  # and its record
     wrong = [
         f"{p.relative_to(project)} {stat.S_IMODE(p.lstat().st_mode):o}"
