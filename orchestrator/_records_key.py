@@ -68,16 +68,25 @@ def _read_key(path: Path) -> bytes:
 def key_for(run_dir: str | Path, agent_id: str) -> bytes:
     """The MAC key of ``<run_dir>/<agent_id>.jsonl`` (b"" when no key can be had: the
     record is written unsigned, and resume refuses it)."""
+    global _warned
     try:
         return record_key(user_key(), Path(run_dir).name, agent_id)
     except OSError as exc:
-        log.warning("run records are not signed: %s", exc)
+        if not _warned:  # once: every sub-agent start would say it again
+            _warned = True
+            log.warning("run records are not signed, so they cannot be resumed: %s", exc)
         return b""
+
+
+_warned = False
 
 
 def verified_record(path: Path) -> list[bytes]:
     """The lines of a record whose chain holds; ``LookupError`` (one line) otherwise."""
-    key = key_for(path.parent, path.stem)
+    try:
+        key = record_key(user_key(), path.parent.name, path.stem)
+    except OSError as exc:
+        raise LookupError(f"cannot check {path}: {exc}") from None
     try:
         return verified_lines(path, key)
     except RecordTampered as exc:

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator._records import recorded_main_session
-from agentcell.orchestrator._records_key import key_for, key_path, verified_record
+from agentcell.orchestrator._records_key import key_for, key_path, user_key, verified_record
 from agentcell.orchestrator.delegation._context import prepare_memory
 from agentcell.protocol import RunStatus
 from agentcell.worker import Transcript
@@ -127,6 +127,26 @@ def test_a_sub_agents_key_cannot_sign_the_main_record_nor_a_siblings(tmp_path: P
         assert "line 1" in _refusal(forged)
     assert key_path().parent == Path(os.environ["XDG_STATE_HOME"]) / "agentcell"
     assert stat.S_IMODE(key_path().stat().st_mode) == 0o600
+
+
+def test_the_user_key_is_made_private_on_first_use_and_a_readable_one_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    old = os.umask(0)
+    try:
+        key = user_key()
+    finally:
+        os.umask(old)
+    assert key_path() == tmp_path / "state" / "agentcell" / "record-key"
+    assert stat.S_IMODE(key_path().stat().st_mode) == 0o600
+    assert stat.S_IMODE(key_path().parent.stat().st_mode) == 0o700
+    assert user_key() == key and len(key) == 32  # made once, then read
+    path = _record(tmp_path / "run-1")
+    key_path().chmod(0o644)
+    with pytest.raises(LookupError) as caught:
+        verified_record(path)
+    assert "not a private 32-byte key" in str(caught.value) and "remove it" in str(caught.value)
 
 
 # -- attacks from a real sub-agent -------------------------------------------------------
