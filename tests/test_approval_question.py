@@ -142,3 +142,21 @@ async def test_always_for_one_agent_type_allows_neither_another_nor_the_main_age
     ], whos
     assert "[a]lways allows bash to alpha sub-agents only" in asked[0]
     assert "[a]lways allows bash to the main agent only" in asked[2]
+
+
+def test_only_a_tool_the_parent_gave_that_agent_can_be_asked_about() -> None:
+    from agentcell.orchestrator.delegation._approval_question import refused_tool
+    from agentcell.protocol import AgentSpec, McpServer, RemoteTool
+
+    spec = AgentSpec(
+        agent_id="a1",
+        agent_type="alpha",
+        prompt="p",
+        tools=["bash"],
+        remote_tools=[RemoteTool(name="task", description="", parameters={})],
+        mcp_servers=[McpServer(name="files", command="server")],
+    )
+    for given in ("bash", "task", "mcp__files__read"):
+        assert refused_tool(given, spec) == "", given
+    for other in ("read_file", "mcp__other__read", "mcp__files", "bash\n", "bash ", "", "b\x1b"):
+        assert refused_tool(other, spec), repr(other)
