@@ -13,7 +13,7 @@ import os
 import secrets
 from pathlib import Path
 
-from agentcell.worker import RecordTampered, record_key, verified_lines
+from agentcell.worker import RecordTampered, chain_end, record_key, verified_lines
 
 log = logging.getLogger("agentcell")
 
@@ -81,14 +81,23 @@ def key_for(run_dir: str | Path, agent_id: str) -> bytes:
 _warned = False
 
 
-def verified_record(path: Path) -> list[bytes]:
-    """The lines of a record whose chain holds; ``LookupError`` (one line) otherwise."""
+def record_end(path: Path) -> bytes | None:
+    """Where the record's chain ends now (None: there is no record to read)."""
+    try:
+        return chain_end(path)
+    except OSError:
+        return None
+
+
+def verified_record(path: Path, end: bytes | None = None) -> list[bytes]:
+    """The lines of a record whose chain holds (and ends at ``end``, when given: where it
+    ended with its agent); ``LookupError`` (one line) otherwise."""
     try:
         key = record_key(user_key(), path.parent.name, path.stem)
     except OSError as exc:
         raise LookupError(f"cannot check {path}: {exc}") from None
     try:
-        return verified_lines(path, key)
+        return verified_lines(path, key, end)
     except RecordTampered as exc:
         raise LookupError(
             f"refusing to resume from a record that does not verify: {exc}; start a new run"

@@ -161,6 +161,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Transcript",
         "TurnHook",
         "Verdict",
+        "chain_end",
         "child_main",
         "describe_arguments",
         "hold_secrets",

@@ -25,7 +25,7 @@ from agentcell.orchestrator._records import recorded_main_session
 from agentcell.orchestrator._records_key import key_for, key_path, user_key, verified_record
 from agentcell.orchestrator.delegation._context import prepare_memory
 from agentcell.protocol import RunStatus
-from agentcell.worker import Transcript
+from agentcell.worker import Transcript, chain_end
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 from test_cli import AGENTCELL, cli_env, project
@@ -113,6 +113,24 @@ def test_any_change_to_a_record_is_refused_naming_the_line(tmp_path: Path, attac
         expect = "line 1"
     path.write_bytes(b"".join(lines))
     assert expect in _refusal(path)
+
+
+def test_once_its_agent_ended_a_record_takes_no_line_not_even_one_signed_with_its_key(
+    tmp_path: Path,
+) -> None:
+    path = _record(tmp_path / "run-1", "a1")
+    end = chain_end(path)  # what the parent keeps when a1 ends
+    assert len(verified_record(path, end)) == 4
+    lines = path.read_bytes().splitlines(keepends=True)
+    late = Transcript(path, "a1", key=key_for(path.parent, "a1"))  # a1's own key, kept
+    late.write("messages", messages=[])
+    late.close()
+    verified_record(path)  # a valid chain...
+    with pytest.raises(LookupError, match="line 5 is not what the record held"):
+        verified_record(path, end)  # ...that goes on past where a1 ended
+    path.write_bytes(b"".join(lines[:2]))  # cut back below the end
+    with pytest.raises(LookupError, match="line 2 is not what the record held"):
+        verified_record(path, end)
 
 
 def test_a_sub_agents_key_cannot_sign_the_main_record_nor_a_siblings(tmp_path: Path) -> None:
@@ -293,6 +311,61 @@ async def test_task_resume_refuses_a_record_a_sibling_edited(
     workers = [r.body for r in served.requests if not _is_main(r.body)]
     assert len(workers) == 3  # a1, and a2's two turns
     assert not any(INJECTED in json.dumps(b) and "which word?" in json.dumps(b) for b in workers)
+
+
+def stolen_key_forger(workdir: Path) -> Any:
+    """a1 remembers a word and ends; then a line signed with a1's own record key (as its
+    bash could have copied it out while a1 ran) is appended; then a1 is continued."""
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        outputs = _tool_outputs(body)
+        if body["messages"][0]["content"].startswith("You are worker."):
+            return Reply(text="noted: the word is PELICAN")
+        if not outputs:
+            return Reply(tool_calls=[Call("task", {"subagent_type": "worker", "prompt": "go"})])
+        ident = re.search(r"^agent_id: (\S+)$", outputs[0], re.MULTILINE)
+        assert ident is not None, outputs[0]
+        if len(outputs) == 1:
+            [record] = (workdir / ".agentcell" / "runs").glob(f"*/{ident.group(1)}.jsonl")
+            forger = Transcript(record, ident.group(1), key=key_for(record.parent, record.stem))
+            forger.write("messages", messages=[{"role": "user", "content": INJECTED}])
+            forger.close()
+            task = {"subagent_type": "worker", "prompt": "which word?", "resume": ident.group(1)}
+            return Reply(tool_calls=[Call("task", task)])
+        return Reply(text=outputs[-1])
+
+    return respond
+
+
+async def test_task_resume_refuses_a_line_signed_with_the_agents_own_key_after_it_ended(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = stolen_key_forger(tmp_path)
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=tmp_path,
+        agents=[
+            AgentDefinition(
+                name="worker",
+                description="worker",
+                system_prompt="You are worker.",
+                tools=[],
+                model="openai:test",
+                source="test",
+            )
+        ],
+        load_agent_files=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 90)
+    assert report.status is RunStatus.COMPLETED, report
+    [record] = (tmp_path / ".agentcell" / "runs").glob(f"*/{report.subagents[0].agent_id}.jsonl")
+    added = len(record.read_bytes().splitlines())  # the forged line is the last
+    assert INJECTED in record.read_text().splitlines()[-1]
+    assert f"line {added} is not what the record held when its agent ended" in report.final_text
+    workers = [r.body for r in served.requests if not _is_main(r.body)]
+    assert len(workers) == 1  # the continuation never asked the model anything
+    assert not any(INJECTED in json.dumps(b) for b in workers)
 
 
 # -- private records ---------------------------------------------------------------------

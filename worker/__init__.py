@@ -15,7 +15,12 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
-from agentcell.worker._record_chain import RecordTampered, record_key, verified_lines
+from agentcell.worker._record_chain import (
+    RecordTampered,
+    chain_end,
+    record_key,
+    verified_lines,
+)
 from agentcell.worker._redact import Redactor, secret_digests
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
@@ -61,6 +66,7 @@ __all__ = [
     "Transcript",
     "TurnHook",
     "Verdict",
+    "chain_end",
     "child_main",
     "describe_arguments",
     "mcp_tool_name",

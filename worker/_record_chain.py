@@ -57,15 +57,36 @@ def last_mac(fd: int) -> bytes:
     return found.group(1) if found else b""
 
 
-def verified_lines(path: Path, key: bytes) -> list[bytes]:
-    """The lines of the record at ``path`` once its whole chain is checked (a last line cut
-    by a crash, not even JSON, is left out). ``RecordTampered`` names the first bad line."""
-    lines = path.read_bytes().split(b"\n")
+def chain_end(path: Path) -> bytes:
+    """The MAC the record's chain ends with now (b"": no signed line). The parent keeps it
+    when the agent ends, so that a line added later, even one signed with that agent's own
+    key, is refused (``verified_lines(..., end=)``)."""
+    with path.open("rb") as file:
+        size = os.fstat(file.fileno()).st_size
+        tail = os.pread(file.fileno(), 128, max(0, size - 128))
+    if tail.endswith(b"\n") and (found := _TAIL.search(tail[:-1])) is not None:
+        return found.group(1)
+    lines = _complete_lines(path.read_bytes())  # a crash cut the last line (or none is signed)
+    found = _TAIL.search(lines[-1]) if lines else None
+    return found.group(1) if found else b""
+
+
+def _complete_lines(data: bytes) -> list[bytes]:
+    lines = data.split(b"\n")
     if lines and lines[-1] == b"":
         lines.pop()
     elif lines and not _json_object(lines[-1]):
         lines.pop()  # cut mid-write: nothing after it, and it is never read
+    return lines
+
+
+def verified_lines(path: Path, key: bytes, end: bytes | None = None) -> list[bytes]:
+    """The lines of the record at ``path`` once its whole chain is checked (a last line cut
+    by a crash, not even JSON, is left out); with ``end`` (``chain_end`` when its agent
+    ended), the chain must end there. ``RecordTampered`` names the first bad line."""
+    lines = _complete_lines(path.read_bytes())
     previous = b""
+    ended_at = 0 if end == b"" else None
     for number, line in enumerate(lines, 1):
         found = _TAIL.search(line)
         if found is None:
@@ -81,6 +102,14 @@ def verified_lines(path: Path, key: bytes) -> list[bytes]:
                 "(its MAC does not match)"
             )
         previous = mac
+        if end is not None and ended_at is None and hmac.compare_digest(mac, end):
+            ended_at = number
+    if end is not None and ended_at != len(lines):
+        where = f"line {ended_at + 1}" if ended_at is not None else f"line {max(len(lines), 1)}"
+        raise RecordTampered(
+            f"{path}: {where} is not what the record held when its agent ended "
+            "(lines were added or replaced since)"
+        )
     return lines
 
 
