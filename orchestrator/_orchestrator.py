@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings
@@ -520,7 +521,8 @@ class Orchestrator:
     def _main_transcript(self, prompt: str, run_dir: Path | None) -> Transcript | None:
         if run_dir is None:
             return None
-        transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env())
+        key = key_for(run_dir, "main")
+        transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
         transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
         return transcript
 

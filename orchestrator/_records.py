@@ -8,12 +8,14 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+from agentcell.orchestrator._records_key import verified_record
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
 from agentcell.worker import Redactor
@@ -29,12 +31,33 @@ def new_run_dir(workdir: Path) -> Path:
         ms = int(now * 1000) % 1000
         run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _private_runs_folder(path.parent)
         try:
-            path.mkdir()
+            path.mkdir(mode=0o700)
         except FileExistsError:
             continue  # the same millisecond and the same last digit: draw again
         return path
+
+
+def _private_runs_folder(root: Path) -> None:
+    """The records folder: 0700 whatever the umask, with a ``.gitignore`` of its own so
+    that transcripts are never committed by accident."""
+    root.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # never writable to others
+    root.mkdir(mode=0o700, exist_ok=True)
+    os.chmod(root, 0o700)
+    ignore = root / ".gitignore"
+    if not ignore.is_file():
+        _write_private(ignore, "# agentcell: run records (transcripts), never committed\n*\n")
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link)."""
+    tmp = path.with_name(path.name + ".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+    with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(text)
+    tmp.replace(path)
 
 
 def subagent_json(result: SubAgentResult) -> dict[str, Any]:
@@ -68,9 +91,8 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(Redactor.from_env()(json.dumps(summary, indent=2)) + "\n")
-    tmp.replace(run_dir / "summary.json")
+    text = Redactor.from_env()(json.dumps(summary, indent=2)) + "\n"
+    _write_private(run_dir / "summary.json", text)
 
 
 def list_runs(workdir: Path) -> list[dict[str, Any]]:
@@ -144,17 +166,22 @@ def _read_summary(path: Path) -> dict[str, Any]:
 def recorded_main_session(workdir: Path, run_id: str) -> tuple[str, list[Message]]:
     """A recorded run's id and its main agent's last session (``agentcell runs resume``);
     ``LookupError`` naming what is missing."""
-    summary, transcripts = load_run(workdir, run_id)
-    entries = [e for e in transcripts.get("main", []) if e.get("kind") == "messages"]
+    path = find_run_dir(workdir, run_id)
+    entries = [e for e in _verified_entries(path / "main.jsonl") if e.get("kind") == "messages"]
     if not entries:
         raise LookupError(
-            f"run {summary['run_id']} recorded no main-agent session to continue "
+            f"run {path.name} recorded no main-agent session to continue "
             "(it ended before its first answer, or it was a direct sub-agent run)"
         )
     try:
         messages = msgspec.convert(entries[-1]["messages"], list[Message])
     except (KeyError, msgspec.ValidationError) as exc:
-        raise LookupError(
-            f"run {summary['run_id']}: its recorded session is unreadable ({exc})"
-        ) from None
-    return summary["run_id"], messages
+        raise LookupError(f"run {path.name}: its recorded session is unreadable ({exc})") from None
+    return path.name, messages
+
+
+def _verified_entries(record: Path) -> list[dict[str, Any]]:
+    """The entries of a main-agent record whose chain holds (``LookupError`` otherwise)."""
+    if not record.is_file():
+        return []
+    return [json.loads(line) for line in verified_record(record)]

@@ -87,6 +87,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     ask_rules: list[str] = msgspec.field(default_factory=list)
     workdir: str = "."
     run_dir: str = ""
+    record_key: bytes = b""  # the MAC key of its own record, and of no other
     depth: int = 1
     max_depth: int = 1
     background: bool = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Iterator
 
 import psutil
@@ -18,6 +19,10 @@ from provider_util import server, sleeps  # noqa: F401  (fixtures of the provide
 # No test may reach a real model: providers refuse any host but loopback. Set before any
 # fork server starts, so every child process inherits it too.
 os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
+# The run records' key (see orchestrator/_records_key.py) is made in a folder of the test
+# session's own, never in the home of whoever runs the tests.
+_STATE = tempfile.TemporaryDirectory(prefix="agentcell-test-state-")
+os.environ["XDG_STATE_HOME"] = _STATE.name
 
 # CI is deterministic: the same examples every run. HYPOTHESIS_PROFILE=dev explores.
 settings.register_profile(

@@ -285,13 +285,16 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
 
 
 def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path) -> None:
+    from agentcell.orchestrator._records_key import key_for
     from agentcell.orchestrator.definitions import AgentRegistry
     from agentcell.orchestrator.delegation import DelegationRequest
     from agentcell.orchestrator.delegation._resume import RecordedAgents
+    from agentcell.protocol import UserMessage
+    from agentcell.worker import Transcript
 
-    (tmp_path / "a2.jsonl").write_text(
-        '{"ts":1,"agent":"a2","kind":"messages","messages":[{"role":"user","content":"hi"}]}\n'
-    )
+    transcript = Transcript(tmp_path / "a2.jsonl", "a2", key=key_for(tmp_path, "a2"))
+    transcript.messages([UserMessage(content="hi")])  # signed, as the child signs it
+    transcript.close()
     recorded = RecordedAgents()
     recorded.started("a2", "Explore", str(tmp_path), owner="a1")  # a1's own child
     recorded.ended("a2")

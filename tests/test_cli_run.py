@@ -188,7 +188,7 @@ def test_sigterm_and_ctrl_c_cancel_record_and_exit(
     assert_gone(pids)
     err = run.text["stderr"]
     assert "cancelling every sub-agent" in err and "Traceback" not in err
-    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "cancelled"
     assert [s["status"] for s in summary["subagents"]] == ["cancelled"]

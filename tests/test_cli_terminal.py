@@ -95,7 +95,7 @@ def test_chat_shows_markup_literally_and_records_every_turn(
     assert "Traceback" not in screen
     assert "agent  type" not in screen  # no (empty) table for a turn without sub-agents
     # One recorded run for the whole session, every turn in it.
-    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["kind"] == "chat"
     assert [t["prompt"] for t in summary["turns"]] == ["odd please", "second turn"]
@@ -281,7 +281,7 @@ def test_chat_asks_background_questions_one_at_a_time(
         assert term.close() == 0
     finally:
         term.kill()
-    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     subagents = json.loads((run_dir / "summary.json").read_text())["subagents"]
     texts = sorted(s["final_text"] for s in subagents)
     assert any("-ran" in t for t in texts)  # the one allowed ran
@@ -305,5 +305,5 @@ def test_chat_leaves_on_sigterm_with_exit_143(project: Path, model_server: Model
         term.kill()
         for pid in pids:
             _proc.kill_session(pid)
-    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     assert json.loads((run_dir / "summary.json").read_text())["kind"] == "chat"

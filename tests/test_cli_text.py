@@ -28,6 +28,7 @@ from agentcell.orchestrator.delegation import (
     SubAgentStarted,
     TerminalPrompt,
 )
+from agentcell.orchestrator.delegation._approval_question import flat
 from agentcell.orchestrator.delegation._approvals import question_text
 from agentcell.protocol import (
     Notice,
@@ -161,8 +162,8 @@ def test_the_chat_answer_and_approval_questions_are_literal(text: str) -> None:
     )
     assert_safe(question.replace("\n", " "))
     assert "Explore (a2) wants to run bash:" in question
-    for line in text.split("\n"):
-        assert f"    {visible(line)}\n" in question
+    # Every field on one line of its own, whatever the text holds (newlines included).
+    assert question.count("\n") == (5 if text else 4) and f"\n    {flat(text)}\n" in question
     assert question.endswith("allow? [y]es / [n]o / [a]lways for bash: ")
 
 

@@ -107,7 +107,7 @@ def test_the_demo_output_in_the_readme_is_current(demo_run: tuple[Path, str]) ->
 
 def test_the_runs_show_screen_in_the_readme_is_current(demo_run: tuple[Path, str]) -> None:
     where, _ = demo_run
-    (run_dir,) = (where / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (where / ".agentcell" / "runs").iterdir() if p.is_dir()]
     done = subprocess.run(
         [AGENTCELL, "runs", "show", run_dir.name],
         cwd=where,

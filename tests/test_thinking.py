@@ -339,9 +339,13 @@ def test_a_continuation_of_a_run_stopped_inside_a_tool_loop_drops_the_masked_tur
         AssistantMessage(content="", tool_calls=[call], reasoning=[masked]),
         ToolMessage(tool_call_id="c1", name="read_file", content="data"),
     ]
+    from agentcell.orchestrator._records_key import key_for
+    from agentcell.worker import Transcript
+
     record = tmp_path / "a1.jsonl"
-    entry = {"kind": "messages", "messages": msgspec.to_builtins(messages)}
-    record.write_text(json.dumps(entry, separators=(",", ":")) + "\n")
+    transcript = Transcript(record, "a1", key=key_for(tmp_path, "a1"))  # signed, as a child's
+    transcript.messages(messages)
+    transcript.close()
     session = read_session(record)
     assert session == [
         UserMessage(content="go"),

@@ -15,6 +15,12 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
+from agentcell.worker._record_chain import (
+    RecordTampered,
+    chain_end,
+    record_key,
+    verified_lines,
+)
 from agentcell.worker._redact import Redactor, secret_digests
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
@@ -48,6 +54,7 @@ __all__ = [
     "McpTool",
     "PermissionMode",
     "PermissionPolicy",
+    "RecordTampered",
     "Redactor",
     "RelayedHooks",
     "Rule",
@@ -59,11 +66,13 @@ __all__ = [
     "Transcript",
     "TurnHook",
     "Verdict",
+    "chain_end",
     "child_main",
     "describe_arguments",
     "mcp_tool_name",
     "parse_sandbox_mode",
     "probe_sandbox",
+    "record_key",
     "release_sandbox",
     "sandbox_missing",
     "stricter_sandbox",
@@ -73,4 +82,5 @@ __all__ = [
     "secret",
     "secret_digests",
     "tool_granted",
+    "verified_lines",
 ]

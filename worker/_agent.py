@@ -39,7 +39,7 @@ from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
 from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
-from agentcell.worker._transcript import Transcript
+from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
@@ -231,10 +231,9 @@ def _capture_output(spec: AgentSpec) -> threading.Thread | None:
     if not spec.run_dir:
         return None
     path = Path(spec.run_dir) / f"{spec.agent_id}.stderr.log"
-    path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
-    log = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the process
+    log = os.fdopen(private_file(path), "ab", buffering=0)  # lives as long as the process
     faulthandler.enable(file=log, all_threads=True)
     read_end, write_end = os.pipe()
     os.dup2(write_end, 1)
@@ -284,6 +283,7 @@ def _open_transcript(spec: AgentSpec) -> Transcript | None:
         Path(spec.run_dir) / f"{spec.agent_id}.jsonl",
         spec.agent_id,
         redact=Redactor.from_env(digests=spec.redactions),
+        key=spec.record_key,
     )
     transcript.write(
         "start",

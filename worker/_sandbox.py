@@ -328,10 +328,10 @@ def _restrict_process(
         writable = [box.tmpdir or ""]
         if run_dir:
             outputs = Path(run_dir) / "tool-outputs"
-            outputs.mkdir(parents=True, exist_ok=True)
+            outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
             writable.append(str(outputs))
         if memory_dir:  # the agent's own memory folder (memory: user|project|local)
-            Path(memory_dir).mkdir(parents=True, exist_ok=True)
+            Path(memory_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
             writable.append(memory_dir)
         ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
         for path, writable_too in _git_admin(workdir):

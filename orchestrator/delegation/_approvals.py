@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
-from agentcell.orchestrator._text import visible
-from agentcell.worker import describe_arguments
+from agentcell.orchestrator.delegation._approval_question import (
+    always_scope,
+    flat,
+    keys_line,
+    question_lines,
+    scope_words,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,7 +74,8 @@ class CallbackChannel:
 
 
 class TerminalPrompt:
-    """Asks on the terminal: yes, no, or always (for this tool, for the rest of the session).
+    """Asks on the terminal: yes, no, or always (for this tool from this agent type — or
+    the main agent — for the rest of the session).
 
     The question names the agent, the tool and the exact command or path, and shows the
     keys literally. ``hold`` is entered while the question is open: the command line
@@ -87,10 +92,11 @@ class TerminalPrompt:
         self._read_line = read_line or _read_tty_line
         self._out = out or sys.stderr
         self._hold = hold or contextlib.nullcontext
-        self.always: set[str] = set()
+        # (scope, tool): "always" covers the agent type that asked (or the main agent).
+        self.always: set[tuple[tuple[str, str], str]] = set()
 
     async def ask(self, query: ApprovalQuery) -> ApprovalAnswer:
-        if query.tool in self.always:
+        if (always_scope(query.agent_id, query.agent_type), query.tool) in self.always:
             return ApprovalAnswer(True, "always allowed this session")
         with self._hold():
             return await self._ask(query)
@@ -108,51 +114,33 @@ class TerminalPrompt:
             if choice in ("n", "no", ""):
                 return ApprovalAnswer(False, "the user said no")
             if choice in ("a", "always"):
-                self.always.add(query.tool)
+                self.always.add((always_scope(query.agent_id, query.agent_type), query.tool))
                 return ApprovalAnswer(True)
             print("  please answer y, n or a", file=self._out, flush=True)
             prompt = _keys(query)
 
 
 def question_text(query: ApprovalQuery) -> str:
-    """The whole question, plain text: who, what exactly, why, and the keys (last line)."""
+    """The whole question, plain text, one field a line (see ``_approval_question``): who,
+    what exactly, why, what "always" covers, and the keys (last line)."""
     who = (
         "main agent"
         if query.agent_id == "main"
-        else f"{query.agent_type} ({query.agent_id}"
+        else f"{flat(query.agent_type, 64)} ({flat(query.agent_id, 32)}"
         + (", background)" if query.background else ")")
     )
-    subject = approval_subject(query.tool, query.arguments)
-    lines = [f"\n{visible(who)} wants to run {visible(query.tool)}:"]
-    lines += [f"    {visible(line)}" for line in subject.split("\n")]
-    if query.reason:
-        lines.append(f"  why it asks: {visible(query.reason)}")
-    return "\n".join(lines) + "\n" + _keys(query)
+    lines = question_lines(
+        who=who,
+        tool=query.tool,
+        arguments=query.arguments,
+        reason=query.reason,
+        scope=scope_words(query.agent_id, query.agent_type),
+    )
+    return "\n" + "\n".join(lines) + "\n" + _keys(query)
 
 
 def _keys(query: ApprovalQuery) -> str:
-    return f"  allow? [y]es / [n]o / [a]lways for {visible(query.tool)}: "
-
-
-def approval_subject(tool: str, arguments: str) -> str:
-    """What exactly the call would do: the whole command for bash, the path for a file
-    tool, else the arguments (never cut: the person approves exactly this)."""
-    try:
-        parsed = json.loads(arguments, strict=False)
-    except ValueError:
-        return arguments
-    if isinstance(parsed, dict):
-        for key in ("command", "path", "file_path", "pattern", "url"):
-            value = parsed.get(key)
-            if isinstance(value, str):
-                rest = {k: v for k, v in parsed.items() if k != key}
-                extra = (
-                    f"\n({describe_arguments(json.dumps(rest))})"
-                    if rest and key != "command"
-                    else ""
-                )
-                return value + extra
-    return describe_arguments(arguments, limit=2000)
+    return keys_line(query.tool)
 
 
 async def _read_tty_line(prompt: str) -> str:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from agentcell.orchestrator.definitions import AgentDefinition
@@ -38,11 +39,17 @@ def memory_dir(definition: AgentDefinition, workdir: Path, home: Path) -> Path |
 
 def prepare_memory(folder: Path) -> None:
     """Create the folder; a local one is kept out of git (it is this machine's only)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    # 0700 whatever the umask, the folder that holds them too; .agentcell itself is the
+    # user's (agent files, config), readable but never writable to others.
+    folder.parent.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    folder.parent.mkdir(mode=0o700, exist_ok=True)
+    folder.mkdir(mode=0o700, exist_ok=True)
     if folder.parent.name == "agent-memory-local":
         ignore = folder.parent / ".gitignore"
         if not ignore.exists():
-            ignore.write_text("# agentcell: local agent memory, never committed\n*\n")
+            fd = os.open(ignore, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as file:
+                file.write("# agentcell: local agent memory, never committed\n*\n")
 
 
 def memory_prompt(folder: Path) -> str:

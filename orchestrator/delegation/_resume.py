@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 import msgspec
+from agentcell.orchestrator._records_key import record_end, verified_record
 from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.protocol import AssistantMessage, Message, ThinkingBlock
@@ -33,7 +34,7 @@ class _Recorded:
     owner: str  # the agent that started it ("" for the top level)
 
 
-def read_session(record: Path) -> list[Message] | None:
+def read_session(record: Path, end: bytes | None = None) -> list[Message] | None:
     """The last recorded session in one agent's record (None: it recorded none).
 
     A thinking block in which the record masked a secret is left out: its signature no
@@ -41,17 +42,18 @@ def read_session(record: Path) -> list[Message] | None:
     turn may be omitted; but a run that stopped inside a tool loop (max_turns, a timeout,
     a cancel) ends with an assistant turn whose thinking the API requires, so when that
     turn lost a block it goes, with its tool results: the continuation starts after the
-    last turn that can be sent as it was."""
+    last turn that can be sent as it was. ``LookupError`` (one line) when the record's
+    chain does not verify: a line was changed, moved or added after it was written (or,
+    with ``end``, the chain no longer ends where it did when its agent ended)."""
     found: list[Message] | None = None
-    with record.open("rb") as file:
-        for line in file:
-            if b'"kind":"messages"' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-                found = msgspec.convert(entry["messages"], list[Message])
-            except (ValueError, KeyError, msgspec.ValidationError):
-                continue  # a line cut by a crash: the earlier one stands
+    for line in verified_record(record, end):  # changed since it was written: refused
+        if b'"kind":"messages"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+            found = msgspec.convert(entry["messages"], list[Message])
+        except (ValueError, KeyError, msgspec.ValidationError):
+            continue  # not a session the engine wrote: the earlier one stands
     if found is None:
         return None
     kept = [_verifiable(message) for message in found]
@@ -80,16 +82,23 @@ class RecordedAgents:
     def __init__(self) -> None:
         self._agents: collections.OrderedDict[str, _Recorded] = collections.OrderedDict()
         self._running: set[str] = set()
+        # Where each ended agent's record chain ended (None: there was no record then).
+        # The agent held its record's key while it ran; from then on nothing may be added.
+        self._ends: dict[str, bytes | None] = {}
 
     def started(self, agent_id: str, agent_type: str, run_dir: str, owner: str = "") -> None:
         record = Path(run_dir) / f"{agent_id}.jsonl" if run_dir else None
         self._agents[agent_id] = _Recorded(agent_type, record, owner)
         self._running.add(agent_id)
         while len(self._agents) > MAX_REMEMBERED:
-            self._agents.popitem(last=False)
+            forgotten, _ = self._agents.popitem(last=False)
+            self._ends.pop(forgotten, None)
 
     def ended(self, agent_id: str) -> None:
         self._running.discard(agent_id)
+        known = self._agents.get(agent_id)
+        if known is not None and known.record is not None and agent_id not in self._ends:
+            self._ends[agent_id] = record_end(known.record)
 
     def continuation(
         self, request: DelegationRequest, registry: AgentRegistry, owner: str = ""
@@ -125,10 +134,18 @@ class RecordedAgents:
                 f"resume: {wanted} was not recorded (run records are off), so its session "
                 "cannot be continued"
             )
+        end = self._ends.get(wanted)
+        if end is None:
+            raise LookupError(
+                f"resume: {wanted} left no record when it ended, so its session cannot be "
+                "continued; start a new sub-agent instead"
+            )
         try:
-            session = read_session(known.record)
+            session = read_session(known.record, end)
         except OSError as exc:
             raise LookupError(f"resume: cannot read {known.record}: {exc.strerror}") from None
+        except LookupError as exc:
+            raise LookupError(f"resume: {exc}") from None
         if session is None:
             raise LookupError(f"resume: {known.record} holds no session to continue from")
         return dataclasses.replace(request, agent_type=known.agent_type, resume=""), session

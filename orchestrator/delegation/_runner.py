@@ -21,6 +21,7 @@ from typing import Any
 
 import dill
 import msgspec
+from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import (
     Backend,
     ChildOutcome,
@@ -38,7 +39,12 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
     with_skills,
 )
-from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._approval_question import refused_tool
+from agentcell.orchestrator.delegation._approvals import (
+    ApprovalAnswer,
+    ApprovalBroker,
+    ApprovalQuery,
+)
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -636,6 +642,7 @@ class Runner:
             ask_rules=list(settings.ask_rules),
             workdir=self.workdir,
             run_dir=run_dir,
+            record_key=key_for(run_dir, agent_id) if run_dir else b"",
             depth=depth,
             max_depth=max_depth,
             background=background,
@@ -735,7 +742,8 @@ class Runner:
                         call_id=frame.call_id,
                         background=background,
                     )
-                    _spawn(side, self._answer_approval(lease, frame.request_id, query))
+                    refusal = refused_tool(frame.tool, spec)  # only a tool it was given
+                    _spawn(side, self._answer_approval(lease, frame.request_id, query, refusal))
                 elif isinstance(frame, DelegateRequest):
                     _spawn(
                         side,
@@ -881,9 +889,9 @@ class Runner:
             log.warning("%s", note)
 
     async def _answer_approval(
-        self, lease: WorkerLease, request_id: int, query: ApprovalQuery
+        self, lease: WorkerLease, request_id: int, query: ApprovalQuery, refusal: str = ""
     ) -> None:
-        answer = await self.broker.decide(query)
+        answer = ApprovalAnswer(False, refusal) if refusal else await self.broker.decide(query)
         with contextlib.suppress(ChannelClosed):
             await lease.send(
                 ApprovalReply(request_id=request_id, approved=answer.approved, reason=answer.reason)

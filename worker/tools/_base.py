@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import hashlib
 import inspect
+import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -294,15 +295,23 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     where = ""
     if ctx.run_dir is not None:
         out_dir = ctx.run_dir / "tool-outputs"
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = out_dir / f"{safe_name_part(ctx.agent_id)}-{safe_name_part(ctx.call_id)}.txt"
-        path.write_text(text)
+        _write_private(path, text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
     return (
         f"{head}\n\n[... {omitted} characters omitted (tool outputs are limited to {limit} "
         f"characters){where} ...]\n\n{tail}"
     )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``path`` 0600 whatever the umask, never through a link planted there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+    with os.fdopen(os.open(path, flags, 0o600), "w") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(text)
 
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
