@@ -12,8 +12,8 @@ import asyncio
 import dataclasses
 import logging
 import os
-import secrets
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,11 @@ class Orchestrator:
         # The user's own and a trusted project's hooks (load_settings drops an untrusted
         # project's); a definition's own are added per agent.
         self.hooks = HookRunner.from_table(
-            self.settings.hooks, "config", cwd=str(self.workdir), session_id=secrets.token_hex(8)
+            self.settings.hooks,
+            "config",
+            cwd=str(self.workdir),
+            session_id=str(uuid.uuid4()),
+            permission_mode=self.settings.permission_mode,
         )
         self.bus = EventBus()
         self.tracker = TaskTracker()
@@ -328,7 +332,10 @@ class Orchestrator:
                 ask=settings.ask_rules,
             )
         ]
-        tool_hooks = local_tool_hooks(self.hooks, [tool.name for tool in tools])
+        main_hooks = self.hooks.for_agent(
+            str(self.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
+        )
+        tool_hooks = local_tool_hooks(main_hooks, [tool.name for tool in tools])
         if tool_hooks is not None:
             hooks.append(tool_hooks)
         engine = Engine(
@@ -347,7 +354,7 @@ class Orchestrator:
                 if keep_background
                 else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
             )
-            + [stop_hook(self.hooks)],
+            + [stop_hook(main_hooks)],
             stream_watcher=self._start_ahead(account),
         )
         stops += [engine.cancel, task_tool.cancel_all]

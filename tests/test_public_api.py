@@ -164,6 +164,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "describe_arguments",
         "hold_secrets",
         "known_secrets",
+        "matcher_matches",
         "mcp_tool_name",
         "parse_sandbox_mode",
         "probe_sandbox",
