@@ -71,7 +71,10 @@ class HookCommand:
     origin: str = ""  # where it was configured, for the log line when it fails
 
     def matches(self, *names: str) -> bool:
-        """Claude Code's matcher: a regular expression over the whole name ("Edit|Write")."""
+        """Claude Code's matcher: a regular expression over the whole name ("Edit|Write");
+        "" or "*" match everything, events without a name included."""
+        if self.matcher in ("", "*"):
+            return True
         return any(matcher_matches(self.matcher, name) for name in names if name)
 
 
