@@ -119,6 +119,8 @@ def _entry_commands(
     event: str, entry: Any, origin: str, notes: list[str] | None
 ) -> list[HookCommand]:
     where = f"hooks.{event}"
+    if isinstance(entry, Mapping) and isinstance(entry.get("origin"), str):
+        origin = entry["origin"]  # a Claude Code settings file's, tagged when it was read
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: each entry is a table with a command, got {entry!r}")
     matcher = entry.get("matcher", "")
