@@ -53,6 +53,7 @@ from agentcell.orchestrator.delegation import (
     background_injector,
     instructions_prompt,
     local_tool_hooks,
+    notification_hook,
     stop_hook,
     task_tool_spec,
     wire_server,
@@ -164,6 +165,7 @@ class Orchestrator:
             approval or _default_channel(self.settings),
             bubble_background=self.settings.approval == "bubble",
         )
+        self.broker.notify = notification_hook(self.hooks)
         self.pool = pool or WorkerPool(
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,

@@ -447,6 +447,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "instructions_prompt",
         "local_tool_hooks",
         "memory_dir",
+        "notification_hook",
         "parse_task_arguments",
         "read_session",
         "stop_hook",

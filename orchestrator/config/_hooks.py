@@ -50,8 +50,8 @@ HOOK_EVENTS: tuple[str, ...] = (
 #: The events agentcell does not raise (yet), and why; their hooks are taken and named.
 UNFIRED_EVENTS: dict[str, str] = {
     "PostToolUseFailure": "PostToolUse runs for failed calls too (tool_response says so)",
-    "PermissionRequest": "approvals are asked through agentcell's own channel; "
-    "Notification hooks run when one is asked",
+    "PermissionRequest": "approvals are asked through agentcell's own channel (a "
+    "Notification hook with matcher permission_prompt runs as one is asked)",
     "PreCompact": "agentcell does not compact conversations yet",
 }
 log = logging.getLogger("agentcell.hooks")

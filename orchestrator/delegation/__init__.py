@@ -30,6 +30,7 @@ from agentcell.orchestrator.delegation._hooks import (
     HookRunner,
     SubagentStopHooks,
     local_tool_hooks,
+    notification_hook,
     stop_hook,
 )
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
@@ -119,6 +120,7 @@ __all__ = [
     "background_injector",
     "instructions_prompt",
     "local_tool_hooks",
+    "notification_hook",
     "memory_dir",
     "parse_task_arguments",
     "read_session",

@@ -22,12 +22,13 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator.config import HookCommand, parse_hooks
 from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.delegation._approvals import ApprovalQuery
 from agentcell.orchestrator.delegation._hook_shape import (
     claude_permission_mode,
     claude_tool_name,
@@ -344,6 +345,24 @@ def _decision(stdout: str, where: str) -> HookOutcome:
         stop=stop,
         stop_reason=str(doc.get("stopReason") or "") if stop else "",
     )
+
+
+def notification_hook(hooks: HookRunner) -> Callable[[ApprovalQuery], Awaitable[None]] | None:
+    """For ``ApprovalBroker.notify``: the Notification hooks (matcher: the notification
+    type, ``permission_prompt``) run as each approval is asked; they cannot block it."""
+    if not any(command.event == "Notification" for command in hooks.commands):
+        return None
+
+    async def notify(query: ApprovalQuery) -> None:
+        payload: dict[str, Any] = {
+            "message": f"agentcell needs your permission to use {claude_tool_name(query.tool)}",
+            "notification_type": "permission_prompt",
+        }
+        if query.agent_id != "main":
+            payload = {"agent_id": query.agent_id, "agent_type": query.agent_type, **payload}
+        await hooks.run("Notification", payload, "permission_prompt")
+
+    return notify
 
 
 def agent_transcript(spec: AgentSpec) -> str:
