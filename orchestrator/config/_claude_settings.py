@@ -209,7 +209,8 @@ def translate_rule(rule: str, base: Path) -> list[str] | None:
     if not all(is_known_tool(tool) or is_mcp_tool(tool) for tool in tools):
         return None
     if spec is None or spec in ("", "*"):
-        return list(tools)
+        # ``mcp__github`` alone is every tool of that server, in Claude Code.
+        return [f"{t}__*" if is_mcp_tool(t) and "__" not in t[5:] else t for t in tools]
     if tools == ("bash",):
         return [f"bash({pattern})" for pattern in _command_patterns(spec)]
     if all(tool in _PATH_TOOLS for tool in tools):
