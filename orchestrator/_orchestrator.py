@@ -40,6 +40,7 @@ from agentcell.orchestrator.delegation import (
     RunHandle,
     Runner,
     Scope,
+    SessionHooks,
     StartAhead,
     SubAgentResult,
     TaskControlTool,
@@ -166,6 +167,7 @@ class Orchestrator:
             bubble_background=self.settings.approval == "bubble",
         )
         self.broker.notify = notification_hook(self.hooks)
+        self.session_hooks = SessionHooks(self.hooks)
         self.pool = pool or WorkerPool(
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
@@ -221,6 +223,7 @@ class Orchestrator:
         for handle in list(self._handles):
             handle.cancel()
         try:
+            await self.session_hooks.end()
             if self.ray is not None:
                 await self.ray.close()
             for _, kept_tool in list(self._kept_task_tools.values()):
@@ -282,6 +285,7 @@ class Orchestrator:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         self.tracker.release_delivered()
+        opening = await self.session_hooks.start()
         submitted = await self.hooks.run("UserPromptSubmit", {"prompt": prompt})
         if submitted.blocked:
             if model.name not in self.model_objects:
@@ -297,8 +301,8 @@ class Orchestrator:
                 subagents=[],
                 main=RunResult(status=RunStatus.DENIED, error=submitted.reason),
             )
-        if submitted.context:
-            prompt = f"{prompt}\n\n{submitted.context}"
+        for context in (opening, submitted.context):
+            prompt = f"{prompt}\n\n{context}" if context else prompt
         run_dir = self._call_run_dir()
         transcript = self._main_transcript(prompt, run_dir)
         stops: list[Stop] = []

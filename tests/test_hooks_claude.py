@@ -407,3 +407,47 @@ def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> Non
         "command": "ls",
         "timeout_s": 5.0,
     }
+
+
+#: Logs each event; SessionStart adds context, as Claude Code's JSON output does.
+SESSION = """\
+import json, sys
+doc = json.load(sys.stdin)
+with open(sys.argv[1], "a") as log:
+    log.write(json.dumps(doc) + "\\n")
+if doc["hook_event_name"] == "SessionStart":
+    print(json.dumps({"hookSpecificOutput": {
+        "hookEventName": "SessionStart", "additionalContext": "Follow STYLE.md."}}))
+"""
+
+
+async def test_session_start_and_end_run_once_each_around_the_runs(tmp_path: Path) -> None:
+    project, command, log = project_with_hook(tmp_path, "session.py", SESSION)
+    prompts: list[str] = []
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        prompts.append(messages[-1].content)
+        return "ok"
+
+    entry = [{"hooks": [{"type": "command", "command": command}]}]
+    hooks = {"SessionStart": entry, "SessionEnd": entry, "UserPromptSubmit": entry}
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        settings=Settings(approval="allow", warm_spares=0, hooks=hooks),
+        workdir=project,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        await asyncio.wait_for(orch.run("first"), 30)
+        await asyncio.wait_for(orch.run("second"), 30)
+    assert prompts == ["first\n\nFollow STYLE.md.", "second"]
+    seen = logged(log)
+    assert [d["hook_event_name"] for d in seen] == [
+        "SessionStart",
+        "UserPromptSubmit",
+        "UserPromptSubmit",
+        "SessionEnd",
+    ]
+    assert seen[0]["source"] == "startup" and seen[-1]["reason"] == "other"
+    assert len({d["session_id"] for d in seen}) == 1

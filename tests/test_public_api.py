@@ -430,6 +430,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SubAgentProcess",
         "SubAgentResult",
         "SubAgentStarted",
+        "SessionHooks",
         "SubagentStopHooks",
         "TaskArgs",
         "TaskControlTool",

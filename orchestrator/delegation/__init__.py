@@ -28,6 +28,7 @@ from agentcell.orchestrator.delegation._events import (
 from agentcell.orchestrator.delegation._hooks import (
     HookOutcome,
     HookRunner,
+    SessionHooks,
     SubagentStopHooks,
     local_tool_hooks,
     notification_hook,
@@ -93,6 +94,7 @@ __all__ = [
     "EventStream",
     "HookOutcome",
     "HookRunner",
+    "SessionHooks",
     "SubagentStopHooks",
     "MEMORY_MAX_CHARS",
     "MEMORY_MAX_LINES",

@@ -432,6 +432,28 @@ def stop_hook(hooks: HookRunner) -> TurnHook:
     return finish
 
 
+class SessionHooks:
+    """The orchestrator's session, as Claude Code's: ``SessionStart`` (source
+    ``startup``) before its first run, whose ``additionalContext`` joins that run's
+    prompt, and ``SessionEnd`` (reason ``other``) when it closes; once each."""
+
+    def __init__(self, hooks: HookRunner) -> None:
+        self.hooks = hooks
+        self.started = False
+        self.ended = False
+
+    async def start(self) -> str:
+        if self.started:
+            return ""
+        self.started = True
+        return (await self.hooks.run("SessionStart", {"source": "startup"}, "startup")).context
+
+    async def end(self) -> None:
+        if self.started and not self.ended:
+            self.ended = True
+            await self.hooks.run("SessionEnd", {"reason": "other"}, "other")
+
+
 class SubagentStopHooks:
     """One sub-agent run's ``SubagentStop`` event, as Claude Code has it: a matching hook
     (matcher: the agent type) decides, before the sub-agent accepts its final answer,
