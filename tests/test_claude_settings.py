@@ -254,3 +254,42 @@ def test_claude_code_rules_translate_into_ours(tmp_path: Path) -> None:
     assert translate_rule("Task(reviewer)", base) == ["task(reviewer)"]
     assert translate_rule("WebFetch", base) is None
     assert translate_rule("NotebookEdit(x.ipynb)", base) is None
+
+
+def test_agents_show_says_where_each_rule_and_hook_came_from(tmp_path: Path) -> None:
+    import subprocess
+
+    folder = Folder(tmp_path)
+    folder.trust()
+    (folder.project / "agentcell.toml").write_text(
+        'deny_rules = ["bash(sudo *)"]\n[[hooks.Stop]]\ncommand = "./done.sh"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
+    env.update(HOME=str(folder.home), NO_COLOR="1", COLUMNS="250", **folder.env)
+    done = subprocess.run(
+        [str(Path(PY).with_name("agentcell")), "agents", "show", "general-purpose", "--json"],
+        cwd=folder.project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    configured = json.loads(done.stdout)["configured"]
+    assert "deny bash(wget *)  (from ~/.claude/settings.json)" in configured
+    assert "deny bash(curl *)  (from .claude/settings.local.json)" in configured
+    assert "allow bash(git status)  (from .claude/settings.json)" in configured
+    assert "deny bash(sudo *)  (from agentcell.toml)" in configured
+    assert "hook Stop ./done.sh  (from agentcell.toml)" in configured
+    [guard] = [line for line in configured if line.startswith("hook PreToolUse[Bash]")]
+    assert guard.endswith("(from .claude/settings.json)")
+
+
+def test_a_project_file_cannot_drop_the_users_deny_rules(tmp_path: Path) -> None:
+    """deny and ask rules join over every layer: an untrusted (or trusted) project's
+    ``deny_rules = []`` leaves the user's ~/.claude/settings.json rules in force."""
+    folder = Folder(tmp_path)
+    (folder.project / "agentcell.toml").write_text("deny_rules = []\nask_rules = []\n")
+    assert folder.settings().deny_rules == ["bash(wget)", "bash(wget *)"]
+    folder.trust()
+    assert folder.settings().deny_rules[:2] == ["bash(wget)", "bash(wget *)"]

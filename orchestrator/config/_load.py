@@ -86,8 +86,12 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
     notices: list[str] | None = None,
+    provenance: dict[str, str] | None = None,
 ) -> tuple[Settings, list[str]]:
     """The merged, validated settings and the list of sources that contributed.
+
+    ``provenance``, when given, is filled with where each permission rule and each
+    event's hooks came from (see ``record_provenance``).
 
     Keys of an untrusted project that were ignored are logged, one line each, and added
     to ``notices`` when given."""
@@ -136,6 +140,8 @@ def load_settings(
         _validate_layer(table, origin, problems)
         _merge(merged, table, additive=origin in additive)
         sources.append(origin)
+        if provenance is not None:
+            record_provenance(provenance, table, origin)
     from_env = _env_layer(env, problems)
     if from_env:
         _merge(merged, from_env)
@@ -180,6 +186,25 @@ def _mcp_json_layer(
     return ((str(path), {"mcp_servers": servers}) if servers else None), notes
 
 
+#: The settings whose entries ``record_provenance`` traces to their file.
+RULE_SETTINGS = ("allow_rules", "deny_rules", "ask_rules")
+
+
+def record_provenance(provenance: dict[str, str], table: Mapping[str, Any], origin: str) -> None:
+    """``"deny_rules bash(rm *)"`` and ``"hooks PreToolUse"`` → the layer that set it
+    (a later layer that sets it again takes it over, as it does the value)."""
+    for key in RULE_SETTINGS:
+        for rule in table.get(key) or ():
+            if key in ALWAYS_JOINED:  # kept from the first file that set it
+                provenance.setdefault(f"{key} {rule}", origin)
+            else:
+                provenance[f"{key} {rule}"] = origin
+    hooks = table.get("hooks")
+    if isinstance(hooks, Mapping):
+        for event in hooks:
+            provenance[f"hooks {event}"] = origin
+
+
 def _validate_layer(table: dict[str, Any], origin: str, problems: list[str]) -> None:
     """Check one file on its own, so that a message can name the file at fault."""
     try:
@@ -206,13 +231,19 @@ def _env_layer(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
     return layer
 
 
+#: Lists no later layer can shorten: a deny or ask rule set anywhere holds (as in Claude
+#: Code, whose rules merge over every scope), so a project file cannot drop the user's.
+ALWAYS_JOINED = frozenset({"deny_rules", "ask_rules"})
+
+
 def _merge(into: dict[str, Any], layer: Mapping[str, Any], *, additive: bool = False) -> None:
     """``layer`` over ``into``; ``additive``: its lists join those already there."""
     for key, value in layer.items():
+        joined = additive or key in ALWAYS_JOINED
         if isinstance(value, dict) and isinstance(into.get(key), dict):
             _merge(into[key], value, additive=additive)
-        elif additive and isinstance(value, list) and isinstance(into.get(key), list):
-            into[key] = [*into[key], *value]
+        elif joined and isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = [*into[key], *(item for item in value if item not in into[key])]
         else:
             into[key] = value
 
