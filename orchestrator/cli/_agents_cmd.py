@@ -77,7 +77,7 @@ def hooks_ignored(definition: AgentDefinition, workdir: Path) -> str:
     an untrusted project may not run commands on this machine."""
     if not definition.hooks or not untrusted_project_file(definition, workdir):
         return ""
-    count = len(parse_hooks(definition.hooks, definition.source))
+    count = len(parse_hooks(definition.hooks, definition.source, notes=[]))
     return (
         f"{count} ignored — this folder is not trusted; run `agentcell trust` in it to honour them"
     )
