@@ -168,12 +168,13 @@ class HookRunner:
                     found.append(command.matcher)
         return patterns
 
-    def answers(self, event: str, tool: str, offered: Sequence[str]) -> bool:
-        """May a child ask about this call? Only a tool the spec offered, or an MCP tool
-        (named by the child) that one of this event's hooks matches."""
+    def answers(self, event: str, tool: str, offered: Sequence[str], mcp: bool) -> bool:
+        """May a child ask about this call? Only a tool the spec offered or, where the
+        spec sent ``hook_patterns`` (``mcp``), an MCP tool of the child's own that one of
+        this event's hooks matches."""
         if tool in offered:
             return True
-        mcp = event in TOOL_EVENTS and tool.startswith(MCP_PREFIX)
+        mcp = mcp and event in TOOL_EVENTS and tool.startswith(MCP_PREFIX)
         return mcp and bool(self.matching(event, tool))
 
     async def tool_event(

@@ -781,7 +781,7 @@ class Runner:
         stop_hooks: SubagentStopHooks,
     ) -> None:
         offered = spec.hooked_tools.get(frame.event, [])
-        if not hooks.answers(frame.event, frame.tool, offered):  # only what it hooks
+        if not hooks.answers(frame.event, frame.tool, offered, bool(spec.hook_patterns)):
             if frame.event == "SubagentStop":
                 stop_hooks.open = False
             reply = HookReply(request_id=frame.request_id)
@@ -820,7 +820,7 @@ class Runner:
         spec.hooked_tools = hooks.hooked_tools(
             [*spec.tools, *(tool.name for tool in spec.remote_tools)]
         )
-        spec.hook_patterns = hooks.hook_patterns()
+        spec.hook_patterns = hooks.hook_patterns() if spec.mcp_servers else {}
         workdir = Path(self.workdir)
         extra = []
         if self.settings.instruction_files and gets_instructions(definition):
