@@ -451,3 +451,31 @@ async def test_session_start_and_end_run_once_each_around_the_runs(tmp_path: Pat
     ]
     assert seen[0]["source"] == "startup" and seen[-1]["reason"] == "other"
     assert len({d["session_id"] for d in seen}) == 1
+
+
+async def test_plain_stdout_of_a_user_prompt_submit_hook_is_context(tmp_path: Path) -> None:
+    """Claude Code adds a UserPromptSubmit (and SessionStart) hook's plain stdout to the
+    context; other events' plain stdout is only a log."""
+    project, command, _ = project_with_hook(
+        tmp_path, "date.py", "import json, sys\njson.load(sys.stdin)\nprint('Today is Friday.')\n"
+    )
+    prompts: list[str] = []
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        prompts.append(messages[-1].content)
+        return "ok"
+
+    entry = [{"hooks": [{"type": "command", "command": command}]}]
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        settings=Settings(
+            approval="allow", warm_spares=0, hooks={"UserPromptSubmit": entry, "Stop": entry}
+        ),
+        workdir=project,
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("plan the week"), 30)
+    assert report.final_text == "ok"
+    assert prompts == ["plan the week\n\nToday is Friday."]

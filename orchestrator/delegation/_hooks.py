@@ -269,7 +269,7 @@ class HookRunner:
             first = err.strip().splitlines()[0] if err.strip() else "no message"
             log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
             return HookOutcome()
-        return _decision(out, where)
+        return _decision(out, where, hook.event)
 
 
 async def _talk(process: asyncio.subprocess.Process, data: bytes) -> tuple[str, str, int]:
@@ -314,11 +314,16 @@ def _combined(outcomes: Sequence[HookOutcome]) -> HookOutcome:
     )
 
 
-def _decision(stdout: str, where: str) -> HookOutcome:
-    """Exit 0: plain output is ignored; a JSON object is read as Claude Code reads it."""
+#: Events whose plain stdout (exit 0, not JSON) is context for the model, as in Claude Code.
+_STDOUT_IS_CONTEXT = frozenset({"UserPromptSubmit", "SessionStart"})
+
+
+def _decision(stdout: str, where: str, event: str) -> HookOutcome:
+    """Exit 0: a JSON object is read as Claude Code reads it; plain output is context for
+    ``UserPromptSubmit`` and ``SessionStart`` and ignored for the other events."""
     text = stdout.strip()
     if not text.startswith("{"):
-        return HookOutcome()
+        return HookOutcome(context=text if event in _STDOUT_IS_CONTEXT else "")
     try:
         doc = json.loads(text)
     except ValueError:
