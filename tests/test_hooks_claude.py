@@ -374,7 +374,7 @@ async def test_the_real_before_stop_hook_runs_from_the_project_as_claude_code_ru
 
 
 def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> None:
-    from agentcell.orchestrator.delegation import HookRunner  # noqa: F401  (public path)
+    from agentcell.orchestrator.delegation import HookRunner
     from agentcell.orchestrator.delegation._hook_shape import (
         claude_tool_input,
         claude_tool_name,
@@ -403,6 +403,10 @@ def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> Non
     }
     assert claude_tool_input("read_file", {"path": "a/../b.py"}, "/w") == {"file_path": "/w/b.py"}
     assert claude_tool_input("grep", {"pattern": "x", "include": "*.py"}, "/w")["glob"] == "*.py"
+    from agentcell.orchestrator.config import parse_hooks as hooks_of
+
+    runner = HookRunner(hooks_of({"PreToolUse": [{"matcher": "Agent", "command": "x"}]}, "t"))
+    assert runner.hooked_tools(["task", "bash"]) == {"PreToolUse": ["task"]}  # Task or Agent
     assert our_arguments("bash", {"command": "ls", "timeout": 5000}) == {
         "command": "ls",
         "timeout_s": 5.0,

@@ -20,8 +20,11 @@ from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES
 
 #: Our tool name → Claude Code's (the first Claude name of each in the shared table).
 CLAUDE_NAME: dict[str, str] = {}
+#: Our tool name → every Claude Code name a matcher may use for it (``Task`` and ``Agent``).
+CLAUDE_ALIASES: dict[str, tuple[str, ...]] = {}
 for _claude, _ours in CLAUDE_TOOL_NAMES.items():
     CLAUDE_NAME.setdefault(_ours, _claude)
+    CLAUDE_ALIASES[_ours] = (*CLAUDE_ALIASES.get(_ours, ()), _claude)
 
 #: Per tool, our argument → Claude Code's field of the same meaning.
 _FIELDS: dict[str, dict[str, str]] = {
@@ -45,6 +48,11 @@ _CLAUDE_MODES = {
 
 def claude_tool_name(tool: str) -> str:
     return CLAUDE_NAME.get(tool, tool)
+
+
+def matcher_names(tool: str) -> tuple[str, ...]:
+    """The names a hook matcher is tried on: ours and each Claude Code name for it."""
+    return (tool, *CLAUDE_ALIASES.get(tool, ()))
 
 
 def claude_permission_mode(mode: str) -> str:

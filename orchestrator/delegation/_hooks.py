@@ -32,6 +32,7 @@ from agentcell.orchestrator.delegation._approvals import ApprovalQuery
 from agentcell.orchestrator.delegation._hook_shape import (
     claude_permission_mode,
     claude_tool_name,
+    matcher_names,
     tool_document,
     updated_arguments,
 )
@@ -144,8 +145,8 @@ class HookRunner:
         return self._with([*self.commands, *own])
 
     def matching(self, event: str, name: str) -> list[HookCommand]:
-        claude = claude_tool_name(name)
-        return [c for c in self.commands if c.event == event and c.matches(name, claude)]
+        names = matcher_names(name)
+        return [c for c in self.commands if c.event == event and c.matches(*names)]
 
     def hooked_tools(self, tools: Iterable[str]) -> dict[str, list[str]]:
         """For ``AgentSpec.hooked_tools``: per tool event, the tools some hook matches."""
