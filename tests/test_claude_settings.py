@@ -293,3 +293,14 @@ def test_a_project_file_cannot_drop_the_users_deny_rules(tmp_path: Path) -> None
     assert folder.settings().deny_rules == ["bash(wget)", "bash(wget *)"]
     folder.trust()
     assert folder.settings().deny_rules[:2] == ["bash(wget)", "bash(wget *)"]
+
+
+def test_the_users_own_settings_file_may_be_a_link(tmp_path: Path) -> None:
+    """~/.claude/settings.json is the user's own (often a dotfile manager's link): it is
+    followed, unlike a project's."""
+    folder = Folder(tmp_path)
+    user_file = folder.home / ".claude" / "settings.json"
+    dotfiles = tmp_path / "dotfiles.json"
+    user_file.rename(dotfiles)
+    user_file.symlink_to(dotfiles)
+    assert folder.settings().deny_rules == ["bash(wget)", "bash(wget *)"]

@@ -84,12 +84,24 @@ def read_beneath(root: Path, relative: str) -> bytes | None:
         os.close(fd)
 
 
+def _read_own(path: Path) -> bytes | None:
+    """One of the user's own files (None when there is none)."""
+    try:
+        with path.open("rb") as file:
+            return file.read(MAX_SETTINGS_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise SettingsFileError(f"cannot read it: {exc.strerror}") from None
+
+
 def claude_settings_layers(
     workdir: Path, home: Path, *, trusted: bool
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[tuple[str, dict[str, Any]]], list[str]]:
     """(the user's layers, the project's layers, notes): each layer is (origin, table)."""
     notes: list[str] = []
-    user = _layers(home, [USER_FILE], home, notes)
+    # The user's own file may be a link (dotfile managers make them): it is followed.
+    user = _layers(home, [USER_FILE], home, notes, beneath=False)
     present = [name for name in PROJECT_FILES if os.path.lexists(workdir / name)]
     if present and not trusted:
         for name in present:
@@ -99,17 +111,17 @@ def claude_settings_layers(
                 "it to use them)"
             )
         return user, [], notes
-    return user, _layers(workdir, present, workdir, notes), notes
+    return user, _layers(workdir, present, workdir, notes, beneath=True), notes
 
 
 def _layers(
-    root: Path, names: list[str], base: Path, notes: list[str]
+    root: Path, names: list[str], base: Path, notes: list[str], *, beneath: bool
 ) -> list[tuple[str, dict[str, Any]]]:
     layers = []
     for name in names:
         path = root / name
         try:
-            data = read_beneath(root, name)
+            data = read_beneath(root, name) if beneath else _read_own(path)
         except SettingsFileError as exc:
             notes.append(f"{path}: ignored: {exc}")
             continue
