@@ -12,8 +12,8 @@ import asyncio
 import dataclasses
 import logging
 import os
-import secrets
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ from agentcell.orchestrator.delegation import (
     RunHandle,
     Runner,
     Scope,
+    SessionHooks,
     StartAhead,
     SubAgentResult,
     TaskControlTool,
@@ -54,6 +55,7 @@ from agentcell.orchestrator.delegation import (
     background_injector,
     instructions_prompt,
     local_tool_hooks,
+    notification_hook,
     stop_hook,
     task_tool_spec,
     wire_server,
@@ -150,7 +152,11 @@ class Orchestrator:
         # The user's own and a trusted project's hooks (load_settings drops an untrusted
         # project's); a definition's own are added per agent.
         self.hooks = HookRunner.from_table(
-            self.settings.hooks, "config", cwd=str(self.workdir), session_id=secrets.token_hex(8)
+            self.settings.hooks,
+            "config",
+            cwd=str(self.workdir),
+            session_id=str(uuid.uuid4()),
+            permission_mode=self.settings.permission_mode,
         )
         self.bus = EventBus()
         self.tracker = TaskTracker()
@@ -161,6 +167,8 @@ class Orchestrator:
             approval or _default_channel(self.settings),
             bubble_background=self.settings.approval == "bubble",
         )
+        self.broker.notify = notification_hook(self.hooks)
+        self.session_hooks = SessionHooks(self.hooks)
         self.pool = pool or WorkerPool(
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
@@ -216,6 +224,7 @@ class Orchestrator:
         for handle in list(self._handles):
             handle.cancel()
         try:
+            await self.session_hooks.end()
             if self.ray is not None:
                 await self.ray.close()
             for _, kept_tool in list(self._kept_task_tools.values()):
@@ -277,6 +286,7 @@ class Orchestrator:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         self.tracker.release_delivered()
+        opening = await self.session_hooks.start()
         submitted = await self.hooks.run("UserPromptSubmit", {"prompt": prompt})
         if submitted.blocked:
             if model.name not in self.model_objects:
@@ -292,8 +302,8 @@ class Orchestrator:
                 subagents=[],
                 main=RunResult(status=RunStatus.DENIED, error=submitted.reason),
             )
-        if submitted.context:
-            prompt = f"{prompt}\n\n{submitted.context}"
+        for context in (opening, submitted.context):
+            prompt = f"{prompt}\n\n{context}" if context else prompt
         run_dir = self._call_run_dir()
         transcript = self._main_transcript(prompt, run_dir)
         stops: list[Stop] = []
@@ -329,7 +339,10 @@ class Orchestrator:
                 ask=settings.ask_rules,
             )
         ]
-        tool_hooks = local_tool_hooks(self.hooks, [tool.name for tool in tools])
+        main_hooks = self.hooks.for_agent(
+            str(self.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
+        )
+        tool_hooks = local_tool_hooks(main_hooks, [tool.name for tool in tools])
         if tool_hooks is not None:
             hooks.append(tool_hooks)
         engine = Engine(
@@ -348,7 +361,7 @@ class Orchestrator:
                 if keep_background
                 else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
             )
-            + [stop_hook(self.hooks)],
+            + [stop_hook(main_hooks)],
             stream_watcher=self._start_ahead(account),
         )
         stops += [engine.cancel, task_tool.cancel_all]

@@ -103,6 +103,8 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # (``HookRequest``), so a run with no hooks pays nothing for them. "SubagentStop" ->
     # [agent_type] when a stop hook matches this agent: each final answer is relayed first.
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
+    # event -> hook matchers, checked in the child against MCP tools the parent cannot list
+    hook_patterns: dict[str, list[str]] = msgspec.field(default_factory=dict)
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
     model_permits: bool = False  # ask the parent for a permit before each model request
 
@@ -196,6 +198,10 @@ class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
     blocked: bool = False
     reason: str = ""
     context: str = ""  # additionalContext: added to what the model is told
+    decision: str = ""  # PreToolUse: "ask" (approval first) or "allow"; "" no opinion
+    updated_input: str = ""  # PreToolUse: the call's rewritten arguments (JSON, our names)
+    stop: bool = False  # "continue": false — the agent stops, ``stop_reason`` says why
+    stop_reason: str = ""
 
 
 class PermitRequest(msgspec.Struct, tag="permit_request", tag_field="t", kw_only=True):

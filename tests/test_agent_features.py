@@ -133,7 +133,7 @@ async def test_a_pre_tool_use_hook_blocks_one_bash_command_and_lets_another_thro
     ]
     for event in events:
         assert event["hook_event_name"] == "PreToolUse"
-        assert event["tool_name"] == "bash"
+        assert event["tool_name"] == "Bash"  # Claude Code's name (issue 22)
         assert event["agent_type"] == "worker"
         assert event["agent_id"] == result.agent_id
         assert event["cwd"] == str(work.resolve())

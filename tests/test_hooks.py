@@ -44,7 +44,9 @@ async def test_exit_2_blocks_with_stderr_and_the_document_has_claude_codes_field
     assert doc == {
         "hook_event_name": "PreToolUse",
         "session_id": "s1",
+        "transcript_path": "",
         "cwd": str(tmp_path),
+        "permission_mode": "default",
         "tool_name": "bash",
         "tool_input": {"x": 1},
     }
@@ -113,8 +115,8 @@ def test_bad_hook_settings_are_one_line_each() -> None:
         Settings(hooks={"PreTool": [{"command": "x"}]})
     with pytest.raises(ValueError, match="each hook needs a command"):
         Settings(hooks={"Stop": [{"matcher": ""}]})
-    with pytest.raises(ValueError, match="only command hooks are supported"):
-        Settings(hooks={"Stop": [{"hooks": [{"type": "prompt", "command": "x"}]}]})
+    # Claude Code's prompt hooks are taken (and named when run), not an error.
+    Settings(hooks={"Stop": [{"hooks": [{"type": "prompt", "prompt": "x"}]}]})
 
 
 def test_a_project_may_configure_hooks_only_once_trusted(tmp_path: Path) -> None:

@@ -2,7 +2,11 @@
 
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
-from agentcell.worker._hook_relay import MAX_STOP_HOOK_CONTINUATIONS, RelayedHooks
+from agentcell.worker._hook_relay import (
+    MAX_STOP_HOOK_CONTINUATIONS,
+    RelayedHooks,
+    matcher_matches,
+)
 from agentcell.worker._hooks import (
     Approver,
     Decision,
@@ -57,6 +61,7 @@ __all__ = [
     "RecordTampered",
     "Redactor",
     "RelayedHooks",
+    "matcher_matches",
     "Rule",
     "SANDBOX_MODES",
     "SECRET_NAMES",

@@ -314,9 +314,9 @@ def build_engine(
         ),
     ]
     hooked = spec.hooked_tools
-    if hooked.get("PreToolUse") or hooked.get("PostToolUse"):
+    if hooked.get("PreToolUse") or hooked.get("PostToolUse") or spec.hook_patterns:
         # The parent's PreToolUse/PostToolUse hooks, asked over the pipe.
-        hooks.append(RelayedHooks(hooked, link.run_hooks))
+        hooks.append(RelayedHooks(hooked, link.run_hooks, spec.hook_patterns))
     # A SubagentStop hook for this agent decides, in the parent, whether it may stop.
     finish_hooks = (
         [relayed_stop_hook(spec.agent_type, link.run_hooks)] if hooked.get("SubagentStop") else []

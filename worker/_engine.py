@@ -34,7 +34,7 @@ from agentcell.protocol import (
     UsageUpdate,
     UserMessage,
 )
-from agentcell.worker._hooks import Approver, Decision, Hook, decide
+from agentcell.worker._hooks import Approver, Decision, Hook, judge
 from agentcell.worker._session import Session
 from agentcell.worker.models import (
     Model,
@@ -383,7 +383,7 @@ class Engine:
             args = tool.parse_args(call.arguments)
         except ToolError as exc:
             return ToolOutput(str(exc), True)
-        verdict = await decide(self.hooks, call, tool, args)
+        verdict, call, args = await judge(self.hooks, call, tool, args)
         if verdict.decision is Decision.DENY:
             return ToolOutput(f"permission denied: {verdict.reason}", True)
         if verdict.decision is Decision.ASK:

@@ -4,11 +4,14 @@
 The hooks are the user's own commands and run in the parent, outside this process's
 sandbox. The parent says in ``AgentSpec.hooked_tools`` which tools each event has a hook
 for (and, under ``SubagentStop``, this agent's type when a stop hook matches it); only
-those calls cross the pipe, so a run without hooks pays nothing.
+those calls cross the pipe, so a run without hooks pays nothing. The MCP tools this child
+starts are unknown to the parent when it builds the spec: ``AgentSpec.hook_patterns``
+carries each event's matchers and the child matches them against its own MCP tools' names.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +25,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker._engine import StopRun, TurnHook
 from agentcell.worker._hooks import Decision, Hook, Verdict
+from agentcell.worker._mcp import MCP_PREFIX
 from agentcell.worker._session import Session
 from agentcell.worker.tools import Tool, ToolOutput
 
@@ -35,30 +39,64 @@ HookAsker = Callable[..., Awaitable[HookReply]]
 MAX_STOP_HOOK_CONTINUATIONS = 8
 
 
+def matcher_matches(matcher: str, name: str) -> bool:
+    """Claude Code's hook matcher: "" or "*" match every tool; otherwise a regular
+    expression over the whole name ("Edit|Write", "mcp__github__.*"); a matcher that is
+    not a valid expression matches only the name spelled exactly so."""
+    if matcher in ("", "*"):
+        return True
+    try:
+        return re.fullmatch(matcher, name) is not None
+    except re.error:
+        return name == matcher
+
+
 class RelayedHooks(Hook):
     """Ask the parent to run its hooks around each matching call."""
 
-    def __init__(self, hooked: Mapping[str, Sequence[str]], ask: HookAsker) -> None:
+    rewrites_input = True  # a PreToolUse hook's updatedInput
+
+    def __init__(
+        self,
+        hooked: Mapping[str, Sequence[str]],
+        ask: HookAsker,
+        patterns: Mapping[str, Sequence[str]] | None = None,
+    ) -> None:
         self.pre = frozenset(hooked.get("PreToolUse", ()))
         self.post = frozenset(hooked.get("PostToolUse", ()))
+        self.patterns = {event: list(found) for event, found in (patterns or {}).items()}
         self.ask = ask
         self._context: dict[str, str] = {}  # call id → PreToolUse's additionalContext
 
+    def relays(self, event: str, name: str) -> bool:
+        """Does a parent hook of ``event`` want this call?"""
+        if name in (self.pre if event == "PreToolUse" else self.post):
+            return True
+        return name.startswith(MCP_PREFIX) and any(
+            matcher_matches(m, name) for m in self.patterns.get(event, ())
+        )
+
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
-        if call.name not in self.pre:
+        if not self.relays("PreToolUse", call.name):
             return None
         reply = await self.ask(
             "PreToolUse", call_id=call.id, tool=call.name, arguments=call.arguments
         )
+        _stop_if_asked(reply, "PreToolUse")
         if reply.blocked:
             return Verdict(Decision.DENY, reply.reason or "blocked by a PreToolUse hook")
         if reply.context:
             self._context[call.id] = reply.context
+        rewrite = reply.updated_input or None
+        if reply.decision == "ask":
+            return Verdict(Decision.ASK, reply.reason or "a PreToolUse hook asks", rewrite)
+        if rewrite is not None:
+            return Verdict(Decision.ALLOW, arguments=rewrite)
         return None
 
     async def after_tool(self, call: ToolCall, tool: Tool, output: ToolOutput) -> ToolOutput:
         notes = [self._context.pop(call.id, "")]
-        if call.name in self.post:
+        if self.relays("PostToolUse", call.name):
             reply = await self.ask(
                 "PostToolUse",
                 call_id=call.id,
@@ -67,6 +105,7 @@ class RelayedHooks(Hook):
                 response=output.content,
                 is_error=output.is_error,
             )
+            _stop_if_asked(reply, "PostToolUse")
             if reply.blocked:
                 notes.append(f"PostToolUse hook: {reply.reason or 'blocked'}")
             notes.append(reply.context)
@@ -74,6 +113,14 @@ class RelayedHooks(Hook):
         if not extra:
             return output
         return ToolOutput(f"{output.content}\n\n{extra}", output.is_error)
+
+
+def _stop_if_asked(reply: HookReply, event: str) -> None:
+    """A hook's ``"continue": false``: the agent stops here, whatever the call did."""
+    if reply.stop:
+        raise StopRun(
+            RunStatus.DENIED, f"stopped by a {event} hook: {reply.stop_reason or 'no reason given'}"
+        )
 
 
 def relayed_stop_hook(agent_type: str, ask: HookAsker) -> TurnHook:

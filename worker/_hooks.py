@@ -12,13 +12,13 @@ import enum
 import fnmatch
 import posixpath
 import re
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, ClassVar
 
 import msgspec
 from agentcell.protocol import ToolCall
 from agentcell.worker._shell import plain_commands
-from agentcell.worker.tools import Tool, ToolOutput
+from agentcell.worker.tools import Tool, ToolError, ToolOutput
 
 
 class Decision(enum.StrEnum):
@@ -31,6 +31,9 @@ class Decision(enum.StrEnum):
 class Verdict:
     decision: Decision
     reason: str = ""
+    # A hook's rewrite of the call's arguments (JSON text); the call runs with these,
+    # after the other hooks have judged them too (see ``judge``).
+    arguments: str | None = None
 
 
 ALLOW = Verdict(Decision.ALLOW)
@@ -38,6 +41,10 @@ ALLOW = Verdict(Decision.ALLOW)
 
 class Hook:
     """Base class: override either or both methods."""
+
+    #: True for a hook whose verdict may carry rewritten arguments (it is not asked
+    #: again about its own rewrite).
+    rewrites_input: ClassVar[bool] = False
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
         """Return None for "no opinion"."""
@@ -212,17 +219,47 @@ class DenyTools(Hook):
 
 
 async def decide(hooks: Iterable[Hook], call: ToolCall, tool: Tool, args: Any) -> Verdict:
-    """Combine before-hooks: the first deny wins, else the first ask, else allow."""
+    """Combine before-hooks: the first deny wins, else the first ask, else allow; the
+    first rewrite of the arguments is kept on the result."""
     asked: Verdict | None = None
+    rewrite: str | None = None
     for hook in hooks:
         verdict = await hook.before_tool(call, tool, args)
         if verdict is None:
             continue
         if verdict.decision is Decision.DENY:
             return verdict
+        if rewrite is None:
+            rewrite = verdict.arguments
         if verdict.decision is Decision.ASK and asked is None:
             asked = verdict
-    return asked or ALLOW
+    result = asked or ALLOW
+    return result if rewrite is None else dataclasses.replace(result, arguments=rewrite)
+
+
+async def judge(
+    hooks: Sequence[Hook], call: ToolCall, tool: Tool, args: Any
+) -> tuple[Verdict, ToolCall, Any]:
+    """``decide``, then, when a hook rewrote the arguments (a PreToolUse hook's
+    ``updatedInput``), judge the rewritten call again by every hook that does not
+    rewrite, so a rewrite cannot slip past a deny rule. Returns the call to run."""
+    verdict = await decide(hooks, call, tool, args)
+    if verdict.decision is Decision.DENY or verdict.arguments is None:
+        return verdict, call, args
+    rewritten = ToolCall(id=call.id, name=call.name, arguments=verdict.arguments)
+    try:
+        new_args = tool.parse_args(rewritten.arguments)
+    except ToolError as exc:
+        refused = Verdict(
+            Decision.DENY, f"a hook rewrote the call into one that is not valid: {exc}"
+        )
+        return refused, call, args
+    again = await decide([h for h in hooks if not h.rewrites_input], rewritten, tool, new_args)
+    if again.decision is Decision.DENY:
+        return again, rewritten, new_args
+    if verdict.decision is Decision.ASK:
+        return Verdict(Decision.ASK, verdict.reason), rewritten, new_args
+    return dataclasses.replace(again, arguments=None), rewritten, new_args
 
 
 def describe_arguments(arguments: str, limit: int = 300) -> str:

@@ -77,7 +77,7 @@ def hooks_ignored(definition: AgentDefinition, workdir: Path) -> str:
     an untrusted project may not run commands on this machine."""
     if not definition.hooks or not untrusted_project_file(definition, workdir):
         return ""
-    count = len(parse_hooks(definition.hooks, definition.source))
+    count = len(parse_hooks(definition.hooks, definition.source, notes=[]))
     return (
         f"{count} ignored — this folder is not trusted; run `agentcell trust` in it to honour them"
     )
@@ -128,6 +128,26 @@ def mcp_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
                     )
                 )
     return found
+
+
+def configured_rules(workdir: Path) -> list[str]:
+    """The permission rules and hooks of the settings here, each with the file it came
+    from ("deny bash(wget *)  (from ~/.claude/settings.json)")."""
+    provenance: dict[str, str] = {}
+    settings, _ = load_settings(workdir=workdir, provenance=provenance)
+    lines = []
+    for key in ("allow_rules", "deny_rules", "ask_rules"):
+        for rule in getattr(settings, key):
+            origin = _short_source(provenance.get(f"{key} {rule}", "?"), workdir)
+            lines.append(f"{key.removesuffix('_rules')} {rule}  (from {origin})")
+    for hook in parse_hooks(settings.hooks, "config", notes=[]):
+        origin = hook.origin
+        if origin == "config":
+            origin = provenance.get(f"hooks {hook.event}", origin)
+        matcher = f"[{hook.matcher}]" if hook.matcher else ""
+        where = _short_source(origin, workdir)
+        lines.append(f"hook {hook.event}{matcher} {hook.command}  (from {where})")
+    return lines
 
 
 def _short_source(source: str, workdir: Path) -> str:
@@ -209,6 +229,7 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         raise LookupError(f"no agent named {name!r}; available: {', '.join(registry.names())}")
     row = _describe(definition, workdir, aliases, main_model)
     row["system_prompt"] = definition.system_prompt
+    row["configured"] = configured_rules(workdir)
     if as_json:
         click.echo(json.dumps(row, indent=2))
         return
@@ -247,6 +268,8 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         console.print(literal(f"  {key.replace('_', ' '):18} {shown}"))
     if row["extra"]:
         console.print(literal(f"  {'other keys':18} {', '.join(sorted(row['extra']))}"))
+    for line in row["configured"]:  # the settings every agent here runs under
+        console.print(literal(f"  {'configured':18} {line}"))
     console.print(Text("\nSystem prompt", style="bold"))
     console.print(literal(definition.system_prompt or "(empty)"))
 

@@ -15,25 +15,47 @@ Two spellings are accepted for each event's list of entries::
             - type: command
               command: ./check.sh
 
+Every Claude Code event is accepted. Those agentcell does not raise (``UNFIRED_EVENTS``)
+and hooks of a type other than ``command`` (Claude Code's ``prompt``/``agent``) are taken,
+named once in a warning line, and do not run: a setup copied from Claude Code never
+rejects the whole file. A name that is no Claude Code event is an error (a typo).
+
 Parsing only checks the shape; running them is the delegation package's job.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import logging
 from collections.abc import Mapping
 from typing import Any
 
-#: The events agentcell raises, by Claude Code's names.
+from agentcell.worker import matcher_matches
+
+#: Every hook event Claude Code defines.
 HOOK_EVENTS: tuple[str, ...] = (
     "PreToolUse",
     "PostToolUse",
+    "PostToolUseFailure",
+    "Notification",
+    "PermissionRequest",
+    "UserPromptSubmit",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
     "SubagentStart",
     "SubagentStop",
-    "UserPromptSubmit",
-    "Stop",
+    "PreCompact",
 )
+#: The events agentcell does not raise (yet), and why; their hooks are taken and named.
+UNFIRED_EVENTS: dict[str, str] = {
+    "PostToolUseFailure": "PostToolUse runs for failed calls too (tool_response says so)",
+    "PermissionRequest": "approvals are asked through agentcell's own channel (a "
+    "Notification hook with matcher permission_prompt runs as one is asked)",
+    "PreCompact": "agentcell does not compact conversations yet",
+}
+log = logging.getLogger("agentcell.hooks")
+_named: set[str] = set()  # warnings already given, so each is given once
 #: Claude Code's default: a hook that runs longer is stopped and counts as an error.
 DEFAULT_HOOK_TIMEOUT_S = 60.0
 
@@ -49,18 +71,25 @@ class HookCommand:
     origin: str = ""  # where it was configured, for the log line when it fails
 
     def matches(self, *names: str) -> bool:
-        """Claude Code's matcher: a regular expression over the whole name ("Edit|Write")."""
+        """Claude Code's matcher: a regular expression over the whole name ("Edit|Write");
+        "" or "*" match everything, events without a name included."""
         if self.matcher in ("", "*"):
             return True
-        try:
-            pattern = re.compile(self.matcher)
-        except re.error:
-            return any(name == self.matcher for name in names)
-        return any(pattern.fullmatch(name) for name in names if name)
+        return any(matcher_matches(self.matcher, name) for name in names if name)
 
 
-def parse_hooks(table: Any, origin: str) -> list[HookCommand]:
-    """Every command in a ``hooks`` table; ``ValueError`` naming the first bad entry."""
+def name_once(line: str, notes: list[str] | None = None) -> None:
+    """Add ``line`` to ``notes``; without them, log it as a warning the first time."""
+    if notes is not None:
+        notes.append(line)
+    elif line not in _named:
+        _named.add(line)
+        log.warning("%s", line)
+
+
+def parse_hooks(table: Any, origin: str, notes: list[str] | None = None) -> list[HookCommand]:
+    """Every command in a ``hooks`` table that agentcell runs; ``ValueError`` naming the
+    first bad entry. What is taken but not run is named (``name_once``)."""
     if table is None:
         return []
     if not isinstance(table, Mapping):
@@ -74,13 +103,24 @@ def parse_hooks(table: Any, origin: str) -> list[HookCommand]:
         listed = [entries] if isinstance(entries, Mapping) else entries
         if not isinstance(listed, list):
             raise ValueError(f"hooks.{event} must be a list of entries, got {entries!r}")
-        for entry in listed:
-            commands += _entry_commands(event, entry, origin)
+        found = [c for entry in listed for c in _entry_commands(event, entry, origin, notes)]
+        if found and event in UNFIRED_EVENTS:
+            name_once(
+                f"{origin}: hooks.{event}: taken, but these hooks do not run: "
+                f"{UNFIRED_EVENTS[event]}",
+                notes,
+            )
+            continue
+        commands += found
     return commands
 
 
-def _entry_commands(event: str, entry: Any, origin: str) -> list[HookCommand]:
+def _entry_commands(
+    event: str, entry: Any, origin: str, notes: list[str] | None
+) -> list[HookCommand]:
     where = f"hooks.{event}"
+    if isinstance(entry, Mapping) and isinstance(entry.get("origin"), str):
+        origin = entry["origin"]  # a Claude Code settings file's, tagged when it was read
     if not isinstance(entry, Mapping):
         raise ValueError(f"{where}: each entry is a table with a command, got {entry!r}")
     matcher = entry.get("matcher", "")
@@ -96,7 +136,12 @@ def _entry_commands(event: str, entry: Any, origin: str) -> list[HookCommand]:
             raise ValueError(f"{where}: a hook is a table with a command, got {spec!r}")
         kind = spec.get("type", "command")
         if kind != "command":
-            raise ValueError(f"{where}: only command hooks are supported, got type {kind!r}")
+            name_once(
+                f"{origin}: {where}: a {kind!r} hook is taken but does not run: agentcell "
+                "runs command hooks only",
+                notes,
+            )
+            continue
         command = spec.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ValueError(f"{where}: each hook needs a command (a shell line), got {command!r}")

@@ -1,14 +1,20 @@
 """Where settings come from, merged in increasing precedence:
 
-1. ``~/.config/agentcell/config.toml`` (or ``$XDG_CONFIG_HOME/agentcell/config.toml``)
-2. the project: ``agentcell.toml``, or ``[tool.agentcell]`` in ``pyproject.toml`` — until
-   the user trusts the folder (``agentcell trust``), only the keys that tighten the user's
-   settings; each key left out is named in one line (see ``_trust``)
+1. ``~/.claude/settings.json`` (Claude Code's: its hooks and permissions, see
+   ``_claude_settings``), then ``~/.config/agentcell/config.toml`` (or
+   ``$XDG_CONFIG_HOME/agentcell/config.toml``)
+2. the project: ``.mcp.json``, ``.claude/settings.json``, ``.claude/settings.local.json``
+   (those three only in a trusted folder), then ``agentcell.toml``, or ``[tool.agentcell]``
+   in ``pyproject.toml`` — until the user trusts the folder (``agentcell trust``), only
+   the keys that tighten the user's settings; each key left out is named in one line
+   (see ``_trust``)
 3. environment variables (``AGENTCELL_MODEL``, ``AGENTCELL_MAX_WORKERS``, ...)
 4. command-line flags
 
 The project file beats the user file because it is the more specific of the two. Tables
-(``budgets``, ``aliases``, ``prices``, ``model_options``) merge key by key. API keys never
+(``budgets``, ``aliases``, ``prices``, ``model_options``) merge key by key. A Claude Code
+settings file adds to what is below it, as in Claude Code: its hooks and rules join the
+lists already there rather than replace them. API keys never
 belong in these files: providers read them from the environment.
 """
 
@@ -22,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator.config._claude_settings import claude_settings_layers
 from agentcell.orchestrator.config._mcp import McpServerConfig, config_problems, read_mcp_json
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
@@ -79,8 +86,12 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     flags: Mapping[str, Any] | None = None,
     notices: list[str] | None = None,
+    provenance: dict[str, str] | None = None,
 ) -> tuple[Settings, list[str]]:
     """The merged, validated settings and the list of sources that contributed.
+
+    ``provenance``, when given, is filled with where each permission rule and each
+    event's hooks came from (see ``record_provenance``).
 
     Keys of an untrusted project that were ignored are logged, one line each, and added
     to ``notices`` when given."""
@@ -90,21 +101,29 @@ def load_settings(
     problems: list[str] = []
     layers: list[tuple[str, dict[str, Any]]] = []
     user = user_config_path(home, env)
+    trusted = is_trusted(workdir, user)
+    claude_user, claude_project, claude_notes = claude_settings_layers(
+        workdir, home or Path.home(), trusted=trusted
+    )
+    additive = {origin for origin, _ in [*claude_user, *claude_project]}
+    layers += claude_user
+    user_table: dict[str, Any] = {}
     if user.is_file():
-        layers.append((str(user), _read_toml(user)))
-    mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=is_trusted(workdir, user))
-    for line in mcp_notes:
+        user_table = _read_toml(user)
+        layers.append((str(user), user_table))
+    mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=trusted)
+    for line in [*mcp_notes, *claude_notes]:
         log.warning("%s", line)
     if notices is not None:
-        notices.extend(mcp_notes)
+        notices.extend([*mcp_notes, *claude_notes])
     if mcp_layer is not None:
         layers.append(mcp_layer)
+    layers += claude_project
     found = project_config(workdir)
     if found is not None:
         path, table = found
         name = f"{path} [tool.agentcell]" if path.name == "pyproject.toml" else str(path)
-        user_table = layers[0][1] if layers else {}
-        if is_trusted(workdir, user):
+        if trusted:
             ignored = []
             if "bash_credentials" in table:
                 table = {k: v for k, v in table.items() if k != "bash_credentials"}
@@ -119,8 +138,10 @@ def load_settings(
     for origin, table in layers:
         problems += _secret_problems(table, origin)
         _validate_layer(table, origin, problems)
-        _merge(merged, table)
+        _merge(merged, table, additive=origin in additive)
         sources.append(origin)
+        if provenance is not None:
+            record_provenance(provenance, table, origin)
     from_env = _env_layer(env, problems)
     if from_env:
         _merge(merged, from_env)
@@ -165,6 +186,25 @@ def _mcp_json_layer(
     return ((str(path), {"mcp_servers": servers}) if servers else None), notes
 
 
+#: The settings whose entries ``record_provenance`` traces to their file.
+RULE_SETTINGS = ("allow_rules", "deny_rules", "ask_rules")
+
+
+def record_provenance(provenance: dict[str, str], table: Mapping[str, Any], origin: str) -> None:
+    """``"deny_rules bash(rm *)"`` and ``"hooks PreToolUse"`` → the layer that set it
+    (a later layer that sets it again takes it over, as it does the value)."""
+    for key in RULE_SETTINGS:
+        for rule in table.get(key) or ():
+            if key in ALWAYS_JOINED:  # kept from the first file that set it
+                provenance.setdefault(f"{key} {rule}", origin)
+            else:
+                provenance[f"{key} {rule}"] = origin
+    hooks = table.get("hooks")
+    if isinstance(hooks, Mapping):
+        for event in hooks:
+            provenance[f"hooks {event}"] = origin
+
+
 def _validate_layer(table: dict[str, Any], origin: str, problems: list[str]) -> None:
     """Check one file on its own, so that a message can name the file at fault."""
     try:
@@ -191,10 +231,19 @@ def _env_layer(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
     return layer
 
 
-def _merge(into: dict[str, Any], layer: Mapping[str, Any]) -> None:
+#: Lists no later layer can shorten: a deny or ask rule set anywhere holds (as in Claude
+#: Code, whose rules merge over every scope), so a project file cannot drop the user's.
+ALWAYS_JOINED = frozenset({"deny_rules", "ask_rules"})
+
+
+def _merge(into: dict[str, Any], layer: Mapping[str, Any], *, additive: bool = False) -> None:
+    """``layer`` over ``into``; ``additive``: its lists join those already there."""
     for key, value in layer.items():
+        joined = additive or key in ALWAYS_JOINED
         if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
+            _merge(into[key], value, additive=additive)
+        elif joined and isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = [*into[key], *(item for item in value if item not in into[key])]
         else:
             into[key] = value
 

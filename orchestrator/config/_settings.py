@@ -135,7 +135,7 @@ class Settings(BaseModel):
     @field_validator("hooks")
     @classmethod
     def _hooks_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
-        parse_hooks(value, "settings")
+        parse_hooks(value, "settings", notes=[])  # the shape only: named when run
         return value
 
     @field_validator("model")

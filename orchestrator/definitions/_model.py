@@ -337,7 +337,7 @@ class AgentDefinition(BaseModel):
     def _hooks(cls, value: object) -> dict[str, Any]:
         if value is None:
             return {}
-        parse_hooks(value, "hooks")  # the shape; running them is the parent's job
+        parse_hooks(value, "hooks", notes=[])  # the shape; running them is the parent's job
         return dict(value)  # type: ignore[call-overload]
 
     @field_validator("memory", "effort", mode="before")

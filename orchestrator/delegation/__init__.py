@@ -28,8 +28,10 @@ from agentcell.orchestrator.delegation._events import (
 from agentcell.orchestrator.delegation._hooks import (
     HookOutcome,
     HookRunner,
+    SessionHooks,
     SubagentStopHooks,
     local_tool_hooks,
+    notification_hook,
     stop_hook,
 )
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
@@ -92,6 +94,7 @@ __all__ = [
     "EventStream",
     "HookOutcome",
     "HookRunner",
+    "SessionHooks",
     "SubagentStopHooks",
     "MEMORY_MAX_CHARS",
     "MEMORY_MAX_LINES",
@@ -119,6 +122,7 @@ __all__ = [
     "background_injector",
     "instructions_prompt",
     "local_tool_hooks",
+    "notification_hook",
     "memory_dir",
     "parse_task_arguments",
     "read_session",

@@ -160,6 +160,8 @@ class ApprovalBroker:
         self.bubble_background = bubble_background
         self.asked: list[ApprovalQuery] = []
         self._turn = asyncio.Lock()  # FIFO: waiters are woken in arrival order
+        # Told of each question as it is asked (the Notification hooks), before it waits.
+        self.notify: Callable[[ApprovalQuery], Awaitable[None]] | None = None
 
     async def decide(self, query: ApprovalQuery) -> ApprovalAnswer:
         if query.background and not self.bubble_background:
@@ -168,6 +170,8 @@ class ApprovalBroker:
                 "background sub-agents cannot ask for approval (fail-closed); run it in the "
                 "foreground, or start agentcell with --approve bubble",
             )
+        if self.notify is not None:
+            await self.notify(query)
         async with self._turn:
             self.asked.append(query)
             return await self.channel.ask(query)

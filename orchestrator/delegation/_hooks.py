@@ -1,11 +1,15 @@
 """Running lifecycle hooks: the user's own commands, in the parent, outside every sandbox.
 
-Claude Code's contract: the command gets one JSON object on stdin (``hook_event_name``,
-``session_id``, ``cwd``, and ``tool_name``/``tool_input``/``tool_response``/``agent_id``/
-``agent_type``/``last_assistant_message``/``prompt`` where they apply). Exit 0 goes on
-(stdout may be JSON with ``decision``/``reason``/``additionalContext``); exit 2 blocks and
-its stderr is what the model is told; any other exit, a timeout or a command that cannot
-start is a non-blocking error, logged.
+Claude Code's contract: the command runs with ``CLAUDE_PROJECT_DIR`` set to the project
+root and gets one JSON object on stdin: the common fields (``session_id``,
+``transcript_path``, ``cwd``, ``permission_mode``, ``hook_event_name``; ``agent_id`` and
+``agent_type`` in a sub-agent) and the event's own (``tool_name``/``tool_input``/
+``tool_response`` in Claude Code's shape, see ``_hook_shape``; ``prompt``,
+``last_assistant_message``, ...). Exit 0 goes on; its stdout may be JSON: ``decision``/
+``reason``, ``hookSpecificOutput.permissionDecision`` (allow/deny/ask) with
+``permissionDecisionReason``, ``updatedInput``, ``additionalContext``, ``continue: false``
+with ``stopReason``. Exit 2 blocks and its stderr is what the model is told; any other
+exit, a timeout or a command that cannot start is a non-blocking error, logged.
 """
 
 from __future__ import annotations
@@ -17,14 +21,32 @@ import json
 import logging
 import os
 import signal
-from collections.abc import Iterable, Mapping, Sequence
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator.config import HookCommand, parse_hooks
-from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, AgentDefinition
-from agentcell.protocol import AssistantMessage, HookReply, Message, RunStatus, UserMessage
+from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.delegation._approvals import ApprovalQuery
+from agentcell.orchestrator.delegation._hook_shape import (
+    claude_permission_mode,
+    claude_tool_name,
+    matcher_names,
+    tool_document,
+    updated_arguments,
+)
+from agentcell.protocol import (
+    AgentSpec,
+    AssistantMessage,
+    HookReply,
+    Message,
+    RunStatus,
+    UserMessage,
+)
 from agentcell.worker import (
     MAX_STOP_HOOK_CONTINUATIONS,
+    MCP_PREFIX,
     Hook,
     RelayedHooks,
     Session,
@@ -39,8 +61,8 @@ HOOK_OUTPUT_CAP = 64 * 1024
 #: Hook commands running at once, over every agent: a burst of tool calls from many
 #: sub-agents queues here rather than starting hundreds of processes.
 MAX_RUNNING_HOOKS = 16
-#: Our tool name → the Claude Code name a matcher written for Claude Code uses.
-_CLAUDE_NAME = {ours: claude for claude, ours in reversed(list(CLAUDE_TOOL_NAMES.items()))}
+#: The tool events: their matchers are checked against tool names.
+TOOL_EVENTS = ("PreToolUse", "PostToolUse")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -50,10 +72,28 @@ class HookOutcome:
     blocked: bool = False
     reason: str = ""
     context: str = ""
+    decision: str = ""  # permissionDecision "ask" or "allow" ("deny" is ``blocked``)
+    updated_input: Any = None  # PreToolUse's updatedInput, in Claude Code's fields
+    stop: bool = False  # "continue": false
+    stop_reason: str = ""
+
+    def reply(self, request_id: int, tool: str = "") -> HookReply:
+        """This outcome as the answer to a child's ``HookRequest`` about ``tool``."""
+        return HookReply(
+            request_id=request_id,
+            blocked=self.blocked,
+            reason=self.reason,
+            context=self.context,
+            decision=self.decision,
+            updated_input=updated_arguments(tool, self.updated_input),
+            stop=self.stop,
+            stop_reason=self.stop_reason,
+        )
 
 
 class HookRunner:
-    """The hooks in force for one agent: the configured ones plus its definition's."""
+    """The hooks in force for one agent: the configured ones plus its definition's, and
+    the common fields every document of that agent carries."""
 
     def __init__(
         self,
@@ -62,11 +102,33 @@ class HookRunner:
         cwd: str = ".",
         session_id: str = "",
         slots: asyncio.Semaphore | None = None,
+        project_dir: str = "",
+        permission_mode: str = "default",
+        transcript_path: str = "",
     ) -> None:
         self.commands = list(commands)
         self.cwd = cwd
-        self.session_id = session_id
+        self.session_id = session_id or str(uuid.uuid4())  # Claude Code's: never empty
+        self.project_dir = project_dir or cwd
+        self.permission_mode = permission_mode
+        self.transcript_path = transcript_path
         self._slots = slots or asyncio.Semaphore(MAX_RUNNING_HOOKS)
+
+    def _with(self, commands: Sequence[HookCommand], **fields: str) -> HookRunner:
+        kept = {
+            "cwd": self.cwd,
+            "session_id": self.session_id,
+            "project_dir": self.project_dir,
+            "permission_mode": self.permission_mode,
+            "transcript_path": self.transcript_path,
+        }
+        return HookRunner(commands, slots=self._slots, **{**kept, **fields})
+
+    def for_agent(self, cwd: str, permission_mode: str, transcript_path: str) -> HookRunner:
+        """These hooks, with the common fields of one agent's documents."""
+        return self._with(
+            self.commands, cwd=cwd, permission_mode=permission_mode, transcript_path=transcript_path
+        )
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any], origin: str, **kwargs: Any) -> HookRunner:
@@ -80,23 +142,67 @@ class HookRunner:
         if not definition.hooks:
             return self
         own = parse_hooks(definition.hooks, definition.source or definition.name)
-        return HookRunner(
-            [*self.commands, *own], cwd=self.cwd, session_id=self.session_id, slots=self._slots
-        )
+        return self._with([*self.commands, *own])
 
     def matching(self, event: str, name: str) -> list[HookCommand]:
-        claude = _CLAUDE_NAME.get(name, "")
-        return [c for c in self.commands if c.event == event and c.matches(name, claude)]
+        names = matcher_names(name)
+        return [c for c in self.commands if c.event == event and c.matches(*names)]
 
     def hooked_tools(self, tools: Iterable[str]) -> dict[str, list[str]]:
         """For ``AgentSpec.hooked_tools``: per tool event, the tools some hook matches."""
         names = list(tools)
         hooked = {}
-        for event in ("PreToolUse", "PostToolUse"):
+        for event in TOOL_EVENTS:
             matched = [name for name in names if self.matching(event, name)]
             if matched:
                 hooked[event] = matched
         return hooked
+
+    def hook_patterns(self) -> dict[str, list[str]]:
+        """For ``AgentSpec.hook_patterns``: per tool event, every matcher, for the child
+        to check against the MCP tools it starts (the parent cannot list them)."""
+        patterns: dict[str, list[str]] = {}
+        for command in self.commands:
+            if command.event in TOOL_EVENTS:
+                found = patterns.setdefault(command.event, [])
+                if command.matcher not in found:
+                    found.append(command.matcher)
+        return patterns
+
+    def answers(self, event: str, tool: str, offered: Sequence[str], mcp: bool) -> bool:
+        """May a child ask about this call? Only a tool the spec offered or, where the
+        spec sent ``hook_patterns`` (``mcp``), an MCP tool of the child's own that one of
+        this event's hooks matches."""
+        if tool in offered:
+            return True
+        mcp = mcp and event in TOOL_EVENTS and tool.startswith(MCP_PREFIX)
+        return mcp and bool(self.matching(event, tool))
+
+    async def tool_event(
+        self,
+        event: str,
+        *,
+        tool: str,
+        call_id: str,
+        arguments: str,
+        response: str = "",
+        is_error: bool = False,
+        agent: tuple[str, str] | None = None,
+    ) -> HookOutcome:
+        """Run the PreToolUse/PostToolUse hooks of one call, shown to them as Claude
+        Code shows it; ``agent`` is a sub-agent's (agent_id, agent_type)."""
+        payload = tool_document(
+            event,
+            tool=tool,
+            call_id=call_id,
+            arguments=arguments,
+            workdir=self.cwd,
+            response=response,
+            is_error=is_error,
+        )
+        if agent is not None:
+            payload = {"agent_id": agent[0], "agent_type": agent[1], **payload}
+        return await self.run(event, payload, tool)
 
     async def run(self, event: str, payload: Mapping[str, Any], match: str = "") -> HookOutcome:
         """Run every hook of ``event`` whose matcher takes ``match`` (a tool name, an
@@ -105,19 +211,16 @@ class HookRunner:
         if not commands:
             return HookOutcome()
         document = {
-            "hook_event_name": event,
             "session_id": self.session_id,
+            "transcript_path": self.transcript_path,
             "cwd": self.cwd,
+            "permission_mode": claude_permission_mode(self.permission_mode),
+            "hook_event_name": event,
             **payload,
         }
         data = json.dumps(document).encode()
         outcomes = await asyncio.gather(*(self._one(c, data) for c in commands))
-        reasons = [o.reason for o in outcomes if o.blocked and o.reason]
-        return HookOutcome(
-            blocked=any(o.blocked for o in outcomes),
-            reason="\n".join(reasons),
-            context="\n".join(o.context for o in outcomes if o.context),
-        )
+        return _combined(outcomes)
 
     async def _one(self, hook: HookCommand, data: bytes) -> HookOutcome:
         async with self._slots:
@@ -132,6 +235,7 @@ class HookRunner:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
                 cwd=self.cwd,
+                env={**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
                 start_new_session=True,  # so a timeout can stop all it started
             )
         )
@@ -166,7 +270,7 @@ class HookRunner:
             first = err.strip().splitlines()[0] if err.strip() else "no message"
             log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
             return HookOutcome()
-        return _decision(out, where)
+        return _decision(out, where, hook.event)
 
 
 async def _talk(process: asyncio.subprocess.Process, data: bytes) -> tuple[str, str, int]:
@@ -193,11 +297,34 @@ async def _read_capped(stream: asyncio.StreamReader) -> str:
     return kept.decode(errors="replace")
 
 
-def _decision(stdout: str, where: str) -> HookOutcome:
-    """Exit 0: plain output is ignored; a JSON object may block or add context."""
+def _combined(outcomes: Sequence[HookOutcome]) -> HookOutcome:
+    """Every hook of one event together: any deny blocks, any ask asks, any stop stops;
+    the first rewrite of the input is the one used."""
+    blocked = any(o.blocked for o in outcomes)
+    asked = any(o.decision == "ask" for o in outcomes)
+    allowed = all(o.decision == "allow" for o in outcomes)
+    reasons = [o.reason for o in outcomes if o.reason and (o.blocked or not blocked)]
+    return HookOutcome(
+        blocked=blocked,
+        reason="\n".join(reasons),
+        context="\n".join(o.context for o in outcomes if o.context),
+        decision="" if blocked else "ask" if asked else "allow" if allowed else "",
+        updated_input=next((o.updated_input for o in outcomes if o.updated_input), None),
+        stop=any(o.stop for o in outcomes),
+        stop_reason="\n".join(o.stop_reason for o in outcomes if o.stop_reason),
+    )
+
+
+#: Events whose plain stdout (exit 0, not JSON) is context for the model, as in Claude Code.
+_STDOUT_IS_CONTEXT = frozenset({"UserPromptSubmit", "SessionStart"})
+
+
+def _decision(stdout: str, where: str, event: str) -> HookOutcome:
+    """Exit 0: a JSON object is read as Claude Code reads it; plain output is context for
+    ``UserPromptSubmit`` and ``SessionStart`` and ignored for the other events."""
     text = stdout.strip()
     if not text.startswith("{"):
-        return HookOutcome()
+        return HookOutcome(context=text if event in _STDOUT_IS_CONTEXT else "")
     try:
         doc = json.loads(text)
     except ValueError:
@@ -207,37 +334,47 @@ def _decision(stdout: str, where: str) -> HookOutcome:
         return HookOutcome()
     specific = doc.get("hookSpecificOutput")
     specific = specific if isinstance(specific, dict) else {}
-    decision = str(doc.get("decision") or specific.get("permissionDecision") or "").lower()
-    reason = doc.get("reason") or specific.get("permissionDecisionReason") or ""
-    context = doc.get("additionalContext") or specific.get("additionalContext") or ""
-    blocked = decision in ("block", "deny")
+    # permissionDecision is PreToolUse's; "decision" is the older spelling ("approve" /
+    # "block") and every other event's.
+    permission = str(specific.get("permissionDecision") or "").lower()
+    legacy = str(doc.get("decision") or "").lower()
+    decision = permission or {"approve": "allow", "block": "deny"}.get(legacy, legacy)
+    reason = specific.get("permissionDecisionReason") or doc.get("reason") or ""
+    context = specific.get("additionalContext") or doc.get("additionalContext") or ""
+    blocked = decision == "deny"
+    stop = doc.get("continue", True) is False
     return HookOutcome(
         blocked=blocked,
         reason=str(reason) or (f"blocked by the {where}" if blocked else ""),
         context=str(context),
+        decision=decision if decision in ("ask", "allow") else "",
+        updated_input=specific.get("updatedInput"),
+        stop=stop,
+        stop_reason=str(doc.get("stopReason") or "") if stop else "",
     )
 
 
-def tool_payload(
-    event: str,
-    *,
-    agent_id: str,
-    agent_type: str,
-    tool: str,
-    arguments: str,
-    response: str = "",
-    is_error: bool = False,
-) -> dict[str, Any]:
-    """The event-specific fields of a PreToolUse/PostToolUse document."""
-    payload: dict[str, Any] = {
-        "agent_id": agent_id,
-        "agent_type": agent_type,
-        "tool_name": tool,
-        "tool_input": _json_object(arguments),
-    }
-    if event == "PostToolUse":
-        payload["tool_response"] = {"content": response, "is_error": is_error}
-    return payload
+def notification_hook(hooks: HookRunner) -> Callable[[ApprovalQuery], Awaitable[None]] | None:
+    """For ``ApprovalBroker.notify``: the Notification hooks (matcher: the notification
+    type, ``permission_prompt``) run as each approval is asked; they cannot block it."""
+    if not any(command.event == "Notification" for command in hooks.commands):
+        return None
+
+    async def notify(query: ApprovalQuery) -> None:
+        payload: dict[str, Any] = {
+            "message": f"agentcell needs your permission to use {claude_tool_name(query.tool)}",
+            "notification_type": "permission_prompt",
+        }
+        if query.agent_id != "main":
+            payload = {"agent_id": query.agent_id, "agent_type": query.agent_type, **payload}
+        await hooks.run("Notification", payload, "permission_prompt")
+
+    return notify
+
+
+def agent_transcript(spec: AgentSpec) -> str:
+    """Where a sub-agent's child writes its transcript ("" when the run is not recorded)."""
+    return str(Path(spec.run_dir) / f"{spec.agent_id}.jsonl") if spec.run_dir else ""
 
 
 def local_tool_hooks(hooks: HookRunner, tools: Iterable[str]) -> Hook | None:
@@ -256,19 +393,15 @@ def local_tool_hooks(hooks: HookRunner, tools: Iterable[str]) -> Hook | None:
         response: str = "",
         is_error: bool = False,
     ) -> HookReply:
-        payload = tool_payload(
+        outcome = await hooks.tool_event(
             event,
-            agent_id="main",
-            agent_type="main",
             tool=tool,
+            call_id=call_id,
             arguments=arguments,
             response=response,
             is_error=is_error,
         )
-        outcome = await hooks.run(event, payload, tool)
-        return HookReply(
-            request_id=0, blocked=outcome.blocked, reason=outcome.reason, context=outcome.context
-        )
+        return outcome.reply(0, tool)
 
     return RelayedHooks(hooked, ask)
 
@@ -304,6 +437,28 @@ def stop_hook(hooks: HookRunner) -> TurnHook:
         return [UserMessage(content=f"Stop hook: {reason}")]
 
     return finish
+
+
+class SessionHooks:
+    """The orchestrator's session, as Claude Code's: ``SessionStart`` (source
+    ``startup``) before its first run, whose ``additionalContext`` joins that run's
+    prompt, and ``SessionEnd`` (reason ``other``) when it closes; once each."""
+
+    def __init__(self, hooks: HookRunner) -> None:
+        self.hooks = hooks
+        self.started = False
+        self.ended = False
+
+    async def start(self) -> str:
+        if self.started:
+            return ""
+        self.started = True
+        return (await self.hooks.run("SessionStart", {"source": "startup"}, "startup")).context
+
+    async def end(self) -> None:
+        if self.started and not self.ended:
+            self.ended = True
+            await self.hooks.run("SessionEnd", {"reason": "other"}, "other")
 
 
 class SubagentStopHooks:
@@ -376,11 +531,3 @@ class SubagentStopHooks:
         if self.transcript:
             payload["agent_transcript_path"] = self.transcript
         return payload
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text or "{}")
-    except ValueError:
-        return {"_raw": text}
-    return value if isinstance(value, dict) else {"_raw": value}

@@ -59,7 +59,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks, tool_payload
+from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks, agent_transcript
 from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
@@ -331,13 +331,15 @@ class Runner:
             spec.workdir = str(tree.workdir)
             skills, _ = load_skills(definition.skills, Path(self.workdir))
             spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
-        hooks = self.hooks.for_definition(definition)
+        hooks = self.hooks.for_definition(definition).for_agent(
+            spec.workdir, spec.permission_mode, agent_transcript(spec)
+        )
         self._complete_spec(spec, definition, request, hooks, history)
         stop_hooks = SubagentStopHooks(
             hooks,
             agent_id=agent_id,
             agent_type=definition.name,
-            transcript=str(Path(spec.run_dir) / f"{agent_id}.jsonl") if spec.run_dir else "",
+            transcript=hooks.transcript_path,
         )
         spec.hooked_tools.update(stop_hooks.relayed_events())
         self.recorded.started(agent_id, definition.name, run_dir, _owner(scope))
@@ -787,7 +789,7 @@ class Runner:
         stop_hooks: SubagentStopHooks,
     ) -> None:
         offered = spec.hooked_tools.get(frame.event, [])
-        if frame.tool not in offered:  # only what the parent said it hooks is answered
+        if not hooks.answers(frame.event, frame.tool, offered, bool(spec.hook_patterns)):
             if frame.event == "SubagentStop":
                 stop_hooks.open = False
             reply = HookReply(request_id=frame.request_id)
@@ -800,22 +802,16 @@ class Runner:
                 request_id=frame.request_id, blocked=outcome.blocked, reason=outcome.reason
             )
         else:
-            payload = tool_payload(
+            outcome = await hooks.tool_event(
                 frame.event,
-                agent_id=spec.agent_id,
-                agent_type=spec.agent_type,
                 tool=frame.tool,
+                call_id=frame.call_id,
                 arguments=frame.arguments,
                 response=frame.response,
                 is_error=frame.is_error,
+                agent=(spec.agent_id, spec.agent_type),
             )
-            outcome = await hooks.run(frame.event, payload, frame.tool)
-            reply = HookReply(
-                request_id=frame.request_id,
-                blocked=outcome.blocked,
-                reason=outcome.reason,
-                context=outcome.context,
-            )
+            reply = outcome.reply(frame.request_id, frame.tool)
         with contextlib.suppress(ChannelClosed):
             await lease.send(reply)
 
@@ -832,6 +828,7 @@ class Runner:
         spec.hooked_tools = hooks.hooked_tools(
             [*spec.tools, *(tool.name for tool in spec.remote_tools)]
         )
+        spec.hook_patterns = hooks.hook_patterns() if spec.mcp_servers else {}
         workdir = Path(self.workdir)
         extra = []
         if self.settings.instruction_files and gets_instructions(definition):
