@@ -20,9 +20,9 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import AgentDefinition, Orchestrator, OutcomeKind, Settings, WorkerPool
 from agentcell.orchestrator.config import McpServerConfig
-from agentcell.protocol import McpServer, RunStatus
+from agentcell.protocol import PROTOCOL_VERSION, McpServer, RunStatus, Start
 from agentcell.worker import McpServers
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -187,3 +187,25 @@ def test_a_server_and_its_helper_end_when_their_owner_is_killed(helper_pid_file:
         if owner.stdout is not None:
             owner.stdout.close()
     assert helper_gone(helper_pid_file)
+
+
+async def test_a_child_that_hangs_after_its_report_keeps_its_result(
+    spawned: SpawnRecorder,
+) -> None:
+    # However a child's exit hangs once it has reported, the report stands: it is ended
+    # after exit_grace, not left to go silent and be killed as crashed. (The heartbeat
+    # limit is long here: before, the answer was lost when it ran out.)
+    start = Start(
+        protocol_version=PROTOCOL_VERSION,
+        run_id="test-hang-after-report",
+        handler="slow_exit_handlers:report_then_hang",
+        heartbeat_s=0.2,
+    )
+    pool = WorkerPool(max_workers=1, warm=0, heartbeat_timeout=30, exit_grace=0.5)
+    async with pool, pool.lease() as lease:
+        await lease.send(start)
+        frames = [frame async for frame in lease]
+        outcome = await asyncio.wait_for(lease.wait(), 120)
+    assert outcome.kind is OutcomeKind.RESULT, outcome
+    assert outcome.result is not None and outcome.result.text == "the answer"
+    assert len(frames) == 1
