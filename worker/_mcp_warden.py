@@ -1,7 +1,8 @@
 """The warden of one stdio MCP server: run as a script, it starts the server as its child
 and ends the server's whole tree — helpers that left with ``setsid`` or a double fork
-included — when the server exits, when its owner (the agent process) is gone, or when it
-is told to stop (SIGTERM, SIGINT, SIGHUP).
+included — when the server exits, when its owner (the agent process) is gone, when it
+is told to stop (SIGTERM, SIGINT, SIGHUP), or ``STOP_GRACE_S`` after the SDK closed the
+server's stdin if the server is still there.
 
 Why a process of its own: npx- and uv-launched servers fork helpers that leave the
 server's session, so the SDK's ``killpg`` misses them, and once the server exits they are
@@ -24,6 +25,7 @@ import ctypes
 import os
 import select
 import signal
+import stat
 import sys
 
 _PR_SET_PDEATHSIG = 1
@@ -31,6 +33,9 @@ _PR_SET_CHILD_SUBREAPER = 36
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: The server could not be executed (the shell's code for "command not found").
 EXIT_CANNOT_RUN = 127
+#: How long a server whose stdin was closed has to exit by itself before its tree is
+#: ended (under the SDK's own wait, 2 s, so that its stop sees the exit).
+STOP_GRACE_S = 1.0
 
 
 class _Stop(Exception):
@@ -125,6 +130,38 @@ def _describe(status: int) -> str:
     return f"the server exited with status {code}"
 
 
+def _keep_stdin() -> int | None:
+    """A copy of the server's stdin, to see the SDK close it (None: not a pipe)."""
+    try:
+        if stat.S_ISFIFO(os.fstat(0).st_mode):
+            return os.dup(0)
+    except OSError:
+        pass
+    return None
+
+
+def _watch(owner_fd: int, server_fd: int, stdin: int | None) -> bool:
+    """Wait for the end: True when the server exited, False when its owner is gone or
+    the SDK closed the server's stdin (its polite stop) ``STOP_GRACE_S`` ago and the
+    server is still there. A stopping sub-agent may not signal us (Landlock): closing
+    the server's stdin is all it can do, so that is the stop it gets."""
+    poller = select.poll()
+    poller.register(owner_fd, select.POLLIN)
+    poller.register(server_fd, select.POLLIN)
+    if stdin is not None:
+        poller.register(stdin, 0)  # the hang-up alone: what the server reads stays its
+    timeout_ms: int | None = None
+    while True:
+        ready = dict(poller.poll(timeout_ms))
+        if server_fd in ready:
+            return True
+        if owner_fd in ready or (timeout_ms is not None and not ready):
+            return False
+        if stdin is not None and ready.get(stdin, 0) & (select.POLLHUP | select.POLLERR):
+            poller.unregister(stdin)
+            timeout_ms = int(STOP_GRACE_S * 1000)
+
+
 def serve(owner: int, status_file: str, command: list[str]) -> int:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
     try:
@@ -141,6 +178,7 @@ def serve(owner: int, status_file: str, command: list[str]) -> int:
         server = os.fork()
         if server == 0:
             _exec_server(warden, status_file, command)
+        stdin = _keep_stdin()
         # The server holds the SDK's pipes now; ours go, so that its output ends when the
         # server's tree is gone (not when the warden leaves as well).
         null = os.open(os.devnull, os.O_RDWR)
@@ -148,8 +186,7 @@ def serve(owner: int, status_file: str, command: list[str]) -> int:
         os.dup2(null, 1)
         os.close(null)
         server_fd = os.pidfd_open(server)
-        readable, _, _ = select.select([owner_fd, server_fd], [], [])
-        if server_fd in readable:
+        if _watch(owner_fd, server_fd, stdin):
             _, status = os.waitpid(server, 0)
             _note(status_file, _describe(status))
             code = os.waitstatus_to_exitcode(status)
