@@ -209,3 +209,52 @@ async def test_a_child_that_hangs_after_its_report_keeps_its_result(
     assert outcome.kind is OutcomeKind.RESULT, outcome
     assert outcome.result is not None and outcome.result.text == "the answer"
     assert len(frames) == 1
+
+
+REAPER = textwrap.dedent(
+    """
+    import os, signal
+    from agentcell.worker import _child, _landlock, _proc
+
+    _proc.set_child_subreaper()
+    ready, tell = os.pipe()
+    outside = os.fork()
+    if outside == 0:  # forked before the walls, as an MCP server's warden is
+        for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(number, signal.SIG_IGN)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the test reads to the end of stdout
+        os.write(tell, b"x")
+        while True:
+            signal.pause()
+    os.read(ready, 1)
+    print(outside, flush=True)
+    _landlock.Ruleset(fs=0, scoped=_landlock.SCOPE_SIGNAL).restrict_self()
+    _child._reap_descendants()
+    print("reaped", flush=True)
+    """
+)
+
+
+@pytest.mark.skipif(
+    __import__("agentcell.worker._landlock", fromlist=["abi_version"]).abi_version() < 6,
+    reason="Landlock's signal scope needs ABI 6",
+)
+def test_reaping_does_not_wait_on_a_child_it_may_not_signal() -> None:
+    # The sub-agent's end once sat in waitpid for a child outside its Landlock domain,
+    # which it could not kill: what it cannot signal is left to its warden and parent.
+    process = subprocess.Popen([sys.executable, "-c", REAPER], stdout=subprocess.PIPE, text=True)
+    outside = 0
+    try:
+        assert process.stdout is not None
+        outside = int(process.stdout.readline())
+        out, _ = process.communicate(timeout=60)
+        assert out.strip() == "reaped"
+        assert process.returncode == 0
+    finally:
+        process.kill()
+        process.wait()
+        if outside:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(outside, signal.SIGKILL)
+        if process.stdout is not None:
+            process.stdout.close()
