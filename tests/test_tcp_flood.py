@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trustme
+from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.backends import RayBackend
 from agentcell.protocol import Heartbeat, TcpListener, tcp_connect
 
@@ -100,3 +102,12 @@ def test_the_ray_backend_gives_connections_a_short_deadline_and_a_cap() -> None:
     backend = RayBackend()
     assert backend.handshake_timeout <= 10 < backend.connect_timeout
     assert backend.max_pending_connections <= 128
+
+
+def test_the_listener_settings_reach_the_ray_backend(tmp_path: Path) -> None:
+    settings = Settings(
+        backend="ray", ray={"handshake_timeout_s": 2.5, "max_pending_connections": 16}
+    )
+    orch = Orchestrator(settings=settings, workdir=tmp_path, load_agent_files=False, record=False)
+    assert orch.ray is not None  # made, not started: no Ray here
+    assert (orch.ray.handshake_timeout, orch.ray.max_pending_connections) == (2.5, 16)
