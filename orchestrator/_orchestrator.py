@@ -756,6 +756,8 @@ def _ray_backend(settings: Settings, registry: AgentRegistry) -> RayBackend | No
         num_cpus=ray.num_cpus,
         resources=ray.resources,
         connect_timeout=ray.connect_timeout_s,
+        handshake_timeout=ray.handshake_timeout_s,
+        max_pending_connections=ray.max_pending_connections,
         heartbeat_timeout=settings.heartbeat_timeout_s,
         max_workers=settings.max_workers,
         node_ip_address="127.0.0.1" if _is_loopback(ray.listen_host) else None,

@@ -10,7 +10,12 @@ The same length-prefixed msgspec frames as the pipe, over an authenticated conne
   agent id — so a stranger who can reach the port can neither pose as the sub-agent nor
   as the parent, and a token cannot be replayed for another agent or connection;
 * each step has a deadline, and Nagle's algorithm is off (``TCP_NODELAY``): frames are
-  small and latency-bound.
+  small and latency-bound;
+* connections that have not proved themselves yet are few and short-lived: at most
+  ``max_pending`` at a time (the oldest goes when another arrives) and each has
+  ``handshake_timeout`` seconds, the TLS handshake included — a flood of idle connections
+  from anyone who can reach the port holds a bounded number of the parent's descriptors
+  for a bounded time, and cannot lock out a real sub-agent, which answers in one round trip.
 
 Without TLS the peers are authenticated when they connect but the bytes that follow are
 not encrypted: give both ends an ``ssl.SSLContext`` on a network you do not control.
@@ -34,6 +39,10 @@ from agentcell.protocol._frames import Frame
 
 #: Opens the client's first message: a version tag for the handshake itself.
 HANDSHAKE_MAGIC = b"AGC1"
+#: Connections the listener holds before they authenticate (each is a descriptor of ours).
+MAX_PENDING = 64
+#: Seconds a connection has to authenticate (TLS included): a real peer needs a round trip.
+HANDSHAKE_TIMEOUT_S = 5.0
 NONCE_BYTES = 32
 TOKEN_BYTES = 32
 _MAC_BYTES = hashlib.sha256().digest_size
@@ -204,30 +213,54 @@ class TcpListener:
     ``expect(agent_id)`` returns the one-time token to hand to that sub-agent;
     ``await accept(agent_id)`` returns its channel once it has connected and proved it
     holds the token. Connections that fail the handshake are dropped without a word.
+
+    At most ``max_pending`` connections are held unauthenticated: one more closes the
+    oldest of them at once (so a flood shortens each stranger's window rather than
+    shutting out the next real peer), and each must finish within ``handshake_timeout``.
+    TLS, when configured, is negotiated inside that window too (not by the server before
+    the connection is counted).
     """
 
     def __init__(
         self,
         *,
         ssl_context: ssl.SSLContext | None = None,
-        handshake_timeout: float = 10.0,
+        handshake_timeout: float = HANDSHAKE_TIMEOUT_S,
+        max_pending: int = MAX_PENDING,
         max_frame_bytes: int = MAX_FRAME_BYTES,
     ) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be at least 1, got {max_pending}")
         self.ssl_context = ssl_context
         self.handshake_timeout = handshake_timeout
+        self.max_pending = max_pending
         self.max_frame_bytes = max_frame_bytes
         self._tokens: dict[bytes, bytes] = {}
         self._arrivals: dict[bytes, asyncio.Future[StreamChannel]] = {}
         self._server: asyncio.Server | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
-        self.refused = 0  # connections that failed the handshake (for tests and logs)
+        # Unauthenticated connections, oldest first (a dict keeps insertion order).
+        self._handshakes: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.accepted = 0  # connections accepted in all (for tests and logs)
+        self.refused = 0  # connections that failed the handshake or ran out of time
+        self.evicted = 0  # connections closed unauthenticated to stay within max_pending
         self._refusal = asyncio.Event()
+        self._changed = asyncio.Event()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> TcpListener:
-        self._server = await asyncio.start_server(
-            self._on_connection, host, port, ssl=self.ssl_context
-        )
+        self._server = await asyncio.start_server(self._on_connection, host, port)
         return self
+
+    @property
+    def pending(self) -> int:
+        """Connections accepted that have not authenticated (nor been dropped) yet."""
+        return len(self._handshakes)
+
+    async def wait_for(self, condition: collections.abc.Callable[[], bool]) -> None:
+        """Wait until ``condition()`` holds; it is checked whenever a connection is
+        accepted, authenticated, dropped or evicted (bound the wait with a timeout)."""
+        while not condition():
+            self._changed.clear()
+            await self._changed.wait()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -276,13 +309,31 @@ class TcpListener:
         return channel
 
     def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        while len(self._handshakes) >= self.max_pending:
+            self._evict_oldest()
         task = asyncio.ensure_future(self._handshake(reader, writer))
-        self._handshakes.add(task)
-        task.add_done_callback(self._handshakes.discard)
+        self._handshakes[task] = writer
+        task.add_done_callback(self._handshake_done)
+        self._changed.set()
+
+    def _evict_oldest(self) -> None:
+        # Closed now, not when its task next runs: the descriptor is what a flood costs us.
+        task, writer = next(iter(self._handshakes.items()))
+        del self._handshakes[task]
+        writer.transport.abort()
+        task.cancel()
+        self.evicted += 1
+
+    def _handshake_done(self, task: asyncio.Task[None]) -> None:
+        self._handshakes.pop(task, None)
+        self._changed.set()
 
     async def _handshake(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(self.handshake_timeout):
+                if self.ssl_context is not None:
+                    await writer.start_tls(self.ssl_context)
                 name, channel = await self._authenticate(reader, writer)
         except (HandshakeError, TimeoutError, asyncio.IncompleteReadError, OSError, ssl.SSLError):
             writer.transport.abort()
@@ -326,7 +377,8 @@ class TcpListener:
     async def aclose(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._handshakes):
+        for task, writer in list(self._handshakes.items()):
+            writer.transport.abort()
             task.cancel()
         if self._handshakes:
             await asyncio.gather(*self._handshakes, return_exceptions=True)

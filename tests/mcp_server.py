@@ -1,8 +1,9 @@
 """A small real MCP stdio server, written with the ``mcp`` package's server API.
 
 Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdout. With a
-marker file it writes its pid and its parent's there once started, so a test can see
-whose process tree it ran in and that it ended with its agent. Tools: ``echo`` (text),
+marker file it writes its pid and its agent's there once started (its parent's, or, under
+agentcell's MCP warden, the warden's parent's), so a test can see whose process tree it
+ran in and that it ended with its agent. Tools: ``echo`` (text),
 ``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
 ``read_outside`` (a file read with the server's rights), ``whoami`` (its pid). With
 ``MCP_TEST_LINGER`` set it stays alive after its stdin closes, as a badly behaved one.
@@ -59,6 +60,19 @@ def read_outside(path: str) -> str:
         return handle.read()
 
 
+def owner() -> int:
+    """The agent process whose tree this server runs in (past agentcell's warden)."""
+    parent = os.getppid()
+    try:
+        with open(f"/proc/{parent}/cmdline", "rb") as handle:
+            launched_by_warden = b"_mcp_warden.py" in handle.read()
+        with open(f"/proc/{parent}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return parent
+    return int(stat[stat.rfind(b")") + 2 :].split()[1]) if launched_by_warden else parent
+
+
 @server.tool()
 def whoami() -> str:
     """The server's process id."""
@@ -71,7 +85,7 @@ if __name__ == "__main__":
             signal.signal(number, signal.SIG_IGN)
     if len(sys.argv) > 1:
         with open(sys.argv[1], "w") as marker:
-            marker.write(f"{os.getpid()} {os.getppid()}")
+            marker.write(f"{os.getpid()} {owner()}")
     try:
         server.run()
     finally:

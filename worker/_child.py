@@ -19,6 +19,7 @@ import resource
 import select
 import signal
 import sys
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
@@ -562,11 +563,19 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+#: How long, at most, a sub-agent waits at its end for what it killed to be gone. Its
+#: Result is delivered by then; this only bounds the exit.
+REAP_BOUND_S = 5.0
+
+
 def _reap_descendants() -> None:
-    """Kill and reap whatever tools left behind.
+    """Kill and reap whatever tools left behind, without waiting on what it cannot end.
 
     This child is a subreaper, so every live descendant is in its subtree and "no child
-    at all" (one cheap ``waitpid``) means nothing was left behind.
+    at all" (one cheap ``waitpid``) means nothing was left behind. A child it may not
+    signal — an MCP server's warden, started before the walls went up and so outside its
+    Landlock domain — is not waited for: it ends its own tree once this process is gone
+    (and the parent empties the cgroup). The wait is bounded either way.
     """
     try:
         os.waitpid(-1, os.WNOHANG)
@@ -574,6 +583,11 @@ def _reap_descendants() -> None:
         return
     _proc.kill_session(os.getpid())
     _proc.kill_descendants(os.getpid())
+    deadline = time.monotonic() + REAP_BOUND_S
     with contextlib.suppress(ChildProcessError):
         while True:
-            os.waitpid(-1, 0)
+            if os.waitpid(-1, os.WNOHANG)[0]:
+                continue
+            if not _proc.signallable_children() or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)

@@ -2,8 +2,11 @@
 
 Each server lives in an asyncio task of its own that holds the SDK's ``Client`` open (the
 SDK's transports are anyio task groups: entered and left in one task) until ``stop``.
-A stdio server is a child process of this one, so the run's resource limits and the
-kill-the-tree cleanup at the end of a sub-agent cover it. Servers are started before the
+A stdio server runs under a warden (``_mcp_warden.py``), a child process of this one: the
+subreaper of everything the server starts, it ends the server's whole tree — helpers that
+left with ``setsid`` included — when the server exits, when it is stopped, and when this
+process is gone however it ended. A server that exits before it answers is said at once,
+with its exit status, not after ``start_timeout_s``. Servers are started before the
 sandbox goes up (see ``run_agent``): a process that already runs keeps the view of the
 machine it started with, so the server's command, the files named in its arguments and
 its runtime stay reachable whatever the agent's own walls are (docs/security.md).
@@ -22,7 +25,9 @@ import fnmatch
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -36,32 +41,12 @@ MCP_PREFIX = "mcp__"
 STOP_TIMEOUT_S = 5.0
 
 
-#: Runs a stdio server's command with a parent-death signal. The SDK starts a server in
-#: a session of its own, where the sweep of a dead sub-agent's session does not reach; the
-#: signal ends the server with the sub-agent however that one dies (SIGKILL included).
-#: It also installs the sub-agent's seccomp filter (``_seccomp``), which the server
-#: would not otherwise have: it starts before the sub-agent's walls go up.
-#: argv: the sub-agent's pid (if it is already gone, do not start), the filter as
-#: ``<seccomp syscall number>:<program hex>`` or ``-`` (none), command, its args.
-_LAUNCHER = (
-    "import ctypes, os, sys\n"
-    "libc = ctypes.CDLL(None, use_errno=True)\n"
-    "libc.prctl(1, 9, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGKILL
-    "if os.getppid() != int(sys.argv[1]): sys.exit(1)\n"
-    "if sys.argv[2] != '-':\n"
-    "    nr, code = sys.argv[2].split(':')\n"
-    "    program = ctypes.create_string_buffer(bytes.fromhex(code))\n"
-    # struct sock_fprog on a little-endian 64-bit ABI: the length, padding, the pointer.
-    "    fprog = (ctypes.c_ulong * 2)(len(code) // 16, ctypes.addressof(program))\n"
-    "    if libc.prctl(38, 1, 0, 0, 0) or libc.syscall(int(nr), 1, 0, fprog):\n"
-    "        print('cannot install the seccomp filter', file=sys.stderr)\n"
-    "        sys.exit(126)\n"
-    "try:\n"
-    "    os.execvp(sys.argv[3], sys.argv[3:])\n"
-    "except OSError as exc:\n"
-    "    print(f'cannot run {sys.argv[3]!r}: {exc.strerror}', file=sys.stderr)\n"
-    "    sys.exit(127)\n"
-)
+#: Runs a stdio server's command and ends its whole tree with it (see the module's text).
+#: Run by path: it imports nothing of agentcell. argv: this process's pid (if it is already
+#: gone, do not start), a status file for the reason the server stopped, the sub-agent's
+#: seccomp filter as ``<seccomp syscall number>:<program hex>`` or ``-`` (none; the server
+#: would not otherwise have it: it starts before the sub-agent's walls go up), command, args.
+WARDEN = str(Path(__file__).with_name("_mcp_warden.py"))
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -166,7 +151,7 @@ class McpServers:
     def __init__(
         self, servers: Sequence[McpServer], *, workdir: str = ".", seccomp: str = "-"
     ) -> None:
-        self.seccomp = seccomp  # the filter stdio servers start under (see _LAUNCHER)
+        self.seccomp = seccomp  # the filter stdio servers start under (see WARDEN)
         self.servers = list(servers)
         self.workdir = workdir
         self.tools: list[Tool] = []
@@ -174,11 +159,18 @@ class McpServers:
         self.started: list[str] = []
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._status_dir = ""
 
     async def start(self) -> None:
         """Start every server side by side; each one that fails is a line in ``problems``
         (in the order the servers were given, however fast each one fails)."""
-        outcomes = await asyncio.gather(*(self._start_one(server) for server in self.servers))
+        # Where each warden says why its server stopped; only read while starting (in a
+        # sub-agent, the walls go up right after), so removed then.
+        self._status_dir = tempfile.mkdtemp(prefix="agentcell-mcp-")
+        try:
+            outcomes = await asyncio.gather(*(self._start_one(server) for server in self.servers))
+        finally:
+            shutil.rmtree(self._status_dir, ignore_errors=True)
         for server, (tools, problem) in zip(self.servers, outcomes, strict=True):
             if problem:
                 self.problems.append(problem)
@@ -202,18 +194,30 @@ class McpServers:
                 "its tools are not available (check its command, or raise start_timeout_s)"
             )
         except Exception as exc:  # any failure to start is reported, not raised
+            reason = self._stopped_because(server) or _reason(exc)
             return [], (
-                f"MCP server {server.name!r} failed to start ({_reason(exc)}): "
+                f"MCP server {server.name!r} failed to start ({reason}): "
                 "its tools are not available"
             )
         tools = [McpTool(server.name, tool, client) for tool in listed]
         return [t for t in tools if tool_granted(t.name, server.allow, server.deny)], ""
 
+    def _status_path(self, server: McpServer) -> str:
+        return os.path.join(self._status_dir, f"{self.servers.index(server)}.status")
+
+    def _stopped_because(self, server: McpServer) -> str:
+        """What the warden said of a server that stopped while starting ("" if nothing)."""
+        try:
+            with open(self._status_path(server), errors="replace") as handle:
+                return " ".join(handle.read(500).split())
+        except OSError:
+            return ""
+
     async def _serve(self, server: McpServer, ready: asyncio.Future[Any]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 client = await stack.enter_async_context(
-                    _client(server, stack, self.workdir, self.seccomp)
+                    _client(server, stack, self.workdir, self._status_path(server), self.seccomp)
                 )
                 tools: list[Any] = []
                 cursor: str | None = None
@@ -252,7 +256,11 @@ class McpServers:
 
 
 def _client(
-    server: McpServer, stack: contextlib.AsyncExitStack, workdir: str, seccomp: str = "-"
+    server: McpServer,
+    stack: contextlib.AsyncExitStack,
+    workdir: str,
+    status_file: str = "-",
+    seccomp: str = "-",
 ) -> Any:
     """The SDK client for one server (imported here: only runs with servers pay for it)."""
     from mcp import Client, StdioServerParameters
@@ -264,11 +272,11 @@ def _client(
         http = create_mcp_http_client(headers=dict(server.headers) or None)
         stack.push_async_callback(http.aclose)
         return Client(streamable_http_client(server.url, http_client=http))
-    if shutil.which(server.command) is None:  # said here: behind the launcher it is silent
+    if shutil.which(server.command) is None:  # said here: behind the warden it is one step on
         raise FileNotFoundError(f"no such command: {server.command}")
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-c", _LAUNCHER, str(os.getpid()), seccomp, server.command, *server.args],
+        args=[WARDEN, str(os.getpid()), status_file, seccomp, server.command, *server.args],
         env=dict(server.env) or None,
         cwd=os.path.realpath(workdir),
     )

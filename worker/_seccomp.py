@@ -238,7 +238,7 @@ class Filter:
 
     def launcher_arg(self) -> str:
         """``<seccomp number>:<program hex>``: for a launcher in another interpreter that
-        installs this filter before it execs (MCP servers, ``_mcp._LAUNCHER``)."""
+        installs this filter before it execs (MCP servers, ``_mcp.WARDEN``)."""
         return f"{self._nr}:{self._buffer.raw.hex()}"
 
 

@@ -159,6 +159,7 @@ class _Worker:
                 return  # one report per run: a second one is not the child's
             self.result = frame
             self.peak_rss = max(self.peak_rss, frame.peak_rss_bytes)
+            self._end_if_slow_to_exit()
         elif isinstance(frame, Failure):
             self.failure = frame
         self.lease._deliver(frame)
@@ -189,6 +190,18 @@ class _Worker:
         self.pool._on_ready(self)
 
     # -- ending --------------------------------------------------------------------------
+    def _end_if_slow_to_exit(self) -> None:
+        """A child that reported and has not exited within ``exit_grace`` is ended then:
+        its run is over, and however its exit hangs (a reaping wait, a stop) the Result
+        stands — it is not left to go silent and be recorded as crashed."""
+
+        def end() -> None:
+            if self.state is not WorkerState.DEAD and self.kill_kind is None:
+                self.ended_by_us_after_report = True
+                self.kill_tree_off_loop()
+
+        self._timers.append(self.pool._loop.call_later(self.pool.exit_grace, end))
+
     def kill(
         self,
         kind: OutcomeKind,
@@ -862,6 +875,7 @@ class WorkerPool:
                     worker.state is WorkerState.BUSY
                     and silent > self.heartbeat_timeout
                     and not held
+                    and worker.result is None  # reported: ended after exit_grace instead
                 ):
                     worker.kill(
                         OutcomeKind.HEARTBEAT,

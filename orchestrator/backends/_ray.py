@@ -382,6 +382,8 @@ class RayBackend:
         num_cpus: float = 0.25,
         resources: Mapping[str, float] | None = None,
         connect_timeout: float = 60.0,
+        handshake_timeout: float = 5.0,
+        max_pending_connections: int = 64,
         heartbeat_timeout: float = 60.0,
         exit_grace: float = 5.0,
         max_workers: int = 64,
@@ -395,6 +397,10 @@ class RayBackend:
         self.num_cpus = num_cpus
         self.resources = dict(resources or {})
         self.connect_timeout = connect_timeout
+        # For a connection to the listener to authenticate, once made (connect_timeout is
+        # for Ray to place the actor): short, so idle strangers cannot pile up.
+        self.handshake_timeout = handshake_timeout
+        self.max_pending_connections = max_pending_connections
         self.heartbeat_timeout = heartbeat_timeout
         self.exit_grace = exit_grace
         self.max_workers = max_workers
@@ -415,9 +421,9 @@ class RayBackend:
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> RayBackend:
-        self._listener = await TcpListener(handshake_timeout=self.connect_timeout).start(
-            self.listen_host, self.listen_port
-        )
+        self._listener = await TcpListener(
+            handshake_timeout=self.handshake_timeout, max_pending=self.max_pending_connections
+        ).start(self.listen_host, self.listen_port)
         env = dict(self.env if self.env is not None else os.environ)
         env.update(LOOPBACK_ENV)
         # Ray's own logging (its C++ core writes straight to fd 2) goes to a file, not

@@ -69,6 +69,9 @@ class RaySettings(BaseModel):
     listen_port: int = Field(default=0, ge=0, le=65535)
     advertise_host: str | None = None  # what nodes dial, if not listen_host (NAT, 0.0.0.0)
     connect_timeout_s: float = Field(default=60.0, gt=0, le=3600)
+    # A connection to the listener: time to authenticate, and how many may be pending.
+    handshake_timeout_s: float = Field(default=5.0, gt=0, le=600)
+    max_pending_connections: int = Field(default=64, ge=1, le=4096)
 
 
 SandboxMode = Literal["workspace", "read-only", "off", "required"]
