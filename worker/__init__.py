@@ -1,5 +1,12 @@
 """The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
 
+from agentcell.worker._beneath import (
+    OutsideRoot,
+    is_file_beneath,
+    open_beneath,
+    read_beneath,
+    real_folder,
+)
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
 from agentcell.worker._hook_relay import MAX_STOP_HOOK_CONTINUATIONS, RelayedHooks
@@ -15,6 +22,7 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
+from agentcell.worker._mountns import remove_placeholders as remove_protection_placeholders
 from agentcell.worker._redact import Redactor, secret_digests
 from agentcell.worker._sandbox import MODES as SANDBOX_MODES
 from agentcell.worker._sandbox import missing_for as sandbox_missing
@@ -44,6 +52,7 @@ __all__ = [
     "Limits",
     "MAX_STOP_HOOK_CONTINUATIONS",
     "MCP_PREFIX",
+    "OutsideRoot",
     "McpServers",
     "McpTool",
     "PermissionMode",
@@ -61,10 +70,15 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
+    "is_file_beneath",
+    "open_beneath",
+    "read_beneath",
+    "real_folder",
     "mcp_tool_name",
     "parse_sandbox_mode",
     "probe_sandbox",
     "release_sandbox",
+    "remove_protection_placeholders",
     "sandbox_missing",
     "stricter_sandbox",
     "hold_secrets",

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _cgroup, _landlock
+from agentcell.worker import _cgroup, _grants, _landlock, _mountns
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -140,6 +140,8 @@ class Sandbox:
         self.model_ports: list[int] | None = None  # None: the process's own TCP is open
         self.bash_network = True
         self.missing: list[str] = []
+        self.writable: list[str] = []  # the writable roots the walls actually grant
+        self.protected = ""  # how the workdir's protected paths are kept read-only
         self._bash_ruleset: Ruleset | None = None
 
     # The shape recorded on SubAgentResult.sandbox.
@@ -151,6 +153,10 @@ class Sandbox:
         if self.model_ports is not None:
             parts.append("own tcp: " + (",".join(map(str, self.model_ports)) or "none"))
         parts.append("bash network" if self.bash_network else "bash no network")
+        if self.protected:
+            parts.append(self.protected)
+        if self.writable:
+            parts.append("writes: " + " ".join(self.writable))
         if self.cap is not None:
             parts.append(f"max {self.cap.limit} processes")
         if self.missing:
@@ -283,18 +289,9 @@ def _restrict_process(
         device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
         ruleset.allow_paths(_DEVICES, device)
         ruleset.allow_path("/dev/pts", device | _landlock.READ_DIR)
-        writable = [box.tmpdir or ""]
-        if run_dir:
-            outputs = Path(run_dir) / "tool-outputs"
-            outputs.mkdir(parents=True, exist_ok=True)
-            writable.append(str(outputs))
-        if memory_dir:  # the agent's own memory folder (memory: user|project|local)
-            Path(memory_dir).mkdir(parents=True, exist_ok=True)
-            writable.append(memory_dir)
-        ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
-        for path, writable_too in _git_admin(workdir):
-            ruleset.allow_path(path, everything if writable_too else _landlock.READ)
-        ruleset.allow_paths(writable, everything)
+        _grant_folders(
+            box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
+        )
         if model_ports is not None:
             for port in model_ports:
                 ruleset.allow_port(port)
@@ -304,6 +301,43 @@ def _restrict_process(
         ruleset.close()
     if abi < 6:
         box.missing.append("signal scoping (Landlock ABI 6)")
+
+
+def _grant_folders(
+    box: Sandbox, ruleset: Ruleset, everything: int, *, workdir: str, run_dir: str, memory_dir: str
+) -> None:
+    """The writable folders (and the workdir), checked and granted from descriptors;
+    under ``workspace`` the workdir's protected paths go read-only first."""
+    grants = _grants.open_grants(
+        workdir=workdir,
+        workdir_writable=box.mode == "workspace",
+        tmpdir=box.tmpdir or "",
+        run_dir=run_dir,
+        memory_dir=memory_dir,
+        git_admin=_git_admin(workdir),
+    )
+    try:
+        if box.mode == "workspace":
+            _protect_paths(box, workdir, grants)
+        for grant in grants.items:
+            ruleset.allow_fd(grant.fd, everything if grant.writable else _landlock.READ, grant.path)
+        box.writable = grants.writable_roots()
+    finally:
+        grants.close()
+
+
+def _protect_paths(box: Sandbox, workdir: str, grants: _grants.Grants) -> None:
+    inside = [
+        (grant.fd, grant.path)
+        for grant in (grants.memory, grants.outputs)
+        if grant is not None
+        and any(grant.path.startswith(f"{workdir}/{name}/") for name in _mountns.PROTECTED)
+    ]
+    done = _mountns.protect(workdir, inside)
+    if done is None:
+        box.missing.append("protected paths (no mount namespace: .git, .agentcell ... writable)")
+    else:
+        box.protected = done
 
 
 def _prepare_bash_wall(box: Sandbox, abi: int) -> None:

@@ -95,6 +95,7 @@ from agentcell.protocol import (
     encode_frame,
 )
 from agentcell.worker import (
+    OutsideRoot,
     PermissionMode,
     known_secrets,
     release_sandbox,
@@ -326,7 +327,12 @@ class Runner:
             skills, _ = load_skills(definition.skills, Path(self.workdir))
             spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
         hooks = self.hooks.for_definition(definition)
-        self._complete_spec(spec, definition, request, hooks, history)
+        try:
+            self._complete_spec(spec, definition, request, hooks, history)
+        except OutsideRoot as exc:  # a project's link out (its memory folder): refused
+            if tree is not None:
+                await finish_worktree(tree)
+            return self._refused(base, RunStatus.DENIED, str(exc))
         stop_hooks = SubagentStopHooks(
             hooks,
             agent_id=agent_id,

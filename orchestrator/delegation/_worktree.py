@@ -16,6 +16,8 @@ import dataclasses
 import os
 from pathlib import Path
 
+from agentcell.worker import remove_protection_placeholders
+
 
 class WorktreeError(Exception):
     """The worktree could not be made; the message says why and what to do."""
@@ -103,6 +105,7 @@ async def finish_worktree(
 ) -> KeptWorktree | None:
     """Remove the worktree if nothing changed; otherwise commit what the agent left on its
     branch (with ``message``), keep both, and describe the changes since the base."""
+    remove_protection_placeholders(tree.path)  # never committed: they stand for "absent"
     _, status = await _git("status", "--porcelain", "--untracked-files=all", cwd=tree.path)
     _, ahead = await _git("rev-list", "--count", f"{tree.base}..HEAD", cwd=tree.path)
     if not status and ahead.strip() in ("", "0"):

@@ -1,0 +1,252 @@
+"""Walls III, items 1b and 2: protected paths inside the workdir, and links out of a project.
+
+Every attack here runs from a real sub-agent (its bash, through the orchestrator, with a
+scripted model server on 127.0.0.1) or is a real hostile folder on disk, under the default
+``sandbox = "workspace"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.protocol import RunStatus
+from agentcell.worker import probe_sandbox
+from conftest import SpawnRecorder
+from model_servers import ModelServer
+from test_sandbox import SEP, agent, bash_script, orchestrator
+
+CAPS = probe_sandbox()
+pytestmark = pytest.mark.skipif(
+    not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
+)
+
+
+@pytest.fixture
+def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-walls-paths-test-key")
+    yield model_server
+
+
+def _can_make_mount_namespace() -> bool:
+    """Whether a private mount namespace can be had here (as root, or through a user one)."""
+    probe = "import ctypes,sys; u=ctypes.CDLL(None).unshare; sys.exit(u(0x20000) and u(0x10020000))"
+    return subprocess.run(["python3", "-c", probe], check=False).returncode == 0
+
+
+needs_mountns = pytest.mark.skipif(
+    not _can_make_mount_namespace(), reason="no mount namespace here (user namespaces off)"
+)
+
+
+def _git(work: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(work), *args], capture_output=True, text=True, check=True
+    ).stdout
+
+
+# -- 1b: protected paths -----------------------------------------------------------------
+
+
+@needs_mountns
+async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    _git(work, "init", "-q")
+    (work / "agentcell.toml").write_text('approval = "ask"\n')
+    (work / ".claude").mkdir()
+    (work / ".claude" / "settings.json").write_text('{"hooks": {}}\n')
+    other = work / ".agentcell" / "runs" / "earlier"
+    other.mkdir(parents=True)
+    (other / "main.jsonl").write_text('{"kind": "messages"}\n')
+    config_before = (work / ".git" / "config").read_text()
+    commands = [
+        "echo '[core]' >> .git/config && echo WROTE-GIT-CONFIG",
+        "mv .git .git2 && mkdir .git && echo MOVED-GIT",
+        'echo \'{"hooks": {"x": 1}}\' > .claude/settings.json && echo WROTE-CLAUDE',
+        "echo forged >> .agentcell/runs/earlier/main.jsonl && echo WROTE-RECORD",
+        'echo \'{"mcpServers": {"x": {}}}\' > .mcp.json && echo WROTE-MCP',
+        "echo 'sandbox = \"off\"' >> agentcell.toml && echo WROTE-TOML",
+        "mv agentcell.toml moved.toml && echo MOVED-TOML",
+        "rm -rf .claude && echo REMOVED-CLAUDE",
+        "mkdir -p .claude/hooks && echo x > .claude/hooks/h && echo MADE-HOOK",
+        "echo fine > normal.txt && mkdir -p src && echo ok > src/a.txt && cat normal.txt",
+        "echo note >> .agentcell/agent-memory/keeper/MEMORY.md && echo MEMORY-OK",
+    ]
+    served.responder = bash_script(commands)
+    orch = orchestrator(work, agent("keeper", ["bash"], memory="project"))
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("keeper", "go"), 60)
+        assert (work / ".mcp.json").exists()  # the placeholder, while agentcell runs
+    assert result.status is RunStatus.COMPLETED, result.error
+    out = result.text.split(SEP)
+    assert len(out) == len(commands), result.text
+    for i, marker in enumerate(
+        ["WROTE-GIT-CONFIG", "MOVED-GIT", "WROTE-CLAUDE", "WROTE-RECORD", "WROTE-MCP",
+         "WROTE-TOML", "MOVED-TOML", "REMOVED-CLAUDE", "MADE-HOOK"]
+    ):  # fmt: skip
+        assert marker not in out[i], out[i]
+        assert "Read-only file system" in out[i] or "busy" in out[i], out[i]
+    assert (work / ".git" / "config").read_text() == config_before
+    assert not (work / ".git2").exists()
+    assert (work / ".claude" / "settings.json").read_text() == '{"hooks": {}}\n'
+    assert (other / "main.jsonl").read_text() == '{"kind": "messages"}\n'
+    assert (work / "agentcell.toml").read_text() == 'approval = "ask"\n'
+    assert not (work / "moved.toml").exists()
+    assert not (work / ".claude" / "hooks").exists()
+    # Normal work and the agent's own memory folder stay writable.
+    assert out[9].strip() == "fine" and (work / "src" / "a.txt").read_text() == "ok\n"
+    assert "MEMORY-OK" in out[10]
+    memory = work / ".agentcell" / "agent-memory" / "keeper"
+    assert (memory / "MEMORY.md").read_text() == "note\n"
+    assert "protected paths read-only" in result.sandbox, result.sandbox
+    assert f"writes: {os.path.realpath(memory)}" not in result.sandbox  # the tmp comes first
+    assert str(os.path.realpath(memory)) in result.sandbox.split("writes: ")[1]
+    # Absent before, absent after: the placeholder is gone with agentcell.
+    assert not (work / ".mcp.json").exists()
+
+
+# -- 2: links out of an untrusted folder -------------------------------------------------
+
+
+def _fake_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    for folder in (home / ".ssh", home / ".aws"):
+        folder.mkdir(parents=True)
+    (home / ".bashrc").write_text("# the user's bashrc\n")
+    (home / ".ssh" / "id_rsa").write_text("SSH-PRIVATE-KEY-TEXT\n")
+    (home / ".aws" / "credentials").write_text("AWS-SECRET-TEXT\n")
+    (home / ".netrc").write_text("NETRC-PASSWORD-TEXT\n")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+SECRETS = ("SSH-PRIVATE-KEY-TEXT", "AWS-SECRET-TEXT", "NETRC-PASSWORD-TEXT")
+
+
+async def test_a_memory_folder_linked_to_home_is_refused_in_one_line(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = _fake_home(tmp_path, monkeypatch)
+    work = tmp_path / "repo"
+    (work / ".claude" / "agents").mkdir(parents=True)
+    (work / ".claude" / "agents" / "helper.md").write_text(
+        "---\nname: helper\ndescription: helps\ntools: bash\nmodel: openai:test\n"
+        "memory: project\n---\nHelp.\n"
+    )
+    (work / ".agentcell" / "agent-memory").mkdir(parents=True)
+    (work / ".agentcell" / "agent-memory" / "helper").symlink_to(home)
+    served.responder = bash_script(
+        ["echo pwned >> ~/.bashrc; echo pwned >> .agentcell/agent-memory/helper/.bashrc",
+         "cat .agentcell/agent-memory/helper/.ssh/id_rsa"]
+    )  # fmt: skip
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        workdir=work,
+        record=False,
+    )
+    async with orch:
+        assert "helper" in orch.registry.names()
+        result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
+    assert (home / ".bashrc").read_text() == "# the user's bashrc\n"
+    assert result.status is RunStatus.DENIED, result
+    assert "agent-memory/helper" in result.error and "\n" not in result.error
+    assert "not a real folder" in result.error
+    assert not served.requests  # it never ran: nothing of the home reached a model
+
+
+async def test_a_memory_folder_swapped_for_a_link_before_the_grant_does_not_widen_the_walls(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # TOCTOU: the parent checked and made a real folder; before the child adds its rule,
+    # the folder is replaced by a link to $HOME (here: by an earlier bash in the same
+    # workdir, simulated by swapping it between the parent's check and the child's grant).
+    home = _fake_home(tmp_path, monkeypatch)
+    work = tmp_path / "repo"
+    work.mkdir()
+    from agentcell.orchestrator.delegation import _context, _runner
+
+    real_prepare = _context.prepare_memory
+
+    def prepare_then_swap(folder: Path) -> None:
+        real_prepare(folder)
+        folder.rmdir()
+        folder.symlink_to(home)
+
+    monkeypatch.setattr(_runner, "prepare_memory", prepare_then_swap)
+    served.responder = bash_script(["echo pwned >> .agentcell/agent-memory/keeper/.bashrc"])
+    orch = orchestrator(work, agent("keeper", ["bash"], memory="project"))
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("keeper", "go"), 60)
+    assert (home / ".bashrc").read_text() == "# the user's bashrc\n"
+    assert result.status is RunStatus.ERROR, result
+    assert "agent-memory/keeper" in result.error and "not a real folder" in result.error
+    assert not served.requests
+
+
+def _all_text(requests: list[Any]) -> str:
+    return "\n".join(json.dumps(request.body) for request in requests)
+
+
+async def test_instruction_skill_and_memory_files_linked_out_never_reach_the_model(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    home = _fake_home(tmp_path, monkeypatch)
+    work = tmp_path / "repo"
+    (work / ".claude" / "skills" / "deploy").mkdir(parents=True)
+    (work / ".claude" / "skills" / "deploy" / "SKILL.md").symlink_to(home / ".aws" / "credentials")
+    (work / "AGENTS.md").symlink_to(home / ".ssh" / "id_rsa")
+    (work / "CLAUDE.md").write_text("Project rule: be brief.\n")
+    memory = work / ".agentcell" / "agent-memory" / "keeper"
+    memory.mkdir(parents=True)
+    (memory / "MEMORY.md").symlink_to(home / ".netrc")
+    served.responder = bash_script(["echo done"])
+    keeper = AgentDefinition(
+        name="keeper",
+        description="keeps",
+        tools=["bash"],
+        model="openai:test",
+        source="test",
+        memory="project",
+        skills=["deploy"],
+    )
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        workdir=work,
+        agents=[keeper],
+        load_agent_files=False,
+        record=True,
+    )
+    async with orch:
+        assert "Project rule: be brief." in orch._main_system_prompt()
+        assert not any(secret in orch._main_system_prompt() for secret in SECRETS)
+        result = await asyncio.wait_for(orch.delegate("keeper", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    sent = _all_text(served.requests)
+    assert "Project rule: be brief." in sent  # the real instruction file is still read
+    for secret in SECRETS:
+        assert secret not in sent
+    records = work / ".agentcell" / "runs"
+    for path in records.rglob("*"):
+        if path.is_file():
+            text = path.read_text(errors="replace")
+            assert not any(secret in text for secret in SECRETS), path

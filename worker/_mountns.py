@@ -1,0 +1,174 @@
+"""Protected paths inside the workdir: read-only, unrenamable, uncreatable for the agent.
+
+The workdir is writable to a sub-agent under ``sandbox = "workspace"``, and so would be
+what agentcell and Claude Code read from it later: ``.git`` (config, hooks), the
+project's ``agentcell.toml``, ``.agentcell/`` (configs, agent files, other agents'
+memory, sibling worktrees, every run's records), ``.claude/`` (settings, hooks, agents,
+skills) and ``.mcp.json``. Landlock rules only *allow*, so a subtree of an allowed folder
+cannot be taken out again; a mount can. Before its Landlock walls go up, the sub-agent
+process moves into a private mount namespace (``unshare(CLONE_NEWNS)``, through a user
+namespace where it is not root) and bind-mounts each protected path read-only onto itself:
+writes fail (``EROFS``), and a mount point cannot be renamed, removed or replaced
+(``EBUSY``). Mounts made here never reach the rest of the machine (the tree is made
+private first), and Landlock refuses every later mount or unmount, so bash cannot undo
+them. The agent's own memory folder (inside ``.agentcell``) is bound back read-write from
+a descriptor opened before, and so is this run's tool-output folder; the run's record
+files were opened before and stay writable through their descriptors only.
+
+A protected path that does not exist yet cannot be a mount point, so one is made first:
+a placeholder that reads as "absent" to agentcell, git and Claude Code (an empty folder
+for ``.git``, ``.agentcell``, ``.claude``; for ``agentcell.toml`` a comment only, for
+``.mcp.json`` no servers) and is then bound read-only like the rest. The parent removes
+the placeholders that are still exactly that when it closes (``remove_placeholders``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+
+#: What a sub-agent may never write, rename or create, relative to its workdir.
+PROTECTED = (".git", "agentcell.toml", ".agentcell", ".claude", ".mcp.json")
+#: The placeholder of each absent protected path: None is an empty folder.
+PLACEHOLDERS: dict[str, bytes | None] = {
+    ".git": None,
+    ".agentcell": None,
+    ".claude": None,
+    "agentcell.toml": b"# agentcell: placeholder while sub-agents run (removed when it ends)\n",
+    ".mcp.json": b'{"mcpServers": {}, "agentcell": "placeholder while sub-agents run"}\n',
+}
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_REMOUNT = 32
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class MountError(OSError):
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    src = None if source is None else os.fsencode(source)
+    if _libc.mount(src, os.fsencode(target), None, ctypes.c_ulong(flags), None) != 0:
+        code = ctypes.get_errno()
+        raise MountError(code, f"mount {target}: {os.strerror(code)}")
+
+
+def _enter_namespace() -> str | None:
+    """Move this thread into a private mount namespace; None if the kernel refuses."""
+    uid, gid = os.geteuid(), os.getegid()
+    if _libc.unshare(_CLONE_NEWNS) == 0:
+        return "mount"
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        return None  # no user namespaces here, or this process already has threads
+    # Stay who we are inside: the same uid and gid map onto themselves.
+    with contextlib.suppress(OSError):
+        Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    return "user+mount"
+
+
+def _make_placeholder(workdir_fd: int, name: str) -> bool:
+    """Create ``name``'s placeholder in the workdir if it is absent (True: made now)."""
+    content = PLACEHOLDERS[name]
+    try:
+        if content is None:
+            os.mkdir(name, 0o700, dir_fd=workdir_fd)
+            return True
+        fd = os.open(
+            name,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+            dir_fd=workdir_fd,
+        )
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as file:
+        file.write(content)
+    return True
+
+
+def protect(workdir: str, writable: Iterable[tuple[int, str]]) -> str | None:
+    """Make the protected paths of ``workdir`` read-only for this process and all it
+    starts; ``writable``: (``O_PATH`` descriptor, path) of folders beneath them bound back
+    read-write (the memory folder, the tool-output folder). Returns what was done, in
+    words for the report (None: no mount namespace can be had here); raises
+    ``MountError`` for a protected path it must not cover (a link)."""
+    kind = _enter_namespace()
+    if kind is None:
+        return None
+    _mount(None, "/", _MS_REC | _MS_PRIVATE)  # nothing below reaches the host's tree
+    # Opened again in this namespace (a bind's source must be one of its mounts), checked
+    # to be the very folders granted, before the read-only mounts cover them.
+    again = [(_same_folder(fd, path), path) for fd, path in writable]
+    workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in PROTECTED:
+            _bind_read_only(workdir, workdir_fd, name)
+        for fd, path in again:  # back read-write, from the still writable mount below
+            _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
+    finally:
+        os.close(workdir_fd)
+        for fd, _ in again:
+            os.close(fd)
+    return f"protected paths read-only ({kind} namespace)"
+
+
+def _same_folder(granted: int, path: str) -> int:
+    fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    first, now = os.fstat(granted), os.fstat(fd)
+    if (first.st_dev, first.st_ino) != (now.st_dev, now.st_ino):
+        os.close(fd)
+        raise MountError(errno.ESTALE, f"{path} was replaced while the sandbox was set up")
+    return fd
+
+
+def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
+    _make_placeholder(workdir_fd, name)
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=workdir_fd)
+    try:
+        if stat.S_ISLNK(os.fstat(fd).st_mode):
+            raise MountError(
+                errno.ELOOP,
+                f"{workdir}/{name} is a link: agentcell protects it by a read-only mount "
+                "and will not follow a link to do so; replace the link with the folder or file",
+            )
+        # Onto the path (a lookup that crosses the new mount for the remount), from the
+        # descriptor checked above.
+        path = os.path.join(workdir, name)
+        _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
+        _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+    finally:
+        os.close(fd)
+
+
+def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
+    """Parent side, once no sub-agent runs in ``workdir``: take away each placeholder
+    that is still exactly what ``protect`` made (an empty folder, the same bytes)."""
+    for name, content in PLACEHOLDERS.items():
+        path = os.path.join(workdir, name)
+        with contextlib.suppress(OSError):
+            if content is None:
+                if name != ".agentcell":  # agentcell's own folder: it stays
+                    os.rmdir(path)  # only an empty folder goes
+                continue
+            info = os.lstat(path)
+            if stat.S_ISREG(info.st_mode) and info.st_size == len(content):
+                with open(path, "rb") as file:
+                    if file.read() == content:
+                        os.unlink(path)
