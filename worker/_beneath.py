@@ -178,6 +178,8 @@ def real_folder(
     the way at all (a granted folder must be what it says). ``create`` makes the missing
     components (``mode``: 0700, the folder is agentcell's). ``OutsideRoot`` otherwise."""
     rel = relative_to_root(root, path)
+    if create:  # the root itself is the user's (a workdir, the home): made as asked
+        os.makedirs(root, exist_ok=True)
     rootfd = os.open(os.path.abspath(root), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     current = rootfd
     try:

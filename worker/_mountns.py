@@ -15,11 +15,13 @@ them. The agent's own memory folder (inside ``.agentcell``) is bound back read-w
 a descriptor opened before, and so is this run's tool-output folder; the run's record
 files were opened before and stay writable through their descriptors only.
 
-A protected path that does not exist yet cannot be a mount point, so one is made first:
-a placeholder that reads as "absent" to agentcell, git and Claude Code (an empty folder
-for ``.git``, ``.agentcell``, ``.claude``; for ``agentcell.toml`` a comment only, for
-``.mcp.json`` no servers) and is then bound read-only like the rest. The parent removes
-the placeholders that are still exactly that when it closes (``remove_placeholders``).
+A protected path that does not exist yet cannot be a mount point, and an empty folder
+in its place is bound read-only instead, so nothing can be created there. An empty folder
+reads as "absent" everywhere that matters: git lists no empty folder (``git status`` stays
+clean) and ignores a ``.git`` folder that is not a repository, and agentcell takes a
+config path that is not a file for none. While agentcell runs, the user sees those empty
+folders (``.mcp.json/`` …); the parent removes each one that is still an empty folder
+when it closes, and before it commits a worktree (``remove_placeholders``).
 """
 
 from __future__ import annotations
@@ -34,14 +36,6 @@ from pathlib import Path
 
 #: What a sub-agent may never write, rename or create, relative to its workdir.
 PROTECTED = (".git", "agentcell.toml", ".agentcell", ".claude", ".mcp.json")
-#: The placeholder of each absent protected path: None is an empty folder.
-PLACEHOLDERS: dict[str, bytes | None] = {
-    ".git": None,
-    ".agentcell": None,
-    ".claude": None,
-    "agentcell.toml": b"# agentcell: placeholder while sub-agents run (removed when it ends)\n",
-    ".mcp.json": b'{"mcpServers": {}, "agentcell": "placeholder while sub-agents run"}\n',
-}
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -83,24 +77,10 @@ def _enter_namespace() -> str | None:
     return "user+mount"
 
 
-def _make_placeholder(workdir_fd: int, name: str) -> bool:
-    """Create ``name``'s placeholder in the workdir if it is absent (True: made now)."""
-    content = PLACEHOLDERS[name]
-    try:
-        if content is None:
-            os.mkdir(name, 0o700, dir_fd=workdir_fd)
-            return True
-        fd = os.open(
-            name,
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-            dir_fd=workdir_fd,
-        )
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "wb") as file:
-        file.write(content)
-    return True
+def _make_placeholder(workdir_fd: int, name: str) -> None:
+    """An empty folder in place of ``name`` if it is absent (a mount point for it)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(name, 0o700, dir_fd=workdir_fd)
 
 
 def protect(workdir: str, writable: Iterable[tuple[int, str]]) -> str | None:
@@ -159,16 +139,9 @@ def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
 
 def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
     """Parent side, once no sub-agent runs in ``workdir``: take away each placeholder
-    that is still exactly what ``protect`` made (an empty folder, the same bytes)."""
-    for name, content in PLACEHOLDERS.items():
-        path = os.path.join(workdir, name)
+    that is still an empty folder (``rmdir`` removes nothing else)."""
+    for name in PROTECTED:
+        if name == ".agentcell":  # agentcell's own folder: it stays
+            continue
         with contextlib.suppress(OSError):
-            if content is None:
-                if name != ".agentcell":  # agentcell's own folder: it stays
-                    os.rmdir(path)  # only an empty folder goes
-                continue
-            info = os.lstat(path)
-            if stat.S_ISREG(info.st_mode) and info.st_size == len(content):
-                with open(path, "rb") as file:
-                    if file.read() == content:
-                        os.unlink(path)
+            os.rmdir(os.path.join(workdir, name))
