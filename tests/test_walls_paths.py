@@ -10,7 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +253,83 @@ async def test_instruction_skill_and_memory_files_linked_out_never_reach_the_mod
         if path.is_file():
             text = path.read_text(errors="replace")
             assert not any(secret in text for secret in SECRETS), path
+
+
+# As a user who is not root: the same walls through a user namespace made while the
+# process had one thread (``prepare``), then a mount namespace made with threads running.
+_AS_A_USER = r"""
+import importlib.util, os, subprocess, sys, threading
+spec = importlib.util.spec_from_file_location("mountns", sys.argv[1])
+mountns = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mountns)
+work, late = sys.argv[2], sys.argv[3] == "late"
+stop = threading.Event()
+if late:  # a thread before prepare: a user namespace can no longer be made
+    threading.Thread(target=stop.wait, daemon=True).start()
+mountns.prepare("workspace")
+threading.Thread(target=stop.wait, daemon=True).start()  # a drain thread, say
+memory = os.path.join(work, ".agentcell", "agent-memory", "k")
+fd = os.open(memory, os.O_PATH | os.O_DIRECTORY)
+print("DONE:", mountns.protect(work, [(fd, memory)]))
+for command in ["echo x >> .git/config", "echo x > .mcp.json", "mv .git .g",
+                "echo ok > .agentcell/agent-memory/k/M", "echo ok > normal"]:
+    run = subprocess.run(["bash", "-c", command], cwd=work, capture_output=True, text=True)
+    print(f"{command} -> {run.returncode} {run.stderr.strip()}")
+"""
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A scratch folder user nobody can reach (pytest's own is root's only)."""
+    folder = Path(tempfile.mkdtemp(prefix="agentcell-walls-"))
+    folder.chmod(0o755)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _user_python() -> str | None:
+    """A Python that user nobody can run (this one may live in root's home)."""
+    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(python, os.X_OK):
+            return python
+    return None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not _user_python() or not Path("/usr/bin/setpriv").exists(),
+    reason="needs root (to become user nobody), setpriv and a system python3",
+)
+@pytest.mark.parametrize("late", [False, True])
+def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
+    open_tmp: Path, late: bool
+) -> None:
+    tmp_path = open_tmp
+    work = tmp_path / "w"
+    (work / ".git").mkdir(parents=True)
+    (work / ".git" / "config").write_text("cfg\n")
+    (work / ".agentcell" / "agent-memory" / "k").mkdir(parents=True)
+    script = tmp_path / "as_user.py"
+    script.write_text(_AS_A_USER)
+    for path in (work, *work.rglob("*")):
+        os.chown(path, 65534, 65534)
+    module = Path(__file__).parents[1] / "worker" / "_mountns.py"
+    run = subprocess.run(
+        ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         str(_user_python()), str(script), str(module), str(work), "late" if late else "early"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = dict(line.split(" -> ", 1) for line in run.stdout.splitlines()[1:])
+    if late:  # not held, and said so (the sandbox reports it as missing)
+        assert run.stdout.startswith("DONE: None"), run.stdout
+        assert lines["echo x >> .git/config"].startswith("0")
+        return
+    assert run.stdout.startswith("DONE: protected paths read-only (user+mount"), run.stdout
+    assert "Read-only file system" in lines["echo x >> .git/config"]
+    assert "Is a directory" in lines["echo x > .mcp.json"]
+    assert "busy" in lines["mv .git .g"]
+    assert lines["echo ok > .agentcell/agent-memory/k/M"] == "0 "
+    assert lines["echo ok > normal"] == "0 "
+    assert (work / ".git" / "config").read_text() == "cfg\n"

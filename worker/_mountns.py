@@ -29,13 +29,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import functools
 import os
 import stat
 from collections.abc import Iterable
+from operator import or_
 from pathlib import Path
 
 #: What a sub-agent may never write, rename or create, relative to its workdir.
 PROTECTED = (".git", "agentcell.toml", ".agentcell", ".claude", ".mcp.json")
+
+#: What ``agentcell sandbox`` and a result say where no mount namespace can be had.
+MISSING = (
+    "protected paths (no mount namespace: .git, agentcell.toml, .agentcell/, .claude/ and "
+    ".mcp.json stay writable to bash like the rest of the workdir)"
+)
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
@@ -62,19 +70,56 @@ def _mount(source: str | None, target: str, flags: int) -> None:
         raise MountError(code, f"mount {target}: {os.strerror(code)}")
 
 
-def _enter_namespace() -> str | None:
-    """Move this thread into a private mount namespace; None if the kernel refuses."""
+_in_user_namespace = False  # set by prepare: this process made a user namespace
+
+
+def prepare(mode: str) -> None:
+    """For a user who is not root, at the start of a ``workspace`` run while the process
+    still has one thread (a user namespace cannot be entered later, once a drain thread
+    or an MCP server's reader runs): a user namespace of its own, with the same uid and
+    gid, so that the mount namespace ``protect`` makes later is allowed."""
+    global _in_user_namespace
+    if mode.strip().lower() != "workspace" or os.geteuid() == 0 or _in_user_namespace:
+        return
+    if len(os.listdir("/proc/self/task")) != 1:
+        return  # protect then reports what is missing
+    _in_user_namespace = _enter_user_namespace()
+
+
+def _enter_user_namespace() -> bool:
     uid, gid = os.geteuid(), os.getegid()
-    if _libc.unshare(_CLONE_NEWNS) == 0:
-        return "mount"
-    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
-        return None  # no user namespaces here, or this process already has threads
+    if _libc.unshare(_CLONE_NEWUSER) != 0:
+        return False  # no user namespaces for this user here
     # Stay who we are inside: the same uid and gid map onto themselves.
     with contextlib.suppress(OSError):
         Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-    return "user+mount"
+    return True
+
+
+def _enter_namespace() -> str | None:
+    """Move this thread into a private mount namespace; None if the kernel refuses."""
+    if _libc.unshare(_CLONE_NEWNS) == 0:  # as root, or in the user namespace of prepare
+        return "user+mount" if _in_user_namespace else "mount"
+    single = len(os.listdir("/proc/self/task")) == 1
+    if single and _enter_user_namespace() and _libc.unshare(_CLONE_NEWNS) == 0:
+        return "user+mount"
+    return None
+
+
+def probe() -> str | None:
+    """Which way a private mount namespace can be had here ("mount", "user+mount") or
+    None: tried in a throwaway child (unshare changes the caller for good)."""
+    unshare = _libc.unshare
+    for flags, name in ((_CLONE_NEWNS, "mount"), (_CLONE_NEWUSER | _CLONE_NEWNS, "user+mount")):
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if unshare(flags) == 0 else 1)
+        _, status = os.waitpid(pid, 0)
+        if os.waitstatus_to_exitcode(status) == 0:
+            return name
+    return None
 
 
 def _make_placeholder(workdir_fd: int, name: str) -> None:
@@ -132,9 +177,26 @@ def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
         # descriptor checked above.
         path = os.path.join(workdir, name)
         _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
-        _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+        # Keep the flags the mount had (in a user namespace they are locked: a remount
+        # that dropped one would be refused), and add read-only.
+        _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _kept_flags(path))
     finally:
         os.close(fd)
+
+
+_KEPT = (  # statvfs f_flag bit -> mount flag (the same values on Linux)
+    (os.ST_NOSUID, _MS_NOSUID),
+    (os.ST_NODEV, _MS_NODEV),
+    (os.ST_NOEXEC, 8),
+    (os.ST_NOATIME, 1024),
+    (os.ST_NODIRATIME, 2048),
+    (os.ST_RELATIME, 1 << 21),
+)
+
+
+def _kept_flags(path: str) -> int:
+    have = os.statvfs(path).f_flag
+    return functools.reduce(or_, (flag for bit, flag in _KEPT if have & bit), 0)
 
 
 def remove_placeholders(workdir: str | os.PathLike[str]) -> None:

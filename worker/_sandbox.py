@@ -105,6 +105,7 @@ def _probe() -> dict[str, Any]:
         "landlock_scopes": abi >= 6,
         "no_new_privs": True,
         "network_namespace": _can_unshare_net(),
+        "mount_namespace": _mountns.probe(),
         "process_cap": None if cgroup is None else f"cgroup {cgroup[0]} pids",
         "seccomp": seccomp,
     }
@@ -123,6 +124,8 @@ def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
         missing.append("signal and abstract-socket scoping (Landlock ABI 6)")
     if caps["process_cap"] is None:
         missing.append("a process cap (a writable cgroup pids controller)")
+    if caps.get("mount_namespace") is None and mode == "workspace":
+        missing.append(_mountns.MISSING)
     return missing
 
 
@@ -335,7 +338,7 @@ def _protect_paths(box: Sandbox, workdir: str, grants: _grants.Grants) -> None:
     ]
     done = _mountns.protect(workdir, inside)
     if done is None:
-        box.missing.append("protected paths (no mount namespace: .git, .agentcell ... writable)")
+        box.missing.append(_mountns.MISSING)
     else:
         box.protected = done
 
