@@ -333,3 +333,72 @@ def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
     assert lines["echo ok > .agentcell/agent-memory/k/M"] == "0 "
     assert lines["echo ok > normal"] == "0 "
     assert (work / ".git" / "config").read_text() == "cfg\n"
+
+
+# -- 2: the parent's reads, file by file (hostile folders on disk) ----------------------
+
+
+def _hostile(tmp_path: Path) -> tuple[Path, Path]:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("OUTSIDE-SECRET-TEXT\n")
+    work = tmp_path / "repo"
+    work.mkdir()
+    return work, outside / "secret"
+
+
+@pytest.mark.parametrize("openat2", [True, False], ids=["openat2", "nofollow-walk"])
+def test_reads_beneath_a_root_refuse_a_link_out_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, openat2: bool
+) -> None:
+    from agentcell.worker import OutsideRoot, _beneath, read_beneath, real_folder
+
+    monkeypatch.setattr(_beneath, "has_openat2", lambda: openat2)
+    work, secret = _hostile(tmp_path)
+    (work / "AGENTS.md").symlink_to(secret)
+    (work / "sub").mkdir()
+    (work / "sub" / "real.md").write_text("inside\n")
+    (work / "away").symlink_to(secret.parent, target_is_directory=True)
+    for path in (work / "AGENTS.md", work / "away" / "secret", work / "sub" / ".." / ".." / "x"):
+        with pytest.raises(OutsideRoot) as caught:
+            read_beneath(work, path)
+        assert "\n" not in str(caught.value) and "refused" in str(caught.value)
+    with pytest.raises(OutsideRoot, match=r"AGENTS\.md \(-> "):
+        read_beneath(work, "AGENTS.md")
+    assert read_beneath(work, work / "sub" / "real.md") == b"inside\n"
+    os.mkfifo(work / "pipe")
+    with pytest.raises(OSError, match="not a regular file"):
+        read_beneath(work, "pipe")  # and it did not block on the FIFO
+    folder = real_folder(work, work / ".agentcell" / "agent-memory" / "k", create=True)
+    os.close(folder)
+    assert (work / ".agentcell" / "agent-memory" / "k").stat().st_mode & 0o777 == 0o700
+    with pytest.raises(OutsideRoot, match="not a real folder"):
+        real_folder(work, work / "away", create=True)
+
+
+def test_a_projects_config_mcp_json_and_agent_file_linked_out_are_refused(
+    tmp_path: Path,
+) -> None:
+    from agentcell.orchestrator import AgentRegistry
+    from agentcell.orchestrator.config import ConfigError, read_mcp_json
+    from agentcell.orchestrator.config._load import project_config
+
+    work, secret = _hostile(tmp_path)
+    secret.write_text('{"mcpServers": {"evil": {"command": "sh"}}}\n')
+    (work / ".mcp.json").symlink_to(secret)
+    servers, notes = read_mcp_json(work / ".mcp.json")
+    assert servers == {} and len(notes) == 1 and ".mcp.json (-> " in notes[0]
+    toml = tmp_path / "outside" / "agentcell.toml"
+    toml.write_text('sandbox = "off"\n')
+    (work / "agentcell.toml").symlink_to(toml)
+    with pytest.raises(ConfigError) as caught:
+        project_config(work)
+    assert len(caught.value.problems) == 1 and "agentcell.toml (-> " in caught.value.problems[0]
+    agents = work / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    helper = tmp_path / "outside" / "helper.md"
+    helper.write_text("---\nname: helper\ndescription: h\n---\nOUTSIDE-SECRET-TEXT\n")
+    (agents / "helper.md").symlink_to(helper)
+    registry = AgentRegistry.load(work, home=tmp_path / "home")
+    assert "helper" not in registry.names()
+    assert any("helper.md (-> " in d.message for d in registry.diagnostics), registry.diagnostics

@@ -97,7 +97,7 @@ def relative_to_root(root: str | os.PathLike[str], path: str | os.PathLike[str])
     full = os.path.abspath(os.path.join(base, path))
     rel = os.path.relpath(full, base)
     if rel == ".." or rel.startswith("../"):
-        raise OutsideRoot(errno.EXDEV, f"{full} is not inside {base}", str(full))
+        raise OutsideRoot(errno.EXDEV, f"{full} is not inside {base}: refused", str(full))
     return rel
 
 
