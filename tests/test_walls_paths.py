@@ -84,9 +84,18 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
         "mkdir -p .claude/hooks && echo x > .claude/hooks/h && echo MADE-HOOK",
         "echo fine > normal.txt && mkdir -p src && echo ok > src/a.txt && cat normal.txt",
         "echo note >> .agentcell/agent-memory/keeper/MEMORY.md && echo MEMORY-OK",
+        # This run's tool-output folder: agentcell's own code writes it, bash does not.
+        "d=$(ls -d .agentcell/runs/*/tool-outputs) && echo x > $d/forged.txt && echo WROTE-OUT",
+        "head -c 40000 /dev/zero | tr '\\0' L",
     ]
     served.responder = bash_script(commands)
-    orch = orchestrator(work, agent("keeper", ["bash"], memory="project"))
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        workdir=work,
+        agents=[agent("keeper", ["bash"], memory="project")],
+        load_agent_files=False,
+        record=True,
+    )
     async with orch:
         result = await asyncio.wait_for(orch.delegate("keeper", "go"), 60)
         assert (work / ".mcp.json").is_dir()  # the placeholder, while agentcell runs
@@ -110,6 +119,11 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
     # Normal work and the agent's own memory folder stay writable.
     assert out[9].strip() == "fine" and (work / "src" / "a.txt").read_text() == "ok\n"
     assert "MEMORY-OK" in out[10]
+    assert "WROTE-OUT" not in out[11] and "Read-only file system" in out[11], out[11]
+    outputs = list((work / ".agentcell" / "runs").glob("*/tool-outputs"))
+    assert len(outputs) == 1 and [p.name for p in outputs[0].iterdir()] != []
+    saved = [p.read_text() for p in outputs[0].iterdir()]
+    assert saved == ["L" * 40000], [len(text) for text in saved]  # the long output, whole
     memory = work / ".agentcell" / "agent-memory" / "keeper"
     assert (memory / "MEMORY.md").read_text() == "note\n"
     assert "protected paths read-only" in result.sandbox, result.sandbox

@@ -128,10 +128,14 @@ def _make_placeholder(workdir_fd: int, name: str) -> None:
         os.mkdir(name, 0o700, dir_fd=workdir_fd)
 
 
-def protect(workdir: str, writable: Iterable[tuple[int, str]]) -> str | None:
+def protect(
+    workdir: str, writable: Iterable[tuple[int, str]], private: tuple[int, str] | None = None
+) -> str | None:
     """Make the protected paths of ``workdir`` read-only for this process and all it
     starts; ``writable``: (``O_PATH`` descriptor, path) of folders beneath them bound back
-    read-write (the memory folder, the tool-output folder). Returns what was done, in
+    read-write (the memory folder); ``private``: a folder beneath them that only this
+    process writes, through a descriptor it keeps (the run's tool-output folder, see
+    ``_outputs``), while its commands see it read-only. Returns what was done, in
     words for the report (None: no mount namespace can be had here); raises
     ``MountError`` for a protected path it must not cover (a link)."""
     kind = _enter_namespace()
@@ -141,6 +145,10 @@ def protect(workdir: str, writable: Iterable[tuple[int, str]]) -> str | None:
     # Opened again in this namespace (a bind's source must be one of its mounts), checked
     # to be the very folders granted, before the read-only mounts cover them.
     again = [(_same_folder(fd, path), path) for fd, path in writable]
+    if private is not None:
+        from agentcell.worker import _outputs  # (this module also runs on its own: tests)
+
+        _outputs.keep(_same_folder(*private))  # on the writable mount beneath; kept
     workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in PROTECTED:

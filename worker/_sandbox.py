@@ -330,13 +330,17 @@ def _grant_folders(
 
 
 def _protect_paths(box: Sandbox, workdir: str, grants: _grants.Grants) -> None:
-    inside = [
-        (grant.fd, grant.path)
-        for grant in (grants.memory, grants.outputs)
-        if grant is not None
-        and any(grant.path.startswith(f"{workdir}/{name}/") for name in _mountns.PROTECTED)
-    ]
-    done = _mountns.protect(workdir, inside)
+    def covered(grant: _grants.Grant | None) -> bool:
+        return grant is not None and any(
+            grant.path.startswith(f"{workdir}/{name}/") for name in _mountns.PROTECTED
+        )
+
+    memory, outputs = grants.memory, grants.outputs
+    done = _mountns.protect(
+        workdir,
+        [(memory.fd, memory.path)] if memory is not None and covered(memory) else [],
+        (outputs.fd, outputs.path) if outputs is not None and covered(outputs) else None,
+    )
     if done is None:
         box.missing.append(_mountns.MISSING)
     else:

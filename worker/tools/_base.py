@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 import msgspec
+from agentcell.worker import _outputs
 from agentcell.worker.models._base import ToolSpec
 
 
@@ -294,9 +295,10 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     where = ""
     if ctx.run_dir is not None:
         out_dir = ctx.run_dir / "tool-outputs"
-        out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / f"{safe_name_part(ctx.agent_id)}-{safe_name_part(ctx.call_id)}.txt"
-        path.write_text(text)
+        if not _outputs.write(path.name, text):  # through the sandbox's descriptor, if any
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
     return (
