@@ -87,6 +87,9 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
         # This run's tool-output folder: agentcell's own code writes it, bash does not.
         "d=$(ls -d .agentcell/runs/*/tool-outputs) && echo x > $d/forged.txt && echo WROTE-OUT",
         "head -c 40000 /dev/zero | tr '\\0' L",
+        # The sub-agent's own descriptors (its records): Landlock's ptrace scope refuses.
+        "for f in /proc/$PPID/fd/*; do [ -f $f ] && echo x >> $f && echo WROTE-FD; done; "
+        "readlink -v /proc/$PPID/fd/* 2>&1 | head -3",
     ]
     served.responder = bash_script(commands)
     orch = Orchestrator(
@@ -124,6 +127,9 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
     assert len(outputs) == 1 and [p.name for p in outputs[0].iterdir()] != []
     saved = [p.read_text() for p in outputs[0].iterdir()]
     assert saved == ["L" * 40000], [len(text) for text in saved]  # the long output, whole
+    assert "WROTE-FD" not in out[13] and "Permission denied" in out[13], out[13]
+    # The read-only mounts were the child's alone: here the paths are as writable as ever.
+    (work / ".claude" / "settings.json").write_text("{}\n")
     memory = work / ".agentcell" / "agent-memory" / "keeper"
     assert (memory / "MEMORY.md").read_text() == "note\n"
     assert "protected paths read-only" in result.sandbox, result.sandbox
@@ -131,6 +137,23 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
     assert str(os.path.realpath(memory)) in result.sandbox.split("writes: ")[1]
     # Absent before, absent after: the placeholder is gone with agentcell.
     assert not (work / ".mcp.json").exists()
+
+
+@needs_mountns
+async def test_a_protected_path_that_is_a_link_refuses_the_run_in_one_line(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    (work / "dotfiles" / "claude").mkdir(parents=True)
+    (work / ".claude").symlink_to(work / "dotfiles" / "claude", target_is_directory=True)
+    served.responder = bash_script(["echo x > .claude/settings.json && echo WROTE"])
+    orch = orchestrator(work, agent("worker", ["bash"]))
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.ERROR, result.error
+    assert ".claude is a link" in result.error and "\n" not in result.error
+    assert not (work / "dotfiles" / "claude" / "settings.json").exists()
+    assert not served.requests
 
 
 # -- 2: links out of an untrusted folder -------------------------------------------------
