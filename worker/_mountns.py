@@ -122,10 +122,19 @@ def probe() -> str | None:
     return None
 
 
-def _make_placeholder(workdir_fd: int, name: str) -> None:
-    """An empty folder in place of ``name`` if it is absent (a mount point for it)."""
-    with contextlib.suppress(FileExistsError):
+def _make_placeholder(workdir_fd: int, name: str) -> bool:
+    """An empty folder in place of ``name`` if it is absent (a mount point for it).
+    False: the workdir takes no new entry from this user at all (read-only, not ours),
+    so the agent cannot create ``name`` either and there is nothing to hold."""
+    try:
         os.mkdir(name, 0o700, dir_fd=workdir_fd)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return False
+        raise
+    return True
 
 
 def protect(
@@ -172,7 +181,8 @@ def _same_folder(granted: int, path: str) -> int:
 
 
 def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
-    _make_placeholder(workdir_fd, name)
+    if not _make_placeholder(workdir_fd, name):
+        return
     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=workdir_fd)
     try:
         if stat.S_ISLNK(os.fstat(fd).st_mode):
