@@ -127,6 +127,9 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
     assert len(outputs) == 1 and [p.name for p in outputs[0].iterdir()] != []
     saved = [p.read_text() for p in outputs[0].iterdir()]
     assert saved == ["L" * 40000], [len(text) for text in saved]  # the long output, whole
+    # Its own record, written through the descriptor it opened before the walls.
+    record = (outputs[0].parent / f"{result.agent_id}.jsonl").read_text()
+    assert '"kind":"messages"' in record and "MEMORY-OK" in record
     assert "WROTE-FD" not in out[13] and "Permission denied" in out[13], out[13]
     # The read-only mounts were the child's alone: here the paths are as writable as ever.
     (work / ".claude" / "settings.json").write_text("{}\n")
