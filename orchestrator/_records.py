@@ -8,6 +8,7 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
-from agentcell.worker import Redactor
+from agentcell.worker import Redactor, real_folder
 
 RUNS_DIR = Path(".agentcell") / "runs"
 
@@ -29,7 +30,9 @@ def new_run_dir(workdir: Path) -> Path:
         ms = int(now * 1000) % 1000
         run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # Real folders beneath the workdir (0700): a repository's .agentcell/runs that is a
+        # link (to $HOME, say) raises OutsideRoot naming it, never takes the records.
+        os.close(real_folder(workdir, path.parent, create=True))
         try:
             path.mkdir()
         except FileExistsError:

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -445,3 +446,52 @@ def test_a_projects_config_mcp_json_and_agent_file_linked_out_are_refused(
     registry = AgentRegistry.load(work, home=tmp_path / "home")
     assert "helper" not in registry.names()
     assert any("helper.md (-> " in d.message for d in registry.diagnostics), registry.diagnostics
+
+
+async def test_a_runs_folder_linked_to_home_never_takes_the_records(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcell.worker import OutsideRoot
+
+    home = _fake_home(tmp_path, monkeypatch)
+    work = tmp_path / "repo"
+    (work / ".agentcell").mkdir(parents=True)
+    (work / ".agentcell" / "runs").symlink_to(home / ".ssh", target_is_directory=True)
+    served.responder = lambda body, api: Reply(text="hello")
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        workdir=work,
+        load_agent_files=False,
+        record=True,
+    )
+    async with orch:
+        with pytest.raises(OutsideRoot) as caught:
+            await asyncio.wait_for(orch.run("hi"), 60)
+    assert ".agentcell/runs (-> " in str(caught.value) and "\n" not in str(caught.value)
+    assert sorted(p.name for p in (home / ".ssh").iterdir()) == ["id_rsa"]
+    assert not served.requests
+
+
+def test_the_cli_says_a_link_out_in_one_line(tmp_path: Path, model_server: ModelServer) -> None:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    work = tmp_path / "repo"
+    (work / ".agentcell").mkdir(parents=True)
+    (work / ".agentcell" / "runs").symlink_to(home / ".ssh", target_is_directory=True)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "OPENAI_BASE_URL": model_server.openai_base_url,
+        "OPENAI_API_KEY": "sk-walls-paths-cli",
+    }
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "agentcell"), "run", "--model", "openai:t", "hi"],
+        cwd=work, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and ".agentcell/runs (-> " in lines[0], done.stderr
+    assert list((home / ".ssh").iterdir()) == [] and not model_server.requests
