@@ -2,8 +2,6 @@
 
 from agentcell.worker._beneath import (
     OutsideRoot,
-    is_file_beneath,
-    open_beneath,
     read_beneath,
     real_folder,
 )
@@ -70,8 +68,6 @@ __all__ = [
     "Verdict",
     "child_main",
     "describe_arguments",
-    "is_file_beneath",
-    "open_beneath",
     "read_beneath",
     "real_folder",
     "mcp_tool_name",

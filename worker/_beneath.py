@@ -61,8 +61,8 @@ def has_openat2() -> bool:
     root = os.open("/", os.O_PATH | os.O_CLOEXEC)
     try:
         os.close(_openat2(root, ".", os.O_PATH))
-    except OSError as exc:
-        return exc.errno != errno.ENOSYS
+    except OSError as exc:  # ENOSYS: an old kernel; EPERM: a seccomp filter said no
+        return exc.errno not in (errno.ENOSYS, errno.EPERM)
     finally:
         os.close(root)
     return True
@@ -153,18 +153,6 @@ def read_beneath(
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
         return file.read() if limit is None else file.read(limit + 1)
-
-
-def is_file_beneath(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` is a regular file reached beneath ``root`` (False for a link out)."""
-    try:
-        fd = open_beneath(root, path, os.O_PATH)
-    except OSError:
-        return False
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode)
-    finally:
-        os.close(fd)
 
 
 def real_folder(
