@@ -47,7 +47,9 @@ class OutsideRoot(OSError):
 
 
 def _openat2(dirfd: int, rel: str, flags: int, mode: int = 0) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(
+        flags | os.O_CLOEXEC | os.O_NOCTTY, mode, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+    )
     fd = _syscall(_SYS_OPENAT2, dirfd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
     if fd < 0:
         code = ctypes.get_errno()
@@ -76,19 +78,27 @@ def _walk_nofollow(dirfd: int, rel: str, flags: int, mode: int = 0) -> int:
     current = os.dup(dirfd)
     try:
         for part in parts[:-1]:
-            step = os.open(
-                part, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=current
-            )
+            step = _step_nofollow(current, part, rel)
             os.close(current)
             current = step
         last = parts[-1] if parts else "."
         return os.open(last, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=current)
     except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+        if exc.errno == errno.ELOOP:  # the last component is a link
             raise OSError(errno.EXDEV, "a link on the way", rel) from None
         raise
     finally:
         os.close(current)
+
+
+def _step_nofollow(dirfd: int, part: str, rel: str) -> int:
+    try:
+        flags = os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+        return os.open(part, flags, dir_fd=dirfd)
+    except NotADirectoryError:  # a file, or a link (O_NOFOLLOW): only a link is refused
+        if stat.S_ISLNK(os.stat(part, dir_fd=dirfd, follow_symlinks=False).st_mode):
+            raise OSError(errno.EXDEV, "a link on the way", rel) from None
+        raise
 
 
 def relative_to_root(root: str | os.PathLike[str], path: str | os.PathLike[str]) -> str:
@@ -188,10 +198,7 @@ def _step_into(dirfd: int, name: str, *, create: bool, mode: int) -> int | None:
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, mode, dir_fd=dirfd)
-    try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
-    except FileNotFoundError:
-        raise
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dirfd)
     if not stat.S_ISDIR(os.fstat(fd).st_mode):
         os.close(fd)
         return None
