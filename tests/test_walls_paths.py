@@ -27,6 +27,7 @@ from model_servers import ModelServer, Reply
 from test_sandbox import SEP, agent, bash_script, orchestrator
 
 CAPS = probe_sandbox()
+MOUNTNS = Path(__file__).parents[1] / "worker" / "_mountns.py"  # run on its own, too
 pytestmark = pytest.mark.skipif(
     not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
 )
@@ -358,7 +359,7 @@ def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
     script.write_text(_AS_A_USER)
     for path in (work, *work.rglob("*")):
         os.chown(path, 65534, 65534)
-    module = Path(__file__).parents[1] / "worker" / "_mountns.py"
+    module = MOUNTNS
     run = subprocess.run(
         ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
          str(_user_python()), str(script), str(module), str(work), "late" if late else "early"],
@@ -495,3 +496,39 @@ def test_the_cli_says_a_link_out_in_one_line(tmp_path: Path, model_server: Model
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and ".agentcell/runs (-> " in lines[0], done.stderr
     assert list((home / ".ssh").iterdir()) == [] and not model_server.requests
+
+
+def test_placeholders_stay_while_any_sub_agent_still_holds_the_workdir(tmp_path: Path) -> None:
+    # Removing a placeholder another agentcell's sub-agent has mounted would detach that
+    # mount (rmdir from here is allowed), and that sub-agent could then create the path.
+    from agentcell.worker import remove_protection_placeholders
+
+    work = tmp_path / "work"
+    (work / ".mcp.json").mkdir(parents=True)  # an empty placeholder folder
+    (work / ".claude").mkdir()
+    (work / ".claude" / "settings.json").write_text("{}\n")  # a real one: never removed
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_SHARED, str(work), str(MOUNTNS)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        remove_protection_placeholders(work)
+        assert (work / ".mcp.json").is_dir()  # a sub-agent still runs here: kept
+    finally:
+        holder.communicate("", timeout=60)  # it lets go and ends
+    remove_protection_placeholders(work)
+    assert not (work / ".mcp.json").exists()
+    assert (work / ".claude" / "settings.json").read_text() == "{}\n"
+
+
+# A process that holds the workdir as a sub-agent's protect does (the real _hold).
+_HOLD_SHARED = """
+import importlib.util, sys
+spec = importlib.util.spec_from_file_location("mountns", sys.argv[2])
+mountns = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mountns)
+mountns._hold(sys.argv[1])
+print("held", flush=True)
+sys.stdin.read()
+"""

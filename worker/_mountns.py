@@ -21,7 +21,8 @@ reads as "absent" everywhere that matters: git lists no empty folder (``git stat
 clean) and ignores a ``.git`` folder that is not a repository, and agentcell takes a
 config path that is not a file for none. While agentcell runs, the user sees those empty
 folders (``.mcp.json/`` …); the parent removes each one that is still an empty folder
-when it closes, and before it commits a worktree (``remove_placeholders``).
+when it closes, and before it commits a worktree, once no sub-agent holds the workdir
+(``remove_placeholders``, ``_hold``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import os
 import stat
@@ -158,6 +160,7 @@ def protect(
         from agentcell.worker import _outputs  # (this module also runs on its own: tests)
 
         _outputs.keep(_same_folder(*private))  # on the writable mount beneath; kept
+    _hold(workdir)  # before any placeholder is made (see remove_placeholders)
     workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in PROTECTED:
@@ -217,11 +220,35 @@ def _kept_flags(path: str) -> int:
     return functools.reduce(or_, (flag for bit, flag in _KEPT if have & bit), 0)
 
 
+#: The workdirs this process holds a shared lock on, for its whole life.
+_held: list[int] = []
+
+
+def _hold(workdir: str) -> None:
+    """A shared ``flock`` on the workdir while this sub-agent lives: a placeholder that
+    is removed while some sub-agent has it mounted (rmdir from the host's namespace is
+    allowed and detaches that mount) would let that one create the path after all."""
+    fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a parent removes placeholders
+    _held.append(fd)
+
+
 def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
-    """Parent side, once no sub-agent runs in ``workdir``: take away each placeholder
-    that is still an empty folder (``rmdir`` removes nothing else)."""
-    for name in PROTECTED:
-        if name == ".agentcell":  # agentcell's own folder: it stays
-            continue
-        with contextlib.suppress(OSError):
-            os.rmdir(os.path.join(workdir, name))
+    """Parent side: take away each placeholder that is still an empty folder (``rmdir``
+    removes nothing else), only when no sub-agent of any agentcell runs in ``workdir``
+    (the exclusive lock is free); otherwise the one that closes last removes them."""
+    try:
+        fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return  # a sub-agent still runs here (this agentcell's or another's)
+    try:
+        for name in PROTECTED:
+            with contextlib.suppress(OSError):
+                os.rmdir(name, dir_fd=fd)
+    finally:
+        os.close(fd)  # and the lock with it
