@@ -532,3 +532,22 @@ mountns._hold(sys.argv[1])
 print("held", flush=True)
 sys.stdin.read()
 """
+
+
+def test_agentcell_sandbox_says_whether_the_protected_paths_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcell.orchestrator.cli import _sandbox_cmd
+    from agentcell.orchestrator.cli._main import cli as command
+    from click.testing import CliRunner
+
+    here = json.loads(CliRunner().invoke(command, ["sandbox", "--json"]).output)
+    holds = " ".join(here["modes"]["workspace"]["enforced"])
+    assert ("cannot be renamed or created" in holds) == bool(CAPS["mount_namespace"])
+    bare = {**CAPS, "mount_namespace": None}
+    monkeypatch.setattr(_sandbox_cmd, "probe_sandbox", lambda: bare)
+    there = json.loads(CliRunner().invoke(command, ["sandbox", "--json"]).output)
+    missing = there["modes"]["workspace"]["missing"]
+    assert any("protected paths" in line and "stay writable" in line for line in missing)
+    assert there["modes"]["required"]["note"] == "refuses to start here"
+    assert "cannot be renamed" not in " ".join(there["modes"]["workspace"]["enforced"])
