@@ -73,6 +73,7 @@ from agentcell.worker import (
     Transcript,
     hold_secrets,
     release_secrets,
+    remove_protection_placeholders,
 )
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool, builtin_tools
@@ -232,6 +233,7 @@ class Orchestrator:
             self._kept_task_tools.clear()
             if self._owns_pool:
                 await self.pool.close()
+            remove_protection_placeholders(self.workdir)  # its sub-agents are gone
             self.runner.limiter.close()
             self.bus.close()  # every events() stream ends
         finally:

@@ -18,7 +18,7 @@ import msgspec
 from agentcell.orchestrator._records_key import verified_record
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
-from agentcell.worker import Redactor
+from agentcell.worker import Redactor, real_folder
 
 RUNS_DIR = Path(".agentcell") / "runs"
 
@@ -31,6 +31,9 @@ def new_run_dir(workdir: Path) -> Path:
         ms = int(now * 1000) % 1000
         run_id = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
         path = workdir / RUNS_DIR / f"{run_id}-{ms:03x}{secrets.randbelow(16):x}"
+        # Real folders beneath the workdir (0700): a repository's .agentcell/runs that is a
+        # link (to $HOME, say) raises OutsideRoot naming it, never takes the records.
+        os.close(real_folder(workdir, path.parent, create=True))
         _private_runs_folder(path.parent)
         try:
             path.mkdir(mode=0o700)

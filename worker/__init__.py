@@ -1,5 +1,10 @@
 """The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
 
+from agentcell.worker._beneath import (
+    OutsideRoot,
+    read_beneath,
+    real_folder,
+)
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
 from agentcell.worker._hook_relay import (
@@ -19,6 +24,7 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
+from agentcell.worker._mountns import remove_placeholders as remove_protection_placeholders
 from agentcell.worker._record_chain import (
     RecordTampered,
     chain_end,
@@ -54,6 +60,7 @@ __all__ = [
     "Limits",
     "MAX_STOP_HOOK_CONTINUATIONS",
     "MCP_PREFIX",
+    "OutsideRoot",
     "McpServers",
     "McpTool",
     "PermissionMode",
@@ -74,11 +81,14 @@ __all__ = [
     "chain_end",
     "child_main",
     "describe_arguments",
+    "read_beneath",
+    "real_folder",
     "mcp_tool_name",
     "parse_sandbox_mode",
     "probe_sandbox",
     "record_key",
     "release_sandbox",
+    "remove_protection_placeholders",
     "sandbox_missing",
     "stricter_sandbox",
     "hold_secrets",

@@ -31,7 +31,7 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker import _proc, _sandbox
+from agentcell.worker import _mountns, _proc, _sandbox
 from agentcell.worker._child import ChildLink
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
@@ -56,6 +56,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     spec = start.spec
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
+    _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     if spec.env is not None:

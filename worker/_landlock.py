@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+import stat
 from collections.abc import Iterable
 
 # x86_64 and aarch64 share the generic syscall numbers for Landlock.
@@ -147,6 +148,17 @@ class Ruleset:
         finally:
             os.close(fd)
         return True
+
+    def allow_fd(self, fd: int, rights: int, what: str = "") -> None:
+        """Grant ``rights`` beneath what ``fd`` (an ``O_PATH`` descriptor of a checked
+        folder or file) refers to: the rule is on that object, whatever its path is now."""
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            rights &= FILE_RIGHTS
+        attr = _PathBeneathAttr(rights & self.fs, fd)
+        _check(
+            _syscall(_SYS_ADD_RULE, self.fd, _RULE_PATH_BENEATH, ctypes.byref(attr), 0),
+            f"landlock_add_rule({what or fd})",
+        )
 
     def allow_paths(self, paths: Iterable[str], rights: int) -> None:
         for path in paths:

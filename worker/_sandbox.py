@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _cgroup, _landlock, _seccomp
+from agentcell.worker import _cgroup, _grants, _landlock, _mountns, _seccomp
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -108,6 +108,7 @@ def _probe() -> dict[str, Any]:
         "landlock_scopes": abi >= 6,
         "no_new_privs": True,
         "network_namespace": _can_unshare_net(),
+        "mount_namespace": _mountns.probe(),
         "process_cap": None if cgroup is None else f"cgroup {cgroup[0]} pids",
         "seccomp": "filter" if seccomp["available"] else f"not available: {seccomp['reason']}",
         "seccomp_refuses": seccomp["refuses"],
@@ -130,6 +131,8 @@ def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
         missing.append("a process cap (a writable cgroup pids controller)")
     if not caps["seccomp_refuses"]:
         missing.append(f"the seccomp filter (keyring, ptrace, io_uring, …): {caps['seccomp']}")
+    if caps.get("mount_namespace") is None and mode == "workspace":
+        missing.append(_mountns.MISSING)
     return missing
 
 
@@ -148,6 +151,8 @@ class Sandbox:
         self.bash_network = True
         self.missing: list[str] = []
         self.seccomp = False  # this process's filter is installed
+        self.writable: list[str] = []  # the writable roots the walls actually grant
+        self.protected = ""  # how the workdir's protected paths are kept read-only
         self._bash_ruleset: Ruleset | None = None
         self._bash_filter: _seccomp.Filter | None = None  # no AF_UNIX sockets for bash
 
@@ -164,6 +169,10 @@ class Sandbox:
             parts.append(
                 "seccomp" if self._bash_filter is None else "seccomp, bash no unix sockets"
             )
+        if self.protected:
+            parts.append(self.protected)
+        if self.writable:
+            parts.append("writes: " + " ".join(self.writable))
         if self.cap is not None:
             parts.append(f"max {self.cap.limit} processes")
         if self.missing:
@@ -325,18 +334,9 @@ def _restrict_process(
         ruleset.allow_paths(_etc_paths(), _landlock.READ_FILE | _landlock.READ_DIR)
         device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
         ruleset.allow_paths(_DEVICES, device)
-        writable = [box.tmpdir or ""]
-        if run_dir:
-            outputs = Path(run_dir) / "tool-outputs"
-            outputs.mkdir(mode=0o700, parents=True, exist_ok=True)
-            writable.append(str(outputs))
-        if memory_dir:  # the agent's own memory folder (memory: user|project|local)
-            Path(memory_dir).mkdir(mode=0o700, parents=True, exist_ok=True)
-            writable.append(memory_dir)
-        ruleset.allow_path(workdir, everything if box.mode == "workspace" else _landlock.READ)
-        for path, writable_too in _git_admin(workdir):
-            ruleset.allow_path(path, everything if writable_too else _landlock.READ)
-        ruleset.allow_paths(writable, everything)
+        _grant_folders(
+            box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
+        )
         if model_ports is not None:
             for port in model_ports:
                 ruleset.allow_port(port)
@@ -346,6 +346,47 @@ def _restrict_process(
         ruleset.close()
     if abi < 6:
         box.missing.append("signal scoping (Landlock ABI 6)")
+
+
+def _grant_folders(
+    box: Sandbox, ruleset: Ruleset, everything: int, *, workdir: str, run_dir: str, memory_dir: str
+) -> None:
+    """The writable folders (and the workdir), checked and granted from descriptors;
+    under ``workspace`` the workdir's protected paths go read-only first."""
+    grants = _grants.open_grants(
+        workdir=workdir,
+        workdir_writable=box.mode == "workspace",
+        tmpdir=box.tmpdir or "",
+        run_dir=run_dir,
+        memory_dir=memory_dir,
+        git_admin=_git_admin(workdir),
+    )
+    try:
+        if box.mode == "workspace":
+            _protect_paths(box, workdir, grants)
+        for grant in grants.items:
+            ruleset.allow_fd(grant.fd, everything if grant.writable else _landlock.READ, grant.path)
+        box.writable = grants.writable_roots()
+    finally:
+        grants.close()
+
+
+def _protect_paths(box: Sandbox, workdir: str, grants: _grants.Grants) -> None:
+    def covered(grant: _grants.Grant | None) -> bool:
+        return grant is not None and any(
+            grant.path.startswith(f"{workdir}/{name}/") for name in _mountns.PROTECTED
+        )
+
+    memory, outputs = grants.memory, grants.outputs
+    done = _mountns.protect(
+        workdir,
+        [(memory.fd, memory.path)] if memory is not None and covered(memory) else [],
+        (outputs.fd, outputs.path) if outputs is not None and covered(outputs) else None,
+    )
+    if done is None:
+        box.missing.append(_mountns.MISSING)
+    else:
+        box.protected = done
 
 
 def _prepare_bash_wall(box: Sandbox, abi: int) -> None:

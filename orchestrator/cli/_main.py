@@ -23,6 +23,7 @@ from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
 from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
+from agentcell.worker import OutsideRoot
 from agentcell.worker.models import ModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -45,7 +46,7 @@ def guarded(fn: F) -> F:
         debug = kwargs.get("debug") or click.get_current_context().find_root().params.get("debug")
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, ModelError, PoolError, LookupError, ValueError) as exc:
+        except (ConfigError, ModelError, PoolError, LookupError, ValueError, OutsideRoot) as exc:
             if debug:
                 raise
             _fail(str(exc))

@@ -34,6 +34,13 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     ]
     if bash_net:
         walls.append("bash commands: no network (" + " + ".join(bash_net) + ")")
+    if caps.get("mount_namespace"):
+        walls.append(
+            "workspace: .git, agentcell.toml, .agentcell/, .claude/ and .mcp.json in the "
+            "workdir are read-only and cannot be renamed or created (a private "
+            f"{caps['mount_namespace']} namespace); the agent's own memory folder stays "
+            "writable"
+        )
     if caps["landlock_scopes"]:
         walls.append("no signals or ptrace outside the sub-agent's own tree (Landlock scopes)")
     if caps["process_cap"]:
@@ -84,6 +91,7 @@ def show_sandbox(*, as_json: bool) -> None:
     click.echo("This machine:")
     click.echo(f"  Landlock ABI:       {caps['landlock_abi'] or 'none'}")
     click.echo(f"  network namespace:  {caps['network_namespace'] or 'not available'}")
+    click.echo(f"  mount namespace:    {caps.get('mount_namespace') or 'not available'}")
     click.echo(f"  process cap:        {caps['process_cap'] or 'not available'}")
     click.echo(f"  seccomp:            {caps['seccomp']}")
     for mode, what in report["modes"].items():

@@ -32,6 +32,7 @@ from agentcell.orchestrator.config._claude_settings import claude_settings_layer
 from agentcell.orchestrator.config._mcp import McpServerConfig, config_problems, read_mcp_json
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
+from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import ValidationError
 
 
@@ -70,10 +71,10 @@ def project_config(workdir: Path) -> tuple[Path, dict[str, Any]] | None:
     """The project's settings table and where it came from, if it has one."""
     own = workdir / "agentcell.toml"
     if own.is_file():
-        return own, _read_toml(own)
+        return own, _read_toml(own, root=workdir)
     pyproject = workdir / "pyproject.toml"
     if pyproject.is_file():
-        table = _read_toml(pyproject).get("tool", {}).get("agentcell")
+        table = _read_toml(pyproject, root=workdir).get("tool", {}).get("agentcell")
         if isinstance(table, dict):
             return pyproject, table
     return None
@@ -174,7 +175,7 @@ def _mcp_json_layer(
             f"{path}: MCP servers ignored: they run commands outside the sub-agents' "
             "sandboxes; this folder is not trusted (run 'agentcell trust' in it to use them)"
         ]
-    tables, notes = read_mcp_json(path)
+    tables, notes = read_mcp_json(path, root=workdir)
     servers: dict[str, Any] = {}
     for name, table in tables.items():
         try:
@@ -248,10 +249,17 @@ def _merge(into: dict[str, Any], layer: Mapping[str, Any], *, additive: bool = F
             into[key] = value
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, *, root: Path | None = None) -> dict[str, Any]:
+    """A TOML file; with ``root`` (a project's folder) opened beneath it, no link out."""
     try:
+        if root is not None:
+            return tomllib.loads(read_beneath(root, path).decode("utf-8"))
         with path.open("rb") as f:
             return tomllib.load(f)
+    except OutsideRoot as exc:
+        raise ConfigError([str(exc)]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError([f"{path}: not valid UTF-8 ({exc.reason}): save it as UTF-8"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([f"{path}: not valid TOML: {exc}"]) from None
     except OSError as exc:

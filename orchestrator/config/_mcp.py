@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: How long a server may take to start and list its tools, unless it says otherwise.
@@ -63,12 +64,17 @@ def config_problems(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def read_mcp_json(path: Path) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def read_mcp_json(
+    path: Path, *, root: Path | None = None
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The server tables of a ``.mcp.json`` (``{"mcpServers": {NAME: {...}}}``) and one
     line per server skipped (bad JSON skips the file). Keys agentcell does not use
     (Claude Code's ``cwd``, ``oauth``, ...) are left out, and named."""
     try:
-        data = json.loads(path.read_text())
+        # Opened beneath its project (``root``, by default its folder): no link out.
+        data = json.loads(read_beneath(path.parent if root is None else root, path))
+    except OutsideRoot as exc:
+        return {}, [f"{exc}: its MCP servers are not used"]
     except (OSError, ValueError) as exc:
         return {}, [f"{path}: cannot read it ({exc}): its MCP servers are not used"]
     table = data.get("mcpServers") if isinstance(data, dict) else None

@@ -23,6 +23,7 @@ following symlinked directories.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import re
 import stat
@@ -39,6 +40,7 @@ from agentcell.orchestrator.definitions._model import (
     validation_messages,
 )
 from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
+from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import ValidationError
 
 Level = Literal["error", "warning", "info"]
@@ -116,11 +118,14 @@ def field_for_key(key: str) -> str | None:
 MAX_AGENT_FILE_BYTES = 1024 * 1024
 
 
-def load_agent_file(path: Path) -> LoadResult:
-    """Read one file; never raises for anything about the file itself."""
+def load_agent_file(path: Path, *, root: Path | None = None) -> LoadResult:
+    """Read one file; never raises for anything about the file itself. With ``root``
+    (a project's folder) it is opened beneath it: a link out of it skips the file."""
     try:
-        data = _read_regular(path)
+        data = _read_regular(path) if root is None else _read_beneath(root, path)
     except _NotReadable as exc:
+        return _skipped(path, str(exc))
+    except OutsideRoot as exc:
         return _skipped(path, str(exc))
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
@@ -153,15 +158,16 @@ def parse_agent_text(text: str, *, path: str) -> LoadResult:
     return result
 
 
-def load_agents_dir(directory: Path) -> LoadResult:
-    """Every ``*.md`` under `directory` (recursively, sorted); a missing folder is empty."""
+def load_agents_dir(directory: Path, *, root: Path | None = None) -> LoadResult:
+    """Every ``*.md`` under `directory` (recursively, sorted); a missing folder is empty.
+    ``root``: each file is opened beneath it (see ``load_agent_file``)."""
     result = LoadResult()
     if not directory.is_dir():
         return result
     problems: list[OSError] = []
     files: list[Path] = []
-    for root, _dirs, names in os.walk(directory, onerror=problems.append):
-        files.extend(Path(root, name) for name in names if name.lower().endswith(".md"))
+    for where, _dirs, names in os.walk(directory, onerror=problems.append):
+        files.extend(Path(where, name) for name in names if name.lower().endswith(".md"))
     for error in problems:
         where = error.filename or str(directory)
         reason = error.strerror or type(error).__name__
@@ -169,7 +175,7 @@ def load_agents_dir(directory: Path) -> LoadResult:
             Diagnostic("warning", str(where), f"folder cannot be read ({reason}): skipped")
         )
     for file in sorted(files, key=lambda p: p.relative_to(directory).as_posix()):
-        loaded = load_agent_file(file)
+        loaded = load_agent_file(file, root=root)
         result.definitions.extend(loaded.definitions)
         result.diagnostics.extend(loaded.diagnostics)
     return result
@@ -194,6 +200,21 @@ def _read_regular(path: Path) -> bytes:
             )
         data = f.read(MAX_AGENT_FILE_BYTES + 1)
     if len(data) > MAX_AGENT_FILE_BYTES:  # it grew while we read it
+        raise _NotReadable(f"too large (agent files are limited to {MAX_AGENT_FILE_BYTES} bytes)")
+    return data
+
+
+def _read_beneath(root: Path, path: Path) -> bytes:
+    """``_read_regular`` for a project's file: opened beneath ``root``, no link out."""
+    try:
+        data = read_beneath(root, path, MAX_AGENT_FILE_BYTES)
+    except OutsideRoot:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.EINVAL:
+            raise _NotReadable("not a regular file (a FIFO, device or socket): remove it") from None
+        raise
+    if len(data) > MAX_AGENT_FILE_BYTES:
         raise _NotReadable(f"too large (agent files are limited to {MAX_AGENT_FILE_BYTES} bytes)")
     return data
 

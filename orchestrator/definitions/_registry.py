@@ -134,6 +134,7 @@ class AgentRegistry:
         registry = cls.builtin()
         standard = [(folder, False) for folder in agent_dirs(project_dir, home=home)]
         done: set[Path] = set()
+        home_folders = {folder for folder, _ in standard[:2]}  # the user's own
         for folder, explicit in [*standard, *((Path(d), True) for d in extra_dirs)]:
             # Run from ~ and the project's folders are the home ones: read each folder once.
             if folder.resolve() in done:
@@ -149,7 +150,9 @@ class AgentRegistry:
                         )
                     )
                 continue
-            registry._absorb(load_agents_dir(folder))
+            # A project's folders are read beneath the project: no link out of it.
+            inside = folder.is_relative_to(project_dir) and folder not in home_folders
+            registry._absorb(load_agents_dir(folder, root=project_dir if inside else None))
         return registry
 
     @classmethod

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from agentcell.worker import OutsideRoot, read_beneath
 
 #: The longest SKILL.md that is preloaded; a longer one is cut, and the cut is said.
 SKILL_MAX_CHARS = 50_000
@@ -52,12 +53,15 @@ def find_skill(name: str, project_dir: Path, *, home: Path | None = None) -> Ski
     if not _SAFE_NAME.match(name) or ".." in name:
         return f"skill {name!r} is not a folder name (letters, digits, '.', '-', '_')"
     searched = skill_dirs(project_dir, home=home)
-    for folder in searched:
+    for index, folder in enumerate(searched):
         path = folder / name / "SKILL.md"
         if not path.is_file():
             continue
         try:
-            text = path.read_text(encoding="utf-8-sig")
+            # A project's skills (the first two folders) are read beneath the project.
+            text = _read_skill(path, project_dir if index < 2 else None)
+        except OutsideRoot as exc:
+            return f"skill {name!r}: {exc}: the agent runs without it"
         except (OSError, UnicodeDecodeError) as exc:
             return f"skill {name!r}: cannot read {path} ({exc}): the agent runs without it"
         return parse_skill(text, name=name, path=str(path))
@@ -66,6 +70,12 @@ def find_skill(name: str, project_dir: Path, *, home: Path | None = None) -> Ski
         f"skill {name!r} not found (looked for {name}/SKILL.md in {where}): the agent runs "
         "without it"
     )
+
+
+def _read_skill(path: Path, root: Path | None) -> str:
+    if root is None:
+        return path.read_text(encoding="utf-8-sig")
+    return read_beneath(root, path).decode("utf-8-sig")
 
 
 def parse_skill(text: str, *, name: str, path: str) -> Skill:

@@ -10,10 +10,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
 from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.worker import OutsideRoot, read_beneath, real_folder
+
+log = logging.getLogger("agentcell.context")
 
 #: How much of MEMORY.md goes into the prompt (Claude Code also loads only its start).
 MEMORY_MAX_LINES = 200
@@ -37,24 +41,33 @@ def memory_dir(definition: AgentDefinition, workdir: Path, home: Path) -> Path |
     return local / name
 
 
+def memory_root(folder: Path) -> Path:
+    """The root a memory folder lives beneath (``ROOT/.agentcell/agent-memory/NAME``)."""
+    return folder.parent.parent.parent
+
+
 def prepare_memory(folder: Path) -> None:
-    """Create the folder; a local one is kept out of git (it is this machine's only)."""
-    # 0700 whatever the umask, the folder that holds them too; .agentcell itself is the
-    # user's (agent files, config), readable but never writable to others.
-    folder.parent.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    folder.parent.mkdir(mode=0o700, exist_ok=True)
-    folder.mkdir(mode=0o700, exist_ok=True)
+    """Create the folder (0700, every component a real folder beneath its root: a
+    repository's ``.agentcell/agent-memory/NAME`` link to $HOME raises ``OutsideRoot``);
+    a local one is kept out of git (it is this machine's only)."""
+    os.close(real_folder(memory_root(folder), folder, create=True))
     if folder.parent.name == "agent-memory-local":
         ignore = folder.parent / ".gitignore"
-        if not ignore.exists():
-            fd = os.open(ignore, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as file:
-                file.write("# agentcell: local agent memory, never committed\n*\n")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        parent = real_folder(memory_root(folder), folder.parent)
+        try:
+            fd = os.open(ignore.name, flags, 0o600, dir_fd=parent)
+        except FileExistsError:
+            return
+        finally:
+            os.close(parent)
+        with os.fdopen(fd, "w") as file:
+            file.write("# agentcell: local agent memory, never committed\n*\n")
 
 
 def memory_prompt(folder: Path) -> str:
     """The prompt's memory section: where the folder is and what MEMORY.md says."""
-    text = _read(folder / "MEMORY.md", MEMORY_MAX_CHARS)
+    text = _read(memory_root(folder), folder / "MEMORY.md", MEMORY_MAX_CHARS)
     lines = text.splitlines()
     cut = len(lines) > MEMORY_MAX_LINES or len(text) > MEMORY_MAX_CHARS
     shown = "\n".join(lines[:MEMORY_MAX_LINES])[:MEMORY_MAX_CHARS]
@@ -79,30 +92,35 @@ def memory_prompt(folder: Path) -> str:
 
 def instruction_files(workdir: Path, home: Path) -> list[Path]:
     """The instruction files that exist, the user's first, then the project's."""
+    return [path for _root, path in _instruction_files(workdir, home)]
+
+
+def _instruction_files(workdir: Path, home: Path) -> list[tuple[Path, Path]]:
+    """(root, file) of each instruction file that exists beneath its root."""
     candidates = [
-        home / ".agentcell" / "AGENTS.md",
-        home / ".claude" / "CLAUDE.md",
-        workdir / "AGENTS.md",
-        workdir / "CLAUDE.md",
-        workdir / ".claude" / "CLAUDE.md",
+        (home, home / ".agentcell" / "AGENTS.md"),
+        (home, home / ".claude" / "CLAUDE.md"),
+        (workdir, workdir / "AGENTS.md"),
+        (workdir, workdir / "CLAUDE.md"),
+        (workdir, workdir / ".claude" / "CLAUDE.md"),
     ]
     seen: set[Path] = set()
     found = []
-    for path in candidates:
+    for root, path in candidates:
         try:
             real = path.resolve()
         except OSError:
             continue
         if real not in seen and path.is_file():
             seen.add(real)
-            found.append(path)
+            found.append((root, path))
     return found
 
 
 def instructions_prompt(workdir: Path, home: Path) -> str:
     parts = []
-    for path in instruction_files(workdir, home):
-        text = _read(path, INSTRUCTIONS_MAX_CHARS)
+    for root, path in _instruction_files(workdir, home):
+        text = _read(root, path, INSTRUCTIONS_MAX_CHARS)
         if len(text) > INSTRUCTIONS_MAX_CHARS:
             text = (
                 text[:INSTRUCTIONS_MAX_CHARS]
@@ -117,10 +135,14 @@ def gets_instructions(definition: AgentDefinition) -> bool:
     return not (definition.source == "builtin" and definition.name in SKIPS_INSTRUCTIONS)
 
 
-def _read(path: Path, limit: int) -> str:
-    """At most ``limit`` characters and one more (to tell a cut): a huge file costs nothing."""
+def _read(root: Path, path: Path, limit: int) -> str:
+    """At most ``limit`` characters and one more (to tell a cut): a huge file costs nothing.
+    Opened beneath ``root``: a link out of it is refused (one warning naming it)."""
     try:
-        with path.open(errors="replace") as file:
-            return file.read(limit + 1)
+        data = read_beneath(root, path, limit * 4)  # UTF-8: at most 4 bytes a character
+    except OutsideRoot as exc:
+        log.warning("%s", exc)
+        return ""
     except OSError:
         return ""
+    return data.decode("utf-8", errors="replace")[: limit + 1]

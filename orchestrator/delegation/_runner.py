@@ -101,6 +101,7 @@ from agentcell.protocol import (
     encode_frame,
 )
 from agentcell.worker import (
+    OutsideRoot,
     PermissionMode,
     known_secrets,
     release_sandbox,
@@ -334,7 +335,12 @@ class Runner:
         hooks = self.hooks.for_definition(definition).for_agent(
             spec.workdir, spec.permission_mode, agent_transcript(spec)
         )
-        self._complete_spec(spec, definition, request, hooks, history)
+        try:
+            self._complete_spec(spec, definition, request, hooks, history)
+        except OutsideRoot as exc:  # a project's link out (its memory folder): refused
+            if tree is not None:
+                await finish_worktree(tree)
+            return self._refused(base, RunStatus.DENIED, str(exc))
         stop_hooks = SubagentStopHooks(
             hooks,
             agent_id=agent_id,

@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 
 from agentcell.orchestrator.delegation._safe_git import GitError, GitPlace, SafeGit, discover
+from agentcell.worker import remove_protection_placeholders
 
 
 class WorktreeError(Exception):
@@ -168,6 +169,7 @@ async def finish_worktree(
 ) -> KeptWorktree | None:
     """Remove the worktree if nothing changed; otherwise commit what the agent left on its
     branch (with ``message``), keep both, and describe the changes since the base."""
+    remove_protection_placeholders(tree.path)  # never committed: they stand for "absent"
     refused = _replaced(tree)
     if refused:
         return _untouched(tree, refused)

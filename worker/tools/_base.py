@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 import msgspec
+from agentcell.worker import _outputs
 from agentcell.worker.models._base import ToolSpec
 
 
@@ -295,9 +296,10 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     where = ""
     if ctx.run_dir is not None:
         out_dir = ctx.run_dir / "tool-outputs"
-        out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = out_dir / f"{safe_name_part(ctx.agent_id)}-{safe_name_part(ctx.call_id)}.txt"
-        _write_private(path, text)
+        if not _outputs.write(path.name, text):  # through the sandbox's descriptor, if any
+            out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write_private(path, text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
     return (
