@@ -119,7 +119,10 @@ def bash_then_answer(command: str) -> Any:
     return respond
 
 
-async def delegate_in_worktree(repo: Path, run_dir: Path) -> Any:
+async def delegate_in_worktree(repo: Path, run_dir: Path, sandbox: str = "workspace") -> Any:
+    """``sandbox="off"`` takes away the first wall (the mount namespace that keeps a
+    worktree's ``.git`` read-only to bash, ``test_walls_paths.py``) to test the second:
+    the parent's own git, which must run nothing an agent planted even then."""
     worker = AgentDefinition(
         name="worker",
         description="worker",
@@ -129,7 +132,9 @@ async def delegate_in_worktree(repo: Path, run_dir: Path) -> Any:
         isolation="worktree",
     )
     orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        settings=Settings(
+            model="openai:test", approval="allow", max_workers=2, warm_spares=0, sandbox=sandbox
+        ),
         workdir=repo,
         agents=[worker],
         load_agent_files=False,
@@ -166,7 +171,7 @@ async def test_a_worktree_agent_that_replaced_its_git_runs_nothing_in_the_parent
         "chmod +x .git/hooks/post-commit; "
         "echo '* filter=x' > .gitattributes; echo 'made by the agent' > new.txt; echo planted"
     )
-    result = await delegate_in_worktree(repo, tmp_path / "run")
+    result = await delegate_in_worktree(repo, tmp_path / "run", sandbox="off")
     assert result.text == "planted", result.text
     assert left(markers) == []
     assert_handed_back(
