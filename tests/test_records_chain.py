@@ -217,15 +217,15 @@ def test_runs_resume_refuses_a_main_record_a_sub_agent_appended_to(
 ) -> None:
     model_server.responder = history_rewriter
     env = cli_env(project, model_server)
-    common = ["--model", "openai:gpt-test", "--approve", "allow"]
+    # Under the default sandbox the mount namespace keeps .agentcell read-only to bash (the
+    # first wall, test_walls_paths.py); without it, the chain is the wall that must hold.
+    common = ["--model", "openai:gpt-test", "--approve", "allow", "--sandbox", "off"]
     first = _agentcell("run", "first question", *common, cwd=project, env=env)
     assert first.returncode == 0, first.stderr
     [earlier] = sorted((project / ".agentcell" / "runs").glob("*/main.jsonl"))
     attack = _agentcell("run", "rewrite history", *common, cwd=project, env=env)
     assert attack.returncode == 0, attack.stderr
-    if "FORGED" not in attack.stdout:  # a wall stopped the write itself: nothing to refuse
-        assert INJECTED not in earlier.read_text(), attack.stdout
-        pytest.skip("the record was not writable to the sub-agent")
+    assert "FORGED" in attack.stdout, attack.stdout
     assert INJECTED in earlier.read_text()  # the attack landed on disk
 
     asked = len(model_server.requests)
@@ -282,7 +282,10 @@ async def test_task_resume_refuses_a_record_a_sibling_edited(
 ) -> None:
     served.responder = sibling_rewriter
     orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        # No mount namespace (sandbox off): the record chain is the wall under test.
+        settings=Settings(
+            model="openai:test", approval="allow", max_workers=2, warm_spares=0, sandbox="off"
+        ),
         workdir=tmp_path,
         agents=[
             AgentDefinition(
@@ -300,8 +303,7 @@ async def test_task_resume_refuses_a_record_a_sibling_edited(
         report = await asyncio.wait_for(orch.run("go"), 90)
     assert report.status is RunStatus.COMPLETED, report
     first, edit, resumed = report.final_text.split("\n#####\n")
-    if "EDITED" not in edit:  # a wall stopped the write itself: nothing to refuse
-        pytest.skip("the record was not writable to the sub-agent")
+    assert "EDITED" in edit, edit
     a1 = report.subagents[0].agent_id
     [record] = (tmp_path / ".agentcell" / "runs").glob(f"*/{a1}.jsonl")
     assert INJECTED in record.read_text()  # the attack landed on disk
