@@ -17,7 +17,7 @@ import itertools
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import multiprocess
@@ -872,28 +872,19 @@ class WorkerPool:
                     worker.kill(OutcomeKind.KILLED, f"no handshake within {self.start_timeout:g} s")
 
 
-@contextlib.contextmanager
-def _minimal_environment() -> Iterator[None]:
-    """Start the fork server (and the resource tracker) with the allowlisted environment.
+def _minimal_environment() -> dict[str, str]:
+    """The environment the fork server (and the resource tracker) start with: the allowlist.
 
     A process's initial environment stays readable in ``/proc/<pid>/environ`` whatever it
     does to ``os.environ`` later, and every child inherits the fork server's: started with
     the parent's full environment, it would hand the parent's API keys to any tool that
-    reads ``/proc/$PPID/environ``. Children get their credentials per run instead.
-    Runs in the spawner thread while the event loop waits for it, so no other code of
-    ours reads the environment meanwhile.
+    reads ``/proc/$PPID/environ``. Children get their credentials per run instead. It is
+    passed to their exec (``_starters``); ``os.environ`` is never changed for it.
     """
     from agentcell.orchestrator.backends._environment import child_environment
 
-    saved = dict(os.environ)
     minimal, _ = child_environment("")
-    try:
-        os.environ.clear()
-        os.environ.update(minimal)
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    return minimal
 
 
 async def wait_gone(pids: list[int], within: float) -> None:
