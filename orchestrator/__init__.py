@@ -6,7 +6,8 @@ the registry), ``delegation`` (running sub-agents, task tools, tracker, approval
 and ``cli`` (the ``agentcell`` command).
 """
 
-from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from agentcell.orchestrator._main_run import RunReport, report_json
+from agentcell.orchestrator._orchestrator import Orchestrator
 from agentcell.orchestrator.backends import (
     ChildOutcome,
     Lease,

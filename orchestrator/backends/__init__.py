@@ -6,12 +6,9 @@ from agentcell.orchestrator.backends._environment import (
     child_environment,
 )
 from agentcell.orchestrator.backends._forkserver import (
-    Lease,
     PoolError,
     WorkerPool,
     WorkerStartError,
-    WorkerState,
-    wait_gone,
 )
 from agentcell.orchestrator.backends._interface import (
     Backend,
@@ -38,6 +35,11 @@ from agentcell.orchestrator.backends._starters import (
     default_starters,
     forkserver_pid,
     forkserver_pids,
+)
+from agentcell.orchestrator.backends._workers import (
+    Lease,
+    WorkerState,
+    wait_gone,
 )
 
 __all__ = [
