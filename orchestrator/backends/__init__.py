@@ -1,4 +1,8 @@
-"""Process backends: where a sub-agent's process comes from (the local fork server today)."""
+"""Process backends: where a sub-agent's process comes from (the local fork server today).
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.backends._environment import (
     ALLOWED,

@@ -12,7 +12,7 @@ import enum
 import logging
 import os
 import signal
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
@@ -37,8 +37,21 @@ from agentcell.protocol import (
 from agentcell.worker import process as proc
 from agentcell.worker import release_sandbox
 
-if TYPE_CHECKING:
-    from agentcell.orchestrator.backends._forkserver import WorkerPool
+
+class WorkerPool(Protocol):
+    """What a child's record uses of its pool (``_forkserver.WorkerPool``)."""
+
+    _loop: asyncio.AbstractEventLoop
+    exit_grace: float
+    _preload_warned: bool
+    _memory_watch: bool
+
+    def _background(self, work: Any) -> None: ...
+    def _sweep_orphans_soon(self) -> None: ...
+    def _on_ready(self, worker: _Worker) -> None: ...
+    def _on_dead(self, worker: _Worker) -> None: ...
+    def _start_failed(self, detail: str, *, fatal: bool = False) -> None: ...
+
 
 log = logging.getLogger("agentcell.pool")
 

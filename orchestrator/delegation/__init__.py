@@ -1,4 +1,8 @@
-"""Delegation: running sub-agents, the task tools, background tracking, approvals, usage."""
+"""Delegation: running sub-agents, the task tools, background tracking, approvals, usage.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.delegation._approvals import (
     AllowAll,
