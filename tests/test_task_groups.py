@@ -100,30 +100,66 @@ async def test_a_failure_before_the_child_starts_is_that_runs_result(
     assert result.error == "the parent could not run this sub-agent: OSError: the hook runner broke"
 
 
-def _bare_task_starts(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("create_task", "ensure_future")
-            and not ast.unparse(node.func.value).endswith("group")
-        ):
-            found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+#: Where the parent still starts a task outside a TaskGroup, each with the owner that
+#: tracks and cancels it (a set and a close). New code starts tasks in a group.
+KNOWN_BARE_TASKS = {
+    # git goes on after a cancel: shielded, awaited, then the tree is taken away
+    ("orchestrator/delegation/_runner.py", "Runner._worktree"),
+    # the run's events, then its report: cancelled and awaited in the generator's finally
+    ("orchestrator/_orchestrator.py", "Orchestrator.run_stream"),
+    # the pool's own: watchdog, spawns, sweeps (WorkerPool._tasks, cancelled by close)
+    ("orchestrator/backends/_forkserver.py", "WorkerPool.start"),
+    ("orchestrator/backends/_forkserver.py", "WorkerPool._background"),
+    ("orchestrator/backends/_forkserver.py", "WorkerPool._spawn"),
+    # the Ray backend's reader, watchdog and accepts (RayBackend._tasks, close)
+    ("orchestrator/backends/_ray.py", "RayBackend.start"),
+    ("orchestrator/backends/_ray.py", "RayBackend.acquire"),
+    ("orchestrator/backends/_ray.py", "RayBackend._later"),
+    ("orchestrator/backends/_ray_driver.py", "Driver.serve"),
+    ("orchestrator/backends/_ray_driver.py", "_background"),
+    # the chat's one turn at a time (Chat.turn, cancelled on leaving)
+    ("orchestrator/cli/_chat.py", "Chat.on_line"),
+    # a hook's process start, shielded from a cancel so it is always reaped
+    ("orchestrator/delegation/_hooks.py", "HookRunner._start"),
+    # a token debt paid after the request (ModelLimiter._debts, close)
+    ("orchestrator/delegation/_limiter.py", "ModelLimiter._released"),
+    # background sub-agents (TaskTool._background, cancelled and awaited by shutdown)
+    ("orchestrator/delegation/_task_tools.py", "TaskTool.execute"),
+}
+
+
+def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
+    """(file, enclosing function) of each create_task/ensure_future not on a TaskGroup."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(node: ast.AST, where: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                inner = [*where, child.name]
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and child.func.attr in ("create_task", "ensure_future")
+                and not ast.unparse(child.func.value).endswith("group")
+            ):
+                found.add((str(path.relative_to(ROOT)), ".".join(where)))
+            walk(child, inner)
+
+    walk(ast.parse(path.read_text()), [])
     return found
 
 
-def test_the_delegation_phases_start_tasks_only_in_task_groups() -> None:
-    """The runner and the relay start tasks only as ``group.create_task`` of a TaskGroup."""
-    phases = ("_runner.py", "_relay.py", "_prepare.py", "_settle.py")
-    folder = ROOT / "orchestrator" / "delegation"
-    bare = [hit for name in phases for hit in _bare_task_starts(folder / name)]
-    # The one exception: git's worktree creation is shielded so a cancel lets it finish.
-    assert bare == [f"orchestrator/delegation/_runner.py:{_worktree_line(folder)}"], bare
-
-
-def _worktree_line(folder: Path) -> int:
-    for number, line in enumerate((folder / "_runner.py").read_text().splitlines(), 1):
-        if "making = asyncio.ensure_future(" in line:
-            return number
-    return -1
+def test_the_parent_starts_tasks_in_task_groups_but_for_known_owners() -> None:
+    """The runner, the relay (approvals, hooks, nested tasks, provider permits) and
+    everything new start tasks as ``group.create_task``; the rest are listed above."""
+    found = set().union(*(_bare_task_starts(p) for p in (ROOT / "orchestrator").rglob("*.py")))
+    assert found - KNOWN_BARE_TASKS == set(), (
+        "a task started outside a TaskGroup: start it in the group that owns its work"
+    )
+    phases = {"_runner.py", "_relay.py", "_prepare.py", "_settle.py", "_limiter.py"}
+    in_phases = {(f, fn) for f, fn in found if Path(f).name in phases}
+    assert in_phases == {
+        ("orchestrator/delegation/_runner.py", "Runner._worktree"),
+        ("orchestrator/delegation/_limiter.py", "ModelLimiter._released"),
+    }

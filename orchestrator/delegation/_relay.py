@@ -100,10 +100,12 @@ class Relay:
     async def run(self) -> None:
         """Until the child is gone. Raises what an answer raised (the first, unwrapped from
         the group), after every other answer has been cancelled."""
-        permits = ChildPermits(self.parent.limiter, self.child.lease.send_nowait)
         try:
             async with asyncio.TaskGroup() as group:
                 self._group = group
+                permits = ChildPermits(
+                    self.parent.limiter, self.child.lease.send_nowait, start=group.create_task
+                )
                 try:
                     await self._pump(permits)
                 finally:
