@@ -5,10 +5,15 @@
     async with agentcell.Orchestrator(settings=agentcell.Settings(model="scripted:echo")) as orch:
         report = await orch.run("Say hello")
 
-The names here are the public API a program needs. They load on first use, so a
-sub-agent process importing ``agentcell.worker`` does not pay for the orchestrator.
-Sub-packages: ``agentcell.protocol`` (the wire contract), ``agentcell.worker`` (the agent
-runtime), ``agentcell.orchestrator`` (the parent), ``agentcell.testing`` (model doubles).
+The names here are the public API a program needs (the README's "Python API" lists
+them): the ``Orchestrator``, the definition, settings and result types, the events, the
+approval channels, the errors, and the tool interface; model test doubles are in
+``agentcell.testing``. Everything under ``agentcell.protocol``, ``agentcell.worker`` and
+``agentcell.orchestrator`` is internal: it may change without notice. The names load on
+first use, so a sub-agent process importing ``agentcell.worker`` does not pay for the
+orchestrator.
+Sub-packages (internal): ``agentcell.protocol`` (the wire contract), ``agentcell.worker``
+(the agent runtime), ``agentcell.orchestrator`` (the parent).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
         DenyAll,
         Orchestrator,
         OrchestratorEvent,
+        PoolError,
         Price,
         RunReport,
         Settings,
@@ -52,6 +58,7 @@ if TYPE_CHECKING:
         Usage,
         UsageUpdate,
     )
+    from agentcell.worker.models import ModelError
     from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, function_tool
 
 __all__ = [
@@ -67,9 +74,11 @@ __all__ = [
     "CallbackChannel",
     "ConfigError",
     "DenyAll",
+    "ModelError",
     "Notice",
     "Orchestrator",
     "OrchestratorEvent",
+    "PoolError",
     "Price",
     "RunFinished",
     "RunReport",
@@ -107,6 +116,7 @@ _SOURCES: dict[str, str] = {
     "DenyAll": "agentcell.orchestrator",
     "Orchestrator": "agentcell.orchestrator",
     "OrchestratorEvent": "agentcell.orchestrator",
+    "PoolError": "agentcell.orchestrator",
     "Price": "agentcell.orchestrator",
     "RunReport": "agentcell.orchestrator",
     "Settings": "agentcell.orchestrator",
@@ -126,6 +136,7 @@ _SOURCES: dict[str, str] = {
     "TurnStarted": "agentcell.protocol",
     "Usage": "agentcell.protocol",
     "UsageUpdate": "agentcell.protocol",
+    "ModelError": "agentcell.worker.models",
     "Tool": "agentcell.worker.tools",
     "ToolContext": "agentcell.worker.tools",
     "ToolError": "agentcell.worker.tools",

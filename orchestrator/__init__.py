@@ -4,9 +4,13 @@ Sub-packages, by concern: ``config`` (settings and where they come from), ``back
 (where a sub-agent's process comes from), ``definitions`` (agent definitions, files and
 the registry), ``delegation`` (running sub-agents, task tools, tracker, approvals, usage)
 and ``cli`` (the ``agentcell`` command).
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
-from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
+from agentcell.orchestrator._main_run import RunReport, report_json
+from agentcell.orchestrator._orchestrator import Orchestrator
 from agentcell.orchestrator.backends import (
     ChildOutcome,
     Lease,

@@ -9,30 +9,37 @@ async with Orchestrator(model="openai:gpt-4o-mini") as orch:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
-from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._main_run import (
+    RunReport,
+    blocked_report,
+    default_channel,
+    main_hooks,
+    main_tools,
+    ray_backend,
+    report_json,
+    run_report,
+    tee,
+    write_call_summary,
+)
+from agentcell.orchestrator._records import new_run_dir, write_summary
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
-from agentcell.orchestrator.backends import RayBackend, WorkerPool
+from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation import (
     AgentActivity,
-    AllowAll,
     ApprovalBroker,
     ApprovalChannel,
     ApprovalQuery,
     DelegationRequest,
-    DenyAll,
     EventBus,
     EventStream,
     HookRunner,
@@ -44,30 +51,23 @@ from agentcell.orchestrator.delegation import (
     SessionHooks,
     StartAhead,
     SubAgentResult,
-    TaskControlTool,
-    TaskStatusTool,
     TaskTool,
     TaskTracker,
-    TaskWaitTool,
-    TerminalPrompt,
     UsageLedger,
     background_finisher,
     background_injector,
     instructions_prompt,
-    local_tool_hooks,
     notification_hook,
     stop_hook,
     task_tool_spec,
     wire_server,
 )
-from agentcell.protocol import RunResult, RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
+from agentcell.protocol import RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
     ChildBoot,
     Engine,
-    Hook,
     Limits,
     McpServers,
-    PermissionPolicy,
     Redactor,
     Session,
     Transcript,
@@ -82,30 +82,6 @@ from agentcell.worker.tools import Tool, builtin_tools
 Stop = Callable[[str, RunStatus], None]
 
 log = logging.getLogger("agentcell.orchestrator")
-
-
-@dataclasses.dataclass(slots=True)
-class RunReport:
-    """What one main-agent run produced (the CLI's ``--json`` object).
-
-    ``usage`` and ``cost_usd`` cover this run alone (the main agent and every sub-agent it
-    started); ``Orchestrator.total_usage`` / ``total_cost_usd`` add up the orchestrator's
-    whole life.
-    """
-
-    status: RunStatus
-    final_text: str
-    error: str
-    usage: Usage
-    cost_usd: float | None
-    duration_ms: float
-    run_dir: str
-    subagents: list[SubAgentResult]
-    main: RunResult
-
-    @property
-    def ok(self) -> bool:
-        return self.status is RunStatus.COMPLETED
 
 
 class Orchestrator:
@@ -165,7 +141,7 @@ class Orchestrator:
         # live in each call's own ledger (see _account).
         self.ledger = UsageLedger(prices=self.settings.prices, max_rows=LEDGER_ROWS)
         self.broker = ApprovalBroker(
-            approval or _default_channel(self.settings),
+            approval or default_channel(self.settings),
             bubble_background=self.settings.approval == "bubble",
         )
         self.broker.notify = notification_hook(self.hooks)
@@ -178,8 +154,18 @@ class Orchestrator:
             starters=self.settings.process_starters,
         )
         self._owns_pool = pool is None
-        self.ray = _ray_backend(self.settings, self.registry)
-        self.runner = Runner(
+        self.ray = ray_backend(self.settings, self.registry)
+        self.runner = self._make_runner()
+        self._engines: set[Engine] = set()
+        self._handles: set[RunHandle] = set()
+        self._main_tools: list[str] = []
+        # keep_background: one task tool per session (kept with it: an id alone may be reused)
+        self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
+        #: The main agent's MCP servers that failed to start in the last run, one line each.
+        self.mcp_problems: list[str] = []
+
+    def _make_runner(self) -> Runner:
+        return Runner(
             pool=self.pool,
             registry=self.registry,
             settings=self.settings,
@@ -195,13 +181,6 @@ class Orchestrator:
             hooks=self.hooks,
             home=self.home,
         )
-        self._engines: set[Engine] = set()
-        self._handles: set[RunHandle] = set()
-        self._main_tools: list[str] = []
-        # keep_background: one task tool per session (kept with it: an id alone may be reused)
-        self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
-        #: The main agent's MCP servers that failed to start in the last run, one line each.
-        self.mcp_problems: list[str] = []
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:
@@ -293,78 +272,25 @@ class Orchestrator:
         if submitted.blocked:
             if model.name not in self.model_objects:
                 await model.aclose()
-            return RunReport(
-                status=RunStatus.DENIED,
-                final_text="",
-                error=f"the prompt was blocked by a UserPromptSubmit hook: {submitted.reason}",
-                usage=Usage(),
-                cost_usd=None,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                run_dir="",
-                subagents=[],
-                main=RunResult(status=RunStatus.DENIED, error=submitted.reason),
-            )
+            return blocked_report(submitted.reason, started)
         for context in (opening, submitted.context):
             prompt = f"{prompt}\n\n{context}" if context else prompt
         run_dir = self._call_run_dir()
         transcript = self._main_transcript(prompt, run_dir)
         stops: list[Stop] = []
         account = self._account(run_dir, stops)
-        kept = self._kept_task_tools.get(id(session)) if keep_background else None
-        task_tool = kept[1] if kept is not None and kept[0] is session else None
-        if kept is not None and task_tool is None:  # a session gone, its id reused
-            await kept[1].shutdown()
-        if task_tool is not None:  # a kept tool: this run's sub-agents count to this run
-            task_tool.scope = lambda: self._main_scope(session, account)
-        task_tool = task_tool or TaskTool(
-            registry=self.registry,
-            runner=self.runner,
-            tracker=self.tracker,
-            scope=lambda: self._main_scope(session, account),
-        )
-        if keep_background:
-            self._kept_task_tools[id(session)] = (session, task_tool)
+        task_tool = await self._task_tool(session, account, keep_background=keep_background)
         servers = await self._start_main_mcp_servers()
-        tools: list[Tool] = [*builtin_tools(), *self.custom_tools, *servers.tools]
-        tools += [
-            task_tool,
-            TaskStatusTool(self.tracker),
-            TaskWaitTool(self.tracker),
-            TaskControlTool(self.tracker),
-        ]
-        settings = self.settings
-        hooks: list[Hook] = [
-            PermissionPolicy(
-                settings.permission_mode,
-                allow=settings.allow_rules,
-                deny=settings.deny_rules,
-                ask=settings.ask_rules,
-            )
-        ]
-        main_hooks = self.hooks.for_agent(
-            str(self.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
-        )
-        tool_hooks = local_tool_hooks(main_hooks, [tool.name for tool in tools])
-        if tool_hooks is not None:
-            hooks.append(tool_hooks)
-        engine = Engine(
+        tools = main_tools(self.custom_tools, servers.tools, task_tool, self.tracker)
+        engine = self._main_engine(
             model,
             tools,
-            system_prompt=self._main_system_prompt(),
-            hooks=hooks,
-            approver=self._main_approver,
-            limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
-            workdir=self.workdir,
+            task_tool,
+            account,
             run_dir=run_dir,
-            agent_id="main",
-            turn_hooks=[background_injector(self.tracker)],
-            finish_hooks=(
-                []
-                if keep_background
-                else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
-            )
-            + [stop_hook(main_hooks)],
-            stream_watcher=self._start_ahead(account),
+            transcript=transcript,
+            timeout_s=timeout_s,
+            keep_background=keep_background,
         )
         stops += [engine.cancel, task_tool.cancel_all]
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.
@@ -372,7 +298,7 @@ class Orchestrator:
         self._engines.add(engine)
         on_event = self._main_events(account.ledger)
         if transcript is not None:
-            on_event = _tee(on_event, transcript.event)
+            on_event = tee(on_event, transcript.event)
         try:
             # The main agent's requests count to the provider's limits like a child's.
             gate = request_gate.set(self.runner.limiter)
@@ -389,23 +315,72 @@ class Orchestrator:
                 await model.aclose()
             if transcript is not None:
                 transcript.messages(session.messages)
-        report = RunReport(
-            status=result.status,
-            final_text=result.text,
-            error=result.error,
-            usage=account.ledger.total,
-            cost_usd=account.ledger.cost_usd,
-            duration_ms=(time.perf_counter() - started) * 1000,
-            run_dir=str(run_dir) if run_dir else "",
-            subagents=account.results,
-            main=result,
-        )
+        report = run_report(result, account, started, run_dir)
         if transcript is not None:
             transcript.result(result)
             transcript.close()
             assert run_dir is not None
             write_summary(run_dir, report_json(report, prompt=prompt, model=model.name))
         return report
+
+    async def _task_tool(
+        self, session: Session, account: RunAccount, *, keep_background: bool
+    ) -> TaskTool:
+        """The main agent's ``task`` tool for this run: a conversation's kept one (its
+        background sub-agents outlive the run), else a new one."""
+        kept = self._kept_task_tools.get(id(session)) if keep_background else None
+        task_tool = kept[1] if kept is not None and kept[0] is session else None
+        if kept is not None and task_tool is None:  # a session gone, its id reused
+            await kept[1].shutdown()
+        if task_tool is not None:  # a kept tool: this run's sub-agents count to this run
+            task_tool.scope = lambda: self._main_scope(session, account)
+        task_tool = task_tool or TaskTool(
+            registry=self.registry,
+            runner=self.runner,
+            tracker=self.tracker,
+            scope=lambda: self._main_scope(session, account),
+        )
+        if keep_background:
+            self._kept_task_tools[id(session)] = (session, task_tool)
+        return task_tool
+
+    def _main_engine(
+        self,
+        model: Model,
+        tools: list[Tool],
+        task_tool: TaskTool,
+        account: RunAccount,
+        *,
+        run_dir: Path | None,
+        transcript: Transcript | None,
+        timeout_s: float | None,
+        keep_background: bool,
+    ) -> Engine:
+        """The main agent's engine: its tools, permission and hook policy, and what it
+        does with background sub-agents between and after its turns."""
+        settings = self.settings
+        hooks = self.hooks.for_agent(
+            str(self.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
+        )
+        finish_hooks = (
+            []
+            if keep_background
+            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
+        )
+        return Engine(
+            model,
+            tools,
+            system_prompt=self._main_system_prompt(),
+            hooks=main_hooks(settings, hooks, tools),
+            approver=self._main_approver,
+            limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
+            workdir=self.workdir,
+            run_dir=run_dir,
+            agent_id="main",
+            turn_hooks=[background_injector(self.tracker)],
+            finish_hooks=[*finish_hooks, stop_hook(hooks)],
+            stream_watcher=self._start_ahead(account),
+        )
 
     async def run_stream(
         self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
@@ -602,37 +577,17 @@ class Orchestrator:
         agent: str,
         kind: str,
     ) -> None:
-        """``summary.json`` of a ``delegate`` or ``map``: its status is that of what the
-        call returned (nothing returned: it was cancelled); ``subagents`` lists every
-        sub-agent it ran, nested ones included."""
-        if run_dir is None:
-            return
-        failed = [r for r in returned if not r.ok]
-        if not returned:
-            status, error = RunStatus.CANCELLED.value, "cancelled before it returned"
-        elif not failed:
-            status, error = RunStatus.COMPLETED.value, ""
-        elif len(returned) == 1:
-            status, error = failed[0].status.value, failed[0].error
-        else:
-            status, error = "partial", f"{len(failed)} of {len(returned)} failed"
-        write_summary(
-            run_dir,
-            {
-                "kind": kind,
-                "status": status,
-                "final_text": returned[0].text if kind == "delegate" and returned else "",
-                "error": error,
-                "usage": msgspec.to_builtins(account.ledger.total),
-                "cost_usd": account.ledger.cost_usd,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                "run_dir": str(run_dir),
-                "agent_type": agent,
-                "model": self.model_name or "",
-                "prompt": prompt,
-                "subagents": [subagent_json(r) for r in account.results],
-            },
-        )
+        if run_dir is not None:
+            write_call_summary(
+                run_dir,
+                account,
+                returned,
+                started,
+                kind=kind,
+                agent=agent,
+                model=self.model_name or "",
+                prompt=prompt,
+            )
 
     def _main_system_prompt(self) -> str:
         prompt = MAIN_SYSTEM_PROMPT.format(workdir=self.workdir)
@@ -739,71 +694,6 @@ class Orchestrator:
             publish(AgentActivity(agent_id="main", event=event))
 
         return on_event
-
-
-def _ray_backend(settings: Settings, registry: AgentRegistry) -> RayBackend | None:
-    """A Ray backend when the operator chose Ray or a definition asks for it."""
-    wanted = settings.backend == "ray" or any(d.backend == "ray" for d in registry.definitions())
-    if not wanted:
-        return None
-    ray = settings.ray
-    address = ray.address
-    if address == "auto" and os.environ.get("RAY_ADDRESS"):
-        address = os.environ["RAY_ADDRESS"]
-    return RayBackend(
-        address=address,
-        listen_host=ray.listen_host,
-        listen_port=ray.listen_port,
-        advertise_host=ray.advertise_host,
-        num_cpus=ray.num_cpus,
-        resources=ray.resources,
-        connect_timeout=ray.connect_timeout_s,
-        handshake_timeout=ray.handshake_timeout_s,
-        max_pending_connections=ray.max_pending_connections,
-        heartbeat_timeout=settings.heartbeat_timeout_s,
-        max_workers=settings.max_workers,
-        node_ip_address="127.0.0.1" if _is_loopback(ray.listen_host) else None,
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-def _tee(first: Any, second: Any) -> Any:
-    def both(event: Any) -> None:
-        first(event)
-        second(event)
-
-    return both
-
-
-def report_json(report: RunReport, *, prompt: str = "", model: str = "") -> dict[str, Any]:
-    """The ``--json`` object (and ``summary.json``)."""
-    return {
-        "status": report.status.value,
-        "final_text": report.final_text,
-        "error": report.error,
-        "usage": msgspec.to_builtins(report.usage),
-        "cost_usd": report.cost_usd,
-        "duration_ms": round(report.duration_ms, 1),
-        "run_dir": report.run_dir,
-        "model": model,
-        "prompt": prompt,
-        "subagents": [subagent_json(r) for r in report.subagents],
-    }
-
-
-def _default_channel(settings: Settings) -> ApprovalChannel:
-    if settings.approval == "allow":
-        return AllowAll()
-    if settings.approval == "deny":
-        return DenyAll()
-    import sys
-
-    if sys.stdin.isatty():
-        return TerminalPrompt()
-    return DenyAll("no terminal to ask on, so approvals are denied (use --approve allow or deny)")
 
 
 #: Per-agent rows the lifetime ledger keeps; older ones are folded into its totals.

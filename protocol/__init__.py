@@ -1,6 +1,9 @@
 """The wire contract between the agentcell parent and its sub-agent processes.
 
 Depends on msgspec and the standard library only.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
 from agentcell.protocol._channel import (

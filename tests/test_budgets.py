@@ -222,11 +222,11 @@ async def test_the_child_side_hook_refuses_coordination_tools_the_parent_let_thr
     spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentcell.orchestrator.definitions import ResolvedTools
-    from agentcell.orchestrator.delegation import _runner
+    from agentcell.orchestrator.delegation import _prepare
 
     # Break the first layer (the parent's resolve_tools) on purpose: the child must hold.
     monkeypatch.setattr(
-        _runner,
+        _prepare,
         "resolve_tools",
         lambda allow, deny, parent: ResolvedTools(tools=["task_status"], unknown=[]),
     )

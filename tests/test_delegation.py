@@ -418,7 +418,7 @@ def test_a_task_limit_naming_no_registered_agent_offers_no_task(tmp_path: Any) -
     for tools, offered in ((["Task(ghost)"], False), (["Task(ghost, Explore)"], True)):
         lead = AgentDefinition(name="lead", tools=tools, model="inherit")
         request = DelegationRequest("lead", "p")
-        spec, _, _ = orch.runner._prepare(lead, request, scope, "a1", False, run_dir="")
+        spec = orch.runner.prepare.spec(lead, request, scope, "a1", False, run_dir="").spec
         assert [t.name for t in spec.remote_tools] == (["task"] if offered else []), tools
     enum = spec.remote_tools[0].parameters["properties"]["subagent_type"]["enum"]
     assert enum == ["Explore"]
@@ -618,13 +618,11 @@ async def test_an_agent_file_cannot_loosen_the_permission_mode(
 
 
 async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
+    from agentcell.orchestrator.delegation._relay import delegation_reply
     from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest
 
-    sent: list[Any] = []
-
-    class FakeLease:
-        async def send(self, frame: Any) -> None:
-            sent.append(frame)
+    async def never(request: Any, scope: Any) -> Any:
+        raise AssertionError("a refused delegation must not run")
 
     orch = Orchestrator(model=FunctionModel(lambda m, t: "x"), load_agent_files=False, record=False)
     spec = AgentSpec(
@@ -633,14 +631,14 @@ async def test_a_forged_delegate_request_is_refused(tmp_path: Any) -> None:
     frame = DelegateRequest(
         request_id=7, call_id="c", tool="task", arguments='{"subagent_type":"Explore","prompt":"x"}'
     )
-    await orch.runner._answer_delegation(
-        FakeLease(),  # type: ignore[arg-type]
+    reply = await delegation_reply(
         frame,
         AgentDefinition(name="x"),
         spec,
+        registry=orch.registry,
+        delegate=never,
         background=False,
         account=None,
     )
-    (reply,) = sent
     assert isinstance(reply, DelegateReply) and reply.is_error and reply.request_id == 7
     assert "permission denied" in reply.content

@@ -18,8 +18,7 @@ from typing import Any
 import hardening_handlers
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
-from agentcell.orchestrator.backends._forkserver import wait_gone
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, wait_gone
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,

@@ -58,7 +58,7 @@ def tables(orch: Orchestrator) -> dict[str, int]:
         "engines": len(orch._engines),
         "event listeners": len(orch.bus._listeners),
         "event streams": len(orch.bus._streams),
-        "runner blobs": len(orch.runner._blobs),
+        "runner blobs": len(orch.runner.prepare._blobs),
         "pool workers": len(pool._workers),
         "pool tasks": len(pool._tasks),
         "pool idle queue": len(pool._idle),

@@ -27,7 +27,7 @@ from agentcell.protocol import (
     Usage,
     UserMessage,
 )
-from agentcell.worker.models import _http
+from agentcell.worker.models import _client, _http
 from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
@@ -558,9 +558,9 @@ async def test_block_guard_stops_real_requests_without_network(
 
 def test_loopback_hosts() -> None:
     for host in ("127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LOCALHOST"):
-        assert _http.is_loopback(host), host
+        assert _client.is_loopback(host), host
     for host in ("api.openai.com", "10.0.0.1", "0.0.0.0", "localhost.evil.com"):
-        assert not _http.is_loopback(host), host
+        assert not _client.is_loopback(host), host
 
 
 async def test_closed_model_refuses_to_stream(make: Any) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,9 +31,11 @@ PUBLIC_API: dict[str, list[str]] = {
         "CallbackChannel",
         "ConfigError",
         "DenyAll",
+        "ModelError",
         "Notice",
         "Orchestrator",
         "OrchestratorEvent",
+        "PoolError",
         "Price",
         "RunFinished",
         "RunReport",
@@ -621,3 +624,16 @@ def test_modules_import_no_circles() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node)
+
+
+def test_the_readme_lists_every_public_name_and_only_those() -> None:
+    """The README's "The public names" is the API a program may rely on: exactly
+    ``agentcell.__all__`` and ``agentcell.testing.__all__``."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("### The public names")
+    section = readme[start : readme.index("\n## ", start)]
+    listed = set(re.findall(r"`(\w+)`", section))
+    public = set(PUBLIC_API["agentcell"]) | set(PUBLIC_API["agentcell.testing"])
+    assert public - listed == set(), "public but not in the README"
+    # (the README names other things in lower case: check_setup, __all__)
+    assert {n for n in listed if n[0].isupper()} - public == set(), "in the README, not public"

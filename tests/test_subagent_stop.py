@@ -19,7 +19,8 @@ import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import HookCommand
-from agentcell.orchestrator.delegation import HookRunner, Runner, SubagentStopHooks
+from agentcell.orchestrator.delegation import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.delegation._relay import Relay
 from agentcell.protocol import RunStatus, ToolMessage
 from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
 from conftest import SpawnRecorder
@@ -153,13 +154,13 @@ async def test_a_stop_hook_for_another_agent_relays_nothing(
     setup = Setup(tmp_path, "pass", matcher="reviewer")
     served.responder = answer_by_turn
     relayed: list[tuple[str, str]] = []
-    answer = Runner._answer_hook
+    answer = Relay._hook
 
-    async def counting(self: Runner, lease: Any, frame: Any, *args: Any) -> None:
+    async def counting(self: Relay, frame: Any) -> None:
         relayed.append((frame.event, frame.tool))
-        await answer(self, lease, frame, *args)
+        await answer(self, frame)
 
-    monkeypatch.setattr(Runner, "_answer_hook", counting)
+    monkeypatch.setattr(Relay, "_hook", counting)
     async with setup.orchestrator(agent("worker"), agent("reviewer")) as orch:
         other = await asyncio.wait_for(orch.delegate("worker", "fix it"), 60)
         assert relayed == [] and setup.runs() == []  # no frame, no hook run

@@ -1,4 +1,8 @@
-"""The agent runtime: engine, session, tools, model providers, hooks, child entry point."""
+"""The agent runtime: engine, session, tools, model providers, hooks, child entry point.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.worker._beneath import (
     OutsideRoot,

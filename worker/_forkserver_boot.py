@@ -49,7 +49,7 @@ def _warm() -> None:
     import tempfile
 
     from agentcell.worker import _sandbox
-    from agentcell.worker.models._http import _shared_ssl_context
+    from agentcell.worker.models._client import _shared_ssl_context
     from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()

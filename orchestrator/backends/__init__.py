@@ -1,4 +1,8 @@
-"""Process backends: where a sub-agent's process comes from (the local fork server today)."""
+"""Process backends: where a sub-agent's process comes from (the local fork server today).
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.backends._environment import (
     ALLOWED,
@@ -6,12 +10,9 @@ from agentcell.orchestrator.backends._environment import (
     child_environment,
 )
 from agentcell.orchestrator.backends._forkserver import (
-    Lease,
     PoolError,
     WorkerPool,
     WorkerStartError,
-    WorkerState,
-    wait_gone,
 )
 from agentcell.orchestrator.backends._interface import (
     Backend,
@@ -38,6 +39,11 @@ from agentcell.orchestrator.backends._starters import (
     default_starters,
     forkserver_pid,
     forkserver_pids,
+)
+from agentcell.orchestrator.backends._workers import (
+    Lease,
+    WorkerState,
+    wait_gone,
 )
 
 __all__ = [

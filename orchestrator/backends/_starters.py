@@ -20,11 +20,13 @@ import contextlib
 import os
 import select
 import signal
+import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import multiprocess.forkserver
+import multiprocess.util
 from agentcell.worker import process as proc
 
 #: At most this many fork servers (each holds its own warmed interpreter, ~40 MiB).
@@ -61,6 +63,55 @@ def default_starters() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, min(4, cores // 4))
+
+
+#: The environment the fork server (and resource tracker) being started in this thread
+#: gets; unset: multiprocess's own spawn, which inherits ours.
+_starting = threading.local()
+_inherited_spawn = multiprocess.util.spawnv_passfds
+#: The processes started with an explicit environment. Kept, never waited for: multiprocess
+#: reaps them itself (a collected ``Popen`` of a live process would be reaped by subprocess).
+_started: list[subprocess.Popen[bytes]] = []
+
+
+def _spawnv_passfds(path: str, args: Sequence[str], passfds: Sequence[int]) -> int:
+    """``multiprocess.util.spawnv_passfds``, with the environment ``_with_environment``
+    set for this thread instead of ours."""
+    env = getattr(_starting, "env", None)
+    if env is None:
+        pid: int = _inherited_spawn(path, args, passfds)
+        return pid
+    try:
+        child = subprocess.Popen(
+            list(args),
+            executable=path,
+            pass_fds=tuple(sorted(map(int, passfds))),
+            close_fds=True,
+            env=dict(env),
+            restore_signals=False,
+        )
+    except OSError:
+        # The interpreter cannot be executed (by this user, say). multiprocess's own
+        # spawn does not report that: it returns the pid of a child that exits 255, and
+        # the pool reports the dead fork server as it always has. Keep that behaviour.
+        pid = _inherited_spawn(path, args, passfds)
+        return pid
+    _started.append(child)
+    return child.pid
+
+
+@contextlib.contextmanager
+def _with_environment(env: Mapping[str, str]) -> Iterator[None]:
+    """Processes multiprocess starts from this thread meanwhile get ``env``: passed to
+    their exec, never written to ``os.environ`` (other threads read it)."""
+    _starting.env = env
+    try:
+        yield
+    finally:
+        _starting.env = None
+
+
+multiprocess.util.spawnv_passfds = _spawnv_passfds
 
 
 class ForkedChild:
@@ -115,7 +166,7 @@ class ForkServers:
         self._servers = [_Server(multiprocess.forkserver._forkserver)]
         self._running = 1  # how many of them the pools use now
         self._users = 0
-        self._environment: Callable[[], contextlib.AbstractContextManager[None]] | None = None
+        self._environment: Callable[[], Mapping[str, str]] | None = None
         #: Every live child the pools started; anything else a fork server is the parent
         #: of is an orphan (a descendant of a child that died, reparented to it).
         self.known: set[int] = set()
@@ -124,10 +175,11 @@ class ForkServers:
         self,
         count: int,
         preload: list[str],
-        environment: Callable[[], contextlib.AbstractContextManager[None]],
+        environment: Callable[[], Mapping[str, str]],
     ) -> None:
-        """A pool needs ``count`` fork servers (started in ``environment``, preloading
-        ``preload`` when they start). The first pool to ask for more starts them."""
+        """A pool needs ``count`` fork servers (started with the environment
+        ``environment()`` gives, preloading ``preload`` when they start). The first pool to
+        ask for more starts them."""
         count = max(1, min(count, MAX_STARTERS))
         with self._lock:
             self._environment = environment
@@ -136,7 +188,7 @@ class ForkServers:
             for entry in self._servers[:count]:
                 if entry.pid is None:
                     entry.server.set_forkserver_preload(preload)
-                with environment(), _interrupts_blocked():
+                with _with_environment(environment()), _interrupts_blocked():
                     entry.server.ensure_running()
             self._running = max(self._running, count)
             self._users += 1
@@ -167,7 +219,7 @@ class ForkServers:
             if entry.pid is not None and not proc.is_alive(entry.pid) and self._environment:
                 # Killed from outside: start it again as it was started, with the minimal
                 # environment (multiprocess's own restart would give it ours, keys included).
-                with self._environment(), _interrupts_blocked():
+                with _with_environment(self._environment()), _interrupts_blocked():
                     entry.server.ensure_running()
             sentinel, data = entry.server.connect_to_new_process([child_conn.fileno()])
             try:

@@ -397,7 +397,30 @@ async def run_chat(
         elif plain_input is not None:
             plain_input.stop()
 
-    def on_sigint() -> None:  # a SIGINT from outside (on a terminal, Ctrl-C is a key)
+    _handle_signals(loop, chat, orch, wake_input)
+    chat.say(
+        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n"
+        "Type /help for commands."
+    )
+    try:
+        async with orch:
+            await _converse(chat, orch, prompt_input, plain_input)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        if plain_input is not None:
+            plain_input.close()
+        record.write(orch)
+    chat.say(f"bye: every sub-agent process has been stopped. record: {run_dir}")
+    return chat.exit_code
+
+
+def _handle_signals(
+    loop: asyncio.AbstractEventLoop, chat: Chat, orch: Orchestrator, wake_input: Any
+) -> None:
+    """SIGINT and SIGTERM from outside the terminal (on a terminal, Ctrl-C is a key)."""
+
+    def on_sigint() -> None:
         chat.on_interrupt()
         if chat.leaving:
             wake_input()
@@ -411,33 +434,29 @@ async def run_chat(
 
     loop.add_signal_handler(signal.SIGINT, on_sigint)
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    chat.say(
-        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n"
-        "Type /help for commands."
-    )
-    try:
-        async with orch:
-            if prompt_input is not None:
-                with prompt_input:
-                    await _loop(chat, prompt_input.read)
-            else:
-                assert plain_input is not None
-                await _loop(chat, plain_input.read)
-            if chat.turn is not None and not chat.turn.done():
-                if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
-                    await asyncio.wait({chat.turn})
-                else:
-                    orch.cancel()
-                    chat.turn.cancel()
-                await asyncio.gather(chat.turn, return_exceptions=True)
-    finally:
-        loop.remove_signal_handler(signal.SIGINT)
-        loop.remove_signal_handler(signal.SIGTERM)
-        if plain_input is not None:
-            plain_input.close()
-        record.write(orch)
-    chat.say(f"bye: every sub-agent process has been stopped. record: {run_dir}")
-    return chat.exit_code
+
+
+async def _converse(
+    chat: Chat,
+    orch: Orchestrator,
+    prompt_input: PromptInput | None,
+    plain_input: PlainInput | None,
+) -> None:
+    """Read and run lines until the user leaves or the input ends; then the turn still
+    running is finished (the input ended) or cancelled (the user left)."""
+    if prompt_input is not None:
+        with prompt_input:
+            await _loop(chat, prompt_input.read)
+    else:
+        assert plain_input is not None
+        await _loop(chat, plain_input.read)
+    if chat.turn is not None and not chat.turn.done():
+        if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
+            await asyncio.wait({chat.turn})
+        else:
+            orch.cancel()
+            chat.turn.cancel()
+        await asyncio.gather(chat.turn, return_exceptions=True)
 
 
 async def _loop(chat: Chat, read: Any) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from agentcell.orchestrator._orchestrator import Orchestrator
+from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
@@ -109,6 +109,43 @@ def _secret_prefix_length(text: str, secrets: list[str]) -> int:
     return longest
 
 
+def _terminal_approval(
+    settings: Settings, view: ProgressView | None
+) -> tuple[PlainInput | None, ApprovalChannel | None]:
+    """Approvals asked on the terminal, when the settings ask and there is one."""
+    if settings.approval not in ("ask", "bubble") or not sys.stdin.isatty():
+        return None, None
+    reader = PlainInput(out=sys.stderr)
+    approval = TerminalPrompt(
+        read_line=reader.read_line,
+        out=sys.stderr,
+        hold=view.hold if view is not None else None,
+    )
+    return reader, approval
+
+
+async def _watched(
+    orch: Orchestrator,
+    prompt: str,
+    *,
+    session: Session | None,
+    timeout_s: float | None,
+    answer: AnswerStream | None,
+    view: ProgressView | None,
+) -> RunReport:
+    """The run, its answer streamed and its progress shown while it runs."""
+    if answer is not None:
+        orch.bus.subscribe(answer.on_event)
+    if view is not None:
+        orch.bus.subscribe(view.on_event)
+        view.start()
+    try:
+        return await orch.run(prompt, session=session, timeout_s=timeout_s)
+    finally:
+        if view is not None:
+            view.stop()
+
+
 async def run_once(
     prompt: str,
     settings: Settings,
@@ -123,15 +160,7 @@ async def run_once(
 ) -> int:
     console, live = make_console()
     view = None if quiet else ProgressView(console, live=live)
-    reader: PlainInput | None = None
-    approval: ApprovalChannel | None = None
-    if settings.approval in ("ask", "bubble") and sys.stdin.isatty():
-        reader = PlainInput(out=sys.stderr)
-        approval = TerminalPrompt(
-            read_line=reader.read_line,
-            out=sys.stderr,
-            hold=view.hold if view is not None else None,
-        )
+    reader, approval = _terminal_approval(settings, view)
     # No run directory yet: it is made when the run starts, after the checks above.
     orch = Orchestrator(
         settings=settings,
@@ -166,16 +195,9 @@ async def run_once(
         if not quiet:
             print_diagnostics(orch, console)
         async with orch:
-            if answer is not None:
-                orch.bus.subscribe(answer.on_event)
-            if view is not None:
-                orch.bus.subscribe(view.on_event)
-                view.start()
-            try:
-                report = await orch.run(prompt, session=session, timeout_s=timeout_s)
-            finally:
-                if view is not None:
-                    view.stop()
+            report = await _watched(
+                orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
+            )
     except asyncio.CancelledError:
         console.print("interrupted; every sub-agent process was stopped", style="yellow")
         return EXIT_BY_SIGNAL[received or signal.SIGINT]

@@ -1,4 +1,8 @@
-"""Settings and where they come from: user file, project file, environment, flags."""
+"""Settings and where they come from: user file, project file, environment, flags.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.config._hooks import (
     DEFAULT_HOOK_TIMEOUT_S,

@@ -1,4 +1,8 @@
-"""What a sub-agent is: definitions, agent files, the registry, tool names and narrowing."""
+"""What a sub-agent is: definitions, agent files, the registry, tool names and narrowing.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.definitions._inline import definitions_from_json
 from agentcell.orchestrator.definitions._loader import (

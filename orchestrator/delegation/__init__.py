@@ -1,4 +1,8 @@
-"""Delegation: running sub-agents, the task tools, background tracking, approvals, usage."""
+"""Delegation: running sub-agents, the task tools, background tracking, approvals, usage.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.orchestrator.delegation._approvals import (
     AllowAll,
@@ -35,6 +39,8 @@ from agentcell.orchestrator.delegation._hooks import (
     stop_hook,
 )
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
+from agentcell.orchestrator.delegation._prepare import stricter_mode
+from agentcell.orchestrator.delegation._relay import MAX_OPEN_REQUESTS
 from agentcell.orchestrator.delegation._request import (
     DelegationRequest,
     RunAccount,
@@ -44,12 +50,7 @@ from agentcell.orchestrator.delegation._results import (
     SubAgentResult,
 )
 from agentcell.orchestrator.delegation._resume import read_session
-from agentcell.orchestrator.delegation._runner import (
-    MAX_OPEN_REQUESTS,
-    RunHandle,
-    Runner,
-    stricter_mode,
-)
+from agentcell.orchestrator.delegation._runner import RunHandle, Runner
 from agentcell.orchestrator.delegation._start_ahead import StartAhead
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,

@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from agentcell.orchestrator.config import ProviderLimits
 from agentcell.protocol import ChannelClosed, Frame, PermitDone, PermitGrant, PermitRequest
@@ -188,9 +189,16 @@ class ChildPermits:
     Each request waits in its own task; whatever the child still holds or waits for
     when it ends (crash included) is returned, so a dead child never keeps a slot."""
 
-    def __init__(self, limiter: ProviderLimiter, send: Callable[[Frame], None]) -> None:
+    def __init__(
+        self,
+        limiter: ProviderLimiter,
+        send: Callable[[Frame], None],
+        *,
+        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = asyncio.ensure_future,
+    ) -> None:
         self._limiter = limiter
         self._send = send
+        self._start = start  # the relay's TaskGroup owns the waits (create_task)
         self._waiting: dict[int, asyncio.Task[None]] = {}
         self._held: dict[int, ModelPermit] = {}
 
@@ -208,7 +216,7 @@ class ChildPermits:
                 )
             )
             return
-        self._waiting[rid] = asyncio.ensure_future(self._grant(frame))
+        self._waiting[rid] = self._start(self._grant(frame))
 
     async def _grant(self, frame: PermitRequest) -> None:
         try:

@@ -1,9 +1,16 @@
 """The runner: one sub-agent run, from its definition to its ``SubAgentResult``.
 
-It resolves what the child may do (tools, model, limits), leases a fresh process from the
-pool, sends the run, relays the child's events (tagged with the agent id and the parent's
-tool call), answers the child's questions (approvals, nested delegation) and turns
-however the child ended into exactly one result.
+A delegation goes through three phases, each a module of its own:
+
+- ``_prepare``: the definition, the request and the settings become the child's spec,
+  walls and ``Start`` message (no process yet);
+- ``_relay``: a leased child runs; its frames are relayed and its questions answered;
+- ``_settle``: however it ended becomes exactly one result (and its worktree a commit).
+
+The runner is what calls them in order, around what only it holds: the backend a process
+is leased from, the worktree, the run's handle, the records of who may be resumed. Each run
+is a task of a ``TaskGroup`` of its own, and every failure of a run becomes that run's
+result, so one sub-agent's error never reaches its caller or its siblings.
 """
 
 from __future__ import annotations
@@ -19,53 +26,40 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import dill
 import msgspec
-from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import (
     Backend,
     ChildOutcome,
-    OutcomeKind,
     WorkerLease,
     WorkerPool,
-    child_environment,
 )
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import (
-    AgentDefinition,
-    AgentRegistry,
-    load_skills,
-    resolve_model_alias,
-    resolve_tools,
-    with_skills,
-)
-from agentcell.orchestrator.delegation._approval_question import refused_tool
-from agentcell.orchestrator.delegation._approvals import (
-    ApprovalAnswer,
-    ApprovalBroker,
-    ApprovalQuery,
-)
-from agentcell.orchestrator.delegation._context import (
-    gets_instructions,
-    instructions_prompt,
-    memory_dir,
-    memory_prompt,
-    prepare_memory,
-)
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.delegation._approvals import ApprovalBroker
 from agentcell.orchestrator.delegation._events import (
-    AgentActivity,
     EventBus,
     SubAgentEnded,
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks, agent_transcript
-from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
-from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
-from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
+from agentcell.orchestrator.delegation._hooks import (
+    HookRunner,
+    SubagentStopHooks,
+    agent_transcript,
+)
+from agentcell.orchestrator.delegation._limiter import ProviderLimiter
+from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
+from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
+from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
-from agentcell.orchestrator.delegation._task_args import parse_task_arguments
+from agentcell.orchestrator.delegation._settle import (
+    absorb_test_record,
+    parent_failure,
+    settle,
+    settle_worktree,
+    with_cancel_reason,
+)
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
     Worktree,
@@ -75,43 +69,16 @@ from agentcell.orchestrator.delegation._worktree import (
 )
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
-    PROTOCOL_VERSION,
-    AgentSpec,
-    ApprovalReply,
-    ApprovalRequest,
     ChannelClosed,
     Control,
     ControlAction,
-    DelegateReply,
-    DelegateRequest,
-    Event,
-    FrameTooLarge,
-    HookReply,
-    HookRequest,
-    Limits,
     Message,
-    PermitDone,
-    PermitRequest,
-    RemoteTool,
     RunStatus,
     Start,
-    TurnStarted,
-    Usage,
-    UsageUpdate,
-    encode_frame,
 )
-from agentcell.worker import (
-    OutsideRoot,
-    PermissionMode,
-    known_secrets,
-    release_sandbox,
-    secret_digests,
-    stricter_sandbox,
-)
-from agentcell.worker.models import ToolSpec, thinking_control, thinking_max_tokens
+from agentcell.worker import OutsideRoot, release_sandbox
+from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
-
-AGENT_HANDLER = "agentcell.worker._agent:run_agent"
 
 log = logging.getLogger("agentcell.runner")
 
@@ -169,13 +136,32 @@ class RunHandle:
 
 
 @dataclasses.dataclass(slots=True)
-class _Progress:
-    """What the relay keeps about a child while it runs."""
+class _Admitted:
+    """A run the runner has agreed to start: what it prepared, before a process."""
 
-    turns: int = 0
-    usage: Usage = dataclasses.field(default_factory=Usage)
-    model: str = ""
-    queued_ms: float = 0.0
+    request: DelegationRequest
+    definition: AgentDefinition
+    prepared: Prepared
+    base: dict[str, Any]  # the fields every result of this run carries
+    history: list[Message] | None  # a continuation's earlier session
+    ledger: UsageLedger
+    run_dir: str
+    background: bool
+    tree: Worktree | None = None
+    hooks: HookRunner | None = None
+    stop_hooks: SubagentStopHooks | None = None
+
+
+@dataclasses.dataclass(slots=True)
+class _Ended:
+    """How the live phase ended, for the settle phase."""
+
+    progress: Progress
+    outcome: ChildOutcome | None = None
+    pid: int | None = None
+    node: str = ""
+    cancelled: bool = False
+    failure: str = ""
 
 
 class Runner:
@@ -211,17 +197,24 @@ class Runner:
         self.workdir = workdir
         self.run_dir = run_dir
         self.model_objects = model_objects or {}
-        self.custom_tools = {tool.name: tool for tool in custom_tools}
-        self.task_tool_spec = task_tool_spec
-        self._ids = itertools.count(1)
-        self._session = secrets.token_hex(3)
-        self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
-        # Per run being prepared: the lines its result carries (a server or skill missing).
-        self._warnings: dict[str, list[str]] = {}
         self.hooks = hooks or HookRunner(cwd=workdir)
         self.home = home or Path.home()
+        self.prepare = Preparer(
+            settings=settings,
+            registry=registry,
+            workdir=workdir,
+            home=self.home,
+            limiter=self.limiter,
+            model_objects=self.model_objects,
+            custom_tools={tool.name: tool for tool in custom_tools},
+            task_tool_spec=task_tool_spec,
+        )
+        self._parent = Parent(
+            bus=bus, broker=broker, limiter=self.limiter, registry=registry, delegate=self.run
+        )
+        self._ids = itertools.count(1)
+        self._session = secrets.token_hex(3)
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
-        self._effort_noted: set[tuple[str, str]] = set()
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -240,19 +233,20 @@ class Runner:
         The run has a task of its own: ``handle.cancel()`` (task_control, a budget, a
         cancelled turn) ends it with a ``cancelled`` result rather than cancelling the
         caller. Cancelling the *caller* stops the child too, then propagates; the result
-        is still published and left on ``handle.result``.
+        is still published and left on ``handle.result``. A failure of the parent's own
+        (a bug, the environment) is this run's ``error`` result: it never raises here.
         """
         agent_id = agent_id or self.new_agent_id()
         handle = handle or RunHandle()
-        inner = asyncio.create_task(self._run(request, scope, handle, agent_id, task_id))
-        handle.task = inner
-        if handle.cancelled:  # cancelled before it even started
-            inner.cancel()
         try:
-            await asyncio.wait({inner})
+            async with asyncio.TaskGroup() as group:
+                inner = group.create_task(
+                    self._contained(request, scope, handle, agent_id, task_id)
+                )
+                handle.task = inner
+                if handle.cancelled:  # cancelled before it even started
+                    inner.cancel()
         except asyncio.CancelledError:
-            inner.cancel()
-            await asyncio.wait({inner})
             if handle.result is not None and scope.account is not None:
                 scope.account.results.append(handle.result)
             raise
@@ -260,11 +254,7 @@ class Runner:
             self.recorded.ended(agent_id)  # however it ended, it runs no more
         if inner.cancelled():  # cancelled before its first step: it never got going
             result = SubAgentResult(
-                agent_id=agent_id,
-                agent_type=request.agent_type,
-                description=request.description,
-                background=bool(request.background) or scope.background,
-                depth=scope.depth + 1,
+                **_base(request, scope, agent_id),
                 status=handle.cancel_status,
                 error=handle.cancel_reason or "cancelled before it started",
             )
@@ -276,6 +266,26 @@ class Runner:
             scope.account.results.append(result)
         return result
 
+    async def _contained(
+        self,
+        request: DelegationRequest,
+        scope: Scope,
+        handle: RunHandle,
+        agent_id: str,
+        task_id: str,
+    ) -> SubAgentResult:
+        """The run's boundary: whatever fails in the parent is this run's result."""
+        started = time.perf_counter()
+        try:
+            return await self._run(request, scope, handle, agent_id, task_id)
+        except Exception as exc:  # a bug or an environment problem: this run fails, alone
+            log.exception("sub-agent %s failed in the parent", agent_id)
+            base = _base(request, scope, agent_id)
+            result = parent_failure(base, f"{type(exc).__name__}: {exc}", None, started)
+            handle.result = result
+            self.bus.publish(SubAgentEnded(agent_id=agent_id, result=result))
+            return result
+
     async def _run(
         self,
         request: DelegationRequest,
@@ -284,15 +294,26 @@ class Runner:
         agent_id: str,
         task_id: str,
     ) -> SubAgentResult:
+        """Prepare, relay, settle."""
         started = time.perf_counter()
-        background = bool(request.background) or scope.background
-        base = dict(
-            agent_id=agent_id,
-            agent_type=request.agent_type,
-            description=request.description,
-            background=background,
-            depth=scope.depth + 1,
-        )
+        admitted = self._admit(request, scope, agent_id)
+        if isinstance(admitted, SubAgentResult):
+            return admitted
+        refused = await self._isolate(admitted, agent_id)
+        if refused is not None:
+            return refused
+        start = await self._announce(admitted, scope, agent_id, task_id)
+        if isinstance(start, SubAgentResult):
+            return start
+        ended = await self._live(admitted, start, scope, handle, started)
+        return await self._settle(admitted, ended, handle, started)
+
+    # -- prepare ---------------------------------------------------------------------------
+    def _admit(
+        self, request: DelegationRequest, scope: Scope, agent_id: str
+    ) -> _Admitted | SubAgentResult:
+        """The definition it runs, its spec and walls; or the result refusing it."""
+        base = _base(request, scope, agent_id)
         history: list[Message] | None = None
         if request.resume:
             try:
@@ -312,43 +333,63 @@ class Runner:
         ledger = _ledger(scope, self.ledger)
         run_dir = scope.account.run_dir if scope.account is not None else self.run_dir
         try:
-            spec, limits, model = self._prepare(
-                definition, request, scope, agent_id, background, run_dir=run_dir
+            prepared = self.prepare.spec(
+                definition, request, scope, agent_id, base["background"], run_dir=run_dir
             )
             ledger.reserve_subagent()
-            base["warnings"] = self._warnings.pop(agent_id, [])
-            # Replaced by what the child reports it applied; kept if it ended before that.
-            base["sandbox"] = f"{spec.sandbox} (requested; not confirmed by the child)"
         except (ValueError, BudgetExceeded) as exc:
-            self._warnings.pop(agent_id, None)
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
-        tree: Worktree | None = None
-        if (request.isolation or definition.isolation) == "worktree":
-            try:
-                tree = await self._worktree(agent_id, run_dir)
-            except (WorktreeError, OSError) as exc:
-                return self._refused(base, RunStatus.ERROR, str(exc))
-            spec.workdir = str(tree.workdir)
-            skills, _ = load_skills(definition.skills, Path(self.workdir))
-            spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
-        hooks = self.hooks.for_definition(definition).for_agent(
+        base["warnings"] = prepared.warnings
+        # Replaced by what the child reports it applied; kept if it ended before that.
+        base["sandbox"] = f"{prepared.spec.sandbox} (requested; not confirmed by the child)"
+        return _Admitted(
+            request=request,
+            definition=definition,
+            prepared=prepared,
+            base=base,
+            history=history,
+            ledger=ledger,
+            run_dir=run_dir,
+            background=base["background"],
+        )
+
+    async def _isolate(self, admitted: _Admitted, agent_id: str) -> SubAgentResult | None:
+        """A worktree of its own, when its definition or the call asks (None: no refusal)."""
+        if (admitted.request.isolation or admitted.definition.isolation) != "worktree":
+            return None
+        try:
+            admitted.tree = await self._worktree(agent_id, admitted.run_dir)
+        except (WorktreeError, OSError) as exc:
+            return self._refused(admitted.base, RunStatus.ERROR, str(exc))
+        self.prepare.in_worktree(
+            admitted.prepared.spec, admitted.definition, str(admitted.tree.workdir)
+        )
+        return None
+
+    async def _announce(
+        self, admitted: _Admitted, scope: Scope, agent_id: str, task_id: str
+    ) -> Start | SubAgentResult:
+        """Hooks wired, ``SubagentStart`` run, the start published; the ``Start`` to send,
+        or the result refusing one too large to send."""
+        definition, spec, request = admitted.definition, admitted.prepared.spec, admitted.request
+        hooks = admitted.hooks = self.hooks.for_definition(definition).for_agent(
             spec.workdir, spec.permission_mode, agent_transcript(spec)
         )
         try:
-            self._complete_spec(spec, definition, request, hooks, history)
+            self.prepare.complete(spec, definition, request, hooks, admitted.history)
         except OutsideRoot as exc:  # a project's link out (its memory folder): refused
-            if tree is not None:
-                await finish_worktree(tree)
-            return self._refused(base, RunStatus.DENIED, str(exc))
-        stop_hooks = SubagentStopHooks(
+            if admitted.tree is not None:
+                await finish_worktree(admitted.tree)
+            return self._refused(admitted.base, RunStatus.DENIED, str(exc))
+        stop_hooks = admitted.stop_hooks = SubagentStopHooks(
             hooks,
             agent_id=agent_id,
             agent_type=definition.name,
             transcript=hooks.transcript_path,
         )
         spec.hooked_tools.update(stop_hooks.relayed_events())
-        self.recorded.started(agent_id, definition.name, run_dir, _owner(scope))
+        self.recorded.started(agent_id, definition.name, admitted.run_dir, _owner(scope))
         started_hook = await hooks.run(
             "SubagentStart",
             {"agent_id": agent_id, "agent_type": definition.name, "prompt": request.prompt},
@@ -356,117 +397,88 @@ class Runner:
         )
         if started_hook.context:
             spec.system_prompt += f"\n\n{started_hook.context}"
-
         self.bus.publish(
             SubAgentStarted(
                 agent_id=agent_id,
                 agent_type=definition.name,
                 description=request.description,
-                background=background,
+                background=admitted.background,
                 depth=scope.depth + 1,
                 parent_id=scope.agent_id,
                 task_id=task_id,
                 color=definition.color,
             )
         )
-        start = Start(
-            protocol_version=PROTOCOL_VERSION,
-            run_id=agent_id,
-            handler=AGENT_HANDLER,
-            spec=spec,
-            limits=limits,
-            objects=self._objects_blob(model, spec.tools),
-        )
-        too_large = self._too_large(start)
-        if too_large:
-            if tree is not None:
-                await finish_worktree(tree)
-            return self._refused(base, RunStatus.ERROR, too_large)
-        progress = _Progress(model=model)
+        start = self.prepare.start(admitted.prepared)
+        limit = getattr(getattr(self.pool, "boot", None), "max_frame_bytes", MAX_FRAME_BYTES)
+        refusal = too_large(start, limit)
+        if refusal:
+            if admitted.tree is not None:
+                await finish_worktree(admitted.tree)
+            return self._refused(admitted.base, RunStatus.ERROR, refusal)
+        return start
+
+    # -- relay -----------------------------------------------------------------------------
+    async def _live(
+        self, admitted: _Admitted, start: Start, scope: Scope, handle: RunHandle, started: float
+    ) -> _Ended:
+        """A process leased, sent its start, walled, relayed to its end and released."""
+        ended = _Ended(progress=Progress(model=admitted.prepared.model))
         lease: WorkerLease | None = None
-        cancelled = False
-        failure = ""
         try:
-            lease = await self._start_on_a_live_process(definition, start)
-            progress.queued_ms = (time.perf_counter() - started) * 1000
-            self.bus.publish(SubAgentProcess(agent_id=agent_id, pid=lease.pid, node=lease.node))
+            lease = await self._start_on_a_live_process(admitted.definition, start)
+            ended.progress.queued_ms = (time.perf_counter() - started) * 1000
+            ended.pid, ended.node = lease.pid, lease.node
+            self.bus.publish(SubAgentProcess(agent_id=start.run_id, pid=lease.pid, node=lease.node))
             # Only now: controls queued while it waited for a process must follow Start.
             handle.attach(lease)
-            if limits.address_space_bytes is not None:
-                lease.set_memory_limit(limits.address_space_bytes)
-            if limits.cpu_seconds is not None:
-                lease.set_cpu_limit(limits.cpu_seconds)
-            if spec.timeout_s is not None:
-                # The child's engine stops itself at the timeout and reports; the parent's
-                # deadline, a little later, is the backstop for a child that cannot.
-                lease.set_deadline(
-                    spec.timeout_s + self.settings.timeout_grace_s, cancel_grace=1.0, term_grace=1.0
-                )
-            await self._relay(
-                lease=lease,
-                definition=definition,
-                spec=spec,
-                request=request,
-                scope=scope,
-                progress=progress,
-                background=background,
-                hooks=hooks,
-                stop_hooks=stop_hooks,
-            )
+            self._wall(lease, admitted)
+            await Relay(self._parent, self._child(lease, admitted, scope), ended.progress).run()
         except asyncio.CancelledError:
-            cancelled = True
+            ended.cancelled = True
             if lease is not None:
                 # Politely first: the child stops at once and reports what it has; the
                 # escalation (SIGTERM, then SIGKILL) bounds the wait.
                 lease.cancel("cancelled by the parent")
                 await asyncio.shield(lease.wait())
         except Exception as exc:  # a bug or an environment problem: this run fails, not the parent
-            log.exception("sub-agent %s failed in the parent", agent_id)
-            failure = f"{type(exc).__name__}: {exc}"
+            log.exception("sub-agent %s failed in the parent", start.run_id)
+            ended.failure = f"{type(exc).__name__}: {exc}"
         finally:
-            outcome = await asyncio.shield(lease.release()) if lease is not None else None
+            ended.outcome = await asyncio.shield(lease.release()) if lease is not None else None
             if lease is not None and not lease.node:
                 # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
                 # does this on its own node).
                 release_sandbox(lease.pid)
-        if failure:
-            result = SubAgentResult(
-                **base,  # type: ignore[arg-type]
-                status=RunStatus.ERROR,
-                error=f"the parent could not run this sub-agent: {failure}",
-                pid=lease.pid if lease else None,
-                duration_ms=(time.perf_counter() - started) * 1000,
+        return ended
+
+    def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
+        """The limits the parent enforces on the leased process."""
+        limits, spec = admitted.prepared.limits, admitted.prepared.spec
+        if limits.address_space_bytes is not None:
+            lease.set_memory_limit(limits.address_space_bytes)
+        if limits.cpu_seconds is not None:
+            lease.set_cpu_limit(limits.cpu_seconds)
+        if spec.timeout_s is not None:
+            # The child's engine stops itself at the timeout and reports; the parent's
+            # deadline, a little later, is the backstop for a child that cannot.
+            lease.set_deadline(
+                spec.timeout_s + self.settings.timeout_grace_s, cancel_grace=1.0, term_grace=1.0
             )
-        else:
-            result = self._result(
-                base,
-                outcome,
-                progress,
-                started,
-                limits=limits,
-                cancelled=cancelled,
-                ledger=ledger,
-                run_dir=run_dir,
-            )
-            # A budget stops the run even if its answer came as the budget was crossed.
-            replaced = result.status is RunStatus.CANCELLED or (
-                result.status is RunStatus.COMPLETED and handle.cancel_status is RunStatus.BUDGET
-            )
-            if cancelled and handle.cancel_reason and replaced:
-                result = msgspec.structs.replace(
-                    result, status=handle.cancel_status, error=handle.cancel_reason
-                )
-        if lease is not None and lease.node:
-            result = msgspec.structs.replace(result, node=lease.node)
-        if tree is not None:  # what it changed is kept, however it ended
-            result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
-        handle.result = result
-        self.recorded.ended(agent_id)
-        # Once per run: unless the child's last stop was already put to the hooks (it
-        # crashed, timed out, ran out of turns after a block), they hear of the end now.
-        await stop_hooks.ended(result.text)
-        self._finish(result, model, outcome)
-        return result
+
+    def _child(self, lease: WorkerLease, admitted: _Admitted, scope: Scope) -> Child:
+        assert admitted.hooks is not None and admitted.stop_hooks is not None
+        return Child(
+            lease=lease,
+            definition=admitted.definition,
+            spec=admitted.prepared.spec,
+            scope=scope,
+            call_id=admitted.request.call_id,
+            background=admitted.background,
+            hooks=admitted.hooks,
+            stop_hooks=admitted.stop_hooks,
+            ledger=admitted.ledger,
+        )
 
     async def _start_on_a_live_process(
         self, definition: AgentDefinition, start: Start
@@ -524,22 +536,42 @@ class Runner:
                 await finish_worktree(await making)
             raise
 
-    async def _settle_worktree(
-        self, tree: Worktree, result: SubAgentResult, prompt: str
+    # -- settle ----------------------------------------------------------------------------
+    async def _settle(
+        self, admitted: _Admitted, ended: _Ended, handle: RunHandle, started: float
     ) -> SubAgentResult:
-        kept = await finish_worktree(tree, _commit_message(result, prompt))
-        if kept is None:
-            return result
-        stat = kept.diff_stat
-        if kept.commit_error:
-            stat = f"(not committed, left staged: {kept.commit_error})\n{stat}"
-        return msgspec.structs.replace(
-            result,
-            worktree=kept.path,
-            branch=kept.branch,
-            commit=None if kept.commit_error else kept.commit,
-            diff_stat=stat,
-        )
+        """The run's one result: published, handed to its handle, told to the hooks."""
+        base = admitted.base
+        if ended.failure:
+            result = parent_failure(base, ended.failure, ended.pid, started)
+        else:
+            result = settle(
+                base,
+                ended.outcome,
+                ended.progress,
+                started,
+                limits=admitted.prepared.limits,
+                cancelled=ended.cancelled,
+                ledger=admitted.ledger,
+                run_dir=admitted.run_dir,
+            )
+            result = with_cancel_reason(
+                result, handle.cancel_status, handle.cancel_reason, cancelled=ended.cancelled
+            )
+        if ended.node:
+            result = msgspec.structs.replace(result, node=ended.node)
+        if admitted.tree is not None:  # what it changed is kept, however it ended
+            prompt = admitted.request.prompt
+            result = await asyncio.shield(settle_worktree(admitted.tree, result, prompt))
+        handle.result = result
+        self.recorded.ended(base["agent_id"])
+        # Once per run: unless the child's last stop was already put to the hooks (it
+        # crashed, timed out, ran out of turns after a block), they hear of the end now.
+        assert admitted.stop_hooks is not None
+        await admitted.stop_hooks.ended(result.text)
+        absorb_test_record(ended.outcome, self.model_objects.get(admitted.prepared.model))
+        self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+        return result
 
     def _refused(self, base: dict[str, Any], status: RunStatus, error: str) -> SubAgentResult:
         """A run that never got a process (unknown agent, refused override, budget)."""
@@ -549,538 +581,16 @@ class Runner:
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
 
-    def _too_large(self, start: Start) -> str:
-        """Why ``start`` cannot cross the pipe ("" if it can): said before a process is
-        taken, in words that name the cause and the limit."""
-        limit = getattr(getattr(self.pool, "boot", None), "max_frame_bytes", MAX_FRAME_BYTES)
-        try:
-            encode_frame(start, limit)
-        except FrameTooLarge:
-            spec = start.spec
-            prompt = len(spec.prompt.encode()) if spec is not None else 0
-            cap = f"one frame may carry at most {limit / 2**20:g} MiB (MAX_FRAME_BYTES)"
-            if prompt * 2 >= limit:
-                return (
-                    f"the prompt is too large to send to a sub-agent: {prompt / 2**20:.1f} MiB, "
-                    f"and {cap}; put the material in a file and pass its path instead"
-                )
-            return (
-                "the sub-agent's start message is too large to send (its forked history or "
-                f"its custom tools and model objects), and {cap}"
-            )
-        return ""
 
-    # -- preparing a run -----------------------------------------------------------------
-    def _prepare(
-        self,
-        definition: AgentDefinition,
-        request: DelegationRequest,
-        scope: Scope,
-        agent_id: str,
-        background: bool,
-        *,
-        run_dir: str,
-    ) -> tuple[AgentSpec, Limits, str]:
-        settings = self.settings
-        model = self._narrow_model(definition, request, scope)
-        # The operator's subagent_* settings are caps as well as defaults.
-        max_turns = min(
-            definition.max_turns or settings.subagent_max_turns, settings.subagent_max_turns
-        )
-        if request.max_turns is not None:
-            if request.max_turns > max_turns:
-                raise ValueError(
-                    f"max_turns {request.max_turns} is more than {definition.name} allows "
-                    f"({max_turns}); overrides may only narrow a definition"
-                )
-            max_turns = request.max_turns
-        resolved = resolve_tools(definition.tools, definition.disallowed_tools, list(scope.tools))
-        depth = scope.depth + 1
-        max_depth = min(
-            d for d in (settings.max_depth, scope.max_depth, definition.max_depth) if d is not None
-        )
-        remote: list[RemoteTool] = []
-        may_delegate = (definition.tools is None or "task" in definition.tools) and (
-            "task" not in definition.disallowed_tools
-        )
-        # Task(a, b) in its tools: the schema it is offered lists only those agent types
-        # (and none at all if none of them is registered).
-        limited = definition.task_agents is not None or bool(definition.denied_task_agents)
-        allowed = definition.may_start if limited else None
-        if allowed is not None and not any(allowed(name) for name in self.registry.names()):
-            may_delegate = False
-        if depth < max_depth and may_delegate and self.task_tool_spec is not None:
-            task = self.task_tool_spec(allowed)
-            remote.append(
-                RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
-            )
-        history = scope.history() if definition.context == "fork" and scope.history else []
-        # An agent file may ask for a stricter mode, never a looser one than its parent's.
-        mode = stricter_mode(
-            scope.permission_mode or settings.permission_mode, definition.permission_mode
-        )
-        env, bash_env = child_environment(
-            model, bash_gets_credentials=bash_credentials(settings, definition)
-        )
-        sandbox = stricter_sandbox(
-            "workspace" if settings.sandbox == "required" else settings.sandbox, definition.sandbox
-        )
-        mcp_servers, warnings = agent_mcp_servers(
-            definition, settings.mcp_servers, project_dir=self.workdir
-        )
-        skills, missing = load_skills(definition.skills, Path(self.workdir))
-        self._warnings[agent_id] = [*warnings, *missing]
-        for line in self._warnings[agent_id]:
-            log.warning("%s: %s", definition.name, line)
-        spec = AgentSpec(
-            agent_id=agent_id,
-            agent_type=definition.name,
-            prompt=request.prompt,
-            system_prompt=with_skills(_system_prompt(definition, self.workdir), skills),
-            history=history,
-            tools=resolved.tools,
-            remote_tools=remote,
-            model=model,
-            model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
-            max_turns=max_turns,
-            timeout_s=_capped(definition.timeout_s, settings.subagent_timeout_s),
-            permission_mode=mode,
-            allow_rules=list(settings.allow_rules),
-            deny_rules=list(settings.deny_rules),
-            ask_rules=list(settings.ask_rules),
-            workdir=self.workdir,
-            run_dir=run_dir,
-            record_key=key_for(run_dir, agent_id) if run_dir else b"",
-            depth=depth,
-            max_depth=max_depth,
-            background=background,
-            env=env,
-            bash_env=bash_env,
-            sandbox=sandbox,
-            network=settings.network if definition.network is None else definition.network,
-            max_processes=definition.max_processes or settings.max_processes,
-            read_paths=list(settings.sandbox_read),
-            # The keys it does not get, so that it can still redact them from its records.
-            redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
-            mcp_servers=mcp_servers,
-            model_permits=self.limiter.applies(model),
-        )
-        limits = Limits(
-            address_space_bytes=definition.memory_limit_mb * 1024 * 1024
-            if definition.memory_limit_mb
-            else None,
-            cpu_seconds=definition.cpu_limit_s,
-            max_tool_calls=definition.max_tool_calls,
-            max_tool_output_bytes=definition.max_tool_output_bytes,
-        )
-        return spec, limits, model
-
-    def _narrow_model(
-        self, definition: AgentDefinition, request: DelegationRequest, scope: Scope
-    ) -> str:
-        aliases = self.settings.aliases
-        pinned = resolve_model_alias(definition.model, parent_model=scope.model, aliases=aliases)
-        if request.model is None:
-            return pinned
-        wanted = resolve_model_alias(request.model, parent_model=scope.model, aliases=aliases)
-        if definition.model != "inherit" and wanted != pinned:
-            raise ValueError(
-                f"{definition.name} runs on {pinned}; a model override may only narrow a "
-                f"definition, so {request.model!r} is refused"
-            )
-        return wanted
-
-    def _objects_blob(self, model: str, tools: Sequence[str]) -> bytes | None:
-        """Custom objects the child needs (a model object, custom tools), pickled once."""
-        custom = tuple(name for name in tools if name in self.custom_tools)
-        key = (model, custom)
-        if key not in self._blobs:
-            objects: dict[str, Any] = {}
-            if model in self.model_objects:
-                objects["model"] = self.model_objects[model]
-            if custom:
-                objects["tools"] = [self.custom_tools[name] for name in custom]
-            self._blobs[key] = dill.dumps(objects, recurse=True) if objects else None
-        return self._blobs[key]
-
-    # -- while it runs -------------------------------------------------------------------
-    async def _relay(
-        self,
-        *,
-        lease: WorkerLease,
-        definition: AgentDefinition,
-        spec: AgentSpec,
-        request: DelegationRequest,
-        scope: Scope,
-        progress: _Progress,
-        background: bool,
-        hooks: HookRunner,
-        stop_hooks: SubagentStopHooks,
-    ) -> None:
-        agent_id = spec.agent_id
-        agent_type = spec.agent_type
-        publish = self.bus.publish
-        ledger = _ledger(scope, self.ledger)
-        call_id = request.call_id
-        side: set[asyncio.Task[None]] = set()
-        permits = ChildPermits(self.limiter, lease.send_nowait)
-        try:
-            while (frame := await lease.recv()) is not None:
-                if isinstance(frame, PermitRequest):
-                    permits.on_request(frame)
-                elif isinstance(frame, PermitDone):
-                    permits.on_done(frame)
-                elif isinstance(frame, Event):
-                    event = frame.event
-                    if isinstance(event, UsageUpdate):
-                        progress.usage = progress.usage + event.usage
-                        progress.model = event.model or progress.model
-                        ledger.add_usage(agent_id, agent_type, event.model, event.usage)
-                    elif isinstance(event, TurnStarted):
-                        progress.turns = event.turn
-                        ledger.add_turn(agent_id, agent_type)
-                    publish(AgentActivity(agent_id=agent_id, event=event, call_id=call_id))
-                elif isinstance(frame, ApprovalRequest):
-                    query = ApprovalQuery(
-                        agent_id=agent_id,
-                        agent_type=agent_type,
-                        tool=frame.tool,
-                        arguments=frame.arguments,
-                        reason=frame.reason,
-                        call_id=frame.call_id,
-                        background=background,
-                    )
-                    refusal = refused_tool(frame.tool, spec)  # only a tool it was given
-                    _spawn(side, self._answer_approval(lease, frame.request_id, query, refusal))
-                elif isinstance(frame, DelegateRequest):
-                    _spawn(
-                        side,
-                        self._answer_delegation(
-                            lease,
-                            frame,
-                            definition,
-                            spec,
-                            background=background,
-                            account=scope.account,
-                        ),
-                    )
-                elif isinstance(frame, HookRequest):
-                    if frame.event == "SubagentStop" and not stop_hooks.claim():
-                        lease.kill(
-                            "protocol violation: a second SubagentStop request while one is open"
-                        )
-                        break
-                    _spawn(side, self._answer_hook(lease, frame, spec, hooks, stop_hooks))
-                if len(side) > MAX_OPEN_REQUESTS:
-                    lease.kill(
-                        f"protocol violation: more than {MAX_OPEN_REQUESTS} requests "
-                        "(approvals, hooks, delegations) open at once"
-                    )
-                    break
-        finally:
-            # The child is gone (or we are): questions it asked are moot now, and what
-            # it held of the provider's limits goes back to its siblings.
-            await permits.close()
-            for task in side:
-                task.cancel()
-            if side:
-                await asyncio.wait(side)
-
-    async def _answer_hook(
-        self,
-        lease: WorkerLease,
-        frame: HookRequest,
-        spec: AgentSpec,
-        hooks: HookRunner,
-        stop_hooks: SubagentStopHooks,
-    ) -> None:
-        offered = spec.hooked_tools.get(frame.event, [])
-        if not hooks.answers(frame.event, frame.tool, offered, bool(spec.hook_patterns)):
-            if frame.event == "SubagentStop":
-                stop_hooks.open = False
-            reply = HookReply(request_id=frame.request_id)
-        elif frame.event == "SubagentStop":  # the child's final answer, before it stops
-            try:
-                outcome = await stop_hooks.relayed(frame.response)
-            finally:
-                stop_hooks.open = False  # claimed when the frame came in
-            reply = HookReply(
-                request_id=frame.request_id, blocked=outcome.blocked, reason=outcome.reason
-            )
-        else:
-            outcome = await hooks.tool_event(
-                frame.event,
-                tool=frame.tool,
-                call_id=frame.call_id,
-                arguments=frame.arguments,
-                response=frame.response,
-                is_error=frame.is_error,
-                agent=(spec.agent_id, spec.agent_type),
-            )
-            reply = outcome.reply(frame.request_id, frame.tool)
-        with contextlib.suppress(ChannelClosed):
-            await lease.send(reply)
-
-    def _complete_spec(
-        self,
-        spec: AgentSpec,
-        definition: AgentDefinition,
-        request: DelegationRequest,
-        hooks: HookRunner,
-        history: list[Message] | None,
-    ) -> None:
-        """What the definition's Claude Code keys add to the spec: hooks, memory, instruction
-        files, effort, the initial prompt; and, for a continuation, the earlier session."""
-        spec.hooked_tools = hooks.hooked_tools(
-            [*spec.tools, *(tool.name for tool in spec.remote_tools)]
-        )
-        spec.hook_patterns = hooks.hook_patterns() if spec.mcp_servers else {}
-        workdir = Path(self.workdir)
-        extra = []
-        if self.settings.instruction_files and gets_instructions(definition):
-            extra.append(instructions_prompt(workdir, self.home))
-        folder = memory_dir(definition, workdir, self.home)
-        if folder is not None:
-            prepare_memory(folder)
-            spec.memory_dir = str(folder)
-            extra.append(memory_prompt(folder))
-        extra = [part for part in extra if part]
-        if extra:
-            spec.system_prompt = "\n\n".join([spec.system_prompt, *extra])
-        if definition.effort is not None:
-            self._apply_effort(spec, definition)
-        if history is not None:
-            spec.history = history
-        elif definition.initial_prompt.strip():
-            spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
-
-    def _apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
-        """A definition's ``effort`` as its provider's reasoning control: OpenAI's
-        ``reasoning_effort``, Anthropic's extended thinking (``AnthropicModel`` builds the
-        request). One note per definition and model where it has no such control, or where
-        thinking raises the ``max_tokens`` the user set."""
-        effort = definition.effort or "medium"
-        provider, _, name = spec.model.partition(":")
-        if provider == "openai":
-            spec.model_options["reasoning_effort"] = _OPENAI_EFFORT[effort]
-            return
-        control = thinking_control(name) if provider == "anthropic" else None
-        if control is not None:
-            spec.model_options["effort"] = effort
-            limit = spec.model_options.get("max_tokens")
-            raised = thinking_max_tokens(effort, limit if isinstance(limit, int) else None)
-            if isinstance(limit, int) and raised > limit:
-                self._note_effort(
-                    definition,
-                    spec.model,
-                    f"{definition.name}: effort {effort} raises max_tokens from {limit} to "
-                    f"{raised} for {spec.model}: thinking and the answer share it (set "
-                    f"model_options.anthropic.max_tokens to {raised} or more to silence this)",
-                )
-            return
-        self._note_effort(
-            definition,
-            spec.model,
-            f"{definition.name}: effort {definition.effort} ignored: its model {spec.model} "
-            "has no reasoning control agentcell sets (openai models take reasoning_effort, "
-            "Claude 3.7 Sonnet and Claude 4 and later extended thinking)",
-        )
-
-    def _note_effort(self, definition: AgentDefinition, model: str, note: str) -> None:
-        if (definition.name, model) not in self._effort_noted:
-            self._effort_noted.add((definition.name, model))
-            log.warning("%s", note)
-
-    async def _answer_approval(
-        self, lease: WorkerLease, request_id: int, query: ApprovalQuery, refusal: str = ""
-    ) -> None:
-        answer = ApprovalAnswer(False, refusal) if refusal else await self.broker.decide(query)
-        with contextlib.suppress(ChannelClosed):
-            await lease.send(
-                ApprovalReply(request_id=request_id, approved=answer.approved, reason=answer.reason)
-            )
-
-    async def _answer_delegation(
-        self,
-        lease: WorkerLease,
-        frame: DelegateRequest,
-        definition: AgentDefinition,
-        spec: AgentSpec,
-        *,
-        background: bool,
-        account: RunAccount | None,
-    ) -> None:
-        reply = await self._delegation_reply(
-            frame, definition, spec, background=background, account=account
-        )
-        with contextlib.suppress(ChannelClosed):
-            await lease.send(reply)
-
-    async def _delegation_reply(
-        self,
-        frame: DelegateRequest,
-        definition: AgentDefinition,
-        spec: AgentSpec,
-        *,
-        background: bool,
-        account: RunAccount | None,
-    ) -> DelegateReply:
-        def refuse(text: str) -> DelegateReply:
-            return DelegateReply(request_id=frame.request_id, content=text, is_error=True)
-
-        offered = {tool.name for tool in spec.remote_tools}
-        if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
-            return refuse(
-                f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
-                f"{frame.tool} (max depth {spec.max_depth})"
-            )
-        try:
-            nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
-        except ValueError as exc:
-            return refuse(str(exc))
-        # The schema offered only the allowed types; a forged call is refused here too.
-        target = self.registry.get(nested.agent_type)
-        if not definition.may_start(target.name if target else nested.agent_type):
-            allowed = [n for n in self.registry.names() if definition.may_start(n)]
-            return refuse(
-                f"permission denied: {definition.name} may not start {nested.agent_type!r} "
-                f"(its tools limit task to: {', '.join(allowed) or 'no registered agent'})"
-            )
-        # A grandchild's tools are resolved against its parent's — never the root's.
-        child_scope = Scope(
-            agent_id=spec.agent_id,
-            tools=spec.tools,
-            model=spec.model,
-            depth=spec.depth,
-            background=background,
-            permission_mode=spec.permission_mode,
-            max_depth=spec.max_depth,
-            account=account,
-        )
-        nested.background = False  # nested runs block their parent's tool call
-        result = await self.run(nested, child_scope)
-        return DelegateReply(
-            request_id=frame.request_id, content=result.render(), is_error=not result.ok
-        )
-
-    # -- after it ended ------------------------------------------------------------------
-    def _result(
-        self,
-        base: dict[str, Any],
-        outcome: ChildOutcome | None,
-        progress: _Progress,
-        started: float,
-        *,
-        limits: Limits,
-        cancelled: bool,
-        ledger: UsageLedger,
-        run_dir: str,
-    ) -> SubAgentResult:
-        duration_ms = (time.perf_counter() - started) * 1000
-        usage = progress.usage
-        entry = ledger.agents.get(base["agent_id"])
-        common = dict(
-            base,
-            usage=usage,
-            model=progress.model,
-            duration_ms=duration_ms,
-            queued_ms=progress.queued_ms,
-            turns=progress.turns,
-            cost_usd=entry.cost_usd if entry is not None else None,
-        )
-        if outcome is None:
-            return SubAgentResult(
-                **common,
-                status=RunStatus.CANCELLED,
-                error="cancelled before it got a process",
-            )
-        common.update(
-            pid=outcome.pid,
-            peak_rss_bytes=outcome.peak_rss_bytes,
-            exit_code=outcome.exit_code,
-            signal=outcome.signal,
-        )
-        run = outcome.result
-        if run is not None:
-            common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
-            problems = run.data.get("mcp_problems")
-            if isinstance(problems, list):
-                common["warnings"] = [*common.get("warnings", []), *map(str, problems)]
-            if "sandbox" in run.data:
-                common["sandbox"] = str(run.data["sandbox"])
-            if run.usage.total_tokens >= usage.total_tokens:
-                common["usage"] = run.usage
-        kind = outcome.kind
-        if kind is OutcomeKind.RESULT and run is not None:
-            return SubAgentResult(**common, status=run.status, text=run.text, error=run.error)
-        if cancelled or kind is OutcomeKind.KILLED:
-            return SubAgentResult(
-                **common,
-                status=RunStatus.CANCELLED,
-                text=run.text if run else "",
-                error=outcome.detail or "cancelled by the parent",
-            )
-        if kind is OutcomeKind.DEADLINE:
-            return SubAgentResult(
-                **common,
-                status=RunStatus.TIMEOUT,
-                text=run.text if run else "",
-                error=outcome.detail,
-            )
-        limit_error = _limit_error(outcome, limits)
-        if limit_error is not None:
-            return SubAgentResult(**common, status=RunStatus.LIMIT, error=limit_error)
-        if kind is OutcomeKind.FAILURE:
-            return SubAgentResult(**common, status=RunStatus.ERROR, error=outcome.detail)
-        error = outcome.detail
-        if run_dir:
-            log = Path(run_dir) / f"{base['agent_id']}.stderr.log"
-            if log.is_file() and log.stat().st_size:
-                error += f"; its last output is in {log}"
-        return SubAgentResult(**common, status=RunStatus.CRASHED, error=error)
-
-    def _finish(
-        self, result: SubAgentResult, model: str, outcome: ChildOutcome | None = None
-    ) -> None:
-        if outcome is not None and outcome.result is not None:
-            # A test double's copy in the child recorded its calls there: hand them back
-            # to the parent's object so assertions see every child's calls.
-            record = outcome.result.data.get("test_model")
-            absorb = getattr(self.model_objects.get(model), "absorb_record", None)
-            if record is not None and absorb is not None:
-                absorb(record)
-        self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
-
-
-_STRICTNESS = [
-    m.value
-    for m in (
-        PermissionMode.PLAN,
-        PermissionMode.DEFAULT,
-        PermissionMode.ACCEPT_EDITS,
-        PermissionMode.BYPASS,
+def _base(request: DelegationRequest, scope: Scope, agent_id: str) -> dict[str, Any]:
+    """The fields every result of a run carries, known before anything is resolved."""
+    return dict(
+        agent_id=agent_id,
+        agent_type=request.agent_type,
+        description=request.description,
+        background=bool(request.background) or scope.background,
+        depth=scope.depth + 1,
     )
-]
-
-
-def stricter_mode(parent: str, wanted: str | None) -> str:
-    """The stricter of two permission modes (plan < default < accept_edits < bypass)."""
-    parent = PermissionMode.parse(parent).value
-    if wanted is None:
-        return parent
-    wanted = PermissionMode.parse(wanted).value
-    return min(parent, wanted, key=_STRICTNESS.index)
-
-
-#: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max"). Anthropic's
-#: thinking budgets are ``THINKING_BUDGETS`` in agentcell.worker.models, by the request.
-_OPENAI_EFFORT = {
-    "minimal": "minimal",
-    "low": "low",
-    "medium": "medium",
-    "high": "high",
-    "max": "high",
-}
 
 
 def _owner(scope: Scope) -> str:
@@ -1091,72 +601,3 @@ def _owner(scope: Scope) -> str:
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
     return scope.account.ledger if scope.account is not None else default
-
-
-#: Requests one child may have open at once (a model's parallel tool calls each ask
-#: at most one approval, hook or delegation); beyond it the child is not one of ours.
-MAX_OPEN_REQUESTS = 1024
-
-
-def _spawn(tasks: set[asyncio.Task[None]], coro: Any) -> None:
-    task = asyncio.ensure_future(coro)
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
-
-
-def _capped(value: float | None, cap: float | None) -> float | None:
-    """A definition's value, never above the operator's cap (the cap when it sets none)."""
-    if value is None or cap is None:
-        return value if cap is None else cap
-    return min(value, cap)
-
-
-def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
-    """The message naming the limit a child went over, if that is how it ended."""
-    if outcome.kind in (OutcomeKind.MEMORY, OutcomeKind.CPU):
-        return outcome.detail
-    memory = limits.address_space_bytes
-    failure = outcome.failure
-    if memory is not None and failure is not None and failure.error_type == "MemoryError":
-        return (
-            f"memory limit exceeded: an allocation failed under the {memory / 2**20:.0f} MiB "
-            "limit (memory_limit_mb)"
-        )
-    if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
-        return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
-    return None
-
-
-_PROMPT_IN_COMMIT = 4000
-
-
-def _commit_message(result: SubAgentResult, prompt: str) -> str:
-    """Subject: the agent and its task (the title, else the prompt's first line); body: the
-    whole prompt and how the run ended, so `git log` tells what asked for the change."""
-    task = result.description.strip() or next(
-        (line.strip() for line in prompt.splitlines() if line.strip()), "(no prompt)"
-    )
-    if len(task) > 60:
-        task = task[:59] + "…"
-    subject = f"agentcell: {result.agent_type} ({result.agent_id}): {task}"
-    if len(prompt) > _PROMPT_IN_COMMIT:  # a command line has a length limit
-        prompt = prompt[:_PROMPT_IN_COMMIT] + "\n[... prompt cut]"
-    return (
-        f"{subject}\n\nAgent: {result.agent_type} ({result.agent_id}), "
-        f"{result.status.value}\nTask:\n{prompt.strip()}\n"
-    )
-
-
-def bash_credentials(settings: Settings, definition: AgentDefinition) -> bool:
-    """Does bash get the model keys? From the user's own config, or a definition made in
-    code (never from an agent file: a cloned repository must not hand them out)."""
-    if settings.bash_credentials:
-        return True
-    return definition.source == "programmatic" and bool(definition.extra.get("bash_credentials"))
-
-
-def _system_prompt(definition: AgentDefinition, workdir: str) -> str:
-    prompt = definition.system_prompt.strip()
-    return (
-        f"{prompt}\n\nWorking directory: {workdir}" if prompt else f"Working directory: {workdir}"
-    )

@@ -1,4 +1,8 @@
-"""Model providers behind one streaming interface."""
+"""Model providers behind one streaming interface.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.worker.models._anthropic import (
     THINKING_BUDGETS,

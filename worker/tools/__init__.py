@@ -1,4 +1,8 @@
-"""Tools: the interface, the registry, and the built-in file and shell tools."""
+"""Tools: the interface, the registry, and the built-in file and shell tools.
+
+Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
+this ``__all__`` is what other layers of agentcell may import, and may change.
+"""
 
 from agentcell.worker.tools._base import (
     FunctionTool,

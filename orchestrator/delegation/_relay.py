@@ -1,0 +1,299 @@
+"""Relay: a live child, from its ``Start`` to its end.
+
+The second of a delegation's three phases (after ``_prepare``, before ``_settle``). The
+child's frames come in here: its events go to the bus (tagged with its agent id and the
+parent's tool call) and its usage to the ledger; its questions — an approval, a hook, a
+nested ``task``, a provider permit — are answered, each in a task of the relay's own
+``TaskGroup``, so none outlives the child and one that fails fails this child's run (the
+runner turns that into this child's result; its siblings go on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from agentcell.orchestrator.backends import WorkerLease
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.delegation._approval_question import refused_tool
+from agentcell.orchestrator.delegation._approvals import (
+    ApprovalAnswer,
+    ApprovalBroker,
+    ApprovalQuery,
+)
+from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
+from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._task_args import parse_task_arguments
+from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.protocol import (
+    AgentSpec,
+    ApprovalReply,
+    ApprovalRequest,
+    ChannelClosed,
+    DelegateReply,
+    DelegateRequest,
+    Event,
+    HookReply,
+    HookRequest,
+    PermitDone,
+    PermitRequest,
+    TurnStarted,
+    Usage,
+    UsageUpdate,
+)
+
+#: Requests one child may have open at once (a model's parallel tool calls each ask
+#: at most one approval, hook or delegation); beyond it the child is not one of ours.
+MAX_OPEN_REQUESTS = 1024
+
+#: How a nested ``task`` is run: the runner's ``run``.
+Delegate = Callable[[DelegationRequest, Scope], Awaitable[SubAgentResult]]
+
+
+@dataclasses.dataclass(slots=True)
+class Progress:
+    """What the relay keeps about a child while it runs (the settle phase reads it)."""
+
+    turns: int = 0
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    model: str = ""
+    queued_ms: float = 0.0
+
+
+@dataclasses.dataclass(slots=True)
+class Parent:
+    """What the relay answers with: the parent's shared services."""
+
+    bus: EventBus
+    broker: ApprovalBroker
+    limiter: ProviderLimiter
+    registry: AgentRegistry
+    delegate: Delegate
+
+
+@dataclasses.dataclass(slots=True)
+class Child:
+    """The child being relayed, as the runner prepared it."""
+
+    lease: WorkerLease
+    definition: AgentDefinition
+    spec: AgentSpec
+    scope: Scope
+    call_id: str
+    background: bool
+    hooks: HookRunner
+    stop_hooks: SubagentStopHooks
+    ledger: UsageLedger
+
+
+class Relay:
+    """Relays one child until its channel ends (or the relay is cancelled)."""
+
+    def __init__(self, parent: Parent, child: Child, progress: Progress) -> None:
+        self.parent = parent
+        self.child = child
+        self.progress = progress
+        self._open: set[asyncio.Task[None]] = set()
+        self._group: asyncio.TaskGroup | None = None
+
+    async def run(self) -> None:
+        """Until the child is gone. Raises what an answer raised (the first, unwrapped from
+        the group), after every other answer has been cancelled."""
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                permits = ChildPermits(
+                    self.parent.limiter, self.child.lease.send_nowait, start=group.create_task
+                )
+                try:
+                    await self._pump(permits)
+                finally:
+                    # The child is gone (or we are): questions it asked are moot now, and
+                    # what it held of the provider's limits goes back to its siblings.
+                    await permits.close()
+                    for task in self._open:
+                        task.cancel()
+        except BaseExceptionGroup as errors:
+            raise _first(errors) from errors
+        finally:
+            self._group = None
+
+    async def _pump(self, permits: ChildPermits) -> None:
+        lease = self.child.lease
+        while (frame := await lease.recv()) is not None:
+            if isinstance(frame, PermitRequest):
+                permits.on_request(frame)
+            elif isinstance(frame, PermitDone):
+                permits.on_done(frame)
+            elif isinstance(frame, Event):
+                self._on_event(frame)
+            elif isinstance(frame, ApprovalRequest):
+                self._answer(self._approval(frame))
+            elif isinstance(frame, DelegateRequest):
+                self._answer(self._delegation(frame))
+            elif isinstance(frame, HookRequest):
+                if frame.event == "SubagentStop" and not self.child.stop_hooks.claim():
+                    lease.kill(
+                        "protocol violation: a second SubagentStop request while one is open"
+                    )
+                    return
+                self._answer(self._hook(frame))
+            if len(self._open) > MAX_OPEN_REQUESTS:
+                lease.kill(
+                    f"protocol violation: more than {MAX_OPEN_REQUESTS} requests "
+                    "(approvals, hooks, delegations) open at once"
+                )
+                return
+
+    def _answer(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Answer in a task of the relay's group: it ends with the child at the latest."""
+        assert self._group is not None
+        task = self._group.create_task(coro)
+        self._open.add(task)
+        task.add_done_callback(self._open.discard)
+
+    def _on_event(self, frame: Event) -> None:
+        child, progress = self.child, self.progress
+        agent_id, agent_type = child.spec.agent_id, child.spec.agent_type
+        event = frame.event
+        if isinstance(event, UsageUpdate):
+            progress.usage = progress.usage + event.usage
+            progress.model = event.model or progress.model
+            child.ledger.add_usage(agent_id, agent_type, event.model, event.usage)
+        elif isinstance(event, TurnStarted):
+            progress.turns = event.turn
+            child.ledger.add_turn(agent_id, agent_type)
+        self.parent.bus.publish(
+            AgentActivity(agent_id=agent_id, event=event, call_id=child.call_id)
+        )
+
+    async def _send(self, reply: Any) -> None:
+        with contextlib.suppress(ChannelClosed):
+            await self.child.lease.send(reply)
+
+    async def _approval(self, frame: ApprovalRequest) -> None:
+        spec = self.child.spec
+        query = ApprovalQuery(
+            agent_id=spec.agent_id,
+            agent_type=spec.agent_type,
+            tool=frame.tool,
+            arguments=frame.arguments,
+            reason=frame.reason,
+            call_id=frame.call_id,
+            background=self.child.background,
+        )
+        refusal = refused_tool(frame.tool, spec)  # only a tool it was given
+        answer = (
+            ApprovalAnswer(False, refusal) if refusal else await self.parent.broker.decide(query)
+        )
+        await self._send(
+            ApprovalReply(
+                request_id=frame.request_id, approved=answer.approved, reason=answer.reason
+            )
+        )
+
+    async def _delegation(self, frame: DelegateRequest) -> None:
+        child = self.child
+        reply = await delegation_reply(
+            frame,
+            child.definition,
+            child.spec,
+            registry=self.parent.registry,
+            delegate=self.parent.delegate,
+            background=child.background,
+            account=child.scope.account,
+        )
+        await self._send(reply)
+
+    async def _hook(self, frame: HookRequest) -> None:
+        spec, hooks, stop_hooks = self.child.spec, self.child.hooks, self.child.stop_hooks
+        offered = spec.hooked_tools.get(frame.event, [])
+        if not hooks.answers(frame.event, frame.tool, offered, bool(spec.hook_patterns)):
+            if frame.event == "SubagentStop":
+                stop_hooks.open = False
+            reply = HookReply(request_id=frame.request_id)
+        elif frame.event == "SubagentStop":  # the child's final answer, before it stops
+            try:
+                outcome = await stop_hooks.relayed(frame.response)
+            finally:
+                stop_hooks.open = False  # claimed when the frame came in
+            reply = HookReply(
+                request_id=frame.request_id, blocked=outcome.blocked, reason=outcome.reason
+            )
+        else:
+            outcome = await hooks.tool_event(
+                frame.event,
+                tool=frame.tool,
+                call_id=frame.call_id,
+                arguments=frame.arguments,
+                response=frame.response,
+                is_error=frame.is_error,
+                agent=(spec.agent_id, spec.agent_type),
+            )
+            reply = outcome.reply(frame.request_id, frame.tool)
+        await self._send(reply)
+
+
+async def delegation_reply(
+    frame: DelegateRequest,
+    definition: AgentDefinition,
+    spec: AgentSpec,
+    *,
+    registry: AgentRegistry,
+    delegate: Delegate,
+    background: bool,
+    account: RunAccount | None,
+) -> DelegateReply:
+    """A child's ``task`` call, checked against what it was offered, run, answered."""
+
+    def refuse(text: str) -> DelegateReply:
+        return DelegateReply(request_id=frame.request_id, content=text, is_error=True)
+
+    offered = {tool.name for tool in spec.remote_tools}
+    if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
+        return refuse(
+            f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
+            f"{frame.tool} (max depth {spec.max_depth})"
+        )
+    try:
+        nested = parse_task_arguments(frame.arguments, call_id=frame.call_id)
+    except ValueError as exc:
+        return refuse(str(exc))
+    # The schema offered only the allowed types; a forged call is refused here too.
+    target = registry.get(nested.agent_type)
+    if not definition.may_start(target.name if target else nested.agent_type):
+        allowed = [n for n in registry.names() if definition.may_start(n)]
+        return refuse(
+            f"permission denied: {definition.name} may not start {nested.agent_type!r} "
+            f"(its tools limit task to: {', '.join(allowed) or 'no registered agent'})"
+        )
+    # A grandchild's tools are resolved against its parent's — never the root's.
+    child_scope = Scope(
+        agent_id=spec.agent_id,
+        tools=spec.tools,
+        model=spec.model,
+        depth=spec.depth,
+        background=background,
+        permission_mode=spec.permission_mode,
+        max_depth=spec.max_depth,
+        account=account,
+    )
+    nested.background = False  # nested runs block their parent's tool call
+    result = await delegate(nested, child_scope)
+    return DelegateReply(
+        request_id=frame.request_id, content=result.render(), is_error=not result.ok
+    )
+
+
+def _first(errors: BaseExceptionGroup) -> BaseException:
+    """The first leaf of a (possibly nested) exception group."""
+    error: BaseException = errors
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error

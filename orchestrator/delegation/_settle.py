@@ -1,0 +1,189 @@
+"""Settle: however a child ended becomes exactly one ``SubAgentResult``.
+
+The last of a delegation's three phases (after ``_prepare`` and ``_relay``). The backend's
+``ChildOutcome`` (a result, a crash, a deadline, a limit, a kill) and what the relay saw
+(usage, turns, the model) become the result's status, text and figures; a worktree the
+child worked in is committed and handed back; a test double's record comes home.
+Pure functions but the worktree's git, so the outcome table is tested without processes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from agentcell.orchestrator.backends import ChildOutcome, OutcomeKind
+from agentcell.orchestrator.delegation._relay import Progress
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.orchestrator.delegation._worktree import Worktree, finish_worktree
+from agentcell.protocol import Limits, RunStatus
+
+
+def settle(
+    base: dict[str, Any],
+    outcome: ChildOutcome | None,
+    progress: Progress,
+    started: float,
+    *,
+    limits: Limits,
+    cancelled: bool,
+    ledger: UsageLedger,
+    run_dir: str,
+) -> SubAgentResult:
+    """The result of a run that got as far as a process (or was cancelled waiting for
+    one: ``outcome`` None)."""
+    common = _figures(base, progress, started, ledger)
+    if outcome is None:
+        return SubAgentResult(
+            **common, status=RunStatus.CANCELLED, error="cancelled before it got a process"
+        )
+    common.update(
+        pid=outcome.pid,
+        peak_rss_bytes=outcome.peak_rss_bytes,
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+    )
+    run = outcome.result
+    if run is not None:
+        common.update(turns=run.turns or progress.turns, tool_calls=run.tool_calls)
+        problems = run.data.get("mcp_problems")
+        if isinstance(problems, list):
+            common["warnings"] = [*common.get("warnings", []), *map(str, problems)]
+        if "sandbox" in run.data:
+            common["sandbox"] = str(run.data["sandbox"])
+        if run.usage.total_tokens >= progress.usage.total_tokens:
+            common["usage"] = run.usage
+    kind = outcome.kind
+    text = run.text if run else ""
+    if kind is OutcomeKind.RESULT and run is not None:
+        return SubAgentResult(**common, status=run.status, text=run.text, error=run.error)
+    if cancelled or kind is OutcomeKind.KILLED:
+        error = outcome.detail or "cancelled by the parent"
+        return SubAgentResult(**common, status=RunStatus.CANCELLED, text=text, error=error)
+    if kind is OutcomeKind.DEADLINE:
+        return SubAgentResult(**common, status=RunStatus.TIMEOUT, text=text, error=outcome.detail)
+    limit_error = _limit_error(outcome, limits)
+    if limit_error is not None:
+        return SubAgentResult(**common, status=RunStatus.LIMIT, error=limit_error)
+    if kind is OutcomeKind.FAILURE:
+        return SubAgentResult(**common, status=RunStatus.ERROR, error=outcome.detail)
+    return SubAgentResult(
+        **common, status=RunStatus.CRASHED, error=_crash_error(outcome, base, run_dir)
+    )
+
+
+def _figures(
+    base: dict[str, Any], progress: Progress, started: float, ledger: UsageLedger
+) -> dict[str, Any]:
+    entry = ledger.agents.get(base["agent_id"])
+    return dict(
+        base,
+        usage=progress.usage,
+        model=progress.model,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        queued_ms=progress.queued_ms,
+        turns=progress.turns,
+        cost_usd=entry.cost_usd if entry is not None else None,
+    )
+
+
+def _crash_error(outcome: ChildOutcome, base: dict[str, Any], run_dir: str) -> str:
+    error = outcome.detail
+    if run_dir:
+        log = Path(run_dir) / f"{base['agent_id']}.stderr.log"
+        if log.is_file() and log.stat().st_size:
+            error += f"; its last output is in {log}"
+    return error
+
+
+def parent_failure(
+    base: dict[str, Any], failure: str, pid: int | None, started: float
+) -> SubAgentResult:
+    """The result of a run the parent itself failed (a bug, an environment problem)."""
+    return SubAgentResult(
+        **base,
+        status=RunStatus.ERROR,
+        error=f"the parent could not run this sub-agent: {failure}",
+        pid=pid,
+        duration_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def with_cancel_reason(
+    result: SubAgentResult, status: RunStatus, reason: str, *, cancelled: bool
+) -> SubAgentResult:
+    """A run ended by ``RunHandle.cancel`` carries the canceller's status and reason; a
+    budget stops the run even if its answer came as the budget was crossed."""
+    replaced = result.status is RunStatus.CANCELLED or (
+        result.status is RunStatus.COMPLETED and status is RunStatus.BUDGET
+    )
+    if cancelled and reason and replaced:
+        return msgspec.structs.replace(result, status=status, error=reason)
+    return result
+
+
+async def settle_worktree(tree: Worktree, result: SubAgentResult, prompt: str) -> SubAgentResult:
+    """Commit what the child changed in its worktree and name it in the result."""
+    kept = await finish_worktree(tree, commit_message(result, prompt))
+    if kept is None:
+        return result
+    stat = kept.diff_stat
+    if kept.commit_error:
+        stat = f"(not committed, left staged: {kept.commit_error})\n{stat}"
+    return msgspec.structs.replace(
+        result,
+        worktree=kept.path,
+        branch=kept.branch,
+        commit=None if kept.commit_error else kept.commit,
+        diff_stat=stat,
+    )
+
+
+def absorb_test_record(outcome: ChildOutcome | None, model_object: Any) -> None:
+    """A test double's copy in the child recorded its calls there: hand them back to the
+    parent's object so assertions see every child's calls."""
+    if outcome is None or outcome.result is None:
+        return
+    record = outcome.result.data.get("test_model")
+    absorb = getattr(model_object, "absorb_record", None)
+    if record is not None and absorb is not None:
+        absorb(record)
+
+
+def _limit_error(outcome: ChildOutcome, limits: Limits) -> str | None:
+    """The message naming the limit a child went over, if that is how it ended."""
+    if outcome.kind in (OutcomeKind.MEMORY, OutcomeKind.CPU):
+        return outcome.detail
+    memory = limits.address_space_bytes
+    failure = outcome.failure
+    if memory is not None and failure is not None and failure.error_type == "MemoryError":
+        return (
+            f"memory limit exceeded: an allocation failed under the {memory / 2**20:.0f} MiB "
+            "limit (memory_limit_mb)"
+        )
+    if limits.cpu_seconds is not None and outcome.signal == "SIGXCPU":
+        return f"CPU time limit exceeded: cpu_limit_s is {limits.cpu_seconds}"
+    return None
+
+
+_PROMPT_IN_COMMIT = 4000
+
+
+def commit_message(result: SubAgentResult, prompt: str) -> str:
+    """Subject: the agent and its task (the title, else the prompt's first line); body: the
+    whole prompt and how the run ended, so `git log` tells what asked for the change."""
+    task = result.description.strip() or next(
+        (line.strip() for line in prompt.splitlines() if line.strip()), "(no prompt)"
+    )
+    if len(task) > 60:
+        task = task[:59] + "…"
+    subject = f"agentcell: {result.agent_type} ({result.agent_id}): {task}"
+    if len(prompt) > _PROMPT_IN_COMMIT:  # a command line has a length limit
+        prompt = prompt[:_PROMPT_IN_COMMIT] + "\n[... prompt cut]"
+    return (
+        f"{subject}\n\nAgent: {result.agent_type} ({result.agent_id}), "
+        f"{result.status.value}\nTask:\n{prompt.strip()}\n"
+    )

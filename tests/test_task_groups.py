@@ -1,0 +1,165 @@
+"""Every task the parent starts for a run has an owner, and a run's failure stays its own.
+
+A child's relay answers its questions (approvals, hooks, nested tasks) in tasks of the
+relay's TaskGroup. One that raises ends that child's run, as that child's error result:
+it neither hangs the child (an answer that never comes) nor reaches its siblings.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import child_models
+from agentcell.orchestrator import AgentDefinition, CallbackChannel, Orchestrator, Settings
+from agentcell.protocol import RunStatus
+from agentcell.worker.testing import FunctionModel
+from conftest import SpawnRecorder
+from delegation_util import gate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: A guard, not a synchronisation: without containment the broken run never ends.
+GUARD_S = 120
+
+
+def agent(name: str, tools: list[str]) -> AgentDefinition:
+    return AgentDefinition(
+        name=name,
+        description=f"{name} test agent",
+        system_prompt=f"You are {name}.",
+        tools=tools,
+        model=f"function:{name}",
+        source="test",
+    )
+
+
+async def test_a_relay_that_raises_fails_its_own_child_and_its_sibling_completes(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    def broken_channel(query: Any) -> bool:
+        raise RuntimeError("the approval channel broke")
+
+    async with gate() as door:
+        orch = Orchestrator(
+            model=FunctionModel(lambda m, t: "unused", name="function:main"),
+            agents=[agent("breaker", ["bash"]), agent("steady", ["wait_at_gate"])],
+            models={
+                "function:breaker": FunctionModel(child_models.run_echo, name="function:breaker"),
+                "function:steady": FunctionModel(
+                    child_models.gate_then_answer, name="function:steady"
+                ),
+            },
+            settings=Settings(
+                approval="ask", permission_mode="default", max_workers=2, warm_spares=0
+            ),
+            approval=CallbackChannel(broken_channel),
+            tools=[door.tool()],
+            load_agent_files=False,
+            record=False,
+            workdir=tmp_path,
+        )
+        async with orch, asyncio.TaskGroup() as group:
+            steady = group.create_task(orch.delegate("steady", "the steady job"))
+            await asyncio.wait_for(door.wait_arrivals(1), GUARD_S)  # the sibling is mid-run
+            # breaker's bash asks for approval; answering it raises in breaker's relay.
+            broken = await asyncio.wait_for(orch.delegate("breaker", "run it"), GUARD_S)
+            assert not steady.done()  # the failure did not touch the sibling
+            door.open()
+    assert broken.status is RunStatus.ERROR, broken
+    assert "the parent could not run this sub-agent" in broken.error
+    assert "the approval channel broke" in broken.error
+    assert steady.result().status is RunStatus.COMPLETED, steady.result().error
+    assert steady.result().text == "done: the steady job"
+
+
+async def test_a_failure_before_the_child_starts_is_that_runs_result(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    """A hook runner that raises (a bug, the environment) while a run is announced: the
+    caller gets that run's error result, not the exception."""
+    orch = Orchestrator(
+        model=FunctionModel(lambda m, t: "unused", name="function:main"),
+        agents=[agent("steady", [])],
+        models={"function:steady": FunctionModel(lambda m, t: "ok", name="function:steady")},
+        settings=Settings(max_workers=1, warm_spares=0),
+        load_agent_files=False,
+        record=False,
+        workdir=tmp_path,
+    )
+
+    async def broken_run(*args: Any, **kwargs: Any) -> Any:
+        raise OSError("the hook runner broke")
+
+    async with orch:
+        orch.runner.hooks.run = broken_run  # type: ignore[method-assign]
+        result = await asyncio.wait_for(orch.delegate("steady", "hi"), GUARD_S)
+    assert result.status is RunStatus.ERROR
+    assert result.error == "the parent could not run this sub-agent: OSError: the hook runner broke"
+
+
+#: Where the parent still starts a task outside a TaskGroup, each with the owner that
+#: tracks and cancels it (a set and a close). New code starts tasks in a group.
+KNOWN_BARE_TASKS = {
+    # git goes on after a cancel: shielded, awaited, then the tree is taken away
+    ("orchestrator/delegation/_runner.py", "Runner._worktree"),
+    # the run's events, then its report: cancelled and awaited in the generator's finally
+    ("orchestrator/_orchestrator.py", "Orchestrator.run_stream"),
+    # the pool's own: watchdog, spawns, sweeps (WorkerPool._tasks, cancelled by close)
+    ("orchestrator/backends/_forkserver.py", "WorkerPool.start"),
+    ("orchestrator/backends/_forkserver.py", "WorkerPool._background"),
+    ("orchestrator/backends/_forkserver.py", "WorkerPool._spawn"),
+    # the Ray backend's reader, watchdog and accepts (RayBackend._tasks, close)
+    ("orchestrator/backends/_ray.py", "RayBackend.start"),
+    ("orchestrator/backends/_ray.py", "RayBackend.acquire"),
+    ("orchestrator/backends/_ray.py", "RayBackend._later"),
+    ("orchestrator/backends/_ray_driver.py", "Driver.serve"),
+    ("orchestrator/backends/_ray_driver.py", "_background"),
+    # the chat's one turn at a time (Chat.turn, cancelled on leaving)
+    ("orchestrator/cli/_chat.py", "Chat.on_line"),
+    # a hook's process start, shielded from a cancel so it is always reaped
+    ("orchestrator/delegation/_hooks.py", "HookRunner._start"),
+    # a token debt paid after the request (ModelLimiter._debts, close)
+    ("orchestrator/delegation/_limiter.py", "ModelLimiter._released"),
+    # background sub-agents (TaskTool._background, cancelled and awaited by shutdown)
+    ("orchestrator/delegation/_task_tools.py", "TaskTool.execute"),
+}
+
+
+def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
+    """(file, enclosing function) of each create_task/ensure_future not on a TaskGroup."""
+    found: set[tuple[str, str]] = set()
+
+    def walk(node: ast.AST, where: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = where
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                inner = [*where, child.name]
+            if (
+                isinstance(child, ast.Call)
+                and isinstance(child.func, ast.Attribute)
+                and child.func.attr in ("create_task", "ensure_future")
+                and not ast.unparse(child.func.value).endswith("group")
+            ):
+                found.add((str(path.relative_to(ROOT)), ".".join(where)))
+            walk(child, inner)
+
+    walk(ast.parse(path.read_text()), [])
+    return found
+
+
+def test_the_parent_starts_tasks_in_task_groups_but_for_known_owners() -> None:
+    """The runner, the relay (approvals, hooks, nested tasks, provider permits) and
+    everything new start tasks as ``group.create_task``; the rest are listed above."""
+    found = set().union(*(_bare_task_starts(p) for p in (ROOT / "orchestrator").rglob("*.py")))
+    assert found - KNOWN_BARE_TASKS == set(), (
+        "a task started outside a TaskGroup: start it in the group that owns its work"
+    )
+    phases = {"_runner.py", "_relay.py", "_prepare.py", "_settle.py", "_limiter.py"}
+    in_phases = {(f, fn) for f, fn in found if Path(f).name in phases}
+    assert in_phases == {
+        ("orchestrator/delegation/_runner.py", "Runner._worktree"),
+        ("orchestrator/delegation/_limiter.py", "ModelLimiter._released"),
+    }
