@@ -8,6 +8,7 @@ plain functions of the settings and what a run has gathered.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Sequence
@@ -33,10 +34,13 @@ from agentcell.orchestrator.delegation import (
     TaskWaitTool,
     TerminalPrompt,
     local_tool_hooks,
+    wire_server,
 )
-from agentcell.protocol import RunResult, RunStatus, Usage
+from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
 from agentcell.worker import Hook, PermissionPolicy
 from agentcell.worker.tools import Tool, builtin_tools
+
+log = logging.getLogger("agentcell.orchestrator")
 
 
 @dataclasses.dataclass(slots=True)
@@ -232,3 +236,21 @@ def default_channel(settings: Settings) -> ApprovalChannel:
     if sys.stdin.isatty():
         return TerminalPrompt()
     return DenyAll("no terminal to ask on, so approvals are denied (use --approve allow or deny)")
+
+
+def main_mcp_servers(settings: Settings) -> list[McpServer]:
+    """The configured MCP servers the main agent starts (``main_mcp_servers``, default:
+    all); a name that is no configured server is logged as one line and skipped."""
+    names = (
+        list(settings.mcp_servers)
+        if settings.main_mcp_servers is None
+        else settings.main_mcp_servers
+    )
+    wanted = []
+    for name in names:
+        config = settings.mcp_servers.get(name)
+        if config is None:
+            log.warning("main_mcp_servers: %r is not a configured MCP server", name)
+            continue
+        wanted.append(wire_server(name, config, allow=None, deny=[]))
+    return wanted

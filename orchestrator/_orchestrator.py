@@ -21,6 +21,7 @@ from agentcell.orchestrator._main_run import (
     blocked_report,
     default_channel,
     main_hooks,
+    main_mcp_servers,
     main_tools,
     ray_backend,
     report_json,
@@ -60,7 +61,6 @@ from agentcell.orchestrator.delegation import (
     notification_hook,
     stop_hook,
     task_tool_spec,
-    wire_server,
 )
 from agentcell.protocol import RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
@@ -614,20 +614,7 @@ class Orchestrator:
     async def _start_main_mcp_servers(self) -> McpServers:
         """The main agent's MCP servers, started in this process's tree for one run;
         each that fails is logged as one line and the run goes on without it."""
-        settings = self.settings
-        names = (
-            list(settings.mcp_servers)
-            if settings.main_mcp_servers is None
-            else settings.main_mcp_servers
-        )
-        wanted = []
-        for name in names:
-            config = settings.mcp_servers.get(name)
-            if config is None:
-                log.warning("main_mcp_servers: %r is not a configured MCP server", name)
-                continue
-            wanted.append(wire_server(name, config, allow=None, deny=[]))
-        servers = McpServers(wanted, workdir=str(self.workdir))
+        servers = McpServers(main_mcp_servers(self.settings), workdir=str(self.workdir))
         await servers.start()
         for problem in servers.problems:
             log.warning("%s", problem)
