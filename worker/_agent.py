@@ -130,7 +130,10 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     from agentcell.worker._mcp import McpServers
 
     seccomp = _sandbox.launcher_seccomp(spec.sandbox)  # the servers get the filter too
-    servers = McpServers(spec.mcp_servers, workdir=spec.workdir, seccomp=seccomp)
+    log_prefix = os.path.join(spec.run_dir, f"{spec.agent_id}.mcp-") if spec.run_dir else ""
+    servers = McpServers(
+        spec.mcp_servers, workdir=spec.workdir, seccomp=seccomp, log_prefix=log_prefix
+    )
     await servers.start()
     for tool in servers.tools:
         if tool.name not in engine.tools:
