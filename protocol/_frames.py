@@ -103,6 +103,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # [agent_type] when a stop hook matches this agent: each final answer is relayed first.
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
+    skills: dict[str, str] = msgspec.field(default_factory=dict)  # skill tool: name -> SKILL.md
     model_permits: bool = False  # ask the parent for a permit before each model request
 
 

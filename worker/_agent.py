@@ -43,6 +43,7 @@ from agentcell.worker._transcript import Transcript
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
+from agentcell.worker.tools._skill import SkillTool
 
 #: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
 #: ``task`` only as a parent-side tool, and only when its depth allows.
@@ -366,6 +367,8 @@ def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLin
     registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
         registry.add(ParentTool(remote, link))
+    if spec.skills:  # the skills the parent offered, loaded on demand
+        registry.add(SkillTool(spec.skills))
     return registry
 
 

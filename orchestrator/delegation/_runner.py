@@ -33,10 +33,8 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
     AgentRegistry,
-    load_skills,
     resolve_model_alias,
     resolve_tools,
-    with_skills,
 )
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.delegation._context import (
@@ -59,6 +57,7 @@ from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
+from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
@@ -323,8 +322,8 @@ class Runner:
             except (WorktreeError, OSError) as exc:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             spec.workdir = str(tree.workdir)
-            skills, _ = load_skills(definition.skills, Path(self.workdir))
-            spec.system_prompt = with_skills(_system_prompt(definition, spec.workdir), skills)
+            skills = skills_for(definition, Path(self.workdir))
+            spec.system_prompt = skilled_prompt(_system_prompt(definition, spec.workdir), skills)
         hooks = self.hooks.for_definition(definition)
         self._complete_spec(spec, definition, request, hooks, history)
         stop_hooks = SubagentStopHooks(
@@ -614,15 +613,15 @@ class Runner:
         mcp_servers, warnings = agent_mcp_servers(
             definition, settings.mcp_servers, project_dir=self.workdir
         )
-        skills, missing = load_skills(definition.skills, Path(self.workdir))
-        self._warnings[agent_id] = [*warnings, *missing]
+        skills = skills_for(definition, Path(self.workdir))
+        self._warnings[agent_id] = [*warnings, *skills.warnings]
         for line in self._warnings[agent_id]:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
             agent_id=agent_id,
             agent_type=definition.name,
             prompt=request.prompt,
-            system_prompt=with_skills(_system_prompt(definition, self.workdir), skills),
+            system_prompt=skilled_prompt(_system_prompt(definition, self.workdir), skills),
             history=history,
             tools=resolved.tools,
             remote_tools=remote,
@@ -644,7 +643,8 @@ class Runner:
             sandbox=sandbox,
             network=settings.network if definition.network is None else definition.network,
             max_processes=definition.max_processes or settings.max_processes,
-            read_paths=list(settings.sandbox_read),
+            read_paths=[*settings.sandbox_read, *skills.read_paths],
+            skills=skills.index,
             # The keys it does not get, so that it can still redact them from its records.
             redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
             mcp_servers=mcp_servers,
