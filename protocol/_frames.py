@@ -104,6 +104,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
     skills: dict[str, str] = msgspec.field(default_factory=dict)  # skill tool: name -> SKILL.md
+    compact_at_tokens: int = 0  # compact the conversation past this many tokens (0: never)
     model_permits: bool = False  # ask the parent for a permit before each model request
 
 

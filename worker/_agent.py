@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import json
 import os
 import sys
 import threading
@@ -33,6 +34,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker import _proc, _sandbox
 from agentcell.worker._child import ChildLink
+from agentcell.worker._compaction import Compactor
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
@@ -75,6 +77,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     link.on_cancel = engine.cancel
     drain = _capture_output(spec)
     transcript = _open_transcript(spec)
+    compactor = attach_compactor(spec, engine, link, transcript)
     # Before the walls go up: a server process that already runs keeps its own view of
     # the machine (its command and runtime stay reachable), and it is in our tree.
     servers = await start_mcp_servers(spec, engine, link)
@@ -103,6 +106,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
                 f"{box.cap.limit if box.cap else '?'} (a fork was refused), so it was stopped"
             )
         result.data["sandbox"] = box.report()
+        if compactor is not None and compactor.compactions:
+            result.data["compactions"] = compactor.compactions
         if servers is not None:
             result.data["mcp_problems"] = list(servers.problems)
     finally:
@@ -111,6 +116,9 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         sink.flush()
         await model.aclose()
         if transcript is not None:
+            if compactor is not None and compactor.compactions:
+                # Both histories: the full one, and (last, as resume reads it) the compacted.
+                transcript.write("full_messages", messages=compactor.full_history(session))
             transcript.messages(session.messages)
         if drain is not None:
             _end_capture(drain)
@@ -121,6 +129,29 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if export is not None:
         result.data["test_model"] = export()
     return result
+
+
+def attach_compactor(
+    spec: AgentSpec, engine: Engine, link: ChildLink, transcript: Transcript | None
+) -> Compactor | None:
+    """Compaction past ``spec.compact_at_tokens``; each one is recorded (the history it
+    replaced, the summary). PreCompact hooks are the parent's: relayed when it has any."""
+    if spec.compact_at_tokens <= 0:
+        return None
+
+    def recorded(full: list[Message], summary: str, compacted: list[Message]) -> None:
+        if transcript is not None:
+            transcript.write("compaction", summary=summary, replaced=len(full) - len(compacted) + 1)
+
+    pre_compact = None
+    if spec.hooked_tools.get("PreCompact"):  # set by the parent for its PreCompact hooks
+
+        async def pre_compact(payload: dict[str, Any]) -> None:
+            await link.run_hooks("PreCompact", call_id="", tool="", arguments=json.dumps(payload))
+
+    compactor = Compactor(spec.compact_at_tokens, pre_compact=pre_compact, on_compacted=recorded)
+    engine.compactor = compactor
+    return compactor
 
 
 async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) -> Any:

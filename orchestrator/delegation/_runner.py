@@ -37,6 +37,7 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
 )
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -645,6 +646,7 @@ class Runner:
             max_processes=definition.max_processes or settings.max_processes,
             read_paths=[*settings.sandbox_read, *skills.read_paths],
             skills=skills.index,
+            compact_at_tokens=compact_threshold(settings, definition),
             # The keys it does not get, so that it can still redact them from its records.
             redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
             mcp_servers=mcp_servers,
