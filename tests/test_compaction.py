@@ -156,3 +156,46 @@ def test_auto_compact_window_is_read_from_an_agent_file(tmp_path: Path) -> None:
     [definition] = load_agent_file(path).definitions
     assert definition.auto_compact_window == 120000
     assert "autoCompactWindow" not in definition.extra
+
+
+async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_whole() -> None:
+    # In process, with no usage reported: the size is estimated from the text.
+    from agentcell.protocol import AssistantMessage, ToolMessage
+    from agentcell.worker import Engine, Session
+    from agentcell.worker._compaction import Compactor
+    from agentcell.worker.testing import FunctionModel, reply, tool_call
+    from agentcell.worker.tools import function_tool
+
+    @function_tool
+    async def bulk(n: int) -> str:
+        """A long output."""
+        return f"BULK-{n} " + "x" * 2000
+
+    turns = [0]
+
+    def decide(messages: list[Any], tools: list[Any]) -> Any:
+        if not tools:  # the summary request
+            return "SUMMARY-parallel"
+        turn = turns[0]
+        turns[0] += 1
+        if turn >= 6:
+            return "DONE"
+        return reply("", tool_call("bulk", n=2 * turn), tool_call("bulk", n=2 * turn + 1))
+
+    compactor = Compactor(1500)
+    engine = Engine(FunctionModel(decide), [bulk], compactor=compactor)
+    session = Session()
+    result = await engine.run("do six bulk turns", session)
+    assert result.status is RunStatus.COMPLETED, result
+    assert compactor.compactions >= 1
+    called: set[str] = set()
+    for message in session.messages:
+        if isinstance(message, AssistantMessage):
+            called.update(call.id for call in message.tool_calls)
+        elif isinstance(message, ToolMessage):
+            assert message.tool_call_id in called  # never a result without its call
+    full = compactor.full_history(session)
+    assert full[0] == UserMessage(content="do six bulk turns")
+    outputs = [m.content.split()[0] for m in full if isinstance(m, ToolMessage)]
+    assert outputs == sorted(set(outputs), key=outputs.index)  # each once, in order
+    assert "BULK-0" in outputs and len(session.messages) < len(full)
