@@ -172,3 +172,20 @@ async def test_mcp_server_stderr_goes_to_its_log_never_to_the_terminal(
         assert "NOISY-SERVER" not in captured.err + captured.out
     finally:
         log.unlink(missing_ok=True)
+
+
+def test_an_unconfigured_server_named_only_by_tools_is_silent_at_run_time(
+    tmp_path: Path,
+) -> None:
+    from agentcell.orchestrator import AgentDefinition
+    from agentcell.orchestrator.config import McpServerConfig
+    from agentcell.orchestrator.delegation import agent_mcp_servers
+
+    definition = AgentDefinition(
+        name="x", tools=["Read", "mcp__context7__resolve", "mcp__local__echo"], source="p"
+    )
+    servers, problems = agent_mcp_servers(
+        definition, {"local": McpServerConfig(command="srv")}, project_dir=str(tmp_path)
+    )
+    assert [s.name for s in servers] == ["local"] and problems == []
+    assert servers[0].allow == ["mcp__context7__resolve", "mcp__local__echo"]

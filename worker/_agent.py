@@ -144,10 +144,15 @@ def attach_compactor(
             transcript.write("compaction", summary=summary, replaced=len(full) - len(compacted) + 1)
 
     pre_compact = None
-    if spec.hooked_tools.get("PreCompact"):  # set by the parent for its PreCompact hooks
+    # The parent sets hooked_tools["PreCompact"] to the triggers its PreCompact hooks match
+    # (Claude Code's matchers: "auto", "manual"); it runs them and answers (the hooks'
+    # side). The trigger travels as the frame's ``tool``, the payload as its arguments.
+    if "auto" in spec.hooked_tools.get("PreCompact", ()):
 
         async def pre_compact(payload: dict[str, Any]) -> None:
-            await link.run_hooks("PreCompact", call_id="", tool="", arguments=json.dumps(payload))
+            await link.run_hooks(
+                "PreCompact", call_id="", tool="auto", arguments=json.dumps(payload)
+            )
 
     compactor = Compactor(spec.compact_at_tokens, pre_compact=pre_compact, on_compacted=recorded)
     engine.compactor = compactor

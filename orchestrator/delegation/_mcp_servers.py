@@ -65,7 +65,10 @@ def agent_mcp_servers(
     As in Claude Code, a ``mcp__server__tool`` name in ``tools`` is enough: a configured
     server of that name is started for the agent even when ``mcpServers`` does not name it.
     """
-    entries = [*definition.mcp_servers, *_named_by_tools(definition)]
+    # A server named only by a tool name and not configured: the agent has no such tool,
+    # as in Claude Code (the loader said so once), and no run repeats it.
+    by_tools = [name for name in _named_by_tools(definition) if name in configured]
+    entries = [*definition.mcp_servers, *by_tools]
     if not entries:
         return [], []
     allow = None if definition.tools is None else mcp_patterns(definition.tools)
