@@ -199,3 +199,43 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
     outputs = [m.content.split()[0] for m in full if isinstance(m, ToolMessage)]
     assert outputs == sorted(set(outputs), key=outputs.index)  # each once, in order
     assert "BULK-0" in outputs and len(session.messages) < len(full)
+
+
+async def test_a_continued_sub_agent_starts_from_the_compacted_history(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    child = FillingModel()
+    main_outputs: list[str] = []
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        offered = {t["function"]["name"] for t in body.get("tools", [])}
+        if "task" not in offered:  # the sub-agent (or its summary request)
+            return child(body, api)
+        outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
+        main_outputs[:] = outputs
+        if not outputs:
+            return Reply(tool_calls=[Call("task", {"subagent_type": "long", "prompt": TASK})])
+        if len(outputs) == 1:
+            agent_id = outputs[0].splitlines()[-1].removeprefix("agent_id: ")
+            resume = {"subagent_type": "long", "prompt": "one more", "resume": agent_id}
+            return Reply(tool_calls=[Call("task", resume)])
+        return Reply(text="FINAL")
+
+    served.responder = respond
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
+        workdir=tmp_path,
+        agents=[_agent(auto_compact_window=1000)],
+        load_agent_files=False,
+        run_dir=tmp_path / "runs",
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 120)
+    assert report.status is RunStatus.COMPLETED, report
+    assert len(child.summary_requests) == 1
+    # The continuation's first request: the compacted history, then the new prompt.
+    continued = child.agent_requests[STEPS + 1]
+    users = [m["content"] for m in continued if m["role"] == "user"]
+    assert SUMMARY in users[0] and users[-1] == "one more"
+    assert "OUT-1" not in _text(continued).replace(SUMMARY, "")
+    assert "OUT-4" in _text(continued) and _calls_have_results(continued)
