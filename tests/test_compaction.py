@@ -162,7 +162,7 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
     # In process, with no usage reported: the size is estimated from the text.
     from agentcell.protocol import AssistantMessage, ToolMessage
     from agentcell.worker import Engine, Session
-    from agentcell.worker._compaction import Compactor
+    from agentcell.worker._compaction import SUMMARY_HEADER, Compactor
     from agentcell.worker.testing import FunctionModel, reply, tool_call
     from agentcell.worker.tools import function_tool
 
@@ -182,12 +182,12 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
             return "DONE"
         return reply("", tool_call("bulk", n=2 * turn), tool_call("bulk", n=2 * turn + 1))
 
-    compactor = Compactor(1500)
+    compactor = Compactor(1500, keep_recent_turns=1)
     engine = Engine(FunctionModel(decide), [bulk], compactor=compactor)
     session = Session()
     result = await engine.run("do six bulk turns", session)
     assert result.status is RunStatus.COMPLETED, result
-    assert compactor.compactions >= 1
+    assert compactor.compactions >= 2
     called: set[str] = set()
     for message in session.messages:
         if isinstance(message, AssistantMessage):
@@ -196,6 +196,9 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
             assert message.tool_call_id in called  # never a result without its call
     full = compactor.full_history(session)
     assert full[0] == UserMessage(content="do six bulk turns")
+    opening = session.messages[0]
+    assert isinstance(opening, UserMessage) and opening.content.startswith("do six bulk turns")
+    assert opening.content.count(SUMMARY_HEADER) == 1  # no summary nested in a summary
     outputs = [m.content.split()[0] for m in full if isinstance(m, ToolMessage)]
     assert outputs == sorted(set(outputs), key=outputs.index)  # each once, in order
     assert "BULK-0" in outputs and len(session.messages) < len(full)

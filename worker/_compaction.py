@@ -79,6 +79,7 @@ class Compactor:
     on_compacted: OnCompacted | None = None
     compactions: int = 0
     _prefix: list[Message] = dataclasses.field(default_factory=list)
+    _task: str = ""
 
     def full_history(self, session: Session) -> list[Message]:
         """Every message of the run, as if nothing had been compacted."""
@@ -101,7 +102,9 @@ class Compactor:
         summary = await self._summarise(engine, messages[:cut])
         full = self.full_history(session)
         recent = list(messages[cut:])
-        task = _task_text(messages[0]) if head else ""
+        if not self.compactions:  # later ones keep the task, not the summary before
+            self._task = _task_text(messages[0]) if head else ""
+        task = self._task
         opening = f"{task}\n\n" if task else ""
         compacted = [UserMessage(content=f"{opening}{SUMMARY_HEADER}\n\n{summary}"), *recent]
         self._prefix = full[: len(full) - len(recent)]
