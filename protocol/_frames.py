@@ -106,6 +106,8 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # event -> hook matchers, checked in the child against MCP tools the parent cannot list
     hook_patterns: dict[str, list[str]] = msgspec.field(default_factory=dict)
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
+    skills: dict[str, str] = msgspec.field(default_factory=dict)  # skill tool: name -> SKILL.md
+    compact_at_tokens: int = 0  # compact the conversation past this many tokens (0: never)
     model_permits: bool = False  # ask the parent for a permit before each model request
 
 

@@ -59,7 +59,9 @@ async def test_a_skill_reaches_the_childs_system_prompt_on_the_wire(
     system = model_server.requests[0].body["messages"][0]
     assert system["role"] == "system"
     assert system["content"].startswith("You are a poet.")
-    assert "## Skill: haiku\nHow to write haiku\n\n" + MARKER in system["content"]
+    folder = tmp_path / ".claude" / "skills" / "haiku"
+    section = f"## Skill: haiku\nHow to write haiku\n\nBase directory for this skill: {folder}\n\n"
+    assert section + MARKER in system["content"]
     # A missing skill: one warning with the result, never a failed run.
     assert len(result.warnings) == 1 and "skill 'missing-skill' not found" in result.warnings[0]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import json
 import os
 import sys
 import threading
@@ -33,6 +34,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker import _mountns, _proc, _sandbox
 from agentcell.worker._child import ChildLink
+from agentcell.worker._compaction import Compactor
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
@@ -43,6 +45,7 @@ from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
+from agentcell.worker.tools._skill import SkillTool
 
 #: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
 #: ``task`` only as a parent-side tool, and only when its depth allows.
@@ -75,6 +78,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     link.on_cancel = engine.cancel
     drain = _capture_output(spec)
     transcript = _open_transcript(spec)
+    compactor = attach_compactor(spec, engine, link, transcript)
     # Before the walls go up: a server process that already runs keeps its own view of
     # the machine (its command and runtime stay reachable), and it is in our tree.
     servers = await start_mcp_servers(spec, engine, link)
@@ -103,6 +107,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
                 f"{box.cap.limit if box.cap else '?'} (a fork was refused), so it was stopped"
             )
         result.data["sandbox"] = box.report()
+        if compactor is not None and compactor.compactions:
+            result.data["compactions"] = compactor.compactions
         if servers is not None:
             result.data["mcp_problems"] = list(servers.problems)
     finally:
@@ -111,6 +117,9 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         sink.flush()
         await model.aclose()
         if transcript is not None:
+            if compactor is not None and compactor.compactions:
+                # Both histories: the full one, and (last, as resume reads it) the compacted.
+                transcript.write("full_messages", messages=compactor.full_history(session))
             transcript.messages(session.messages)
         if drain is not None:
             _end_capture(drain)
@@ -123,6 +132,34 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     return result
 
 
+def attach_compactor(
+    spec: AgentSpec, engine: Engine, link: ChildLink, transcript: Transcript | None
+) -> Compactor | None:
+    """Compaction past ``spec.compact_at_tokens``; each one is recorded (the history it
+    replaced, the summary). PreCompact hooks are the parent's: relayed when it has any."""
+    if spec.compact_at_tokens <= 0:
+        return None
+
+    def recorded(full: list[Message], summary: str, compacted: list[Message]) -> None:
+        if transcript is not None:
+            transcript.write("compaction", summary=summary, replaced=len(full) - len(compacted) + 1)
+
+    pre_compact = None
+    # The parent sets hooked_tools["PreCompact"] to the triggers its PreCompact hooks match
+    # (Claude Code's matchers: "auto", "manual"); it runs them and answers (the hooks'
+    # side). The trigger travels as the frame's ``tool``, the payload as its arguments.
+    if "auto" in spec.hooked_tools.get("PreCompact", ()):
+
+        async def pre_compact(payload: dict[str, Any]) -> None:
+            await link.run_hooks(
+                "PreCompact", call_id="", tool="auto", arguments=json.dumps(payload)
+            )
+
+    compactor = Compactor(spec.compact_at_tokens, pre_compact=pre_compact, on_compacted=recorded)
+    engine.compactor = compactor
+    return compactor
+
+
 async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) -> Any:
     """Start the run's MCP servers and give the engine their tools (None: it has none).
     A server that fails is a notice now and a line in the result; the run goes on."""
@@ -131,7 +168,10 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     from agentcell.worker._mcp import McpServers
 
     seccomp = _sandbox.launcher_seccomp(spec.sandbox)  # the servers get the filter too
-    servers = McpServers(spec.mcp_servers, workdir=spec.workdir, seccomp=seccomp)
+    log_prefix = os.path.join(spec.run_dir, f"{spec.agent_id}.mcp-") if spec.run_dir else ""
+    servers = McpServers(
+        spec.mcp_servers, workdir=spec.workdir, seccomp=seccomp, log_prefix=log_prefix
+    )
     await servers.start()
     for tool in servers.tools:
         if tool.name not in engine.tools:
@@ -364,6 +404,8 @@ def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLin
     registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
         registry.add(ParentTool(remote, link))
+    if spec.skills:  # the skills the parent offered, loaded on demand
+        registry.add(SkillTool(spec.skills))
     return registry
 
 

@@ -20,6 +20,7 @@ from agentcell.protocol import (
     ApprovalNeeded,
     AssistantMessage,
     Message,
+    Notice,
     RunFinished,
     RunResult,
     RunStatus,
@@ -34,6 +35,7 @@ from agentcell.protocol import (
     UsageUpdate,
     UserMessage,
 )
+from agentcell.worker._compaction import Compactor
 from agentcell.worker._hooks import Approver, Decision, Hook, judge
 from agentcell.worker._session import Session
 from agentcell.worker.models import (
@@ -120,6 +122,7 @@ class Engine:
         turn_hooks: Iterable[TurnHook] = (),
         finish_hooks: Iterable[TurnHook] = (),
         stream_watcher: StreamWatcher | None = None,
+        compactor: Compactor | None = None,
     ) -> None:
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -136,6 +139,9 @@ class Engine:
         self.turn_hooks = list(turn_hooks)
         self.finish_hooks = list(finish_hooks)
         self.stream_watcher = stream_watcher
+        # Summarises older turns when the conversation grows past its threshold.
+        self.compactor = compactor
+        self.last_context_tokens = 0  # the last call's prompt + answer, as reported
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0
@@ -239,6 +245,8 @@ class Engine:
                     f"stopped after {self.turns} turns (max_turns is {limits.max_turns}) "
                     "without a final answer",
                 )
+            if self.compactor is not None:
+                await self._compact(session)
             self.turns += 1
             self._emit(TurnStarted(turn=self.turns))
             request = ModelRequest(
@@ -308,9 +316,35 @@ class Engine:
             raise StopRun(
                 RunStatus.ERROR, f"{self.model.name}: the stream ended without a response"
             )
-        self.usage = self.usage + response.usage
-        emit(UsageUpdate(usage=response.usage, model=response.model or self.model.name))
+        self.count_usage(response)
+        usage = response.usage
+        self.last_context_tokens = usage.input_tokens + usage.output_tokens
         return response
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        return self.limits.max_output_tokens
+
+    def count_usage(self, response: ModelResponse) -> None:
+        """Add one model call's tokens to the run's (budgets see them) and say so."""
+        self.usage = self.usage + response.usage
+        self._emit(UsageUpdate(usage=response.usage, model=response.model or self.model.name))
+
+    async def _compact(self, session: Session) -> None:
+        """Compaction where due; one that fails leaves the history whole (the run goes on,
+        and may still meet its context limit)."""
+        assert self.compactor is not None
+        done = self.compactor.compactions
+        try:
+            await self.compactor(self, session)
+        except (asyncio.CancelledError, MemoryError):
+            raise
+        except Exception as exc:  # the summary is an optimisation, never the run's end
+            reason = str(exc) or type(exc).__name__
+            self._emit(Notice(message=f"compaction failed ({reason}): the history is kept whole"))
+            return
+        if self.compactor.compactions > done:
+            self._emit(Notice(message=f"compacted the conversation ({len(session)} messages kept)"))
 
     def _check_budget(self) -> None:
         budget = self.limits.max_tokens

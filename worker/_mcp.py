@@ -23,12 +23,13 @@ import base64
 import contextlib
 import fnmatch
 import os
+import re
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 from agentcell.protocol import McpServer
@@ -149,9 +150,18 @@ class McpServers:
     """The MCP servers of one agent: ``start`` them, use ``tools``, ``stop`` them."""
 
     def __init__(
-        self, servers: Sequence[McpServer], *, workdir: str = ".", seccomp: str = "-"
+        self,
+        servers: Sequence[McpServer],
+        *,
+        workdir: str = ".",
+        seccomp: str = "-",
+        log_prefix: str = "",
     ) -> None:
         self.seccomp = seccomp  # the filter stdio servers start under (see WARDEN)
+        # A stdio server's stderr goes to ``<log_prefix><name>.log`` (a temp file when
+        # empty), never to the user's terminal: some print pages of tracebacks.
+        self.log_prefix = log_prefix
+        self.logs: dict[str, str] = {}
         self.servers = list(servers)
         self.workdir = workdir
         self.tools: list[Tool] = []
@@ -192,12 +202,13 @@ class McpServers:
             return [], (
                 f"MCP server {server.name!r} did not start within {server.start_timeout_s:g} s: "
                 "its tools are not available (check its command, or raise start_timeout_s)"
+                + self._log_hint(server.name)
             )
         except Exception as exc:  # any failure to start is reported, not raised
             reason = self._stopped_because(server) or _reason(exc)
             return [], (
                 f"MCP server {server.name!r} failed to start ({reason}): "
-                "its tools are not available"
+                "its tools are not available" + self._log_hint(server.name)
             )
         tools = [McpTool(server.name, tool, client) for tool in listed]
         return [t for t in tools if tool_granted(t.name, server.allow, server.deny)], ""
@@ -213,11 +224,37 @@ class McpServers:
         except OSError:
             return ""
 
+    def _log_hint(self, name: str) -> str:
+        log = self.logs.get(name)
+        return f"; its output is in {log}" if log else ""
+
+    def _open_log(self, server: McpServer, stack: contextlib.AsyncExitStack) -> TextIO | None:
+        """The file a stdio server's stderr goes to (None for an http server)."""
+        if server.type == "http":
+            return None
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", server.name)[:64] or "server"
+        if self.log_prefix:
+            path = f"{self.log_prefix}{name}.log"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        else:
+            fd, path = tempfile.mkstemp(prefix=f"agentcell-mcp-{name}-", suffix=".log")
+        log = stack.enter_context(os.fdopen(fd, "a", encoding="utf-8", errors="replace"))
+        self.logs[server.name] = path
+        return log
+
     async def _serve(self, server: McpServer, ready: asyncio.Future[Any]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
+                log = self._open_log(server, stack)
                 client = await stack.enter_async_context(
-                    _client(server, stack, self.workdir, self._status_path(server), self.seccomp)
+                    _client(
+                        server,
+                        stack,
+                        self.workdir,
+                        self._status_path(server),
+                        seccomp=self.seccomp,
+                        log=log,
+                    )
                 )
                 tools: list[Any] = []
                 cursor: str | None = None
@@ -245,6 +282,10 @@ class McpServers:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+        for path in self.logs.values():  # a log with nothing in it tells nobody anything
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_size == 0:
+                    os.unlink(path)
 
     def report(self) -> str:
         """One line for the result: which servers run, and what went wrong."""
@@ -260,10 +301,13 @@ def _client(
     stack: contextlib.AsyncExitStack,
     workdir: str,
     status_file: str = "-",
+    *,
     seccomp: str = "-",
+    log: TextIO | None = None,
 ) -> Any:
     """The SDK client for one server (imported here: only runs with servers pay for it)."""
     from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
 
     if server.type == "http":
         from mcp.client.streamable_http import streamable_http_client
@@ -280,7 +324,7 @@ def _client(
         env=dict(server.env) or None,
         cwd=os.path.realpath(workdir),
     )
-    return Client(params)
+    return Client(params if log is None else stdio_client(params, errlog=log))
 
 
 def _reason(exc: BaseException) -> str:

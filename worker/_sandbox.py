@@ -35,7 +35,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -421,6 +421,7 @@ def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
     # git treats an unreadable global config as fatal: its configuration (not the rest of
     # the home) is readable.
     paths += [os.path.join(home, ".gitconfig"), os.path.join(home, ".config", "git")]
+    paths += version_manager_paths(home, os.environ, real_workdir)
     return paths + [os.path.realpath(os.path.expanduser(p)) for p in extra]
 
 
@@ -448,6 +449,40 @@ def _runtime_paths(
             continue
         found.append(real)
     return tuple(found)
+
+
+#: Version managers' trees in the home (interpreters, their libraries, pyenv's shims):
+#: bash runs the ``python3`` PATH finds there, so each whole tree is readable+executable.
+_MANAGER_TREES = (
+    ".pyenv",
+    ".local/share/uv/python",
+    "miniconda3",
+    "anaconda3",
+    "miniforge3",
+    "mambaforge",
+    ".conda",
+    ".asdf",
+    ".local/share/mise",
+)
+#: The same, named by the environment where a user moved them.
+_MANAGER_VARIABLES = ("PYENV_ROOT", "UV_PYTHON_INSTALL_DIR", "CONDA_PREFIX", "CONDA_ROOT")
+
+
+def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str) -> list[str]:
+    """The version managers' trees present here, resolved, read-only (never written: no
+    write right is given). Never the home itself or a folder holding it or the workdir
+    (a ``CONDA_PREFIX=$HOME`` would open all of ``~/.ssh``)."""
+    candidates = [os.path.join(home, tree) for tree in _MANAGER_TREES]
+    candidates += [environ[name] for name in _MANAGER_VARIABLES if environ.get(name)]
+    found: list[str] = []
+    for candidate in candidates:
+        real = os.path.realpath(os.path.expanduser(candidate))
+        if real in ("/", "") or not os.path.isdir(real) or real in found:
+            continue
+        if _contains(real, home) or _contains(real, workdir):
+            continue
+        found.append(real)
+    return found
 
 
 def warm_path_cache() -> None:

@@ -26,6 +26,10 @@ class Session:
     def extend(self, messages: Iterable[Message]) -> None:
         self._messages.extend(messages)
 
+    def replace(self, messages: Iterable[Message]) -> None:
+        """The whole history at once (compaction: a summary in place of older turns)."""
+        self._messages[:] = list(messages)
+
     def snapshot(self) -> list[Message]:
         """A copy of the history (the structs are immutable in practice: never edited)."""
         return list(self._messages)

@@ -28,6 +28,12 @@ ALLOWED = (
     "VIRTUAL_ENV",
     "PYTHONPATH",
     "PYTHONHASHSEED",
+    # Version managers: where their Python lives (the sandbox lets bash run it) and which.
+    "PYENV_ROOT",
+    "PYENV_VERSION",
+    "CONDA_PREFIX",
+    "CONDA_DEFAULT_ENV",
+    "UV_PYTHON_INSTALL_DIR",
     "NO_COLOR",
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",

@@ -62,6 +62,7 @@ def _describe(
         "effort": definition.effort,
         "initial_prompt": definition.initial_prompt or None,
         "color": definition.color or None,
+        "auto_compact_window": definition.auto_compact_window,
         "hooks": [
             f"{event} ({len(entries) if isinstance(entries, list) else 1})"
             for event, entries in definition.hooks.items()
@@ -257,6 +258,7 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         "effort",
         "initial_prompt",
         "color",
+        "auto_compact_window",
         "hooks",
     ):
         value = row[key]

@@ -102,6 +102,10 @@ class Settings(BaseModel):
     # operator). None for the timeout: no wall-clock limit at all (explicit opt-out).
     subagent_max_turns: int = Field(default=50, ge=1, le=100_000)
     subagent_timeout_s: float | None = Field(default=1800.0, ge=0.01, le=7 * 24 * 3600)
+    # Compaction of a long sub-agent's conversation: at this fraction of the context
+    # window (<= 1) or this many tokens (> 1); 0 never. A definition's autoCompactWindow wins.
+    subagent_compact_at: float = Field(default=0.8, ge=0)
+    subagent_context_window: int = Field(default=200_000, ge=1_000)  # the models' window
     # After a sub-agent's own timeout the parent waits this long for its report, then kills.
     timeout_grace_s: float = Field(default=5.0, ge=0, le=600)
     heartbeat_timeout_s: float = Field(default=60.0, ge=0.5, le=24 * 3600)

@@ -30,9 +30,11 @@ from agentcell.orchestrator.definitions._registry import (
 from agentcell.orchestrator.definitions._skills import (
     SKILL_MAX_CHARS,
     Skill,
+    SkillOffer,
     find_skill,
     load_skills,
     skill_dirs,
+    skill_offer,
     with_skills,
 )
 from agentcell.orchestrator.definitions._tool_policy import (
@@ -54,6 +56,8 @@ from agentcell.orchestrator.definitions._tool_policy import (
 __all__ = [
     "SKILL_MAX_CHARS",
     "Skill",
+    "SkillOffer",
+    "skill_offer",
     "find_skill",
     "is_mcp_tool",
     "load_skills",

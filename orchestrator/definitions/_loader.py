@@ -63,8 +63,12 @@ UNSUPPORTED_KEYS: dict[str, str] = {}
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
 # in the tolerant parser with one of these names always starts a new entry.
 _OTHER_KEYS = frozenset({"color", "initial_prompt", "effort", "version", "category", "tags"})
-# Files that commonly sit in an agents folder and are not agents.
-_NOT_AGENTS = frozenset({"readme", "changelog", "license", "contributing", "index"})
+# Files that commonly sit in an agents folder and are not agents (README_zh.md too), and
+# docs named in capitals (AGENTS.md, GUIDE.md).
+_DOC_NAME = re.compile(r"(?:readme|changelog|license|contributing|index)(?:[._ -].*)?", re.I)
+_CAPITALS = re.compile(r"[A-Z][A-Z0-9_ -]*")
+# After `key:`: nothing, a block scalar's indicator, or a flow collection's opening.
+_STRUCTURE = re.compile(r"\s*(?:$|#|[|>][-+0-9]*\s*(?:#.*)?$|[\[{])")
 _TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(?:\s|$)")
 
 
@@ -251,8 +255,7 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
     while start < len(lines) and not lines[start].strip():
         start += 1
     if start == len(lines) or lines[start].strip() != "---":
-        stem = Path(path).stem.lower()
-        if stem in _NOT_AGENTS or start == len(lines):
+        if _is_doc(Path(path).stem) or start == len(lines):
             raise _Skip("not an agent definition: no '---' frontmatter", level="info")
         raise _Skip(
             "no frontmatter: an agent file starts with a '---' line, then name and description "
@@ -284,6 +287,11 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
     while body and not body[-1].strip():
         body.pop()
     return frontmatter, "\n".join(body), start + 2
+
+
+def _is_doc(stem: str) -> bool:
+    """A docs file by its name: README_zh, CHANGELOG-2024, or all capitals (AGENTS, GUIDE)."""
+    return bool(_DOC_NAME.fullmatch(stem) or _CAPITALS.fullmatch(stem))
 
 
 def _closes(line: str) -> bool:
@@ -337,7 +345,7 @@ def _tolerant(text: str) -> dict[str, Any] | None:
     entries: list[list[str]] = []
     for line in text.split("\n"):
         top = _TOP_KEY.match(line)
-        if top and (not entries or _starts_entry(top.group(1))):
+        if top and (not entries or _starts_entry(top.group(1), line[top.end() :])):
             entries.append([line])
         elif line.startswith("#"):
             continue  # a top-level comment
@@ -364,11 +372,17 @@ def _tolerant(text: str) -> dict[str, Any] | None:
     return fields
 
 
-def _starts_entry(key: str) -> bool:
-    """Whether a column-0 `key:` line starts a new entry rather than continuing prose."""
+def _starts_entry(key: str, rest: str) -> bool:
+    """Whether a column-0 `key:` line starts a new entry rather than continuing the value
+    before it: a key agent files define does, and another lower-case key whose value is
+    YAML structure (``notes: |``, a list below). Any other line (``user:`` / ``assistant:``
+    lines of an example, ``Examples:``, ``Context:``) is prose of the value above it."""
     snake = _snake(key)
-    known = snake in _SETTABLE or snake in UNSUPPORTED_KEYS or snake in _OTHER_KEYS
-    return known or not key[0].isupper()
+    if not key[0].islower():  # "Context:" in an example is prose, not `context`
+        return False
+    if snake in _SETTABLE or snake in UNSUPPORTED_KEYS or snake in _OTHER_KEYS:
+        return True
+    return _STRUCTURE.match(rest) is not None
 
 
 def _as_prose(lines: list[str]) -> str:
@@ -429,6 +443,8 @@ def _build(
         values["name"] = Path(path).stem
         spelled["name"] = "name (from the file name)"
     renamed = _slugged_name(values, spelled["name"])
+    if values.get("sandbox") is False:
+        values["sandbox"] = "off"  # `sandbox: off` unquoted: YAML 1.1 reads a boolean
     description = values.get("description")
     if isinstance(description, str):
         # Real files write "\n" for a line break inside a plain one-line description.
@@ -470,10 +486,11 @@ def _mcp_notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     if orphans:
         found.append(
             (
-                "warning",
+                "info",
                 f"tools {', '.join(orphans)}: mcpServers does not name "
-                f"{'that server' if len(orphans) == 1 else 'those servers'}, so the agent "
-                "has no such tool (add the server to mcpServers)",
+                f"{'that server' if len(orphans) == 1 else 'those servers'}, so the "
+                "configured server of that name is started for the agent (as in Claude "
+                "Code); without one the agent has no such tool",
             )
         )
     if definition.tools is None:

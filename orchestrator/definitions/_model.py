@@ -26,6 +26,7 @@ from agentcell.worker import PermissionMode
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Field,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -257,6 +258,9 @@ class AgentDefinition(BaseModel):
     # Claude Code's `mcpServers`: names of configured servers, or {name: {command, ...}}.
     mcp_servers: list[str | dict[str, McpServerConfig]] = []
     skills: list[str] = []  # preloaded into the system prompt (see _skills)
+    # Claude Code's `autoCompactWindow`: compact this agent's conversation at this many
+    # tokens (None: the operator's subagent_compact_at).
+    auto_compact_window: int | None = Field(default=None, ge=1_000)
     # Claude Code's lifecycle hooks (run by the parent, outside the sandbox), memory
     # folder, reasoning effort, first user turn and display colour.
     hooks: dict[str, Any] = {}

@@ -5,16 +5,29 @@ A skill is a folder ``<name>/`` holding ``SKILL.md``: YAML frontmatter (``name``
 wins, in the project's ``.agentcell/skills/`` and ``.claude/skills/``, then the user's
 ``~/.agentcell/skills/`` and ``~/.claude/skills/``. A skill that is not found (or not
 readable) is a warning, never a failure: the agent runs without it.
+
+As in Claude Code, each loaded skill says its folder ("Base directory for this skill"),
+and the folders are readable and runnable (never writable) from the sub-agent's bash
+under the sandbox, so a skill's bundled scripts and references work. Besides the
+preloaded ones, an agent with the ``skill`` tool (Claude Code's ``Skill``) sees every
+available skill's name and description and loads one when it needs it (``SkillOffer``).
+A skill folder that is a symlink out of its skills folder is neither offered nor opened.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from agentcell.orchestrator.definitions._tool_policy import (
+    SKILL_TOOL,
+    means_all_tools,
+    normalize_tool_names,
+)
 from agentcell.worker import OutsideRoot, read_beneath
 
 #: The longest SKILL.md that is preloaded; a longer one is cut, and the cut is said.
@@ -30,11 +43,15 @@ class Skill:
     body: str
     path: str
 
+    @property
+    def folder(self) -> str:
+        return os.path.dirname(self.path)
+
     def prompt_section(self) -> str:
         head = f"## Skill: {self.name}"
         if self.description:
             head += f"\n{self.description}"
-        return f"{head}\n\n{self.body.strip()}"
+        return f"{head}\n\nBase directory for this skill: {self.folder}\n\n{self.body.strip()}"
 
 
 def skill_dirs(project_dir: Path, *, home: Path | None = None) -> list[Path]:
@@ -120,3 +137,140 @@ def with_skills(system_prompt: str, skills: Sequence[Skill]) -> str:
         return system_prompt
     sections = "\n\n".join(skill.prompt_section() for skill in skills)
     return f"{system_prompt}\n\n# Skills\n\n{sections}"
+
+
+#: The longest description the listing of available skills shows for one skill.
+SKILL_LISTING_DESCRIPTION_CHARS = 1024
+
+
+@dataclasses.dataclass(slots=True)
+class SkillOffer:
+    """What a sub-agent gets of the skills: the ``skill`` tool's index (name → SKILL.md),
+    the listing for its prompt, the folders its sandbox lets it read and run, and a line
+    for each skill folder refused."""
+
+    index: dict[str, str] = dataclasses.field(default_factory=dict)
+    listing: str = ""
+    read_paths: list[str] = dataclasses.field(default_factory=list)
+    warnings: list[str] = dataclasses.field(default_factory=list)
+
+
+def contained_skill_folder(folder: Path, root: Path) -> str | None:
+    """The real path of a skill folder that stays inside its skills folder; None for
+    one that is a symlink (or holds one) out of it, or that holds the home."""
+    try:
+        real = os.path.realpath(folder)
+        real_root = os.path.realpath(root)
+    except (OSError, ValueError):
+        return None
+    home = os.path.realpath(os.path.expanduser("~"))
+    if not real.startswith(real_root.rstrip("/") + "/") or _holds(real, home):
+        return None
+    return real
+
+
+def _holds(folder: str, path: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def available_skills(
+    project_dir: Path, *, home: Path | None = None
+) -> tuple[list[tuple[Skill, str]], list[str]]:
+    """Every skill to be found (first hit per name wins), each with its folder's real
+    path, and one line per skill folder refused (a symlink out of its skills folder)."""
+    found: dict[str, tuple[Skill, str]] = {}
+    refused: list[str] = []
+    for root in skill_dirs(project_dir, home=home):
+        try:
+            entries = sorted(root.iterdir()) if root.is_dir() else []
+        except OSError:
+            continue
+        for folder in entries:
+            name = folder.name
+            if name in found or not _SAFE_NAME.match(name) or not (folder / "SKILL.md").is_file():
+                continue
+            real = contained_skill_folder(folder, root)
+            if real is None:
+                refused.append(
+                    f"skill folder {folder} leads out of {root} (a symlink): not offered; "
+                    "copy the skill into the skills folder instead"
+                )
+                continue
+            skill = find_skill_in(folder, name)
+            if isinstance(skill, Skill):
+                found[name] = (skill, real)
+    return list(found.values()), refused
+
+
+def find_skill_in(folder: Path, name: str) -> Skill | str:
+    path = folder / "SKILL.md"
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"skill {name!r}: cannot read {path} ({exc})"
+    return parse_skill(text, name=name, path=str(path))
+
+
+def skill_offer(
+    preloaded: Sequence[Skill],
+    project_dir: Path,
+    *,
+    tools: Sequence[str] | None,
+    disallowed: Sequence[str] = (),
+    home: Path | None = None,
+) -> SkillOffer:
+    """The skills a sub-agent may use: the preloaded ones' folders, and, when its tools
+    (``tools``, ``disallowed``: the definition's lists) give it the ``skill`` tool, every
+    available skill (listed by name and description only)."""
+    offer = SkillOffer()
+    with_tool = wants_skill_tool(tools, disallowed)
+    roots = skill_dirs(project_dir, home=home)
+    for skill in preloaded:
+        folder = Path(skill.folder)
+        real = contained_skill_folder(folder, folder.parent)
+        if real is not None and any(folder.parent == root for root in roots):
+            offer.read_paths.append(real)
+        else:
+            offer.warnings.append(
+                f"skill {skill.name!r}: its folder {folder} leads out of {folder.parent} "
+                "(a symlink): its text is preloaded, but its files are not readable to "
+                "the agent; copy the skill into the skills folder instead"
+            )
+    if not with_tool:
+        return offer
+    skills, refused = available_skills(project_dir, home=home)
+    offer.warnings += [line for line in refused if not _said_for(line, preloaded)]
+    lines = []
+    for skill, real in skills:
+        offer.index[skill.name] = os.path.join(real, "SKILL.md")
+        if real not in offer.read_paths:
+            offer.read_paths.append(real)
+        if any(skill.name == loaded.name for loaded in preloaded):
+            continue  # already in the prompt, whole
+        description = " ".join(skill.description.split())[:SKILL_LISTING_DESCRIPTION_CHARS]
+        lines.append(f"- {skill.name}: {description or '(no description)'}")
+    if lines:
+        offer.listing = (
+            "# Available skills\n\nLoad a skill with the skill tool "
+            '(`{"skill": "<name>"}`) when the task matches its description; its '
+            "instructions and its folder (with any bundled scripts) come back.\n\n"
+            + "\n".join(lines)
+        )
+    return offer
+
+
+def wants_skill_tool(tools: Sequence[str] | None, disallowed: Sequence[str]) -> bool:
+    """Whether a definition gets the ``skill`` tool: no allowlist, or one naming it
+    (``Skill``); a denylist naming it (or everything) wins."""
+    denied = normalize_tool_names(disallowed)
+    if SKILL_TOOL in denied or any(means_all_tools(name) for name in denied):
+        return False
+    if tools is None:
+        return True
+    allowed = normalize_tool_names(tools)
+    return SKILL_TOOL in allowed or any(means_all_tools(name) for name in allowed)
+
+
+def _said_for(line: str, preloaded: Sequence[Skill]) -> bool:
+    """Whether a refused folder's line was already said for a preloaded skill."""
+    return any(f" {skill.folder} " in line for skill in preloaded)

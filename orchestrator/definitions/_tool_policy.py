@@ -17,8 +17,11 @@ BUILTIN_TOOLS: tuple[str, ...] = ("read_file", "write_file", "edit_file", "glob"
 READ_ONLY_TOOLS: tuple[str, ...] = ("read_file", "glob", "grep")
 #: The main agent's delegation tools; a sub-agent never gets them from `resolve_tools`.
 COORDINATION_TOOLS: frozenset[str] = frozenset({"task", "task_status", "task_wait", "task_control"})
+#: Loads a skill on demand (Claude Code's ``Skill``): offered by the skills there are,
+#: not inherited from the parent (see ``skill_offer``).
+SKILL_TOOL = "skill"
 #: Every tool name we implement.
-KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS
+KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | {SKILL_TOOL}
 
 #: MCP tools are named ``mcp__<server>__<tool>`` (Claude Code's spelling). They come
 #: from the servers a definition names, never from the parent's tools.
@@ -42,6 +45,7 @@ CLAUDE_TOOL_NAMES: dict[str, str] = {
     "Bash": "bash",
     "Task": "task",
     "Agent": "task",
+    "Skill": "skill",
 }
 
 

@@ -60,15 +60,23 @@ def agent_mcp_servers(
     project_dir: str,
     trusted: Callable[[str], bool] = project_trusted,
 ) -> tuple[list[McpServer], list[str]]:
-    """The servers this sub-agent starts, and one line for each it names but cannot have."""
-    if not definition.mcp_servers:
+    """The servers this sub-agent starts, and one line for each it names but cannot have.
+
+    As in Claude Code, a ``mcp__server__tool`` name in ``tools`` is enough: a configured
+    server of that name is started for the agent even when ``mcpServers`` does not name it.
+    """
+    # A server named only by a tool name and not configured: the agent has no such tool,
+    # as in Claude Code (the loader said so once), and no run repeats it.
+    by_tools = [name for name in _named_by_tools(definition) if name in configured]
+    entries = [*definition.mcp_servers, *by_tools]
+    if not entries:
         return [], []
     allow = None if definition.tools is None else mcp_patterns(definition.tools)
     deny = mcp_patterns(definition.disallowed_tools)
     servers: dict[str, McpServer] = {}
     problems: list[str] = []
     inline_ok: bool | None = None
-    for entry in definition.mcp_servers:
+    for entry in entries:
         if isinstance(entry, str):
             config = configured.get(entry)
             if config is None:
@@ -91,3 +99,16 @@ def agent_mcp_servers(
                 continue
             servers[name] = wire_server(name, config, allow=allow, deny=deny)
     return list(servers.values()), problems
+
+
+def _named_by_tools(definition: AgentDefinition) -> list[str]:
+    """Servers the allowlist names (``mcp__NAME__tool``) that ``mcpServers`` does not."""
+    named: set[str] = set()
+    for entry in definition.mcp_servers:
+        named.update([entry] if isinstance(entry, str) else entry)
+    found: dict[str, None] = {}
+    for pattern in mcp_patterns(definition.tools or []):
+        server = pattern.split("__")[1]
+        if server not in named and server != "*" and server:
+            found[server] = None
+    return list(found)

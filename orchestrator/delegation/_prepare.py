@@ -22,11 +22,10 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
     AgentRegistry,
-    load_skills,
     resolve_model_alias,
     resolve_tools,
-    with_skills,
 )
+from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -38,6 +37,7 @@ from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -130,15 +130,15 @@ class Preparer:
         mcp_servers, warnings = agent_mcp_servers(
             definition, settings.mcp_servers, project_dir=self.workdir
         )
-        skills, missing = load_skills(definition.skills, Path(self.workdir))
-        warnings = [*warnings, *missing]
+        skills = skills_for(definition, Path(self.workdir))
+        warnings = [*warnings, *skills.warnings]
         for line in warnings:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
             agent_id=agent_id,
             agent_type=definition.name,
             prompt=request.prompt,
-            system_prompt=with_skills(system_prompt(definition, self.workdir), skills),
+            system_prompt=skilled_prompt(system_prompt(definition, self.workdir), skills),
             history=scope.history() if definition.context == "fork" and scope.history else [],
             tools=resolve_tools(
                 definition.tools, definition.disallowed_tools, list(scope.tools)
@@ -166,7 +166,9 @@ class Preparer:
             ),
             network=settings.network if definition.network is None else definition.network,
             max_processes=definition.max_processes or settings.max_processes,
-            read_paths=list(settings.sandbox_read),
+            read_paths=[*settings.sandbox_read, *skills.read_paths],
+            skills=skills.index,
+            compact_at_tokens=compact_threshold(settings, definition),
             # The keys it does not get, so that it can still redact them from its records.
             redactions=secret_digests(v for v in known_secrets().values() if v not in env.values()),
             mcp_servers=mcp_servers,
@@ -214,8 +216,8 @@ class Preparer:
     def in_worktree(self, spec: AgentSpec, definition: AgentDefinition, workdir: str) -> None:
         """The spec moved to the child's own worktree: its prompt names that folder."""
         spec.workdir = workdir
-        skills, _ = load_skills(definition.skills, Path(self.workdir))
-        spec.system_prompt = with_skills(system_prompt(definition, workdir), skills)
+        skills = skills_for(definition, Path(self.workdir))
+        spec.system_prompt = skilled_prompt(system_prompt(definition, workdir), skills)
 
     def complete(
         self,
