@@ -43,6 +43,7 @@ from agentcell.orchestrator.delegation import (
     EventStream,
     HookRunner,
     OrchestratorEvent,
+    ResultDelivery,
     RunAccount,
     RunHandle,
     Runner,
@@ -344,10 +345,15 @@ class Orchestrator:
         """The main agent's engine: its tools, permission and hook policy, and what it
         does with background sub-agents between and after its turns."""
         settings = self.settings
+        limits = Limits(max_turns=settings.max_turns, timeout_s=timeout_s)
+        # Background results reach the model as a message, not a tool result: same cap.
+        delivery = ResultDelivery(limits.max_tool_output_chars, run_dir, self.workdir)
         finish_hooks = (
             []
             if keep_background
-            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
+            else [
+                background_finisher(self.tracker, task_tool, settings.background_wait_s, delivery)
+            ]
         )
         return Engine(
             model,
@@ -355,11 +361,11 @@ class Orchestrator:
             system_prompt=self._main_system_prompt(),
             hooks=main_hooks(settings, self.hooks, tools),
             approver=self._main_approver,
-            limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
+            limits=limits,
             workdir=self.workdir,
             run_dir=run_dir,
             agent_id="main",
-            turn_hooks=[background_injector(self.tracker)],
+            turn_hooks=[background_injector(self.tracker, delivery)],
             finish_hooks=[*finish_hooks, stop_hook(self.hooks)],
             stream_watcher=self._start_ahead(account),
         )

@@ -423,6 +423,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "MEMORY_MAX_CHARS",
         "MEMORY_MAX_LINES",
         "OrchestratorEvent",
+        "ResultDelivery",
         "RunAccount",
         "RunHandle",
         "Runner",

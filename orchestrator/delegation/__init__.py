@@ -20,6 +20,7 @@ from agentcell.orchestrator.delegation._context import (
     instructions_prompt,
     memory_dir,
 )
+from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -107,6 +108,7 @@ __all__ = [
     "SubAgentResult",
     "SubAgentStarted",
     "TaskArgs",
+    "ResultDelivery",
     "TaskControlTool",
     "TaskRecord",
     "TaskState",

@@ -1,0 +1,70 @@
+"""Under pressure: huge results, full disks and deep nesting lose nothing and hang nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.protocol import ToolMessage, UserMessage
+from agentcell.worker.testing import FunctionModel, reply, tool_call
+from conftest import SpawnRecorder
+
+ANSWER_CHARS = 300_000
+FAN_OUT = 6
+
+
+def _big_answer(messages: list[Any], tools: list[Any]) -> str:
+    task = next(m.content for m in messages if isinstance(m, UserMessage))
+    return f"<{task}>" + "x" * ANSWER_CHARS + f"</{task}>"
+
+
+async def test_background_results_reach_the_main_agent_capped_and_kept_once_on_disk(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    seen: list[str] = []  # the user messages the main agent's last turn carried
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            calls = [
+                tool_call("task", subagent_type="big", prompt=f"p{i}", background=True)
+                for i in range(FAN_OUT)
+            ]
+            return reply("fanning out", *calls)
+        last = messages[-1]
+        if isinstance(last, UserMessage) and "Background task results" in last.content:
+            seen.append(last.content)
+            return "summary"
+        return "waiting for the background results"
+
+    big = AgentDefinition(
+        name="big",
+        description="answers at length",
+        system_prompt="-",
+        model="function:big",
+        source="test",
+    )
+    orch = Orchestrator(
+        model=FunctionModel(main, name="function:main"),
+        agents=[big],
+        models={"function:big": FunctionModel(_big_answer, name="function:big")},
+        settings=Settings(approval="allow", max_workers=FAN_OUT),
+        load_agent_files=False,
+        workdir=tmp_path,
+    )
+    async with orch:
+        report = await orch.run("go")
+    assert report.ok, report.error
+    assert len(seen) == 1
+    delivered = seen[0]
+    # All six answers, each cut to its share of one tool result's cap (30,000 chars).
+    assert len(delivered) < 40_000, len(delivered)
+    assert delivered.count("characters of this answer omitted") == FAN_OUT
+    assert all(f"<p{i}>" in delivered and f"</p{i}>" in delivered for i in range(FAN_OUT))
+    run_dir = Path(report.run_dir)
+    kept = sorted((run_dir / "results").iterdir())
+    assert len(kept) == FAN_OUT
+    for path in kept:
+        text = path.read_text()
+        assert len(text) > ANSWER_CHARS and path.stat().st_mode & 0o777 == 0o600
+        assert str(path.relative_to(tmp_path)) in delivered  # the note says where
