@@ -68,3 +68,39 @@ async def test_background_results_reach_the_main_agent_capped_and_kept_once_on_d
         text = path.read_text()
         assert len(text) > ANSWER_CHARS and path.stat().st_mode & 0o777 == 0o600
         assert str(path.relative_to(tmp_path)) in delivered  # the note says where
+
+
+HUGE_ANSWER_CHARS = 17 * 1024 * 1024  # past the 16 MiB a frame may carry
+
+
+def _huge_answer(messages: list[Any], tools: list[Any]) -> str:
+    return "<start>" + "y" * HUGE_ANSWER_CHARS + "<end>"
+
+
+async def test_an_answer_larger_than_a_frame_arrives_cut_and_is_saved_whole(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    huge = AgentDefinition(
+        name="huge",
+        description="answers at great length",
+        system_prompt="-",
+        model="function:huge",
+        source="test",
+    )
+    orch = Orchestrator(
+        model="scripted:echo",
+        agents=[huge],
+        models={"function:huge": FunctionModel(_huge_answer, name="function:huge")},
+        settings=Settings(approval="allow"),
+        load_agent_files=False,
+        workdir=tmp_path,
+    )
+    async with orch:
+        result = await orch.delegate("huge", "go")
+    assert result.status.value == "completed", result.error
+    assert result.text.startswith("<start>") and result.text.endswith("<end>")
+    assert "characters of this answer omitted" in result.text
+    assert len(result.text.encode()) < 16 * 1024 * 1024
+    saved = result.text.split("is saved at ", 1)[1].split(" ...]", 1)[0]
+    whole = Path(saved).read_text()
+    assert len(whole) == HUGE_ANSWER_CHARS + len("<start><end>")
