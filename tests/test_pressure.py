@@ -104,3 +104,17 @@ async def test_an_answer_larger_than_a_frame_arrives_cut_and_is_saved_whole(
     saved = result.text.split("is saved at ", 1)[1].split(" ...]", 1)[0]
     whole = Path(saved).read_text()
     assert len(whole) == HUGE_ANSWER_CHARS + len("<start><end>")
+
+
+async def test_bash_says_how_much_of_a_flood_it_dropped_and_that_it_is_not_saved(
+    tmp_path: Path,
+) -> None:
+    from agentcell.worker.tools import Bash
+    from test_tools import call, ctx_for
+
+    ctx = ctx_for(tmp_path, run_dir=tmp_path / "run", call_id="c1")
+    result = await call(Bash(), ctx, command="yes | head -c 20000000")
+    # The 30,000-character cut says "the full output … is saved": that file holds only
+    # the 128 KiB kept, and the result must say so, and how much was dropped.
+    assert "the command printed 20,000,000 bytes" in result.content
+    assert "dropped and are not saved anywhere" in result.content
