@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,3 +121,41 @@ async def test_bash_says_how_much_of_a_flood_it_dropped_and_that_it_is_not_saved
     # the 128 KiB kept, and the result must say so, and how much was dropped.
     assert "the command printed 20,000,000 bytes" in result.content
     assert "dropped and are not saved anywhere" in result.content
+
+
+_LONG_LINE_READER = """
+import asyncio, json, resource, sys
+from pathlib import Path
+from agentcell.worker.tools import Grep, ReadFile, ToolContext
+
+async def main(workdir):
+    ctx = ToolContext(workdir=Path(workdir))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    read = await ReadFile().execute(ReadFile().parse_args('{"path": "one-line.txt"}'), ctx)
+    found = await Grep().execute(Grep().parse_args('{"pattern": "NEEDLE"}'), ctx)
+    after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    text = lambda out: out if isinstance(out, str) else out.content
+    print(json.dumps({"grown_kib": after - before, "read": text(read), "grep": text(found)}))
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+def test_read_file_and_grep_read_a_huge_single_line_in_bounded_pieces(tmp_path: Path) -> None:
+    line_bytes = 96 * 1024 * 1024
+    with open(tmp_path / "one-line.txt", "wb") as f:
+        for _ in range(line_bytes // (1 << 20)):
+            f.write(b"z" * (1 << 20))
+        f.write(b"NEEDLE at the end\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _LONG_LINE_READER, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    report = json.loads(done.stdout)
+    # Whole-line reads held the line's bytes and its decoded text (> 192 MiB here).
+    assert report["grown_kib"] < 32 * 1024, report["grown_kib"]
+    assert "line cut" in report["read"] and f"{line_bytes}" not in report["read"]
+    assert "one-line.txt:1:" in report["grep"] and "NEEDLE" in report["grep"]
