@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +162,25 @@ def test_read_file_and_grep_read_a_huge_single_line_in_bounded_pieces(tmp_path: 
     assert report["grown_kib"] < 32 * 1024, report["grown_kib"]
     assert "line cut" in report["read"] and f"{line_bytes}" not in report["read"]
     assert "one-line.txt:1:" in report["grep"] and "NEEDLE" in report["grep"]
+
+
+async def test_a_new_pool_removes_the_temp_folders_a_killed_orchestrators_children_left(
+    spawned: SpawnRecorder,
+) -> None:
+    from agentcell.orchestrator import WorkerPool
+    from agentcell.worker._sandbox import private_tmp
+
+    gone = await asyncio.create_subprocess_exec("true")
+    await gone.wait()  # a pid that no longer exists: a sub-agent SIGKILLed with its parent
+    stale, live = private_tmp(gone.pid), private_tmp(os.getpid())
+    for folder in (stale, live):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "big.bin").write_bytes(b"x" * 4096)
+    try:
+        async with WorkerPool(max_workers=1, warm=0):
+            pass
+        assert not stale.exists()
+        assert (live / "big.bin").exists()  # a live process's folder is never touched
+    finally:
+        shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)

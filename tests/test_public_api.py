@@ -249,6 +249,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "kill_tree",
         "process_table",
         "remove_stale_caps",
+        "remove_stale_tmps",
         "session_members",
         "set_parent_death_signal",
         "signal_name",

@@ -139,6 +139,7 @@ class WorkerPool:
         FORK_SERVERS.open(self.starters, modules, _minimal_environment)
         # What an orchestrator killed before its clean-up left: the cgroups of its spares.
         proc.remove_stale_caps()
+        proc.remove_stale_tmps()  # and their private temp folders
 
     async def __aenter__(self) -> WorkerPool:
         return await self.start()
