@@ -184,3 +184,43 @@ async def test_a_new_pool_removes_the_temp_folders_a_killed_orchestrators_childr
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+async def test_nested_delegation_with_one_worker_lends_the_waiting_parents_slot(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    """``--max-depth 2 --max-workers 1``: the sub-agent waiting on its own ``task`` held
+    the only slot its child could use, and the run hung until its 1,800 s timeout."""
+    import child_models
+
+    def agent(name: str, model: str, tools: list[str]) -> AgentDefinition:
+        return AgentDefinition(
+            name=name,
+            description=name,
+            system_prompt="-",
+            model=model,
+            tools=tools,
+            source="test",
+        )
+
+    orch = Orchestrator(
+        model="scripted:echo",
+        agents=[agent("forger", "function:forger", ["task"]), agent("leaf", "function:leaf", [])],
+        models={
+            "function:forger": FunctionModel(child_models.forge_task_call, name="function:forger"),
+            "function:leaf": FunctionModel(child_models.answer_prompt, name="function:leaf"),
+        },
+        settings=Settings(approval="allow", max_depth=2, max_workers=1, warm_spares=0),
+        load_agent_files=False,
+        workdir=tmp_path,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("forger", "go"), 120)
+    assert result.status.value == "completed", result.error
+    assert "[completed] leaf" in result.text and "answer to: deeper work" in result.text
+
+
+def test_one_prompt_cannot_start_an_unbounded_tree_by_default() -> None:
+    from agentcell.orchestrator.config import Settings as Loaded
+
+    assert Loaded().budgets.max_subagents == 256
