@@ -45,6 +45,7 @@ from agentcell.orchestrator.delegation import (
     EventStream,
     HookRunner,
     OrchestratorEvent,
+    ResultDelivery,
     RunAccount,
     RunHandle,
     Runner,
@@ -362,23 +363,23 @@ class Orchestrator:
         hooks = self.hooks.for_agent(
             str(self.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
         )
-        finish_hooks = (
-            []
-            if keep_background
-            else [background_finisher(self.tracker, task_tool, settings.background_wait_s)]
-        )
+        limits = Limits(max_turns=settings.max_turns, timeout_s=timeout_s)
+        # Background results reach the model as a message, not a tool result: same cap.
+        delivery = ResultDelivery(limits.max_tool_output_chars, run_dir, self.workdir)
+        wait_s = settings.background_wait_s
+        finish_hooks = [background_finisher(self.tracker, task_tool, wait_s, delivery)]
         return Engine(
             model,
             tools,
             system_prompt=self._main_system_prompt(),
             hooks=main_hooks(settings, hooks, tools),
             approver=self._main_approver,
-            limits=Limits(max_turns=settings.max_turns, timeout_s=timeout_s),
+            limits=limits,
             workdir=self.workdir,
             run_dir=run_dir,
             agent_id="main",
-            turn_hooks=[background_injector(self.tracker)],
-            finish_hooks=[*finish_hooks, stop_hook(hooks)],
+            turn_hooks=[background_injector(self.tracker, delivery)],
+            finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
             stream_watcher=self._start_ahead(account),
         )
 

@@ -57,6 +57,7 @@ from agentcell.protocol import (
     sign_frame,
 )
 from agentcell.worker import _cgroup, _proc, _sandbox
+from agentcell.worker._answer_cap import capped_answer, fitted_events
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0
@@ -105,8 +106,12 @@ class ChildLink:
 
     # -- outgoing ---------------------------------------------------------------------
     def emit(self, event: AgentEvent) -> None:
-        """Send a progress event (no waiting: events are small and the parent is quick)."""
-        self.channel.send_nowait(Event(event=event))
+        """Send a progress event (no waiting: events are small and the parent is quick);
+        one too large for a frame goes as several, or cut (``_answer_cap``)."""
+        spec = self.start.spec
+        where = (spec.run_dir, spec.agent_id) if spec is not None else ("", "")
+        for piece in fitted_events(event, *where):
+            self.channel.send_nowait(Event(event=piece))
 
     async def writable(self) -> None:
         """Wait while the parent is behind on our frames (it stopped reading our pipe)."""
@@ -511,6 +516,8 @@ async def _run(channel: ChildChannel, start: Start, handler: Handler) -> int:
         beat.cancel()
         reader.cancel()
     try:
+        spec = start.spec
+        result = capped_answer(result, spec.run_dir if spec else "", spec.agent_id if spec else "")
         report = Result(result=result, peak_rss_bytes=peak_rss_bytes())
         await channel.send(sign_frame(report, start.frame_key))
         await channel.aclose()  # an exiting process drops what is still buffered

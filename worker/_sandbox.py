@@ -222,6 +222,28 @@ def private_tmp(pid: int) -> Path:
     return Path(tempfile.gettempdir()) / f"agentcell-sandbox-{os.getuid()}" / str(pid)
 
 
+def remove_stale_tmps() -> list[int]:
+    """Remove the private temp folders of sub-agent processes that are gone (a SIGKILLed
+    orchestrator never released them: 201 MiB in one case); returns their pids.
+
+    Only a folder named for a pid that no longer exists goes: a starting sub-agent makes
+    its own under its live pid, and a reused pid keeps its folder until that process ends
+    (its own ``apply`` clears it first anyway)."""
+    root = private_tmp(0).parent
+    removed = []
+    with contextlib.suppress(OSError):
+        if root.is_symlink() or root.stat().st_uid != os.getuid():
+            return []  # not this user's own folder: nothing in it is ours to remove
+        for entry in os.scandir(root):
+            if not entry.name.isdigit() or not entry.is_dir(follow_symlinks=False):
+                continue
+            if os.path.exists(f"/proc/{entry.name}"):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(int(entry.name))
+    return removed
+
+
 def release(pid: int) -> None:
     """Parent side, once sub-agent ``pid`` is gone: its cgroup and its temp folder."""
     _cgroup.release_process_cap(pid)

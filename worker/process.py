@@ -23,6 +23,7 @@ from agentcell.worker._proc import (
     tree_cpu_seconds,
     tree_rss,
 )
+from agentcell.worker._sandbox import remove_stale_tmps
 
 __all__ = [
     "BOOT_MODULE",
@@ -38,6 +39,7 @@ __all__ = [
     "kill_tree",
     "process_table",
     "remove_stale_caps",
+    "remove_stale_tmps",
     "session_members",
     "set_parent_death_signal",
     "signal_name",

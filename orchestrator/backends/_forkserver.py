@@ -83,6 +83,7 @@ class WorkerPool:
         if starters is not None and not 1 <= starters <= MAX_STARTERS:
             raise ValueError(f"starters must be from 1 to {MAX_STARTERS}")
         self.max_workers = max_workers
+        self._lent = 0  # slots of children waiting on their nested sub-agents (lend_slot)
         self.warm = min(warm, max_workers)
         self.heartbeat_timeout = heartbeat_timeout
         self.memory_period = memory_period
@@ -139,6 +140,7 @@ class WorkerPool:
         FORK_SERVERS.open(self.starters, modules, _minimal_environment)
         # What an orchestrator killed before its clean-up left: the cgroups of its spares.
         proc.remove_stale_caps()
+        proc.remove_stale_tmps()  # and their private temp folders
 
     async def __aenter__(self) -> WorkerPool:
         return await self.start()
@@ -338,6 +340,13 @@ class WorkerPool:
         if surplus > max(0, ready_surplus):  # some is still starting: retire it once it is up
             self._retire_timer = self._loop.call_later(self.surplus_idle_s, self._retire_surplus)
 
+    def lend_slot(self, change: int) -> None:
+        """A child waiting on its own nested sub-agent lends (+1) or takes back (-1) its
+        place under ``max_workers`` (``Lease.slot_lent``)."""
+        self._lent += change
+        if change > 0:
+            self._replenish()
+
     def _starting(self) -> int:
         return self._spawning + sum(
             1 for w in self._workers.values() if w.state is WorkerState.STARTING
@@ -350,7 +359,7 @@ class WorkerPool:
         # Expected leases count like waiting ones: a model streaming N task calls has
         # N processes starting before it has finished writing them.
         want = self.warm + len(self._waiters) + self._expected - self.idle - starting
-        room = self.max_workers - self.live
+        room = self.max_workers + self._lent - self.live
         for _ in range(max(0, min(want, room))):
             self._spawn()
 

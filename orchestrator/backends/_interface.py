@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -44,6 +45,10 @@ class WorkerLease(Protocol):
     def set_memory_limit(self, limit_bytes: int) -> None: ...
 
     def set_cpu_limit(self, seconds: float) -> None: ...
+
+    def slot_lent(self) -> contextlib.AbstractContextManager[None]:
+        """While the child waits on a nested delegation, its slot is the backend's."""
+        ...
 
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None: ...
 

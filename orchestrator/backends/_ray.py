@@ -24,7 +24,7 @@ import secrets
 import signal
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from agentcell.orchestrator.backends._forkserver import PoolError
@@ -339,6 +339,17 @@ class RemoteLease(FrameQueue):
         """Remote children apply RLIMIT_CPU to themselves; the tree-wide CPU watchdog of
         the local pool does not reach other machines."""
 
+    @contextlib.contextmanager
+    def slot_lent(self) -> Iterator[None]:
+        """While this sub-agent waits on a nested one, its place under ``max_workers`` is
+        lent to the backend (as the local pool's ``Lease.slot_lent``)."""
+        backend = self._worker.backend
+        backend.lend_slot(+1)
+        try:
+            yield
+        finally:
+            backend.lend_slot(-1)
+
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         self._worker.escalate(OutcomeKind.KILLED, reason, 2 * grace)
 
@@ -413,6 +424,7 @@ class RayBackend:
         self._watchdog: asyncio.Task[None] | None = None
         self._workers: dict[str, _RemoteWorker] = {}
         self._slots = asyncio.Semaphore(max_workers)
+        self._owed = 0  # lent slots given back while all were taken: the next ends repay
         self._reported = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -502,6 +514,19 @@ class RayBackend:
         """Ignored: a Ray actor is created per run on whichever node takes it, and one
         made ahead would hold that node's resources for a run that may never come."""
 
+    def lend_slot(self, change: int) -> None:
+        """A sub-agent waiting on its nested one lends (+1) or takes back (-1) its slot."""
+        if change > 0:
+            self._slots.release()
+        else:
+            self._owed += 1  # taken back from the next slot that frees (never a wait)
+
+    def _slot_freed(self) -> None:
+        if self._owed:
+            self._owed -= 1
+        else:
+            self._slots.release()
+
     async def acquire(self) -> RemoteLease:
         if self._closed or self._listener is None or self._driver is None:
             raise RayBackendError("the Ray backend is not running")
@@ -510,7 +535,7 @@ class RayBackend:
         await self._slots.acquire()
         run_id = f"r{secrets.token_hex(6)}"
         worker = _RemoteWorker(self, run_id)
-        worker.dead.add_done_callback(lambda _f: self._slots.release())
+        worker.dead.add_done_callback(lambda _f: self._slot_freed())
         self._workers[run_id] = worker
         token = self._listener.expect(run_id)
         host, port = self._listener.address

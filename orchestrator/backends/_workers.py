@@ -12,6 +12,7 @@ import enum
 import logging
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any, Protocol
 
 from agentcell.orchestrator.backends._interface import FrameQueue
@@ -414,6 +415,19 @@ class Lease(FrameQueue):
                 term_grace,
             )
         )
+
+    @contextlib.contextmanager
+    def slot_lent(self) -> Iterator[None]:
+        """While this child waits on a nested delegation, its place under ``max_workers``
+        is lent to the pool: the nested sub-agent may start although every slot is held
+        (a waiting parent holding the only slot its child could use deadlocked the pool).
+        The child's process still exists meanwhile; it waits, and uses no CPU."""
+        pool = self._worker.pool
+        pool.lend_slot(+1)
+        try:
+            yield
+        finally:
+            pool.lend_slot(-1)
 
     def set_memory_limit(self, limit_bytes: int) -> None:
         """Kill the child when its process tree's resident memory goes over ``limit_bytes``.

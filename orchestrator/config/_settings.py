@@ -21,6 +21,10 @@ class Price(BaseModel):
     cache_write: float = Field(default=0.0, ge=0, le=1e6)
 
 
+#: Sub-agents one run may start unless ``[budgets] max_subagents`` says otherwise.
+DEFAULT_MAX_SUBAGENTS = 256
+
+
 class Budgets(BaseModel):
     """Limits over a whole run (main agent and every sub-agent together)."""
 
@@ -28,7 +32,9 @@ class Budgets(BaseModel):
 
     max_tokens: int | None = Field(default=None, ge=1, le=10**12)
     max_turns: int | None = Field(default=None, ge=1, le=10**6)
-    max_subagents: int | None = Field(default=None, ge=0, le=10**6)
+    #: One prompt cannot start an unbounded tree: with 80 workers and nesting, a prompt
+    #: started 584 sub-agents. Raise it in your config for a larger fan-out.
+    max_subagents: int | None = Field(default=DEFAULT_MAX_SUBAGENTS, ge=0, le=10**6)
 
 
 class ProviderLimits(BaseModel):

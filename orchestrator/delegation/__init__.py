@@ -20,6 +20,7 @@ from agentcell.orchestrator.delegation._context import (
     instructions_prompt,
     memory_dir,
 )
+from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -110,6 +111,7 @@ __all__ = [
     "SubAgentResult",
     "SubAgentStarted",
     "TaskArgs",
+    "ResultDelivery",
     "TaskControlTool",
     "TaskRecord",
     "TaskState",

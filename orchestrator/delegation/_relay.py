@@ -200,7 +200,13 @@ class Relay:
 
     async def _delegation(self, frame: DelegateRequest) -> None:
         child = self.child
-        reply = await delegation_reply(
+        with child.lease.slot_lent():  # it waits on its own sub-agent: lend its slot
+            reply = await self._delegation_reply(frame)
+        await self._send(reply)
+
+    async def _delegation_reply(self, frame: DelegateRequest) -> DelegateReply:
+        child = self.child
+        return await delegation_reply(
             frame,
             child.definition,
             child.spec,
@@ -209,7 +215,6 @@ class Relay:
             background=child.background,
             account=child.scope.account,
         )
-        await self._send(reply)
 
     async def _hook(self, frame: HookRequest) -> None:
         spec, hooks, stop_hooks = self.child.spec, self.child.hooks, self.child.stop_hooks

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner
@@ -265,17 +266,24 @@ class TaskControlTool(Tool):
         return ToolOutput(f"{args.action} sent to task {args.task_id}")
 
 
-def background_injector(tracker: TaskTracker) -> Callable[[Session], Any]:
-    """Turn hook: hand finished background results to the next model call, once each."""
+def background_injector(
+    tracker: TaskTracker, delivery: ResultDelivery | None = None
+) -> Callable[[Session], Any]:
+    """Turn hook: hand finished background results to the next model call, once each,
+    within ``delivery``'s cap."""
+    delivery = delivery or ResultDelivery()
 
     async def inject(session: Session) -> list[Message]:
-        return _results_message(tracker.drain())
+        return _results_message(tracker.drain(), delivery)
 
     return inject
 
 
 def background_finisher(
-    tracker: TaskTracker, task_tool: TaskTool, wait_s: float
+    tracker: TaskTracker,
+    task_tool: TaskTool,
+    wait_s: float,
+    delivery: ResultDelivery | None = None,
 ) -> Callable[[Session], Any]:
     """Finish hook: the run does not end while background results would be lost.
 
@@ -283,20 +291,26 @@ def background_finisher(
     returns their results so the model gets one more turn to use them.
     """
 
+    delivery = delivery or ResultDelivery()
+
     async def finish(session: Session) -> list[Message]:
         if tracker.running():
             done = await tracker.wait(None, wait_s)
             if not done:
                 await task_tool.shutdown()
-        return _results_message(tracker.drain())
+        return _results_message(tracker.drain(), delivery)
 
     return finish
 
 
-def _results_message(records: list[TaskRecord]) -> list[Message]:
+def _results_message(records: list[TaskRecord], delivery: ResultDelivery) -> list[Message]:
     if not records:
         return []
-    text = "Background task results (each delivered once):\n\n" + render_records(
-        records, with_results=True
-    )
+    results = delivery.capped([r.result for r in records if r.result is not None])
+    capped = iter(results)
+    parts = [
+        f"{r.summary()}\n{next(capped).render()}" if r.result is not None else r.summary()
+        for r in records
+    ]
+    text = "Background task results (each delivered once):\n\n" + "\n\n".join(parts)
     return [UserMessage(content=text)]

@@ -102,6 +102,16 @@ class Bash(Tool):
         else:
             body = text
         code = proc.returncode
+        if output.dropped:
+            # The cut above (and the saved file) hold only what was kept: say what was not.
+            kept = output.head_max + output.tail_max
+            notes.append(
+                f"[the command printed {output.total:,} bytes; only its first "
+                f"{output.head_max // 1024} KiB and last {output.tail_max // 1024} KiB "
+                f"({kept // 1024} KiB) were kept, {output.dropped:,} bytes in between were "
+                "dropped and are not saved anywhere: redirect to a file (cmd > out.txt) to "
+                "keep everything]"
+            )
         if timed_out:
             notes.append(
                 f"[command timed out after {args.timeout_s:g} s; it and every process it "
@@ -174,8 +184,10 @@ class _HeadTail:
         self.head = bytearray()
         self.tail = bytearray()
         self.dropped = 0
+        self.total = 0  # every byte the command wrote
 
     def feed(self, data: bytes) -> None:
+        self.total += len(data)
         room = self.head_max - len(self.head)
         if room > 0:
             self.head += data[:room]

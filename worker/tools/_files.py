@@ -14,7 +14,7 @@ import re
 import stat
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, TypeVar
 
@@ -154,11 +154,59 @@ class ReadFile(Tool):
         return await finish_output(text, ctx)
 
 
-def _number_line(lineno: int, raw: bytes) -> str:
+#: A line is read in pieces of at most this many bytes: a 300 MiB file of one line took
+#: a sub-agent to 766 MiB when read whole (bytes, then its decoded text).
+LINE_PIECE_BYTES = 1 << 20
+#: A match that spans two pieces of a long line is found if it is at most this long.
+PIECE_OVERLAP_BYTES = 4096
+
+
+def bounded_lines(f: BinaryIO) -> Iterator[tuple[bytes, int]]:
+    """Each line's first piece (at most ``LINE_PIECE_BYTES``) and how many bytes of it
+    were left unread after that piece (skipped in bounded reads)."""
+    while head := f.readline(LINE_PIECE_BYTES):
+        rest = 0
+        if not head.endswith(b"\n"):
+            while more := f.readline(LINE_PIECE_BYTES):
+                rest += len(more)
+                if more.endswith(b"\n"):
+                    break
+        yield head, rest
+
+
+def line_pieces(f: BinaryIO) -> Iterator[Iterator[bytes]]:
+    """Each line as an iterator of its pieces (at most ``LINE_PIECE_BYTES`` each, each
+    after the first starting with the last ``PIECE_OVERLAP_BYTES`` of the one before).
+    Consume (or abandon) a line's pieces before asking for the next line."""
+    done = False
+
+    def pieces(first: bytes) -> Iterator[bytes]:
+        nonlocal done
+        piece = first
+        yield piece
+        while not piece.endswith(b"\n"):
+            more = f.readline(LINE_PIECE_BYTES)
+            if not more:
+                done = True
+                return
+            piece = piece[-PIECE_OVERLAP_BYTES:] + more
+            yield piece
+
+    while not done and (first := f.readline(LINE_PIECE_BYTES)):
+        line = pieces(first)
+        yield line
+        for _ in line:  # what the caller left of this line is skipped here
+            pass
+
+
+def _number_line(lineno: int, raw: bytes, rest: int = 0) -> str:
+    """One numbered line for read_file; ``rest``: bytes of it past the piece read."""
     text = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
-    if len(text) > MAX_LINE_CHARS:
-        extra = len(text) - MAX_LINE_CHARS
-        text = f"{text[:MAX_LINE_CHARS]} [... line cut: {extra} more characters]"
+    cut = len(text) > MAX_LINE_CHARS
+    if cut or rest:
+        more = [f"{len(text) - MAX_LINE_CHARS} more characters"] if cut else []
+        more += [f"{rest} more bytes"] if rest else []
+        text = f"{text[:MAX_LINE_CHARS]} [... line cut: {' and '.join(more)}]"
     return f"{lineno:>6}\t{text}"
 
 
@@ -181,10 +229,10 @@ def _read_numbered(
                 )
             f.seek(0)
             seen = 0
-            for raw in f:
+            for raw, rest in bounded_lines(f):
                 seen += 1
                 if seen >= offset:
-                    out.append(_number_line(seen, raw))
+                    out.append(_number_line(seen, raw, rest))
                 if seen >= last_wanted:
                     break
             # Count the remaining lines in big chunks rather than line by line: the
@@ -536,6 +584,27 @@ def _compile_regex(pattern: str, ignore_case: bool) -> re.Pattern[str]:
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from None
 
 
+def _first_match(
+    pieces: Iterator[bytes], regex: re.Pattern[str], stop: threading.Event
+) -> str | None:
+    """The line as shown if a piece of it matches: whole when short, else the
+    ``GREP_LINE_CHARS`` around the match."""
+    for number, piece in enumerate(pieces):
+        text = piece.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
+        found = regex.search(text)
+        if found is None:
+            if number % 64 == 63 and stop.is_set():
+                return None
+            continue
+        if number == 0 and len(text) <= GREP_LINE_CHARS and len(piece) < LINE_PIECE_BYTES:
+            return text
+        start = max(0, found.start() - GREP_LINE_CHARS // 5)
+        window = text[start : start + GREP_LINE_CHARS]
+        where = f"(from character {start}) " if number == 0 else "(far into the line) "
+        return f"{where if start else ''}{window} [... line cut]"
+    return None
+
+
 def _grep_file(
     path: str,
     shown: str,
@@ -551,14 +620,12 @@ def _grep_file(
             if _looks_binary(f.read(BINARY_SNIFF_BYTES)):
                 return False  # skipped in a directory search, like grep -I
             f.seek(0)
-            for lineno, raw in enumerate(f, 1):
+            for lineno, pieces in enumerate(line_pieces(f), 1):
                 if lineno % 10_000 == 0 and stop.is_set():
                     return False  # cancelled in the middle of a big file
-                line = raw.decode("utf-8", "replace").rstrip("\n").rstrip("\r")
-                if regex.search(line) is None:
+                line = _first_match(pieces, regex, stop)
+                if line is None:
                     continue
-                if len(line) > GREP_LINE_CHARS:
-                    line = f"{line[:GREP_LINE_CHARS]} [... line cut]"
                 matches.append(f"{shown}:{lineno}:{line}")
                 if len(matches) >= limit:
                     return True
