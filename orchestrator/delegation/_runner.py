@@ -292,6 +292,8 @@ class Runner:
             description=request.description,
             background=background,
             depth=scope.depth + 1,
+            parent_id=scope.agent_id,
+            started_at=time.time(),  # the timeline's clock (runs view)
         )
         history: list[Message] | None = None
         if request.resume:
