@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._records import _write_private, find_run_dir, load_run
+from agentcell.orchestrator._usage_text import usage_split
 
 #: What a page may do: styles of its own, nothing else (no script, image, font, fetch).
 CSP = (
@@ -227,7 +228,7 @@ def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
     label = lane.agent_id if not lane.agent_type else f"{lane.agent_id} {lane.agent_type}"
     if lane.description:
         label += f" · {lane.description}"
-    info = f"{lane.status} · {usage_text(lane.usage)}"
+    info = f"{lane.status} · {usage_split(lane.usage)}"
     if lane.cost_usd is not None:
         info += f" · ${lane.cost_usd:.4f}"
     bars = [_bar(seg, origin, span) for seg in lane.segments]
@@ -265,7 +266,7 @@ def _head_html(summary: dict[str, Any], lanes: int, span: float) -> str:
         str(summary.get("status", "?")),
         f"{lanes} lanes",
         f"{span:.1f} s",
-        usage_text(_dict(summary.get("usage"))),
+        usage_split(_dict(summary.get("usage"))),
     ]
     cost = _number(summary.get("cost_usd"))
     if cost is not None:
@@ -283,18 +284,6 @@ def _axis_html(span: float) -> str:
         seconds = span * step / 10
         ticks.append(f'<span style="left:{step * 10}%">{seconds:.1f}s</span>')
     return "".join(ticks)
-
-
-def usage_text(usage: dict[str, Any]) -> str:
-    """Tokens split as billed: input (uncached), cache read, cache write, output."""
-    total_in = int(_number(usage.get("input_tokens")) or 0)
-    read = int(_number(usage.get("cache_read_tokens")) or 0)
-    write = int(_number(usage.get("cache_write_tokens")) or 0)
-    out = int(_number(usage.get("output_tokens")) or 0)
-    text = f"in {max(total_in - read - write, 0)}"
-    if read or write:
-        text += f" · cache read {read} · cache write {write}"
-    return text + f" · out {out}"
 
 
 def _percent(seconds: float, span: float) -> float:
