@@ -170,3 +170,54 @@ def test_runs_show_splits_the_tokens(tmp_path: Path) -> None:
     shown = CliRunner().invoke(cli_main, ["runs", "show", run.name, "--workdir", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert shown.output.count("in 100 · cache read 8000 · cache write 900 · out 40") == 2
+
+
+async def test_forked_sub_agents_of_a_run_share_the_parent_context_in_the_cache(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    """A main agent forks three sub-agents of one type at once (``context: fork``): each
+    after the first reads tools, system prompt and the forked parent context from the
+    cache, more than the tools and system prompt alone."""
+    from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+    from agentcell.worker.testing import FunctionModel, reply, tool_call
+
+    def main(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            calls = [
+                tool_call("task", subagent_type="forked", prompt=f"part {i}") for i in range(3)
+            ]
+            return reply("", *calls)
+        return "merged"
+
+    parent_context = "The whole task, with everything the parent learned so far. " * 200
+    with CachingAnthropicServer() as server:
+        options = {"base_url": server.base_url, "api_key": "sk-ant-fake"}
+        forked = AgentDefinition(
+            name="forked",
+            description="works on one part",
+            system_prompt=SYSTEM_PROMPT,
+            tools=["read_file"],
+            model="anthropic:claude-sonnet-4-5",
+            context="fork",
+            source="test",
+        )
+        orch = Orchestrator(
+            model=FunctionModel(main, name="function:main"),
+            agents=[forked],
+            settings=Settings(
+                approval="allow", max_workers=1, warm_spares=0, model_options={"anthropic": options}
+            ),
+            workdir=tmp_path,
+            load_agent_files=False,
+            record=False,
+        )
+        async with orch:
+            report = await orch.run(parent_context)
+        usages = list(server.usages)
+    assert report.ok, report.error
+    assert len(usages) == 3
+    first, *later = sorted(usages, key=lambda u: u["cache_read_input_tokens"])
+    assert first["cache_read_input_tokens"] == 0
+    alone = len(SYSTEM_PROMPT) // 4 + 100  # the tools and the system prompt, in tokens
+    for usage in later:  # the parent context (~3000 tokens) came from the cache too
+        assert usage["cache_read_input_tokens"] > alone + 2500, usages
