@@ -221,3 +221,23 @@ async def test_forked_sub_agents_of_a_run_share_the_parent_context_in_the_cache(
     alone = len(SYSTEM_PROMPT) // 4 + 100  # the tools and the system prompt, in tokens
     for usage in later:  # the parent context (~3000 tokens) came from the cache too
         assert usage["cache_read_input_tokens"] > alone + 2500, usages
+
+
+def test_chat_usage_splits_the_tokens() -> None:
+    import io
+    import types
+
+    from agentcell.orchestrator.cli._chat import Chat
+    from rich.console import Console
+
+    ledger = UsageLedger()
+    usage = Usage(input_tokens=9000, cache_read_tokens=8000, cache_write_tokens=900)
+    ledger.add_usage("a1", "reviewer", "anthropic:claude-x", usage + Usage(output_tokens=40))
+    out = io.StringIO()
+    console = Console(file=out, width=200, color_system=None)
+    chat = Chat(types.SimpleNamespace(ledger=ledger), console, None, None)  # type: ignore[arg-type]
+    chat._usage()
+    header, row, total = [line.split() for line in out.getvalue().splitlines()]
+    assert header[4:] == ["input", "cache", "read", "cache", "write", "output", "cost"]
+    assert row[4:8] == ["100", "8000", "900", "40"]
+    assert " ".join(total).endswith("(in 100 · cache read 8000 · cache write 900 · out 40)")

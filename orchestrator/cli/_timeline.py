@@ -228,7 +228,9 @@ def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
     label = lane.agent_id if not lane.agent_type else f"{lane.agent_id} {lane.agent_type}"
     if lane.description:
         label += f" · {lane.description}"
-    info = f"{lane.status} · {usage_split(lane.usage)}"
+    # the main agent's lane carries the run's totals: the summary has no row of its own
+    whole = "run total: " if lane.agent_id == "main" and not lane.parent_id else ""
+    info = f"{lane.status} · {whole}{usage_split(lane.usage)}"
     if lane.cost_usd is not None:
         info += f" · ${lane.cost_usd:.4f}"
     bars = [_bar(seg, origin, span) for seg in lane.segments]
