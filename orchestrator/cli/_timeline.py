@@ -28,6 +28,7 @@ CSP = (
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 TITLE_MAX = 600  # characters of a tooltip (a tool call's arguments can be long)
+MAX_SEGMENTS = 2000  # bars in one lane
 STATES = ("queued", "starting", "model", "tool", "approval")
 
 
@@ -233,7 +234,8 @@ def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
     info = f"{lane.status} · {whole}{usage_split(lane.usage)}"
     if lane.cost_usd is not None:
         info += f" · ${lane.cost_usd:.4f}"
-    bars = [_bar(seg, origin, span) for seg in lane.segments]
+    # a record of a million events (a sub-agent writes its own) stays a page a browser opens
+    bars = [_bar(seg, origin, span) for seg in lane.segments[:MAX_SEGMENTS]]
     crashed = lane.status in ("crashed", "error", "timeout", "limit", "budget")
     if crashed and lane.end is not None:
         left = _percent(lane.end - origin, span)
