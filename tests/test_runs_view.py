@@ -273,3 +273,18 @@ def test_view_errors_are_one_line(tmp_path: Path) -> None:
     missing = CliRunner().invoke(cli_main, ["runs", "view", "nope", "--workdir", str(tmp_path)])
     assert missing.exit_code != 0
     assert "no run 'nope'" in missing.output and "Traceback" not in missing.output
+
+
+def test_the_page_goes_into_the_run_folder_private(tmp_path: Path) -> None:
+    summary, transcripts = synthetic_run(3)
+    run = tmp_path / ".agentcell" / "runs" / "20260101-000000-0001"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary))
+    for agent_id, lines in transcripts.items():
+        (run / f"{agent_id}.jsonl").write_text("".join(json.dumps(ln) + "\n" for ln in lines))
+    done = CliRunner().invoke(cli_main, ["runs", "view", "0001", "--workdir", str(tmp_path)])
+    assert done.exit_code == 0, done.output
+    page = run / "timeline.html"
+    assert done.output.strip() == str(page)
+    assert page.stat().st_mode & 0o777 == 0o600
+    assert len(lanes_in(page.read_text())) == 4
