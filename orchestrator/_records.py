@@ -85,6 +85,8 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "signal": result.signal,
         "background": result.background,
         "depth": result.depth,
+        "parent_id": result.parent_id,
+        "started_at": result.started_at,
         "worktree": result.worktree,
         "branch": result.branch,
         "commit": result.commit,

@@ -52,6 +52,7 @@ async def make(server: ModelServer) -> AsyncIterator[Callable[..., AnthropicMode
         options.setdefault("base_url", server.anthropic_base_url)
         options.setdefault("api_key", "sk-ant-test")
         options.setdefault("retry_base_delay", 0.01)
+        options.setdefault("prompt_cache", "off")  # whole bodies compared; test_prompt_cache
         model = AnthropicModel("claude-test", **options)
         made.append(model)
         return model
@@ -219,7 +220,7 @@ async def test_request_body_and_headers(server: ModelServer, make: Any) -> None:
 
 
 def test_default_max_tokens_and_late_system_messages() -> None:
-    model = AnthropicModel("c", base_url="http://127.0.0.1:1", max_tokens=1234)
+    model = AnthropicModel("c", base_url="http://127.0.0.1:1", max_tokens=1234, prompt_cache="off")
     request = ModelRequest(
         messages=[
             UserMessage(content="hi"),

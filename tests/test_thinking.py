@@ -72,7 +72,12 @@ def thinker(name: str, model: str, effort: str, tools: list[str] | None = None) 
     )
 
 
+#: Prompt-cache breakpoints off (``test_prompt_cache`` tests them).
+NO_CACHE: dict[str, dict[str, object]] = {"anthropic": {"prompt_cache": "off"}}
+
+
 def orchestrator(tmp_path: Path, *agents: AgentDefinition, **settings: Any) -> Orchestrator:
+    settings.setdefault("model_options", NO_CACHE)  # these compare whole request bodies
     return Orchestrator(
         settings=Settings(model="openai:test", approval="allow", warm_spares=0, **settings),
         workdir=tmp_path,
@@ -211,7 +216,9 @@ async def test_a_continued_thinking_sub_agent_sends_its_recorded_thinking_back(
     served.responder = keep_then_resume([THOUGHT])
     keeper = thinker("keeper", "anthropic:claude-sonnet-4-5", "low")
     orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        settings=Settings(
+            model="openai:test", approval="allow", warm_spares=0, model_options=NO_CACHE
+        ),
         workdir=tmp_path,
         agents=[keeper],
         load_agent_files=False,
@@ -247,7 +254,9 @@ async def test_a_thinking_block_the_record_masked_is_left_out_of_a_continuation(
 
     served.responder = keep_then_resume([leaked, THOUGHT])
     orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", warm_spares=0),
+        settings=Settings(
+            model="openai:test", approval="allow", warm_spares=0, model_options=NO_CACHE
+        ),
         workdir=tmp_path,
         agents=[thinker("keeper", "anthropic:claude-sonnet-4-5", "low")],
         load_agent_files=False,

@@ -431,6 +431,9 @@ class Engine:
                     f"permission denied: {verdict.reason}, and no one can approve it here", True
                 )
             approved, why = await self.approver(call, verdict.reason)
+            # when the wait ended: the timeline (runs view) splits approval from the tool
+            answer = "approved" if approved else "refused"
+            self._emit(Notice(message=f"{call.name}: {answer}", level="approval"))
             if not approved:
                 return ToolOutput(f"permission denied: {why or 'the request was refused'}", True)
         ctx = ToolContext(

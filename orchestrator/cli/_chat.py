@@ -18,9 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
 from agentcell.orchestrator._text import literal, one_line, visible
+from agentcell.orchestrator._usage_text import split_counts, usage_split
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.config import Settings
@@ -40,6 +42,18 @@ from agentcell.worker import Redactor, Session
 from rich.console import Console
 from rich.table import Table
 
+#: /usage: tokens split as billed (cached prompt tokens cost a tenth, or more to write)
+COLUMNS = (
+    "agent",
+    "type",
+    "model",
+    "turns",
+    "input",
+    "cache read",
+    "cache write",
+    "output",
+    "cost",
+)
 COMMANDS = ("/help", "/tasks", "/cancel", "/agents", "/usage", "/quit", "/exit")
 
 HELP = """\
@@ -136,10 +150,7 @@ class ChatRecord:
                 "status": last.get("status", "completed"),
                 "final_text": last.get("final_text", ""),
                 "error": last.get("error", ""),
-                "usage": {
-                    "input_tokens": orch.ledger.total.input_tokens,
-                    "output_tokens": orch.ledger.total.output_tokens,
-                },
+                "usage": msgspec.to_builtins(orch.ledger.total),  # cache counts too
                 "cost_usd": orch.ledger.cost_usd,
                 "duration_ms": round((time.perf_counter() - self.started) * 1000, 1),
                 "run_dir": str(self.run_dir),
@@ -312,7 +323,7 @@ class Chat:
 
     def _usage(self) -> None:
         table = Table(box=None, pad_edge=False)
-        for column in ("agent", "type", "model", "turns", "input", "output", "cost"):
+        for column in COLUMNS:
             table.add_column(column, no_wrap=True)
         for entry in self.orch.ledger.agents.values():
             cost = f"${entry.cost_usd:.4f}" if entry.cost_usd is not None else ""
@@ -321,12 +332,12 @@ class Chat:
                 literal(entry.agent_type),
                 literal(entry.model),
                 str(entry.turns),
-                str(entry.usage.input_tokens),
-                str(entry.usage.output_tokens),
+                *map(str, split_counts(entry.usage)),
                 cost,
             )
         self.console.print(table)
-        self.say(f"total: {self.orch.ledger.total.total_tokens} tokens")
+        total = self.orch.ledger.total
+        self.say(f"total: {total.total_tokens} tokens ({usage_split(total)})")
 
 
 def _approval(settings: Settings, ask: Any) -> ApprovalChannel:

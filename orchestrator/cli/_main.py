@@ -404,6 +404,24 @@ def runs_show(run_id: str, agent: str | None, workdir: Path, as_json: bool, debu
     show_recorded(workdir.resolve(), run_id, agent, as_json=as_json)
 
 
+@runs.command("view")
+@click.argument("run_id")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to write the page (default: timeline.html in the run's folder).",
+)
+@workdir_option
+@debug_option
+@guarded
+def runs_view(run_id: str, output: Path | None, workdir: Path, debug: bool) -> None:
+    """One run as a timeline: a self-contained HTML page with a lane per agent."""
+    from agentcell.orchestrator.cli._timeline import write_timeline
+
+    click.echo(write_timeline(workdir.resolve(), run_id, output))
+
+
 @runs.command("resume")
 @click.argument("run_id")
 @click.argument("prompt", required=False)

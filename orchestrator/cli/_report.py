@@ -8,6 +8,7 @@ from typing import Any
 import click
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport, report_json
 from agentcell.orchestrator._text import literal, visible
+from agentcell.orchestrator._usage_text import usage_split
 from agentcell.orchestrator.cli._display import results_table
 from agentcell.worker import Redactor
 
@@ -35,6 +36,7 @@ def emit_report(
         status = report.status.value
         line = (
             f"\n{status} in {report.duration_ms / 1000:.1f} s · {report.usage.total_tokens} tokens"
+            f" ({usage_split(report.usage)})"
         )
         if report.cost_usd is not None:
             line += f" · ${report.cost_usd:.4f}"

@@ -16,6 +16,7 @@ from typing import Any
 import click
 from agentcell.orchestrator._records import list_runs, load_run
 from agentcell.orchestrator._text import literal, one_line, plural
+from agentcell.orchestrator._usage_text import usage_split
 from agentcell.orchestrator.cli._display import output_console
 from rich.console import Console
 from rich.table import Table
@@ -68,7 +69,7 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         head += f" · {summary['model']}"
     if summary.get("duration_ms"):
         head += f" · {summary['duration_ms'] / 1000:.1f} s"
-    head += f" · {_tokens(summary.get('usage', {}))} tokens"
+    head += f" · {_tokens(summary.get('usage', {}))} tokens ({usage_split(_usage(summary))})"
     say(head, "bold")
     turns = summary.get("turns")
     if turns:  # a chat: every turn
@@ -120,6 +121,7 @@ def _subagent_line(sub: dict[str, Any]) -> str:
     if sub.get("queued_ms"):
         line += f" (+{sub['queued_ms'] / 1000:.1f} s queued)"
     line += f"  {plural(sub.get('turns', 0), 'turn')}  {_tokens(sub.get('usage', {}))} tokens"
+    line += f" ({usage_split(_usage(sub))})"
     return line
 
 
@@ -194,6 +196,11 @@ def _printer(console: Console) -> Any:
         console.print(literal(text, style=style), soft_wrap=True)
 
     return say
+
+
+def _usage(record: dict[str, Any]) -> dict[str, Any]:
+    usage = record.get("usage")
+    return usage if isinstance(usage, dict) else {}
 
 
 def _tokens(usage: dict[str, Any]) -> int:

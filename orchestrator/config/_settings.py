@@ -11,14 +11,32 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class Price(BaseModel):
-    """US dollars per million tokens."""
+    """US dollars per million tokens.
+
+    ``input`` is for prompt tokens read from no cache. Unset cache rates follow from it as
+    the provider bills them: Anthropic's (a model named ``anthropic:…`` or ``claude…``)
+    read 0.1× and write 1.25× (the 5-minute TTL; set ``cache_write`` to 2× ``input`` for
+    ``prompt_cache = "1h"``); other providers' cache reads at ``input`` (no discount
+    assumed: set ``cache_read`` to what yours charges) and no writes.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     input: float = Field(ge=0, le=1e6)
     output: float = Field(ge=0, le=1e6)
-    cache_read: float = Field(default=0.0, ge=0, le=1e6)
-    cache_write: float = Field(default=0.0, ge=0, le=1e6)
+    cache_read: float | None = Field(default=None, ge=0, le=1e6)
+    cache_write: float | None = Field(default=None, ge=0, le=1e6)
+
+    def cache_rates(self, model: str) -> tuple[float, float]:
+        """(read, write) dollars per million tokens for ``model``."""
+        anthropic = model.startswith("anthropic:") or "claude" in model
+        read = self.cache_read
+        write = self.cache_write
+        if read is None:
+            read = self.input * (0.1 if anthropic else 1.0)
+        if write is None:
+            write = self.input * (1.25 if anthropic else 1.0)
+        return read, write
 
 
 #: Sub-agents one run may start unless ``[budgets] max_subagents`` says otherwise.

@@ -30,6 +30,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     signal: str | None = None
     background: bool = False
     depth: int = 1
+    parent_id: str = ""  # who asked for it: "main" or a sub-agent's id
+    started_at: float = 0.0  # when it was asked for (seconds since the epoch)
     worktree: str | None = None  # kept worktree (isolation: worktree, with changes)
     branch: str | None = None
     commit: str | None = None  # the kept branch's head: the agent's changes, committed

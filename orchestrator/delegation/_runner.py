@@ -590,6 +590,8 @@ def _base(request: DelegationRequest, scope: Scope, agent_id: str) -> dict[str, 
         description=request.description,
         background=bool(request.background) or scope.background,
         depth=scope.depth + 1,
+        parent_id=scope.agent_id,
+        started_at=time.time(),  # the timeline's clock (runs view)
     )
 
 

@@ -112,15 +112,26 @@ class UsageLedger:
             )
 
     def cost(self, model: str, usage: Usage) -> float | None:
-        price = self.prices.get(model) or self.prices.get(model.partition(":")[2])
+        price = self.price_of(model)
         if price is None:
             return None
+        # input_tokens counts every prompt token, the cached ones too: each is billed once
+        read_rate, write_rate = price.cache_rates(model)
+        cached = usage.cache_read_tokens + usage.cache_write_tokens
         return (
-            usage.input_tokens * price.input
+            max(usage.input_tokens - cached, 0) * price.input
             + usage.output_tokens * price.output
-            + usage.cache_read_tokens * price.cache_read
-            + usage.cache_write_tokens * price.cache_write
+            + usage.cache_read_tokens * read_rate
+            + usage.cache_write_tokens * write_rate
         ) / 1_000_000
+
+    def price_of(self, model: str) -> Price | None:
+        """``model``'s price: by its own name, its name without the provider, or (a name
+        the API reported, without one) the ``provider:name`` entry of that name."""
+        price = self.prices.get(model) or self.prices.get(model.partition(":")[2])
+        if price is None and ":" not in model:
+            price = next((p for k, p in self.prices.items() if k.partition(":")[2] == model), None)
+        return price
 
     @property
     def cost_usd(self) -> float | None:

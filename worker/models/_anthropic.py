@@ -23,6 +23,11 @@ from agentcell.protocol import (
     ToolMessage,
     Usage,
 )
+from agentcell.worker.models._anthropic_cache import (
+    PROMPT_CACHE_CHOICES,
+    PromptCache,
+    add_breakpoints,
+)
 from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
@@ -369,7 +374,15 @@ def _tool_input(arguments: str) -> Any:
 
 
 def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]]:
-    """Our messages as (system, Messages API messages).
+    """Our messages as (system, Messages API messages); see ``convert_with_ends``."""
+    system, out, _ = convert_with_ends(messages)
+    return system, out
+
+
+def convert_with_ends(
+    messages: list[Message],
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any] | None]]:
+    """Our messages as (system, Messages API messages, each message's last block).
 
     Leading system messages become the ``system`` field; a later one becomes user text
     where it stands. Consecutive messages of one role are merged into one message, as
@@ -380,12 +393,14 @@ def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]
     """
     system: list[str] = []
     out: list[dict[str, Any]] = []
+    ends: list[dict[str, Any] | None] = []  # where prompt-cache breakpoints may go
     leading = True
     for m in messages:
         if isinstance(m, SystemMessage):
             if leading:
                 if m.content:
                     system.append(m.content)
+                ends.append(None)
                 continue
             role, blocks = "user", _text(m.content)
         elif isinstance(m, ToolMessage):
@@ -412,13 +427,14 @@ def convert_messages(messages: list[Message]) -> tuple[str, list[dict[str, Any]]
         else:
             role, blocks = "user", _text(m.content)
         leading = False
+        ends.append(blocks[-1] if blocks else None)
         if not blocks:
             continue
         if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
-    return "\n\n".join(system), out
+    return "\n\n".join(system), out, ends
 
 
 def _text(text: str) -> list[dict[str, Any]]:
@@ -443,7 +459,10 @@ class AnthropicModel(HttpChatModel):
 
     ``effort`` (minimal|low|medium|high|max, an agent definition's key) turns on
     extended thinking where ``thinking_control`` says the model has it, and is ignored
-    elsewhere (the orchestrator notes that once). Budget models get ``budget_tokens``
+    elsewhere (the orchestrator notes that once). ``prompt_cache`` (5m|1h|off, default 5m)
+    puts cache breakpoints on the tools, the system prompt, the history before the last
+    message (a forked sub-agent's parent context) and the last block, with that TTL
+    (``_anthropic_cache``). Budget models get ``budget_tokens``
     from ``THINKING_BUDGETS``, adaptive ones ``output_config.effort``; either way
     ``max_tokens`` becomes ``thinking_max_tokens``: the thinking room plus
     ``ANSWER_ROOM`` unless the limit set (``max_tokens`` given here, or the request's
@@ -472,7 +491,14 @@ class AnthropicModel(HttpChatModel):
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         effort: str | None = None,
+        prompt_cache: str = "5m",
     ) -> None:
+        if prompt_cache not in PROMPT_CACHE_CHOICES:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                f"anthropic: prompt_cache {prompt_cache!r} is not one of "
+                f"{', '.join(PROMPT_CACHE_CHOICES)}",
+            )
         if effort is not None and effort not in THINKING_BUDGETS:
             raise ModelError(
                 ModelErrorKind.CONFIG,
@@ -490,6 +516,7 @@ class AnthropicModel(HttpChatModel):
             max_response_bytes=max_response_bytes,
         )
         self._max_tokens = max_tokens  # None: DEFAULT_MAX_TOKENS
+        self._prompt_cache: PromptCache = prompt_cache  # type: ignore[assignment]
         self._effort = effort
         self._thinking = thinking_control(model_name) if effort is not None else None
 
@@ -503,7 +530,7 @@ class AnthropicModel(HttpChatModel):
         return _Stream(self.model_name, position)
 
     def _payload(self, request: ModelRequest) -> bytes:
-        system, messages = convert_messages(request.messages)
+        system, messages, ends = convert_with_ends(request.messages)
         limit = request.max_output_tokens or self._max_tokens
         body: dict[str, Any] = {
             "model": self.model_name,
@@ -528,4 +555,5 @@ class AnthropicModel(HttpChatModel):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+        add_breakpoints(body, ends, self._prompt_cache)
         return _encode(body)
