@@ -449,3 +449,32 @@ def test_chat_through_a_pseudo_terminal(project: Path, model_server: ModelServer
     finally:
         for pid in pids:
             _proc.kill_session(pid)
+
+
+def test_an_agent_run_beside_a_running_turn(project: Path, model_server: ModelServer) -> None:
+    """``@agent`` while a turn runs (the README's command table says it works then): it
+    runs beside the turn, as its own direct run, and its answer shows when it ends."""
+    model_server.responder = chat_responder
+    env = cli_env(project, model_server, TERM="dumb")
+    term = Terminal(["chat", "--model", "openai:gpt-test"], project, env)
+    pids: list[int] = []
+    try:
+        term.expect("you> ")
+        term.send("something slow\n")
+        started = term.expect('"slow one": started in process')
+        pids = [int(p) for p in re.findall(r'"slow one": started in process (\d+)', started)]
+        term.send("@Explore where is the config\n")
+        term.expect("beside this turn")
+        term.expect("explored: where is the config")  # while the slow one still runs
+        term.send("\x03")
+        term.expect("cancelled: the run was cancelled", timeout=60)
+        assert_gone(pids)
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    except BaseException:
+        term.kill()
+        raise
+    finally:
+        for pid in pids:
+            _proc.kill_session(pid)

@@ -266,3 +266,22 @@ def _wait_reading_stdin(pid: int) -> None:
             return
         assert time.monotonic() < deadline, "the command never read its prompt"
         time.sleep(0.05)  # another process's start-up: polled, with a deadline
+
+
+def test_piped_chat_runs_each_line_in_turn_and_keeps_the_last_answer(tmp_path: Path) -> None:
+    """A pipe is a script: the second prompt used to be refused ("the main agent is still
+    on your last message"), and a /quit right after a prompt dropped its answer."""
+    (tmp_path / "home").mkdir()
+    chat = subprocess.run(
+        [AGENTCELL, "chat", "--model", "scripted:echo"],
+        input="hello\nagain\n/quit\n",
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert chat.returncode == 0, chat.stderr
+    assert "echo: hello" in chat.stdout and "echo: again" in chat.stdout, chat.stdout
+    assert "still on your last message" not in chat.stdout
+    assert chat.stdout.index("echo: hello") < chat.stdout.index("echo: again")

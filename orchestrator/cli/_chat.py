@@ -172,6 +172,8 @@ class Chat:
         self.record = record
         self.session = Session()
         self.turn: asyncio.Task[None] | None = None
+        #: ``@agent`` runs started while a turn ran: each beside it, a direct run of its own.
+        self.beside: set[asyncio.Task[None]] = set()
         self.presses = 0  # Ctrl-C presses since the last line
         self.leaving = False
         self.exit_code = 0
@@ -192,6 +194,11 @@ class Chat:
             self.leaving = True
         elif line.startswith("/"):
             self.command(line)
+        elif self.busy and line.startswith("@"):
+            self.say(f"running {line.partition(' ')[0]} beside this turn; its answer follows")
+            side = asyncio.create_task(self._turn(line))
+            self.beside.add(side)
+            side.add_done_callback(self.beside.discard)
         elif self.busy:
             self.say(
                 "the main agent is still on your last message: wait, or Ctrl-C to cancel it "
@@ -460,18 +467,25 @@ async def _converse(
             await _loop(chat, prompt_input.read)
     else:
         assert plain_input is not None
-        await _loop(chat, plain_input.read)
-    if chat.turn is not None and not chat.turn.done():
+        # Piped input is a script: each line waits for the turn before it (a pipe has
+        # nobody to tell "wait", and a /quit after a prompt must not drop its answer).
+        await _loop(chat, plain_input.read, one_turn_at_a_time=True)
+    running = {task for task in (chat.turn, *chat.beside) if task is not None and not task.done()}
+    if running:
         if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
-            await asyncio.wait({chat.turn})
+            await asyncio.wait(running)
         else:
             orch.cancel()
-            chat.turn.cancel()
-        await asyncio.gather(chat.turn, return_exceptions=True)
+            for task in running:
+                task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
 
 
-async def _loop(chat: Chat, read: Any) -> None:
+async def _loop(chat: Chat, read: Any, *, one_turn_at_a_time: bool = False) -> None:
     while not chat.leaving:
+        if one_turn_at_a_time and chat.turn is not None and not chat.turn.done():
+            await asyncio.gather(chat.turn, return_exceptions=True)
+            continue  # leaving may have been asked for meanwhile (Ctrl-C, SIGTERM)
         try:
             line = (await read()).strip()
         except EOFError:
