@@ -22,6 +22,7 @@ import msgspec
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
+from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env
 from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -127,6 +128,7 @@ class Orchestrator:
         run_dir: str | Path | None = None,
         record: bool = True,
         pool: WorkerPool | None = None,
+        tracing: Any = None,
     ) -> None:
         self.settings = settings or Settings()
         check_sandbox(self.settings)
@@ -195,6 +197,9 @@ class Orchestrator:
             hooks=self.hooks,
             home=self.home,
         )
+        # OpenTelemetry (agentcell.worker.tracing.Tracing): given, or from OTEL_*, or off.
+        self.tracing = tracing if tracing is not None else tracing_from_env()
+        self.runner.tracing = self.tracing
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
@@ -236,6 +241,8 @@ class Orchestrator:
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
             self.runner.limiter.close()
             self.bus.close()  # every events() stream ends
+            if self.tracing is not None:
+                self.tracing.close()  # what is still buffered goes to the exporter
         finally:
             self._release_secrets()
 
@@ -365,6 +372,7 @@ class Orchestrator:
             )
             + [stop_hook(main_hooks)],
             stream_watcher=self._start_ahead(account),
+            tracer=main_tracer(self.tracing, model=model.name, run_dir=run_dir),
         )
         stops += [engine.cancel, task_tool.cancel_all]
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.

@@ -61,6 +61,8 @@ from agentcell.protocol._frames import (
     RemoteTool,
     Result,
     SecretDigest,
+    SpanBatch,
+    SpanRecord,
     Start,
 )
 from agentcell.protocol._messages import (
@@ -128,6 +130,8 @@ __all__ = [
     "ProtocolError",
     "Result",
     "SecretDigest",
+    "SpanBatch",
+    "SpanRecord",
     "RunFinished",
     "RunResult",
     "RunStatus",

@@ -45,6 +45,7 @@ from agentcell.orchestrator.delegation._approvals import (
     ApprovalBroker,
     ApprovalQuery,
 )
+from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -94,6 +95,7 @@ from agentcell.protocol import (
     PermitRequest,
     RemoteTool,
     RunStatus,
+    SpanBatch,
     Start,
     TurnStarted,
     Usage,
@@ -176,6 +178,7 @@ class _Progress:
     usage: Usage = dataclasses.field(default_factory=Usage)
     model: str = ""
     queued_ms: float = 0.0
+    spans: ChildSpans | None = None  # its trace, when the parent traces
 
 
 class Runner:
@@ -222,6 +225,7 @@ class Runner:
         self.home = home or Path.home()
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
         self._effort_noted: set[tuple[str, str]] = set()
+        self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -369,6 +373,7 @@ class Runner:
                 color=definition.color,
             )
         )
+        spans = child_spans(self.tracing)
         start = Start(
             protocol_version=PROTOCOL_VERSION,
             run_id=agent_id,
@@ -376,13 +381,14 @@ class Runner:
             spec=spec,
             limits=limits,
             objects=self._objects_blob(model, spec.tools),
+            trace_context=spans.trace_context if spans is not None else {},
         )
         too_large = self._too_large(start)
         if too_large:
             if tree is not None:
                 await finish_worktree(tree)
             return self._refused(base, RunStatus.ERROR, too_large)
-        progress = _Progress(model=model)
+        progress = _Progress(model=model, spans=spans)
         lease: WorkerLease | None = None
         cancelled = False
         failure = ""
@@ -465,6 +471,8 @@ class Runner:
         # Once per run: unless the child's last stop was already put to the hooks (it
         # crashed, timed out, ran out of turns after a block), they hear of the end now.
         await stop_hooks.ended(result.text)
+        if spans is not None:
+            spans.settle(result, queued_ms=progress.queued_ms)
         self._finish(result, model, outcome)
         return result
 
@@ -740,6 +748,8 @@ class Runner:
                         progress.turns = event.turn
                         ledger.add_turn(agent_id, agent_type)
                     publish(AgentActivity(agent_id=agent_id, event=event, call_id=call_id))
+                elif isinstance(frame, SpanBatch) and progress.spans is not None:
+                    progress.spans.take(frame)
                 elif isinstance(frame, ApprovalRequest):
                     query = ApprovalQuery(
                         agent_id=agent_id,

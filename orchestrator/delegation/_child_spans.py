@@ -1,0 +1,81 @@
+"""The parent's side of a traced sub-agent: the context its ``Start`` carries, the spans
+its frames bring, and the spans it could not end itself.
+
+The child makes its spans (``invoke_agent`` and what runs under it) under the span of the
+``task`` call that started it; its finished spans arrive as ``SpanBatch`` frames (signed:
+the backend's frame queue drops one without the run's signature) and go to the parent's
+one exporter. A child that dies leaves its agent span open: ``settle`` ends it with an
+error status and the cause the parent saw (a signal, a deadline, a protocol violation).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from agentcell.protocol import SpanBatch, SpanRecord
+
+log = logging.getLogger("agentcell.tracing")
+
+#: Spans a child may keep open at once (its agent span, really: more is not its to open).
+MAX_OPEN_SPANS = 8
+
+
+class ChildSpans:
+    def __init__(self, tracing: Any) -> None:
+        from agentcell.worker.tracing import MAX_CHILD_SPANS
+
+        self.tracing = tracing
+        self.trace_context: dict[str, str] = tracing.child_context()
+        self.trace_id: bytes = tracing.trace_id_of(self.trace_context)
+        self.task_span = tracing.current_span()  # the `task` call's execute_tool span
+        self.open: dict[bytes, SpanRecord] = {}
+        self.room = MAX_CHILD_SPANS
+        self.dropped = 0
+
+    def take(self, frame: SpanBatch) -> None:
+        """One batch from the child: open spans are remembered, finished ones exported."""
+        finished = []
+        for record in frame.spans:
+            if record.end_ns <= 0:
+                if len(self.open) < MAX_OPEN_SPANS and record.trace_id == self.trace_id:
+                    self.open[record.span_id] = record
+            else:
+                self.open.pop(record.span_id, None)
+                finished.append(record)
+        allowed = finished[: max(self.room, 0)]
+        self.dropped += len(finished) - len(allowed)
+        self.room -= self.tracing.ingest(allowed, self.trace_id)
+
+    def settle(self, result: Any, *, queued_ms: float | None) -> None:
+        """The run is over: end what the child left open, and note on the ``task`` span
+        where and how it ran."""
+        status = result.status.value
+        for record in self.open.values():
+            self.tracing.end_open(record, result.error or f"the sub-agent ended: {status}", status)
+        self.open.clear()
+        if self.dropped:
+            log.warning(
+                "sub-agent %s sent %d spans over the limit: dropped", result.agent_id, self.dropped
+            )
+        span = self.task_span
+        if span is None or not span.is_recording():
+            return
+        attributes = {
+            "gen_ai.agent.id": result.agent_id,
+            "gen_ai.agent.name": result.agent_type,
+            "agentcell.status": status,
+            "agentcell.pid": result.pid,
+            "agentcell.node": result.node,
+            "agentcell.sandbox": result.sandbox,
+            "agentcell.queue_wait_ms": queued_ms,
+        }
+        span.set_attributes({k: v for k, v in attributes.items() if v not in (None, "")})
+
+
+def child_spans(tracing: Any) -> ChildSpans | None:
+    """Spans for the sub-agent about to start (None: tracing is off, or no span is current)."""
+    if tracing is None:
+        return None
+    spans = ChildSpans(tracing)
+    return spans if spans.trace_id else None

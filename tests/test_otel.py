@@ -1,0 +1,194 @@
+"""OpenTelemetry traces across real sub-agent processes (issue 25 §1).
+
+Spans go to the SDK's in-memory exporter (``Tracing.to_exporter``) or, from the ``OTEL_*``
+variables, to an OTLP/HTTP collector on 127.0.0.1. Each test fails with tracing off: it
+finds no spans, or not the child's, or not the parent-ended crash span.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import child_models
+import otel_models
+import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.protocol import RunStatus, ToolMessage
+from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
+from conftest import SpawnRecorder
+
+pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
+
+from agentcell.worker.tracing import Tracing
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+from opentelemetry.trace import StatusCode
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+CALLER_SPAN = "00f067aa0ba902b7"
+TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+
+
+def agent(name: str, model: str, tools: list[str] | None) -> AgentDefinition:
+    return AgentDefinition(
+        name=name,
+        description=f"{name} test agent",
+        system_prompt=f"You are {name}.",
+        tools=tools,
+        model=model,
+        source="test",
+    )
+
+
+def delegating_main(*calls: Any) -> FunctionModel:
+    def fn(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return reply("delegating", *calls)
+        return "summary: " + " | ".join(r.content.splitlines()[0] for r in tool_results(messages))
+
+    return FunctionModel(fn, name="function:main")
+
+
+def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def parent_of(span: ReadableSpan) -> int:
+    assert span.parent is not None, f"{span.name} has no parent"
+    return span.parent.span_id
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(approval="allow", max_workers=4, warm_spares=1, timeout_grace_s=0.5)
+
+
+async def run_traced(
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings, tracing: Any, **kw: Any
+) -> Any:
+    orch = Orchestrator(
+        settings=settings, load_agent_files=False, workdir=tmp_path, tracing=tracing, **kw
+    )
+    async with orch:
+        return await asyncio.wait_for(orch.run("go"), 120)
+
+
+async def test_a_sub_agents_spans_are_made_in_its_process_and_nest_under_the_task_span(
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings
+) -> None:
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    exporter = InMemorySpanExporter()
+    worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter, traceparent=TRACEPARENT),
+        model=delegating_main(tool_call("task", subagent_type="reader", prompt="read")),
+        agents=[agent("reader", "function:worker", ["read_file"])],
+        models={"function:worker": worker},
+    )
+    assert report.status is RunStatus.COMPLETED, report.error
+    (sub,) = report.subagents
+    spans = list(exporter.get_finished_spans())
+    assert {s.context.trace_id for s in spans} == {int(TRACE_ID, 16)}  # TRACEPARENT's trace
+
+    (main,) = by_name(spans, "invoke_agent main")
+    assert parent_of(main) == int(CALLER_SPAN, 16)  # the run is a part of the caller's trace
+    assert main.attributes["agentcell.pid"] == os.getpid()
+    (task,) = by_name(spans, "execute_tool task")
+    assert parent_of(task) == main.context.span_id
+    assert task.attributes["agentcell.pid"] == sub.pid
+    assert task.attributes["agentcell.status"] == "completed"
+    assert "agentcell.queue_wait_ms" in task.attributes
+
+    (child,) = by_name(spans, "invoke_agent reader")
+    assert parent_of(child) == task.context.span_id  # W3C context crossed in the Start
+    assert child.attributes["agentcell.pid"] == sub.pid != os.getpid()  # made in the child
+    assert child.attributes["gen_ai.agent.id"] == sub.agent_id
+    assert child.attributes["gen_ai.conversation.id"] == main.attributes["gen_ai.conversation.id"]
+    assert child.attributes["agentcell.sandbox"] == settings.sandbox
+    assert child.attributes["agentcell.status"] == "completed"
+    chats = by_name(spans, "chat worker")
+    assert len(chats) == 2 and all(parent_of(c) == child.context.span_id for c in chats)
+    assert chats[0].attributes["gen_ai.provider.name"] == "function"
+    assert chats[0].attributes["gen_ai.request.model"] == "worker"
+    assert "gen_ai.usage.input_tokens" in chats[0].attributes
+    assert "gen_ai.usage.cache_read.input_tokens" in chats[0].attributes
+    (read,) = by_name(spans, "execute_tool read_file")
+    assert parent_of(read) == child.context.span_id
+    assert read.attributes["gen_ai.tool.name"] == "read_file"
+    assert read.status.status_code is not StatusCode.ERROR
+    # No content unless asked for.
+    assert not any("gen_ai.input.messages" in (s.attributes or {}) for s in spans)
+    assert not any("gen_ai.tool.call.arguments" in (s.attributes or {}) for s in spans)
+
+
+async def test_a_killed_childs_agent_span_is_ended_by_the_parent_with_the_cause(
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings
+) -> None:
+    exporter = InMemorySpanExporter()
+    crasher = FunctionModel(child_models.call_tool_named_in_prompt, name="function:crasher")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter),
+        model=delegating_main(tool_call("task", subagent_type="crasher", prompt="sigkill")),
+        agents=[agent("crasher", "function:crasher", ["sigkill"])],
+        models={"function:crasher": crasher},
+        tools=[child_models.sigkill],
+    )
+    (sub,) = report.subagents
+    assert sub.status is RunStatus.CRASHED
+    spans = list(exporter.get_finished_spans())
+    (task,) = by_name(spans, "execute_tool task")
+    (child,) = by_name(spans, "invoke_agent crasher")
+    assert parent_of(child) == task.context.span_id
+    assert child.attributes["agentcell.pid"] == sub.pid  # opened in the child, sent open
+    assert child.status.status_code is StatusCode.ERROR
+    assert "SIGKILL" in (child.status.description or "")
+    assert child.attributes["agentcell.status"] == "crashed"
+    assert child.end_time is not None and child.end_time >= child.start_time
+    # The turn that was over before the kill came with its own frame.
+    (chat,) = by_name(spans, "chat crasher")
+    assert parent_of(chat) == child.context.span_id
+    assert task.attributes["agentcell.status"] == "crashed"
+
+
+async def test_content_is_recorded_only_when_asked_and_never_a_key(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    key = "sk-test-" + "k3y" * 12
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    (tmp_path / "notes.txt").write_text(f"the key is {key}\n")
+    exporter = InMemorySpanExporter()
+    worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter, capture_content=True),
+        model=delegating_main(tool_call("task", subagent_type="reader", prompt=f"use {key}")),
+        agents=[agent("reader", "function:worker", ["read_file"])],
+        models={"function:worker": worker},
+    )
+    assert report.status is RunStatus.COMPLETED, report.error
+    spans = list(exporter.get_finished_spans())
+    (read,) = by_name(spans, "execute_tool read_file")
+    assert "notes.txt" in read.attributes["gen_ai.tool.call.arguments"]
+    assert "[REDACTED]" in read.attributes["gen_ai.tool.call.result"]
+    child_chats = by_name(spans, "chat worker")
+    assert "[REDACTED]" in child_chats[0].attributes["gen_ai.input.messages"]
+    for span in spans:
+        for value in (span.attributes or {}).values():
+            assert key not in str(value), span.name
+        assert key not in (span.status.description or "")
