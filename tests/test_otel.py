@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +195,155 @@ async def test_content_is_recorded_only_when_asked_and_never_a_key(
         for value in (span.attributes or {}).values():
             assert key not in str(value), span.name
         assert key not in (span.status.description or "")
+
+
+class _Collector:
+    """An OTLP/HTTP trace collector on 127.0.0.1: keeps every span it is sent."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+            ExportTraceServiceResponse,
+        )
+
+        self.spans: list[Any] = []
+        self.paths: list[str] = []
+        collector = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = ExportTraceServiceRequest.FromString(body)
+                collector.paths.append(self.path)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        collector.spans.extend(scope.spans)
+                answer = ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join()
+
+
+@pytest.fixture
+def collector() -> Any:
+    server = _Collector()
+    yield server
+    server.close()
+
+
+async def test_the_otel_variables_send_every_processs_spans_to_an_otlp_http_collector(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    settings: Settings,
+    collector: _Collector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("TRACEPARENT", TRACEPARENT)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        None,  # from the environment
+        model=delegating_main(tool_call("task", subagent_type="reader", prompt="read")),
+        agents=[agent("reader", "function:worker", ["read_file"])],
+        models={"function:worker": worker},
+    )
+    assert report.status is RunStatus.COMPLETED, report.error
+    (sub,) = report.subagents
+    assert set(collector.paths) == {"/v1/traces"}
+    spans = {s.name: s for s in collector.spans}
+    assert {bytes(s.trace_id).hex() for s in collector.spans} == {TRACE_ID}
+    main, task, child = (
+        spans["invoke_agent main"],
+        spans["execute_tool task"],
+        spans["invoke_agent reader"],
+    )
+    assert bytes(main.parent_span_id).hex() == CALLER_SPAN
+    assert task.parent_span_id == main.span_id
+    assert child.parent_span_id == task.span_id
+    assert spans["chat worker"].parent_span_id == child.span_id
+    assert spans["execute_tool read_file"].parent_span_id == child.span_id
+    pid = {a.key: a.value.int_value for a in child.attributes}["agentcell.pid"]
+    assert pid == sub.pid != os.getpid()
+
+
+def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:
+    """Off by default at no cost: a delegating run without OTEL_* imports no OpenTelemetry
+    (the API included), the engines have no tracer and no Start carries a trace context."""
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+        from agentcell.protocol import ToolMessage
+        from agentcell.worker.testing import FunctionModel, reply, tool_call
+        import agentcell.orchestrator.delegation._runner as runner_module
+
+        starts = []
+        real_start = runner_module.Start
+        def recording_start(**kw):
+            starts.append(real_start(**kw))
+            return starts[-1]
+        runner_module.Start = recording_start
+
+        def main(messages, tools):
+            if not any(isinstance(m, ToolMessage) for m in messages):
+                return reply("", tool_call("task", subagent_type="echoer", prompt="hi"))
+            return "done"
+
+        async def go():
+            orch = Orchestrator(
+                model=FunctionModel(main, name="function:main"),
+                agents=[AgentDefinition(name="echoer", description="d", system_prompt="s",
+                                        tools=[], model="scripted:echo", source="test")],
+                settings=Settings(approval="allow", warm_spares=0),
+                load_agent_files=False, workdir=sys.argv[1], record=False)
+            async with orch:
+                report = await orch.run("go")
+            assert report.status.value == "completed", report.error
+            assert report.subagents[0].status.value == "completed"
+            assert orch.tracing is None and orch.runner.tracing is None
+            assert starts and all(not s.trace_context for s in starts)
+
+        asyncio.run(go())
+        loaded = sorted(m for m in sys.modules if m.startswith("opentelemetry"))
+        print("LOADED", loaded)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_") and k != "TRACEPARENT"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "LOADED []" in out.stdout, out.stdout
