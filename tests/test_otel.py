@@ -347,3 +347,42 @@ def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: P
     )
     assert out.returncode == 0, out.stderr
     assert "LOADED []" in out.stdout, out.stdout
+
+
+async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
+    spawned: SpawnRecorder,
+) -> None:
+    """A hostile child sends span frames unsigned, signed with its own key, of another
+    trace and beyond the limit: only its own, signed, this trace's, up to the limit, are
+    exported."""
+    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.delegation._child_spans import ChildSpans
+    from agentcell.protocol import PROTOCOL_VERSION, SpanBatch, Start
+    from agentcell.worker.tracing import MAX_CHILD_SPANS
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing.to_exporter(exporter)
+    flood = MAX_CHILD_SPANS + 100
+    with tracing.tracer.start_as_current_span("execute_tool task"):
+        spans = ChildSpans(tracing)
+    start = Start(
+        protocol_version=PROTOCOL_VERSION,
+        run_id="r",
+        handler="otel_models:send_spans",
+        args={"flood": flood},
+        trace_context=spans.trace_context,
+    )
+    batches = 0
+    async with WorkerPool(max_workers=1, warm=1) as pool, pool.lease() as lease:
+        await lease.send(start)
+        while (frame := await lease.recv()) is not None:
+            if isinstance(frame, SpanBatch):
+                batches += 1
+                spans.take(frame)
+        outcome = await lease.wait()
+    assert outcome.result is not None and outcome.result.text == "sent", outcome
+    names = {s.name for s in exporter.get_finished_spans()} - {"execute_tool task"}
+    assert "span 0" not in names and "span 1" not in names  # unsigned, wrongly signed
+    assert "span 2" not in names  # another trace's
+    assert len(names) == MAX_CHILD_SPANS and spans.dropped == flood - MAX_CHILD_SPANS
+    assert batches == 1 + -(-flood // 64)  # the two forged frames never reached the relay
