@@ -85,9 +85,7 @@ class Tracing:
             return None
         if not processors:
             return None
-        from opentelemetry.sdk.trace.export import SpanProcessor
-
-        processor: SpanProcessor = processors[0] if len(processors) == 1 else _Fanout(processors)
+        processor = processors[0] if len(processors) == 1 else _Fanout(processors)
         return cls(_provider(processor), processor, traceparent=env.get("TRACEPARENT"))
 
     @classmethod

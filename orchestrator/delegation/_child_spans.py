@@ -67,7 +67,8 @@ class ChildSpans:
             "agentcell.status": status,
             "agentcell.pid": result.pid,
             "agentcell.node": result.node,
-            "agentcell.sandbox": result.sandbox,
+            "agentcell.sandbox": result.sandbox.split(",")[0],  # the mode
+            "agentcell.sandbox.report": result.sandbox,  # the walls the child reported
             "agentcell.queue_wait_ms": queued_ms,
         }
         span.set_attributes({k: v for k, v in attributes.items() if v not in (None, "")})
