@@ -167,6 +167,9 @@ class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_
     call_id: str
     tool: str
     arguments: str  # the tool's JSON arguments, validated by the parent
+    # The W3C context of the child's span for this call (traced runs only): a nested
+    # sub-agent is traced under it.
+    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only=True):

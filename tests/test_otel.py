@@ -386,3 +386,53 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
     assert "span 2" not in names  # another trace's
     assert len(names) == MAX_CHILD_SPANS and spans.dropped == flood - MAX_CHILD_SPANS
     assert batches == 1 + -(-flood // 64)  # the two forged frames never reached the relay
+
+
+async def test_a_nested_sub_agent_is_traced_under_its_parent_childs_task_span(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    settings = Settings(approval="allow", max_depth=2, max_workers=4, warm_spares=1)
+    forger = FunctionModel(child_models.forge_task_call, name="function:forger")
+    leaf = FunctionModel(child_models.answer_prompt, name="function:leaf")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter),
+        model=delegating_main(tool_call("task", subagent_type="forger", prompt="nest")),
+        agents=[agent("forger", "function:forger", ["task"]), agent("leaf", "function:leaf", [])],
+        models={"function:forger": forger, "function:leaf": leaf},
+    )
+    assert report.status is RunStatus.COMPLETED, report.error
+    spans = list(exporter.get_finished_spans())
+    tasks = by_name(spans, "execute_tool task")
+    (mid,) = by_name(spans, "invoke_agent forger")
+    (deep,) = by_name(spans, "invoke_agent leaf")
+    (mid_task,) = [t for t in tasks if parent_of(t) == mid.context.span_id]  # in the child
+    assert parent_of(deep) == mid_task.context.span_id
+    assert deep.attributes["agentcell.depth"] == 2
+    assert deep.attributes["agentcell.pid"] != mid.attributes["agentcell.pid"]
+
+
+async def test_a_tool_call_that_waited_for_approval_says_how_long(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    from agentcell.orchestrator import CallbackChannel
+
+    exporter = InMemorySpanExporter()
+    settings = Settings(approval="ask", max_workers=2, warm_spares=1)
+    runner = FunctionModel(child_models.run_echo, name="function:runner")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter),
+        model=delegating_main(tool_call("task", subagent_type="runner", prompt="echo")),
+        agents=[agent("runner", "function:runner", ["bash"])],
+        models={"function:runner": runner},
+        approval=CallbackChannel(lambda query: True),
+    )
+    assert report.status is RunStatus.COMPLETED, report.error
+    (bash,) = by_name(list(exporter.get_finished_spans()), "execute_tool bash")
+    assert bash.attributes["agentcell.approval_wait_ms"] >= 0

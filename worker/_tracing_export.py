@@ -13,10 +13,11 @@ parent's own spans, so one exporter sends everything.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -150,6 +151,20 @@ class Tracing:
     @staticmethod
     def trace_id_of(headers: Mapping[str, str]) -> bytes:
         return trace_id_of(headers)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def remote_parent(headers: Mapping[str, str]) -> Iterator[None]:
+        """The span ``headers`` name (a child's) is current inside the block."""
+        from opentelemetry import context as otel_context
+
+        ctx = context_from_headers(headers)
+        token = otel_context.attach(ctx) if ctx is not None else None
+        try:
+            yield
+        finally:
+            if token is not None:
+                otel_context.detach(token)
 
     @staticmethod
     def current_span() -> Any:

@@ -10,10 +10,12 @@ error status and the cause the parent saw (a signal, a deadline, a protocol viol
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Any
 
-from agentcell.protocol import SpanBatch, SpanRecord
+from agentcell.protocol import DelegateRequest, SpanBatch, SpanRecord
 
 log = logging.getLogger("agentcell.tracing")
 
@@ -80,3 +82,17 @@ def child_spans(tracing: Any) -> ChildSpans | None:
         return None
     spans = ChildSpans(tracing)
     return spans if spans.trace_id else None
+
+
+@contextlib.contextmanager
+def nested_trace(spans: ChildSpans | None, frame: DelegateRequest) -> Iterator[None]:
+    """While a child's ``DelegateRequest`` is answered, its span for that call is current,
+    so a nested sub-agent is traced under it — if it is of the child's own trace."""
+    if spans is None or not frame.trace_context:
+        yield
+        return
+    if spans.tracing.trace_id_of(frame.trace_context) != spans.trace_id:
+        yield  # another trace's context: not the child's to join
+        return
+    with spans.tracing.remote_parent(frame.trace_context):
+        yield

@@ -45,7 +45,7 @@ from agentcell.orchestrator.delegation._approvals import (
     ApprovalBroker,
     ApprovalQuery,
 )
-from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
+from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans, nested_trace
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
     instructions_prompt,
@@ -763,17 +763,18 @@ class Runner:
                     refusal = refused_tool(frame.tool, spec)  # only a tool it was given
                     _spawn(side, self._answer_approval(lease, frame.request_id, query, refusal))
                 elif isinstance(frame, DelegateRequest):
-                    _spawn(
-                        side,
-                        self._answer_delegation(
-                            lease,
-                            frame,
-                            definition,
-                            spec,
-                            background=background,
-                            account=scope.account,
-                        ),
-                    )
+                    with nested_trace(progress.spans, frame):  # the task copies the context
+                        _spawn(
+                            side,
+                            self._answer_delegation(
+                                lease,
+                                frame,
+                                definition,
+                                spec,
+                                background=background,
+                                account=scope.account,
+                            ),
+                        )
                 elif isinstance(frame, HookRequest):
                     if frame.event == "SubagentStop" and not stop_hooks.claim():
                         lease.kill(
