@@ -22,7 +22,7 @@ import msgspec
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
-from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env
+from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import RayBackend, WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -172,12 +172,15 @@ class Orchestrator:
         )
         self.broker.notify = notification_hook(self.hooks)
         self.session_hooks = SessionHooks(self.hooks)
+        # OpenTelemetry (agentcell.worker.tracing.Tracing): given, or from OTEL_*, or off.
+        self.tracing = tracing if tracing is not None else tracing_from_env()
         self.pool = pool or WorkerPool(
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
             boot=ChildBoot(prepare_url=self._default_endpoint()),
             starters=self.settings.process_starters,
+            preload=tracing_preload(self.tracing),
         )
         self._owns_pool = pool is None
         self.ray = _ray_backend(self.settings, self.registry)
@@ -197,8 +200,6 @@ class Orchestrator:
             hooks=self.hooks,
             home=self.home,
         )
-        # OpenTelemetry (agentcell.worker.tracing.Tracing): given, or from OTEL_*, or off.
-        self.tracing = tracing if tracing is not None else tracing_from_env()
         self.runner.tracing = self.tracing
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()

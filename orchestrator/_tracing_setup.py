@@ -20,6 +20,12 @@ def tracing_from_env() -> Any:
     return Tracing.from_env()
 
 
+def tracing_preload(tracing: Any) -> list[str] | None:
+    """What a traced run's fork server imports for its children: the SDK and the span
+    frames (~0.2 s a child would otherwise pay on its first span)."""
+    return ["agentcell.worker._tracing_child"] if tracing is not None else None
+
+
 def main_tracer(tracing: Any, *, model: str, run_dir: Path | None) -> Any:
     """The main agent's ``AgentTracer`` for one run (None when tracing is off)."""
     if tracing is None:
