@@ -364,7 +364,7 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
     tracing = Tracing.to_exporter(exporter)
     flood = MAX_CHILD_SPANS + 100
     with tracing.tracer.start_as_current_span("execute_tool task"):
-        spans = ChildSpans(tracing)
+        spans = ChildSpans(tracing, "worker")
     start = Start(
         protocol_version=PROTOCOL_VERSION,
         run_id="r",
@@ -436,3 +436,28 @@ async def test_a_tool_call_that_waited_for_approval_says_how_long(
     assert report.status is RunStatus.COMPLETED, report.error
     (bash,) = by_name(list(exporter.get_finished_spans()), "execute_tool bash")
     assert bash.attributes["agentcell.approval_wait_ms"] >= 0
+
+
+async def test_a_direct_delegation_gets_a_task_span_of_its_own_under_traceparent(
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings
+) -> None:
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    exporter = InMemorySpanExporter()
+    worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
+    orch = Orchestrator(
+        settings=settings,
+        load_agent_files=False,
+        workdir=tmp_path,
+        agents=[agent("reader", "function:worker", ["read_file"])],
+        models={"function:worker": worker},
+        tracing=Tracing.to_exporter(exporter, traceparent=TRACEPARENT),
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("reader", "read"), 120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    spans = list(exporter.get_finished_spans())
+    (task,) = by_name(spans, "execute_tool task")
+    assert parent_of(task) == int(CALLER_SPAN, 16)
+    assert task.attributes["agentcell.pid"] == result.pid
+    (child,) = by_name(spans, "invoke_agent reader")
+    assert parent_of(child) == task.context.span_id

@@ -48,10 +48,11 @@ def split_model(name: str) -> tuple[str, str]:
     return (provider, model) if sep else ("", name)
 
 
-def current_trace_context() -> dict[str, str]:
-    """The W3C headers (``traceparent``, ``tracestate``) of the current span, for a child."""
+def current_trace_context(span: Span | None = None) -> dict[str, str]:
+    """The W3C headers (``traceparent``, ``tracestate``) of ``span`` (default: the current
+    one), for a child."""
     carrier: dict[str, str] = {}
-    _W3C.inject(carrier)
+    _W3C.inject(carrier, context=trace.set_span_in_context(span) if span is not None else None)
     return carrier
 
 

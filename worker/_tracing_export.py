@@ -135,10 +135,11 @@ class Tracing:
             redact=Redactor.from_env(),
         )
 
-    def child_context(self) -> dict[str, str]:
-        """What a ``Start`` carries: the current span (the ``task`` call's) as W3C headers,
-        the conversation it belongs to, and whether content is recorded."""
-        headers = current_trace_context()
+    def child_context(self, span: Any = None) -> dict[str, str]:
+        """What a ``Start`` carries: ``span`` (default: the current one, the ``task``
+        call's) as W3C headers, the conversation it belongs to, whether content is
+        recorded."""
+        headers = current_trace_context(span)
         if not headers:
             return {}
         conversation = CONVERSATION.get("")
@@ -147,6 +148,23 @@ class Tracing:
         if self.capture_content:
             headers[CAPTURE_KEY] = "true"
         return headers
+
+    def start_task_span(self, agent_type: str) -> Any:
+        """A ``task`` span of our own, for a sub-agent run with no span current (a direct
+        ``Orchestrator.delegate``): a child of the ``TRACEPARENT`` run, if any."""
+        from opentelemetry.trace import SpanKind
+
+        return self.tracer.start_span(
+            "execute_tool task",
+            context=self.parent,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": "task",
+                "gen_ai.tool.type": "function",
+                "agentcell.subagent_type": agent_type,
+            },
+        )
 
     @staticmethod
     def trace_id_of(headers: Mapping[str, str]) -> bytes:

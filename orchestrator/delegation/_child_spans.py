@@ -24,13 +24,16 @@ MAX_OPEN_SPANS = 8
 
 
 class ChildSpans:
-    def __init__(self, tracing: Any) -> None:
+    def __init__(self, tracing: Any, agent_type: str) -> None:
         from agentcell.worker.tracing import MAX_CHILD_SPANS
 
         self.tracing = tracing
-        self.trace_context: dict[str, str] = tracing.child_context()
-        self.trace_id: bytes = tracing.trace_id_of(self.trace_context)
         self.task_span = tracing.current_span()  # the `task` call's execute_tool span
+        self.own_span = None
+        if not self.task_span.get_span_context().is_valid:  # a direct run: no task call
+            self.own_span = self.task_span = tracing.start_task_span(agent_type)
+        self.trace_context: dict[str, str] = tracing.child_context(self.task_span)
+        self.trace_id: bytes = tracing.trace_id_of(self.trace_context)
         self.open: dict[bytes, SpanRecord] = {}
         self.room = MAX_CHILD_SPANS
         self.dropped = 0
@@ -61,7 +64,7 @@ class ChildSpans:
                 "sub-agent %s sent %d spans over the limit: dropped", result.agent_id, self.dropped
             )
         span = self.task_span
-        if span is None or not span.is_recording():
+        if not span.is_recording():
             return
         attributes = {
             "gen_ai.agent.id": result.agent_id,
@@ -74,13 +77,19 @@ class ChildSpans:
             "agentcell.queue_wait_ms": queued_ms,
         }
         span.set_attributes({k: v for k, v in attributes.items() if v not in (None, "")})
+        if self.own_span is not None:
+            if not result.ok:
+                from opentelemetry.trace import Status, StatusCode
+
+                span.set_status(Status(StatusCode.ERROR, result.error or status))
+            span.end()
 
 
-def child_spans(tracing: Any) -> ChildSpans | None:
-    """Spans for the sub-agent about to start (None: tracing is off, or no span is current)."""
+def child_spans(tracing: Any, agent_type: str) -> ChildSpans | None:
+    """Spans for the sub-agent about to start (None: tracing is off)."""
     if tracing is None:
         return None
-    spans = ChildSpans(tracing)
+    spans = ChildSpans(tracing, agent_type)
     return spans if spans.trace_id else None
 
 

@@ -373,7 +373,7 @@ class Runner:
                 color=definition.color,
             )
         )
-        spans = child_spans(self.tracing)
+        spans = child_spans(self.tracing, definition.name)
         start = Start(
             protocol_version=PROTOCOL_VERSION,
             run_id=agent_id,
