@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 from agentcell.protocol import (
     Message,
     RunResult,
@@ -42,6 +43,8 @@ async def send_spans(start: Start, link: ChildLink) -> RunResult:
     another trace, and more spans than a child may send; then one genuine batch."""
     send = link.channel.send_nowait
     key = start.frame_key
+    agent = msgspec.structs.replace(_span(start, 99_999), name="agent", end_ns=0)
+    send(sign_frame(SpanBatch(spans=[agent]), key))  # opened: ended below, past the limit
     send(SpanBatch(spans=[_span(start, 0)]))
     send(sign_frame(SpanBatch(spans=[_span(start, 1)]), b"k" * 32))
     send(sign_frame(SpanBatch(spans=[_span(start, 2, trace_id=b"\x01" * 16)]), key))
@@ -50,4 +53,5 @@ async def send_spans(start: Start, link: ChildLink) -> RunResult:
         batch = [_span(start, 10 + i) for i in range(first, min(first + 64, count))]
         send(sign_frame(SpanBatch(spans=batch), key))
         await link.writable()
+    send(sign_frame(SpanBatch(spans=[msgspec.structs.replace(agent, end_ns=3)]), key))
     return RunResult(status=RunStatus.COMPLETED, text="sent")

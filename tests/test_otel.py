@@ -381,11 +381,16 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
                 spans.take(frame)
         outcome = await lease.wait()
     assert outcome.result is not None and outcome.result.text == "sent", outcome
-    names = {s.name for s in exporter.get_finished_spans()} - {"execute_tool task"}
+    names = {s.name for s in exporter.get_finished_spans()} - {"execute_tool task", "agent"}
     assert "span 0" not in names and "span 1" not in names  # unsigned, wrongly signed
     assert "span 2" not in names  # another trace's
     assert len(names) == MAX_CHILD_SPANS and spans.dropped == flood - MAX_CHILD_SPANS
-    assert batches == 1 + -(-flood // 64)  # the two forged frames never reached the relay
+    # The end of the span it opened counts past the limit: nothing is left for the parent
+    # to end as if the child had died.
+    assert spans.open == {}
+    (agent,) = [s for s in exporter.get_finished_spans() if s.name == "agent"]
+    assert agent.status.status_code is not StatusCode.ERROR
+    assert batches == 3 + -(-flood // 64)  # the two forged frames never reached the relay
 
 
 async def test_a_nested_sub_agent_is_traced_under_its_parent_childs_task_span(

@@ -59,17 +59,18 @@ class FrameSpanProcessor(SpanProcessor):
 
     def on_start(self, span: Span, parent_context: Any = None) -> None:
         if span.parent is not None and span.parent.is_remote:  # the agent span: say it opened
-            self._buffer.append(record_of(span, open_=True))
-            self.flush()
+            self._send_batch([record_of(span, open_=True)])
 
     def on_end(self, span: ReadableSpan) -> None:
-        self._buffer.append(record_of(span))
-        remote_parent = span.parent is not None and span.parent.is_remote
-        if (
-            remote_parent
-            or span.name.startswith("chat")
-            or len(self._buffer) >= MAX_SPANS_PER_FRAME
-        ):
+        record = record_of(span)
+        if span.parent is not None and span.parent.is_remote:
+            # The agent span's end goes whatever the count: the parent would otherwise
+            # end it as if this process had died.
+            self.flush()
+            self._send_batch([record])
+            return
+        self._buffer.append(record)
+        if len(self._buffer) >= MAX_SPANS_PER_FRAME or span.name.startswith("chat"):
             self.flush()
 
     def flush(self) -> None:
@@ -77,9 +78,12 @@ class FrameSpanProcessor(SpanProcessor):
         spans, self._buffer = self._buffer[: max(room, 0)], []
         for i in range(0, len(spans), MAX_SPANS_PER_FRAME):
             chunk = spans[i : i + MAX_SPANS_PER_FRAME]
-            with contextlib.suppress(ChannelClosed):
-                self._send(sign_frame(SpanBatch(spans=chunk), self._key))
+            self._send_batch(chunk)
             self.sent += len(chunk)
+
+    def _send_batch(self, spans: list[SpanRecord]) -> None:
+        with contextlib.suppress(ChannelClosed):
+            self._send(sign_frame(SpanBatch(spans=spans), self._key))
 
     def shutdown(self) -> None:
         self.flush()

@@ -40,17 +40,19 @@ class ChildSpans:
 
     def take(self, frame: SpanBatch) -> None:
         """One batch from the child: open spans are remembered, finished ones exported."""
-        finished = []
+        finished, closing = [], []
         for record in frame.spans:
             if record.end_ns <= 0:
                 if len(self.open) < MAX_OPEN_SPANS and record.trace_id == self.trace_id:
                     self.open[record.span_id] = record
+            elif self.open.pop(record.span_id, None) is not None:
+                closing.append(record)  # the end of a span it opened: taken past the limit
             else:
-                self.open.pop(record.span_id, None)
                 finished.append(record)
         allowed = finished[: max(self.room, 0)]
         self.dropped += len(finished) - len(allowed)
         self.room -= self.tracing.ingest(allowed, self.trace_id)
+        self.tracing.ingest(closing, self.trace_id)
 
     def settle(self, result: Any, *, queued_ms: float | None) -> None:
         """The run is over: end what the child left open, and note on the ``task`` span
