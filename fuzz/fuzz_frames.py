@@ -145,6 +145,10 @@ def kind(value: object) -> int:
             return 41
         case "PermitDone":
             return 42
+        case "SpanBatch":
+            return 43
+        case "SpanRecord":
+            return 44
         # events
         case "TurnStarted":
             return 12
@@ -291,6 +295,8 @@ def seeds() -> list[bytes]:
         Result,
         RunResult,
         RunStatus,
+        SpanBatch,
+        SpanRecord,
         Start,
         TextDelta,
         ToolFinished,
@@ -338,6 +344,23 @@ def seeds() -> list[bytes]:
         PermitDone(request_id=3, tokens=99, retry_after=0.5),
         Control(action=ControlAction.STEER, text="also"),
         Heartbeat(seq=7, peak_rss_bytes=1 << 20),
+        SpanBatch(
+            spans=[
+                SpanRecord(
+                    trace_id=b"\x01" * 16,
+                    span_id=b"\x02" * 8,
+                    parent_id=b"\x03" * 8,
+                    name="chat gpt-4o",
+                    kind=2,
+                    start_ns=1,
+                    end_ns=2,
+                    attributes={"gen_ai.usage.input_tokens": 3, "r": ["stop"], "x": 0.5},
+                    status=2,
+                    status_message="boom",
+                )
+            ],
+            mac=b"m" * 16,
+        ),
         Result(result=RunResult(status=RunStatus.COMPLETED, text="ok", data={"a": 1})),
         Failure(error_type="ValueError", message="boom", traceback="tb"),
     ]

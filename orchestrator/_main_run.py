@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records import subagent_json, write_summary
+from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import RayBackend
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentRegistry
@@ -37,7 +38,7 @@ from agentcell.orchestrator.delegation import (
     wire_server,
 )
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
-from agentcell.worker import Hook, PermissionPolicy
+from agentcell.worker import Hook, PermissionPolicy, Redactor, Transcript
 from agentcell.worker.tools import Tool, builtin_tools
 
 log = logging.getLogger("agentcell.orchestrator")
@@ -254,3 +255,13 @@ def main_mcp_servers(settings: Settings) -> list[McpServer]:
             continue
         wanted.append(wire_server(name, config, allow=None, deny=[]))
     return wanted
+
+
+def main_transcript(run_dir: Path | None, prompt: str, model: str | None) -> Transcript | None:
+    """The main agent's record of one run (``main.jsonl``, chained under its own key)."""
+    if run_dir is None:
+        return None
+    key = key_for(run_dir, "main")
+    transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
+    transcript.write("start", agent_type="main", model=model, prompt=prompt)
+    return transcript

@@ -23,6 +23,7 @@ from agentcell.orchestrator._main_run import (
     main_hooks,
     main_mcp_servers,
     main_tools,
+    main_transcript,
     ray_backend,
     report_json,
     run_report,
@@ -30,8 +31,8 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._records import new_run_dir, write_summary
-from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
+from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -69,7 +70,6 @@ from agentcell.worker import (
     Engine,
     Limits,
     McpServers,
-    Redactor,
     Session,
     Transcript,
     hold_secrets,
@@ -104,6 +104,7 @@ class Orchestrator:
         run_dir: str | Path | None = None,
         record: bool = True,
         pool: WorkerPool | None = None,
+        tracing: Any = None,
     ) -> None:
         self.settings = settings or Settings()
         check_sandbox(self.settings)
@@ -147,16 +148,20 @@ class Orchestrator:
         )
         self.broker.notify = notification_hook(self.hooks)
         self.session_hooks = SessionHooks(self.hooks)
+        # OpenTelemetry (agentcell.worker.tracing.Tracing): given, or from OTEL_*, or off.
+        self.tracing = tracing if tracing is not None else tracing_from_env()
         self.pool = pool or WorkerPool(
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
             boot=ChildBoot(prepare_url=self._default_endpoint()),
             starters=self.settings.process_starters,
+            preload=tracing_preload(self.tracing),
         )
         self._owns_pool = pool is None
         self.ray = ray_backend(self.settings, self.registry)
         self.runner = self._make_runner()
+        self.runner.tracing = self.tracing
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
@@ -216,6 +221,8 @@ class Orchestrator:
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
             self.runner.limiter.close()
             self.bus.close()  # every events() stream ends
+            if self.tracing is not None:
+                self.tracing.close()  # what is still buffered goes to the exporter
         finally:
             self._release_secrets()
 
@@ -277,7 +284,7 @@ class Orchestrator:
         for context in (opening, submitted.context):
             prompt = f"{prompt}\n\n{context}" if context else prompt
         run_dir = self._call_run_dir()
-        transcript = self._main_transcript(prompt, run_dir)
+        transcript = main_transcript(run_dir, prompt, self.model_name)
         stops: list[Stop] = []
         account = self._account(run_dir, stops)
         task_tool = await self._task_tool(session, account, keep_background=keep_background)
@@ -381,6 +388,7 @@ class Orchestrator:
             turn_hooks=[background_injector(self.tracker, delivery)],
             finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
             stream_watcher=self._start_ahead(account),
+            tracer=main_tracer(self.tracing, model=model.name, run_dir=run_dir),
         )
 
     async def run_stream(
@@ -508,14 +516,6 @@ class Orchestrator:
         if not self.record:
             return None
         return self.run_dir if self.run_dir is not None else new_run_dir(self.workdir)
-
-    def _main_transcript(self, prompt: str, run_dir: Path | None) -> Transcript | None:
-        if run_dir is None:
-            return None
-        key = key_for(run_dir, "main")
-        transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
-        transcript.write("start", agent_type="main", model=self.model_name, prompt=prompt)
-        return transcript
 
     def _account(self, run_dir: Path | None, stops: list[Stop]) -> RunAccount:
         """A call's own ledger (its budgets) that also feeds the lifetime one; crossing a

@@ -64,6 +64,8 @@ from agentcell.protocol._frames import (
     RemoteTool,
     Result,
     SecretDigest,
+    SpanBatch,
+    SpanRecord,
     Start,
 )
 from agentcell.protocol._messages import (
@@ -131,6 +133,8 @@ __all__ = [
     "ProtocolError",
     "Result",
     "SecretDigest",
+    "SpanBatch",
+    "SpanRecord",
     "RunFinished",
     "RunResult",
     "RunStatus",

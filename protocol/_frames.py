@@ -132,6 +132,9 @@ class Start(msgspec.Struct, tag="start", tag_field="t", kw_only=True, omit_defau
     heartbeat_s: float = 1.0
     objects: bytes | None = None  # dill blob: custom tools/models (closures) for this run
     frame_key: bytes = b""  # this child's key for signed frames (see _frame_mac)
+    # W3C trace context (``traceparent``, ``tracestate``) of the parent's span that started
+    # this run: when present, the child traces its run under it and sends ``SpanBatch``es.
+    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Event(msgspec.Struct, tag="event", tag_field="t", kw_only=True):
@@ -166,6 +169,9 @@ class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_
     call_id: str
     tool: str
     arguments: str  # the tool's JSON arguments, validated by the parent
+    # The W3C context of the child's span for this call (traced runs only): a nested
+    # sub-agent is traced under it.
+    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only=True):
@@ -272,6 +278,34 @@ class Failure(msgspec.Struct, tag="failure", tag_field="t", kw_only=True):
     mac: bytes = b""
 
 
+#: A span attribute's value, as OpenTelemetry allows it (no nested maps).
+SpanValue = str | bool | int | float | list[str | bool | int | float]
+
+
+class SpanRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One span a child made, in OpenTelemetry's terms. ``end_ns`` 0: still open (the
+    agent span is sent when it starts, so the parent can end it if the child dies)."""
+
+    trace_id: bytes  # 16 bytes
+    span_id: bytes  # 8 bytes
+    parent_id: bytes = b""
+    name: str
+    kind: int = 0  # opentelemetry.trace.SpanKind
+    start_ns: int
+    end_ns: int = 0
+    attributes: dict[str, SpanValue] = msgspec.field(default_factory=dict)
+    status: int = 0  # opentelemetry.trace.StatusCode: 0 unset, 1 ok, 2 error
+    status_message: str = ""
+
+
+class SpanBatch(msgspec.Struct, tag="spans", tag_field="t", kw_only=True):
+    """child → parent: spans the child made (only when ``Start.trace_context`` asked for
+    them), signed like a ``Result``; the parent exports them with its own."""
+
+    spans: list[SpanRecord]
+    mac: bytes = b""
+
+
 Frame = (
     Hello
     | Start
@@ -287,6 +321,7 @@ Frame = (
     | PermitDone
     | Control
     | Heartbeat
+    | SpanBatch
     | Result
     | Failure
 )

@@ -72,6 +72,12 @@ specs = builds(
     timeout_s=st.none() | st.floats(0, 1e6),
 )
 
+span_scalars = text | st.booleans() | INT64 | st.floats(allow_nan=False)
+span_records = builds(
+    protocol.SpanRecord,
+    attributes=st.dictionaries(text, span_scalars | st.lists(span_scalars, max_size=3)),
+)
+
 #: One strategy per frame type; the test below checks none is missing.
 FRAME_STRATEGIES: dict[type, st.SearchStrategy[Frame]] = {
     protocol.Hello: builds(protocol.Hello),
@@ -94,6 +100,7 @@ FRAME_STRATEGIES: dict[type, st.SearchStrategy[Frame]] = {
     protocol.PermitDone: builds(protocol.PermitDone, retry_after=st.none() | st.floats(0, 1e6)),
     protocol.Control: builds(protocol.Control),
     protocol.Heartbeat: builds(protocol.Heartbeat),
+    protocol.SpanBatch: builds(protocol.SpanBatch, spans=st.lists(span_records, max_size=3)),
     protocol.Result: builds(protocol.Result, result=run_results),
     protocol.Failure: builds(protocol.Failure),
 }

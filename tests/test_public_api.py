@@ -111,6 +111,8 @@ PUBLIC_API: dict[str, list[str]] = {
         "RunResult",
         "RunStatus",
         "SecretDigest",
+        "SpanBatch",
+        "SpanRecord",
         "Start",
         "StreamChannel",
         "SystemMessage",
@@ -264,6 +266,13 @@ PUBLIC_API: dict[str, list[str]] = {
         "signal_name",
         "tree_cpu_seconds",
         "tree_rss",
+    ],
+    "agentcell.worker.tracing": [
+        "AgentTracer",
+        "MAX_CHILD_SPANS",
+        "Tracing",
+        "child_tracer",
+        "tracing_requested",
     ],
     "agentcell.orchestrator": [
         "AgentActivity",

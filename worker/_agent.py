@@ -75,6 +75,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if spec.model_permits:  # the parent keeps the provider's limits: ask it first
         request_gate.set(LinkGate(link))
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
+    if start.trace_context:  # the parent traces: this run's spans go to it as frames
+        engine.tracer = _child_tracer(start, link)
     link.on_cancel = engine.cancel
     drain = _capture_output(spec)
     transcript = _open_transcript(spec)
@@ -158,6 +160,15 @@ def attach_compactor(
     compactor = Compactor(spec.compact_at_tokens, pre_compact=pre_compact, on_compacted=recorded)
     engine.compactor = compactor
     return compactor
+
+
+def _child_tracer(start: Start, link: ChildLink) -> Any:
+    try:
+        from agentcell.worker._tracing_child import child_tracer
+    except ImportError:
+        link.emit(Notice(message="tracing: the OpenTelemetry SDK is not installed here"))
+        return None
+    return child_tracer(start, link.channel.send_nowait)
 
 
 async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) -> Any:

@@ -136,8 +136,19 @@ class ChildLink:
     async def delegate(self, call_id: str, tool: str, arguments: str) -> tuple[str, bool]:
         """Have the parent run one of its tools for us (see ``AgentSpec.remote_tools``)."""
         request_id, answer = self._new_request()
+        trace: dict[str, str] = {}
+        if self.start.trace_context:  # traced: what it starts nests under this call's span
+            from agentcell.worker._tracing import current_trace_context
+
+            trace = current_trace_context()
         await self.channel.send(
-            DelegateRequest(request_id=request_id, call_id=call_id, tool=tool, arguments=arguments)
+            DelegateRequest(
+                request_id=request_id,
+                call_id=call_id,
+                tool=tool,
+                arguments=arguments,
+                trace_context=trace,
+            )
         )
         reply: DelegateReply = await answer
         return reply.content, reply.is_error

@@ -13,7 +13,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentcell.protocol import (
     AgentEvent,
@@ -55,6 +55,9 @@ from agentcell.worker.tools import (
     ToolRegistry,
     truncate_output,
 )
+
+if TYPE_CHECKING:
+    from agentcell.worker._tracing import AgentTracer
 
 #: Called at each turn boundary, before the model is asked again, or (as a finish hook)
 #: when the model has answered; returns messages to add (steering text, background
@@ -123,6 +126,7 @@ class Engine:
         finish_hooks: Iterable[TurnHook] = (),
         stream_watcher: StreamWatcher | None = None,
         compactor: Compactor | None = None,
+        tracer: AgentTracer | None = None,
     ) -> None:
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
@@ -142,6 +146,7 @@ class Engine:
         # Summarises older turns when the conversation grows past its threshold.
         self.compactor = compactor
         self.last_context_tokens = 0  # the last call's prompt + answer, as reported
+        self.tracer = tracer  # OpenTelemetry spans of this run (None: tracing is off)
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0
@@ -173,13 +178,19 @@ class Engine:
         self._session = session = session if session is not None else Session()
         if prompt is not None:
             session.add(UserMessage(content=prompt))
+        tracer = self.tracer
+        token = tracer.start_agent() if tracer is not None else None
         inner = asyncio.create_task(self._drive(session), name=f"agentcell-engine-{self.agent_id}")
+        if tracer is not None:
+            tracer.detach(token)  # the loop's task has copied the context with the span
         self._task = inner
         try:
             await asyncio.wait({inner})
         except asyncio.CancelledError:
             inner.cancel()
             await asyncio.wait({inner})
+            if tracer is not None:
+                tracer.end_agent(None, "cancelled by the caller")
             raise
         if inner.cancelled():
             # cancel() landed as the loop returned: the run still ends the way cancel() said.
@@ -194,6 +205,8 @@ class Engine:
         ):
             # A budget crossed on the last turn: the answer came, but past the budget.
             result = self._cancelled_result(session)
+        if tracer is not None:
+            tracer.end_agent(result)
         self._emit(RunFinished(result=result))
         return result
 
@@ -292,6 +305,9 @@ class Engine:
         emit = self._emit
         watcher = self.stream_watcher
         response: ModelResponse | None = None
+        tracer = self.tracer
+        span = tracer.start_chat(request.messages) if tracer is not None else None
+        error = ""
         try:
             async for item in self.model.stream(request):
                 if isinstance(item, TextPart):
@@ -304,14 +320,19 @@ class Engine:
                 else:
                     response = item
         except ModelError as exc:
+            error = str(exc)
             raise StopRun(RunStatus.ERROR, str(exc)) from None
         except Exception as exc:  # a broken provider fails this run, not the process
-            raise StopRun(
-                RunStatus.ERROR, f"{self.model.name}: {type(exc).__name__}: {exc}"
-            ) from None
+            error = f"{self.model.name}: {type(exc).__name__}: {exc}"
+            raise StopRun(RunStatus.ERROR, error) from None
+        except BaseException:
+            error = "cancelled"
+            raise
         finally:
             if watcher is not None:
                 watcher.model_call_ended()
+            if tracer is not None and span is not None:
+                tracer.end_chat(span, response, error or ("no response" if not response else ""))
         if response is None:
             raise StopRun(
                 RunStatus.ERROR, f"{self.model.name}: the stream ended without a response"
@@ -388,6 +409,14 @@ class Engine:
             raise StopRun(RunStatus.LIMIT, f"tool call limit reached: max_tool_calls is {limit}")
 
     async def _run_one(self, call: ToolCall) -> ToolMessage:
+        if self.tracer is None:
+            return await self._run_one_untraced(call)
+        with self.tracer.tool(call) as span:
+            message = await self._run_one_untraced(call)
+            self.tracer.end_tool(span, message.content, message.is_error)
+            return message
+
+    async def _run_one_untraced(self, call: ToolCall) -> ToolMessage:
         self._emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
         started = time.perf_counter()
         tool = self.tools.get(call.name)
@@ -430,10 +459,13 @@ class Engine:
                 return ToolOutput(
                     f"permission denied: {verdict.reason}, and no one can approve it here", True
                 )
+            asked = time.perf_counter()
             approved, why = await self.approver(call, verdict.reason)
             # when the wait ended: the timeline (runs view) splits approval from the tool
             answer = "approved" if approved else "refused"
             self._emit(Notice(message=f"{call.name}: {answer}", level="approval"))
+            if self.tracer is not None:
+                self.tracer.approval_waited((time.perf_counter() - asked) * 1000)
             if not approved:
                 return ToolOutput(f"permission denied: {why or 'the request was refused'}", True)
         ctx = ToolContext(

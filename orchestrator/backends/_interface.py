@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from agentcell.orchestrator.backends._outcome import ChildOutcome
-from agentcell.protocol import Frame, Hello, Start, seal_for_child
+from agentcell.protocol import Frame, Hello, SpanBatch, Start, frame_is_authentic, seal_for_child
 
 
 class WorkerLease(Protocol):
@@ -99,6 +99,8 @@ class FrameQueue:
         return sealed
 
     def _deliver(self, frame: Frame | None) -> None:
+        if isinstance(frame, SpanBatch) and not self._signed(frame):
+            return  # spans without this run's signature are not the child's: dropped
         if frame is None:
             self._ended = True
         else:
@@ -107,6 +109,10 @@ class FrameQueue:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _signed(self, frame: SpanBatch) -> bool:
+        worker = self._sealing()
+        return bool(worker.frame_key) and frame_is_authentic(frame, worker.frame_key)
 
     def _after_put(self) -> None:
         return None

@@ -24,6 +24,7 @@ from agentcell.orchestrator.delegation._approvals import (
     ApprovalBroker,
     ApprovalQuery,
 )
+from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
 from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
@@ -43,6 +44,7 @@ from agentcell.protocol import (
     HookRequest,
     PermitDone,
     PermitRequest,
+    SpanBatch,
     TurnStarted,
     Usage,
     UsageUpdate,
@@ -64,6 +66,7 @@ class Progress:
     usage: Usage = dataclasses.field(default_factory=Usage)
     model: str = ""
     queued_ms: float = 0.0
+    spans: ChildSpans | None = None  # its trace, when the parent traces
 
 
 @dataclasses.dataclass(slots=True)
@@ -133,10 +136,13 @@ class Relay:
                 permits.on_done(frame)
             elif isinstance(frame, Event):
                 self._on_event(frame)
+            elif isinstance(frame, SpanBatch) and self.progress.spans is not None:
+                self.progress.spans.take(frame)
             elif isinstance(frame, ApprovalRequest):
                 self._answer(self._approval(frame))
             elif isinstance(frame, DelegateRequest):
-                self._answer(self._delegation(frame))
+                with nested_trace(self.progress.spans, frame):  # the task copies the context
+                    self._answer(self._delegation(frame))
             elif isinstance(frame, HookRequest):
                 if frame.event == "SubagentStop" and not self.child.stop_hooks.claim():
                     lease.kill(

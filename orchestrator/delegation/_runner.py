@@ -36,6 +36,7 @@ from agentcell.orchestrator.backends import (
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker
+from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._events import (
     EventBus,
     SubAgentEnded,
@@ -150,6 +151,7 @@ class _Admitted:
     tree: Worktree | None = None
     hooks: HookRunner | None = None
     stop_hooks: SubagentStopHooks | None = None
+    spans: ChildSpans | None = None  # its trace, when the parent traces
 
 
 @dataclasses.dataclass(slots=True)
@@ -215,6 +217,7 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
+        self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -410,6 +413,9 @@ class Runner:
             )
         )
         start = self.prepare.start(admitted.prepared)
+        admitted.spans = child_spans(self.tracing, definition.name)
+        if admitted.spans is not None:
+            start.trace_context = admitted.spans.trace_context
         limit = getattr(getattr(self.pool, "boot", None), "max_frame_bytes", MAX_FRAME_BYTES)
         refusal = too_large(start, limit)
         if refusal:
@@ -423,7 +429,7 @@ class Runner:
         self, admitted: _Admitted, start: Start, scope: Scope, handle: RunHandle, started: float
     ) -> _Ended:
         """A process leased, sent its start, walled, relayed to its end and released."""
-        ended = _Ended(progress=Progress(model=admitted.prepared.model))
+        ended = _Ended(progress=Progress(model=admitted.prepared.model, spans=admitted.spans))
         lease: WorkerLease | None = None
         try:
             lease = await self._start_on_a_live_process(admitted.definition, start)
@@ -569,6 +575,8 @@ class Runner:
         # crashed, timed out, ran out of turns after a block), they hear of the end now.
         assert admitted.stop_hooks is not None
         await admitted.stop_hooks.ended(result.text)
+        if admitted.spans is not None:
+            admitted.spans.settle(result, queued_ms=ended.progress.queued_ms)
         absorb_test_record(ended.outcome, self.model_objects.get(admitted.prepared.model))
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
