@@ -18,9 +18,10 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator._records import subagent_json, write_summary
 from agentcell.orchestrator._records_key import key_for
+from agentcell.orchestrator._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation import (
     AllowAll,
     ApprovalChannel,
@@ -265,3 +266,22 @@ def main_transcript(run_dir: Path | None, prompt: str, model: str | None) -> Tra
     transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
     transcript.write("start", agent_type="main", model=model, prompt=prompt)
     return transcript
+
+
+def load_registry(
+    workdir: Path,
+    agents: Sequence[AgentDefinition],
+    agents_dirs: Sequence[str | Path],
+    home: Path | None,
+    load_agent_files: bool,
+) -> AgentRegistry:
+    """The built-in agents, the agent files found (an untrusted project's distrusted),
+    then the caller's own definitions."""
+    if not load_agent_files:
+        registry = AgentRegistry.builtin()
+    else:
+        registry = AgentRegistry.load(workdir, home=home, extra_dirs=[Path(d) for d in agents_dirs])
+        distrust_project_agents(registry, workdir, home)
+    for definition in agents:
+        registry.add(definition)
+    return registry

@@ -20,6 +20,7 @@ from agentcell.orchestrator._main_run import (
     RunReport,
     blocked_report,
     default_channel,
+    load_registry,
     main_hooks,
     main_mcp_servers,
     main_tools,
@@ -31,11 +32,11 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._records import new_run_dir, write_summary
-from agentcell.orchestrator._sandbox_policy import check_sandbox, distrust_project_agents
+from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
     AgentActivity,
     ApprovalBroker,
@@ -117,15 +118,7 @@ class Orchestrator:
         else:
             self.model_name = model.name
             self.model_objects[model.name] = model
-        if load_agent_files:
-            self.registry = AgentRegistry.load(
-                self.workdir, home=home, extra_dirs=[Path(d) for d in agents_dirs]
-            )
-            distrust_project_agents(self.registry, self.workdir, home)
-        else:
-            self.registry = AgentRegistry.builtin()
-        for definition in agents:
-            self.registry.add(definition)
+        self.registry = load_registry(self.workdir, agents, agents_dirs, home, load_agent_files)
         self.custom_tools = list(tools)
         self.home = home or Path.home()
         # The user's own and a trusted project's hooks (load_settings drops an untrusted
@@ -161,7 +154,6 @@ class Orchestrator:
         self._owns_pool = pool is None
         self.ray = ray_backend(self.settings, self.registry)
         self.runner = self._make_runner()
-        self.runner.tracing = self.tracing
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
@@ -171,7 +163,7 @@ class Orchestrator:
         self.mcp_problems: list[str] = []
 
     def _make_runner(self) -> Runner:
-        return Runner(
+        runner = Runner(
             pool=self.pool,
             registry=self.registry,
             settings=self.settings,
@@ -187,6 +179,8 @@ class Orchestrator:
             hooks=self.hooks,
             home=self.home,
         )
+        runner.tracing = self.tracing
+        return runner
 
     # -- lifecycle ---------------------------------------------------------------------
     async def __aenter__(self) -> Orchestrator:

@@ -304,7 +304,7 @@ def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: P
         from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
         from agentcell.protocol import ToolMessage
         from agentcell.worker.testing import FunctionModel, reply, tool_call
-        import agentcell.orchestrator.delegation._runner as runner_module
+        import agentcell.orchestrator.delegation._prepare as runner_module  # builds Start
 
         starts = []
         real_start = runner_module.Start

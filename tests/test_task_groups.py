@@ -90,11 +90,11 @@ async def test_a_failure_before_the_child_starts_is_that_runs_result(
         workdir=tmp_path,
     )
 
-    async def broken_run(*args: Any, **kwargs: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise OSError("the hook runner broke")
 
     async with orch:
-        orch.runner.hooks.run = broken_run  # type: ignore[method-assign]
+        orch.runner.hooks.for_definition = broken  # type: ignore[method-assign]
         result = await asyncio.wait_for(orch.delegate("steady", "hi"), GUARD_S)
     assert result.status is RunStatus.ERROR
     assert result.error == "the parent could not run this sub-agent: OSError: the hook runner broke"
