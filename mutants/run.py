@@ -46,7 +46,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"tests/test_trust_table.py {TRUST_KILLS}",
+        f"tests/test_trust_table.py {TRUST_KILLS} tests/test_trust.py",
         120,
     ),
     "trust-table": (
@@ -119,7 +119,7 @@ def init(name: str, work: Path) -> tuple[Path, Path]:
 
 
 def clean(path: str) -> bool:
-    done = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=ROOT)
+    done = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], check=False, cwd=ROOT)
     return done.returncode == 0
 
 

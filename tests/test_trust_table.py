@@ -16,14 +16,18 @@ from agentcell.orchestrator import Orchestrator
 from agentcell.orchestrator.config import (
     AGENT_FILE_TRUST,
     SETTINGS_TRUST,
+    ConfigError,
     Settings,
     covering,
     is_trusted,
     load_settings,
+    revoke,
     setting_paths,
     trust,
+    trusted_folders,
     user_config_path,
 )
+from agentcell.orchestrator.config._trust import trust_file
 from agentcell.orchestrator.definitions import AgentDefinition, field_for_key
 from model_servers import Call, ModelServer, Reply
 
@@ -271,3 +275,113 @@ def test_an_untrusted_project_is_judged_against_its_resolved_path(
     assert is_trusted(project, user) and not is_trusted(sibling, user)
     settings, notices = load(sibling, home, 'backend = "ray"')
     assert settings.backend == "local" and len(notices) == 1
+
+
+# -- the trust list and the layer, key by key (fast: for every mutant of _trust.py) ------------
+
+
+def test_the_trust_list_says_what_is_wrong_with_it_in_one_line(home: Path, project: Path) -> None:
+    user = user_config_path(home, {"HOME": str(home)})
+    assert trusted_folders(user) == []
+    user.parent.mkdir(parents=True)
+    trust_file(user).write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read the trusted folders") as info:
+        trusted_folders(user)
+    assert "\n" not in str(info.value) and str(trust_file(user)) in str(info.value)
+    trust_file(user).write_text('["a list"]')
+    assert trusted_folders(user) == []
+    trust_file(user).write_text(json.dumps({"trusted": [str(project), 7, None]}))
+    assert trusted_folders(user) == [str(project)]
+
+
+def test_trust_and_revoke_keep_one_sorted_entry_per_folder(
+    home: Path, project: Path, tmp_path: Path
+) -> None:
+    user = user_config_path(home, {"HOME": str(home)})
+    other = tmp_path / "another"
+    other.mkdir()
+    with pytest.raises(ValueError, match="no such directory"):
+        trust(tmp_path / "missing", user)
+    assert trust(project, user) == os.path.realpath(project)
+    trust(project, user)
+    trust(other, user)
+    stored = json.loads(trust_file(user).read_text())["trusted"]
+    assert stored == sorted({os.path.realpath(project), os.path.realpath(other)})
+    assert revoke(project, user) is True and revoke(project, user) is False
+    assert not is_trusted(project, user) and is_trusted(other, user)
+    assert not trust_file(user).with_suffix(".tmp").exists()
+
+
+def test_a_trusted_folder_with_a_trailing_slash_still_covers_its_sub_folders(
+    home: Path, project: Path
+) -> None:
+    user = user_config_path(home, {"HOME": str(home)})
+    user.parent.mkdir(parents=True)
+    (project / "sub").mkdir()
+    trust_file(user).write_text(json.dumps({"trusted": [os.path.realpath(project) + "/"]}))
+    assert is_trusted(project / "sub", user)
+
+
+def test_routing_options_are_dropped_and_the_rest_kept(project: Path, home: Path) -> None:
+    settings, notices = load(
+        project,
+        home,
+        '[model_options.openai]\nbase_url = "http://x"\ntemperature = 0.5\n'
+        '[model_options.anthropic]\nURL = "http://y"\n',
+    )
+    assert settings.model_options == {"openai": {"temperature": 0.5}}
+    assert sorted(n.split(": ")[1].split(" ")[0] for n in notices) == [
+        "model_options.anthropic.URL",
+        "model_options.openai.base_url",
+    ]
+
+
+def test_a_loosening_value_that_repeats_the_users_own_is_kept_silently(
+    project: Path, home: Path
+) -> None:
+    config = user_config_path(home, {"HOME": str(home)})
+    config.parent.mkdir(parents=True)
+    config.write_text('[ray]\nlisten_host = "0.0.0.0"\n[aliases]\nfast = "openai:gpt-4o-mini"\n')
+    settings, notices = load(
+        project, home, '[ray]\nlisten_host = "0.0.0.0"\n[aliases]\nfast = "openai:gpt-4o-mini"\n'
+    )
+    assert notices == [] and settings.ray.listen_host == "0.0.0.0"
+    settings, notices = load(project, home, '[aliases]\nfast = "openai:other"\n')
+    assert settings.aliases["fast"] == "openai:gpt-4o-mini" and len(notices) == 1
+
+
+def test_a_repeated_deny_rule_is_not_doubled(project: Path, home: Path) -> None:
+    config = user_config_path(home, {"HOME": str(home)})
+    config.parent.mkdir(parents=True)
+    config.write_text('deny_rules = ["bash(rm *)"]\n')
+    settings, notices = load(project, home, 'deny_rules = ["bash(rm *)", "bash(dd *)"]')
+    assert settings.deny_rules == ["bash(rm *)", "bash(dd *)"] and notices == []
+
+
+def test_tightening_is_judged_against_the_users_value_and_named(project: Path, home: Path) -> None:
+    config = user_config_path(home, {"HOME": str(home)})
+    config.parent.mkdir(parents=True)
+    config.write_text('approval = "deny"\nnetwork = true\n[budgets]\nmax_tokens = 500\n')
+    settings, notices = load(
+        project, home, 'approval = "ask"\nnetwork = false\n[budgets]\nmax_tokens = 1000\n'
+    )
+    assert settings.approval == "deny" and settings.network is False
+    assert settings.budgets.max_tokens == 500
+    assert len(notices) == 2
+    assert any("approval ignored: 'ask' is looser than 'deny'" in n for n in notices)
+    assert any("budgets.max_tokens ignored: 1000 is looser than 500" in n for n in notices)
+
+
+def test_an_unknown_key_is_left_for_validation_to_name(project: Path, home: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'backnd'"):
+        load(project, home, 'backnd = "ray"')
+    with pytest.raises(ConfigError, match="ray.adress"):
+        load(project, home, '[ray]\nadress = "10.0.0.1:1"')
+
+
+def test_bash_credentials_is_named_whatever_its_value(project: Path, home: Path) -> None:
+    settings, notices = load(project, home, "bash_credentials = false")
+    assert settings.bash_credentials is False
+    assert notices == [
+        f"{project / 'agentcell.toml'}: bash_credentials ignored: only your own config may set it"
+    ]
