@@ -28,6 +28,7 @@ BIN = ROOT / ".venv" / "bin"
 PYTEST = f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider"
 
 KILLS = "tests/test_mutation_kills.py::"
+EXEC = "tests/test_allow_rules_exec.py::"
 TRUST_KILLS = (
     f"{KILLS}test_an_untrusted_sandbox_is_honoured_exactly_when_it_is_as_tight "
     f"{KILLS}test_a_trusted_folder_covers_only_the_folder_and_what_is_beneath_it"
@@ -46,22 +47,24 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"tests/test_trust_table.py {TRUST_KILLS} tests/test_trust.py",
+        f"{TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "trust-table": (
         "orchestrator/config/_trust_table.py",
-        f"tests/test_trust_table.py {TRUST_KILLS}",
+        f"{TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "allow-rules": (
         "worker/_exec_args.py",
-        "tests/test_allow_rules_exec.py -k 'never_auto or still_allowed'",
+        f"{EXEC}test_a_line_that_runs_another_program_is_never_auto_allowed "
+        f"{EXEC}test_plain_lines_of_those_programs_are_still_allowed tests/test_allow_rules.py",
         60,
     ),
     "shell": (
         "worker/_shell.py",
-        "tests/test_allow_rules.py tests/test_allow_rules_exec.py -k 'not unguarded'",
+        f"tests/test_allow_rules.py {EXEC}test_a_line_that_runs_another_program_is_never_"
+        f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
         120,
     ),
     "redaction": (

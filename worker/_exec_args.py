@@ -15,6 +15,9 @@ a wildcard rule on those allows whatever the project defines.
 
 from __future__ import annotations
 
+import itertools
+import re
+
 #: Options before git's subcommand that run a program, read config from elsewhere, or
 #: point git at another repository (whose config names programs).
 _GIT_GLOBAL = (
@@ -159,7 +162,6 @@ _OPTIONS: dict[str, tuple[str, ...]] = {
     "gawk": ("-f", "--file", "-l", "--load", "-E", "--exec"),
     "mawk": ("-f",),
     "nawk": ("-f",),
-    "sed": ("-f", "--file"),
     "zip": ("-T", "--test", "-TT", "--unzip-command"),
 }
 _CLUSTERS: dict[str, str] = {
@@ -168,79 +170,72 @@ _CLUSTERS: dict[str, str] = {
     "ssh": "oFJS",
     "scp": "oFJS",
     "sftp": "oFJS",
+    "awk": "fE",
+    "gawk": "flE",
+    "mawk": "f",
+    "nawk": "f",
+    "zip": "T",
 }
-#: Text inside an awk program that runs a command.
+#: Text inside an awk program that runs a command (or loads code).
 _AWK_RUNS = ("system", "|", "getline", "@load")
 
 
 def runs_another(words: list[str]) -> str | None:
     """The first argument in ``words`` (a simple command, program first) that makes the
     program run another program, or None."""
-    program, args = words[0], words[1:]
+    program, *args = words
     if program == "git":
         return _git(args)
+    if program == "sed":
+        return _sed(args)
     for word in args:
         if _names_option(word, _OPTIONS.get(program, ())):
             return word
         if _in_cluster(word, _CLUSTERS.get(program, "")):
             return word
-    old_style = program == "tar" and args and not args[0].startswith("-")
-    if old_style and set(args[0]) & set(_CLUSTERS["tar"]):  # tar xIf …
-        return args[0]
-    if program in ("rsync", "scp") and any(":" in w and not w.startswith("-") for w in args):
-        return next(w for w in args if ":" in w)  # a remote side: ssh runs
+    if program == "tar" and args and not args[0].startswith("-") and set(args[0]) & set("IF"):
+        return args[0]  # old style: tar xIf PROGRAM …
+    if program in ("rsync", "scp"):  # a remote side: ssh runs
+        return next((w for w in args if ":" in w and not w.startswith("-")), None)
     if program in ("awk", "gawk", "mawk", "nawk"):
         return next((w for w in args if any(t in w for t in _AWK_RUNS)), None)
-    if program == "sed":
-        return _sed(args)
     return None
 
 
+def _is_option(word: str) -> bool:
+    return word.startswith("-")
+
+
 def _names_option(word: str, options: tuple[str, ...], *, abbreviated: bool = False) -> bool:
-    """``word`` is one of ``options``, with ``=value``, glued to its value (short ones),
-    or, for a program that takes unique prefixes of long options (git), a prefix of one."""
-    name = word.split("=", 1)[0]
-    for option in options:
-        if word == option or word.startswith(option + "="):
-            return True
-        if abbreviated and name.startswith("--") and len(name) > 3 and option.startswith(name):
-            return True
-        if len(option) == 2 and option[0] == "-" and option[1] != "-" and word.startswith(option):
-            return True  # -Ivalue, -ecmd
-    return False
+    """``word`` is one of ``options`` (or ``option=value``), or, for a program that takes
+    unique prefixes of long options (git), a prefix of one (``--upl=`` for
+    ``--upload-pack``; options glued to a value are found as clusters)."""
+    name = word.partition("=")[0]
+    return any(name == o or (abbreviated and len(name) > 2 and o.startswith(name)) for o in options)
 
 
 def _in_cluster(word: str, letters: str) -> bool:
-    return (
-        bool(letters)
-        and word.startswith("-")
-        and not word.startswith("--")
-        and any(ch in letters for ch in word[1:])
-    )
+    """A short-option word (``-qu``, ``-uCMD``) holding one of ``letters``."""
+    return _is_option(word) and not word.startswith("--") and any(ch in letters for ch in word)
 
 
 def _git(args: list[str]) -> str | None:
-    index = 0
-    while index < len(args) and args[index].startswith("-"):  # options before the command
-        word = args[index]
-        if _names_option(word, _GIT_GLOBAL, abbreviated=True) or word.startswith("-c"):
+    options = list(itertools.takewhile(_is_option, args))  # before the subcommand
+    for word in options:
+        if _names_option(word, _GIT_GLOBAL, abbreviated=True) or word.startswith(("-c", "-C")):
             return word
-        index += 1
-    if index == len(args):
-        return None
-    command, rest = args[index], args[index + 1 :]
+    command, *rest = args[len(options) :] or [""]
     if command in _GIT_RUNNERS:
         return command
-    if any(word in _GIT_RUNNER_PAIRS.get(command, ()) for word in rest):
-        return f"{command} {next(w for w in rest if w in _GIT_RUNNER_PAIRS[command])}"
+    pair = next((w for w in rest if w in _GIT_RUNNER_PAIRS.get(command, ())), None)
+    if pair is not None:
+        return f"{command} {pair}"
     for word in rest:
         if word == "--":
-            break
+            break  # paths from here on
         if _names_option(word, _GIT_OPTIONS, abbreviated=True):
             return word
         if _in_cluster(word, _GIT_SHORT.get(command, "")):
-            return word
-        if command == "archive" and word.startswith("--remote"):
             return word
     if command == "config":
         return _git_config(rest)
@@ -253,52 +248,34 @@ def _git_config(args: list[str]) -> str | None:
     for word in args:
         if _names_option(word, _GIT_CONFIG_FILE_OPTIONS, abbreviated=True):
             return word
-        if word.startswith("-"):
-            continue
-        section = word.split(".", 1)[0].lower()
-        if section in _GIT_CONFIG_SECTIONS:
+        if not _is_option(word) and word.partition(".")[0].lower() in _GIT_CONFIG_SECTIONS:
             return word
     return None
 
 
+#: sed options that change nothing about what its script may do.
+_SED_FLAGS = frozenset(
+    {"-n", "-E", "-r", "-i", "-s", "-u", "-z", "--quiet", "--silent", "--in-place"}
+    | {"--regexp-extended", "--separate", "--unbuffered", "--null-data", "--posix"}
+)
+_SED_ADDRESS = r"(?:\d+|\$|/[^/\\\n]*/)"
+#: One sed command that neither runs a program (``e``, the ``e`` flag) nor writes a file
+#: (``w``, ``W``, the ``w`` flag): print, delete, quit, ``s`` with harmless flags, ``y``.
+_SED_COMMAND = re.compile(
+    rf"\s*(?:{_SED_ADDRESS}(?:,{_SED_ADDRESS})?!?)?\s*"
+    r"(?:[pdqQPDnNgGhHxlz=]"
+    r"|s(?P<d>[^\\\s\w])(?:(?!(?P=d))[^\\\n])*(?P=d)(?:(?!(?P=d))[^\\\n])*(?P=d)[gpiI\d]*"
+    r"|y/[^/\\\n]*/[^/\\\n]*/)\s*"
+)
+
+
 def _sed(args: list[str]) -> str | None:
-    """GNU sed runs a command for its ``e`` command and ``s///e`` flag, and writes files
-    with ``w``/``W``: a script with any of them (or one this cannot read) is not plain."""
-    scripts: list[str] = []
-    words = iter(args)
-    for word in words:
-        if _names_option(word, _OPTIONS["sed"]):
-            return word
-        if word in ("-e", "--expression"):
-            scripts.append(next(words, ""))
-        elif word.startswith(("--expression=", "-e")) and len(word) > 2:
-            scripts.append(word.split("=", 1)[1] if word.startswith("--") else word[2:])
-        elif not word.startswith("-") and not scripts:
-            scripts.append(word)
-            break
-    return next((s for s in scripts if not _sed_plain(s)), None)
-
-
-#: sed commands that neither run a program nor write a file (``s`` is read apart).
-_SED_SAFE = frozenset("pPdDnNgGhHxlqQz=FTtby:aicrRv#")
-_SED_ADDRESS = " \t0123456789$,!~+"
-
-
-def _sed_plain(script: str) -> bool:
-    for command in script.replace("\n", ";").split(";"):
-        body = command.lstrip(_SED_ADDRESS + "{")
-        while body.startswith("/"):  # an address /regex/
-            end = body.find("/", 1)
-            if end < 0:
-                return False
-            body = body[end + 1 :].lstrip(_SED_ADDRESS)
-        body = body.lstrip("{ \t").rstrip("} \t")
-        if not body:
-            continue
-        if body[0] == "s":
-            parts = body[2:].split(body[1]) if len(body) > 1 else []
-            if len(parts) < 3 or "\\" in body or set(parts[2]) & set("ewW"):
-                return False
-        elif body[0] not in _SED_SAFE:
-            return False  # e, w, W, or what this cannot read
-    return True
+    """Only ``sed [harmless flags] SCRIPT [FILE …]`` whose every command is one of
+    ``_SED_COMMAND`` is plain: ``-e``, ``-f``, ``e``, ``w`` and what this cannot read ask."""
+    options = list(itertools.takewhile(_is_option, args))
+    unknown = [o for o in options if o not in _SED_FLAGS]
+    if unknown:
+        return unknown[0]
+    script, *_ = args[len(options) :] or [""]
+    pieces = script.replace("\n", ";").split(";")
+    return None if all(_SED_COMMAND.fullmatch(p) for p in pieces) else script
