@@ -129,12 +129,13 @@ def test_a_trusted_folder_covers_only_the_folder_and_what_is_beneath_it(tmp_path
     home = tmp_path / "h"
     home.mkdir()
     user = user_config_path(home, {"HOME": str(home)})
-    for name in ("repo", "repo-evil", "repository", "repo/sub"):
+    for name in ("repo", "repo-evil", "repository", "repo/sub", "rep", "a"):
         (tmp_path / name).mkdir(parents=True)
     trust(tmp_path / "repo", user)
     assert is_trusted(tmp_path / "repo", user) and is_trusted(tmp_path / "repo" / "sub", user)
     assert not is_trusted(tmp_path / "repo-evil", user)
     assert not is_trusted(tmp_path / "repository", user)
+    assert not is_trusted(tmp_path / "rep", user) and not is_trusted(tmp_path / "a", user)
 
 
 # -- redaction ---------------------------------------------------------------------------------

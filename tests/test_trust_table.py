@@ -27,7 +27,7 @@ from agentcell.orchestrator.config import (
     trusted_folders,
     user_config_path,
 )
-from agentcell.orchestrator.config._trust import trust_file
+from agentcell.orchestrator.config._trust import trust_file, untrusted_layer
 from agentcell.orchestrator.definitions import AgentDefinition, field_for_key
 from model_servers import Call, ModelServer, Reply
 
@@ -385,3 +385,35 @@ def test_an_untrusted_project_cannot_send_sub_agents_to_its_cluster(
     (run_dir,) = (project / ".agentcell" / "runs").iterdir()
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [s["status"] for s in summary["subagents"]] == ["completed"]
+
+
+def test_a_loosening_key_with_a_bad_value_is_ignored_not_crashed_on(
+    project: Path, home: Path
+) -> None:
+    settings, notices = load(project, home, 'prices = "free"\nsandbox_read = []\n')
+    assert settings.prices == {} and len(notices) == 1 and "prices ignored" in notices[0]
+
+
+def test_nested_tables_are_judged_against_the_users_nested_values(
+    project: Path, home: Path
+) -> None:
+    config = user_config_path(home, {"HOME": str(home)})
+    config.parent.mkdir(parents=True)
+    config.write_text("[limits.openai]\nmax_concurrent = 2\n")
+    settings, notices = load(project, home, "[limits.openai]\nmax_concurrent = 5\n")
+    assert settings.limits["openai"].max_concurrent == 2
+    assert len(notices) == 1 and "limits.openai.max_concurrent ignored" in notices[0]
+
+
+def test_every_provider_of_model_options_is_looked_at() -> None:
+    table = {"model_options": {"a": 1, "openai": {"base_url": "http://x", "t": 1}}}
+    kept, notes = untrusted_layer(table, {}, "here")
+    assert kept == {"model_options": {"a": 1, "openai": {"t": 1}}}
+    assert len(notes) == 1 and "model_options.openai.base_url" in notes[0]
+
+
+def test_the_trust_list_is_readable_json(home: Path, project: Path) -> None:
+    user = user_config_path(home, {"HOME": str(home)})
+    trust(project, user)
+    text = trust_file(user).read_text()
+    assert text == json.dumps({"trusted": [os.path.realpath(project)]}, indent=2) + "\n"

@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator.config._settings import Settings
-from agentcell.orchestrator.config._trust_table import ROUTING_KEYS, SETTINGS_TRUST, covering
+from agentcell.orchestrator.config._trust_table import (
+    ROUTING_KEYS,
+    SETTINGS_TRUST,
+    at_most,
+    covering,
+)
 
 
 def trust_file(user_config: Path) -> Path:
@@ -91,7 +96,7 @@ def _judge_table(
     kept: dict[str, Any] = {}
     for key, value in table.items():
         path = (*prefix, str(key))
-        now = current.get(key) if isinstance(current, Mapping) else None
+        now = current.get(key)
         entry = covering(SETTINGS_TRUST, path)
         if path == ("model_options",) and isinstance(value, dict):
             options, dropped = _without_routing(value)
@@ -99,17 +104,15 @@ def _judge_table(
             for name in dropped:
                 notes.append(_ignored(origin, f"model_options.{name}", _ROUTING_WHY))
         elif entry is None and isinstance(value, dict):  # a table whose keys have rows
-            kept[key] = _judge_table(
-                value, now if isinstance(now, dict) else {}, path, origin, notes
-            )
-        elif entry is None or entry.kind == "neutral":
+            kept[key] = _judge_table(value, now or {}, path, origin, notes)
+        elif entry is None or entry.neutral:
             kept[key] = value  # an unknown key: validation names it
         elif path == ("bash_credentials",):
             notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
-        elif entry.kind == "tightening" and isinstance(value, list) and isinstance(now, list):
+        elif entry.tightens and isinstance(value, list):  # rules: added to the user's
             kept[key] = [*now, *(rule for rule in value if rule not in now)]
-        elif entry.kind == "tightening" and entry.as_tight is not None:
-            if entry.as_tight(value, now):
+        elif entry.tightens:
+            if (entry.as_tight or at_most)(value, now):
                 kept[key] = value
             else:
                 notes.append(_ignored(origin, ".".join(path), f"{value!r} is looser than {now!r}"))

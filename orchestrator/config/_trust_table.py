@@ -42,6 +42,14 @@ class TrustEntry:
     why: str
     as_tight: Callable[[Any, Any], bool] | None = None
 
+    @property
+    def tightens(self) -> bool:
+        return self.kind == "tightening"
+
+    @property
+    def neutral(self) -> bool:
+        return self.kind == "neutral"
+
 
 def on_scale(scale: list[str]) -> Callable[[Any, Any], bool]:
     def as_tight(value: Any, current: Any) -> bool:
