@@ -242,8 +242,11 @@ def test_trust_and_revoke_keep_one_sorted_entry_per_folder(
     trust(other, user)
     stored = json.loads(trust_file(user).read_text())["trusted"]
     assert stored == sorted({os.path.realpath(project), os.path.realpath(other)})
+    later = tmp_path / "zz-sorts-after"
+    later.mkdir()
+    trust(later, user)
     assert revoke(project, user) is True and revoke(project, user) is False
-    assert not is_trusted(project, user) and is_trusted(other, user)
+    assert not is_trusted(project, user) and is_trusted(other, user) and is_trusted(later, user)
     assert not trust_file(user).with_suffix(".tmp").exists()
 
 
@@ -417,3 +420,12 @@ def test_the_trust_list_is_readable_json(home: Path, project: Path) -> None:
     trust(project, user)
     text = trust_file(user).read_text()
     assert text == json.dumps({"trusted": [os.path.realpath(project)]}, indent=2) + "\n"
+
+
+def test_a_users_nested_table_keeps_the_defaults_beside_it(project: Path, home: Path) -> None:
+    # Your [ray] num_cpus does not make the default listen_host look like a change.
+    config = user_config_path(home, {"HOME": str(home)})
+    config.parent.mkdir(parents=True)
+    config.write_text("[ray]\nnum_cpus = 1.0\n")
+    settings, notices = load(project, home, '[ray]\nlisten_host = "127.0.0.1"\n')
+    assert notices == [] and settings.ray.num_cpus == 1.0
