@@ -123,6 +123,8 @@ REFUSED_GIT = [
     "git config --add --global alias.zz '!evil'",
     "git config -- alias.zz '!evil'",
     "git config Include.Path ../evil.cfg",
+    "git log '*.c' --show-signature",
+    "git config --glo user.name x",
 ]
 
 #: Other programs whose options run a command (each names the trap).
@@ -207,6 +209,8 @@ def test_a_line_that_runs_another_program_is_never_auto_allowed(line: str) -> No
         "sed '1,$d;y/abc/xyz/' a.txt",
         "sed 's/a/b/;s/c/d/' a.txt",
         "git --version",
+        "git add core.py alias.txt",
+        "git diff HEAD -- alias.py filter.c",
         "git checkout -",
         "git config -- user.name x",
         "git clone --quiet file:///tmp/repo cloned",
@@ -214,7 +218,9 @@ def test_a_line_that_runs_another_program_is_never_auto_allowed(line: str) -> No
         "git diff -- --config",
         "git log --oneline -- a.txt",
         "rg Foo src",
+        "wc FILES.txt",
         "tar --exclude=Icon -cf a.tar src",
+        "tar --checkpoint=10 -cf a.tar src",
         "find . -executable -type f",
         "rsync -av --delete src/ dst/",
         "scp -r a b",

@@ -193,8 +193,9 @@ def runs_another(words: list[str]) -> str | None:
             return word
         if _in_cluster(word, _CLUSTERS.get(program, "")):
             return word
-    if program == "tar" and args and not args[0].startswith("-") and set(args[0]) & set("IF"):
-        return args[0]  # old style: tar xIf PROGRAM …
+    first = next(iter(args), "-")
+    if program == "tar" and not _is_option(first) and set(first) & set("IF"):
+        return first  # old style: tar xIf PROGRAM …
     if program in ("rsync", "scp"):  # a remote side: ssh runs
         return next((w for w in args if ":" in w and not w.startswith("-")), None)
     if program in ("awk", "gawk", "mawk", "nawk"):
@@ -206,7 +207,7 @@ def _is_option(word: str) -> bool:
     return word.startswith("-")
 
 
-def _names_option(word: str, options: tuple[str, ...], *, abbreviated: bool = False) -> bool:
+def _names_option(word: str, options: tuple[str, ...], abbreviated: bool = False) -> bool:
     """``word`` is one of ``options`` (or ``option=value``), or, for a program that takes
     unique prefixes of long options (git), a prefix of one (``--upl=`` for
     ``--upload-pack``; options glued to a value are found as clusters)."""
@@ -222,7 +223,7 @@ def _in_cluster(word: str, letters: str) -> bool:
 def _git(args: list[str]) -> str | None:
     options = list(itertools.takewhile(_is_option, args))  # before the subcommand
     for word in options:
-        if _names_option(word, _GIT_GLOBAL, abbreviated=True) or word.startswith(("-c", "-C")):
+        if _names_option(word, _GIT_GLOBAL) or word.startswith(("-c", "-C")):
             return word
     command, *rest = args[len(options) :] or [""]
     if command in _GIT_RUNNERS:
@@ -255,8 +256,10 @@ def _git_config(args: list[str]) -> str | None:
 
 #: sed options that change nothing about what its script may do.
 _SED_FLAGS = frozenset(
-    {"-n", "-E", "-r", "-i", "-s", "-u", "-z", "--quiet", "--silent", "--in-place"}
-    | {"--regexp-extended", "--separate", "--unbuffered", "--null-data", "--posix"}
+    {
+        *("-n", "-E", "-r", "-i", "-s", "-u", "-z", "--quiet", "--silent", "--in-place"),
+        *("--regexp-extended", "--separate", "--unbuffered", "--null-data", "--posix"),
+    }
 )
 _SED_ADDRESS = r"(?:\d+|\$|/[^/\\\n]*/)"
 #: One sed command that neither runs a program (``e``, the ``e`` flag) nor writes a file
@@ -273,9 +276,9 @@ def _sed(args: list[str]) -> str | None:
     """Only ``sed [harmless flags] SCRIPT [FILE …]`` whose every command is one of
     ``_SED_COMMAND`` is plain: ``-e``, ``-f``, ``e``, ``w`` and what this cannot read ask."""
     options = list(itertools.takewhile(_is_option, args))
-    unknown = [o for o in options if o not in _SED_FLAGS]
-    if unknown:
-        return unknown[0]
+    unknown = next((o for o in options if o not in _SED_FLAGS), None)
+    if unknown is not None:
+        return unknown
     script, *_ = args[len(options) :] or [""]
     pieces = script.replace("\n", ";").split(";")
     return None if all(_SED_COMMAND.fullmatch(p) for p in pieces) else script
