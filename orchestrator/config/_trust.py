@@ -96,7 +96,7 @@ def _judge_table(
     kept: dict[str, Any] = {}
     for key, value in table.items():
         path = (*prefix, str(key))
-        now = current.get(key)
+        now: Any = current.get(key)
         entry = covering(SETTINGS_TRUST, path)
         if path == ("model_options",) and isinstance(value, dict):
             options, dropped = _without_routing(value)
