@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench bench-full fuzz clean .typecheck
+.PHONY: demo test lint bench bench-full fuzz mutants clean .typecheck
 
 $(BASE_STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,18 @@ FUZZ_SECONDS ?= 60
 fuzz: $(STAMP)
 	$(BIN)/pip install --quiet atheris
 	$(BIN)/python fuzz/fuzz_frames.py -max_total_time=$(FUZZ_SECONDS)
+
+# Mutation testing of the security modules, in place, one module at a time (see
+# mutants/run.py; MUTANTS="frame-mac trust" for some). CPU-heavy: minutes per module.
+MUTANTS_STAMP := $(VENV)/.mutants-installed
+MUTANTS ?=
+
+$(MUTANTS_STAMP): pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet -e '.[dev,ray,mutants]'
+	touch $(MUTANTS_STAMP)
+
+mutants: $(MUTANTS_STAMP)
+	$(BIN)/python mutants/run.py $(MUTANTS)
 
 BENCH_STAMP := $(VENV)/.bench-installed
 

@@ -274,6 +274,7 @@ def load_registry(
     agents_dirs: Sequence[str | Path],
     home: Path | None,
     load_agent_files: bool,
+    settings: Settings,
 ) -> AgentRegistry:
     """The built-in agents, the agent files found (an untrusted project's distrusted),
     then the caller's own definitions."""
@@ -281,7 +282,7 @@ def load_registry(
         registry = AgentRegistry.builtin()
     else:
         registry = AgentRegistry.load(workdir, home=home, extra_dirs=[Path(d) for d in agents_dirs])
-        distrust_project_agents(registry, workdir, home)
+        distrust_project_agents(registry, workdir, home, settings)
     for definition in agents:
         registry.add(definition)
     return registry

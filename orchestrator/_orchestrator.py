@@ -118,7 +118,9 @@ class Orchestrator:
         else:
             self.model_name = model.name
             self.model_objects[model.name] = model
-        self.registry = load_registry(self.workdir, agents, agents_dirs, home, load_agent_files)
+        self.registry = load_registry(
+            self.workdir, agents, agents_dirs, home, load_agent_files, self.settings
+        )
         self.custom_tools = list(tools)
         self.home = home or Path.home()
         # The user's own and a trusted project's hooks (load_settings drops an untrusted

@@ -7,7 +7,12 @@ import logging
 import os
 from pathlib import Path
 
-from agentcell.orchestrator.config import Settings, is_trusted, user_config_path
+from agentcell.orchestrator.config import (
+    AGENT_FILE_TRUST,
+    Settings,
+    is_trusted,
+    user_config_path,
+)
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.worker import probe_sandbox, sandbox_missing
 
@@ -50,26 +55,56 @@ def _inside(definition: AgentDefinition, workdir: Path) -> bool:
     return source.startswith(os.path.realpath(workdir) + os.sep)
 
 
-def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path | None) -> None:
-    """An untrusted project's agent files may not give bash the network, nor hooks (they
-    would run commands here, outside every sandbox)."""
+def distrust_project_agents(
+    registry: AgentRegistry, workdir: Path, home: Path | None, settings: Settings | None = None
+) -> None:
+    """An untrusted project's agent files keep no loosening key (``AGENT_FILE_TRUST``): no
+    network for bash, no hooks or inline MCP servers (they would run commands here, outside
+    every sandbox), no Ray backend, no process bound above ``max_processes``. One line each."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
         return
+    bound = (settings or Settings()).max_processes
     for definition in registry.definitions():
         if not _inside(definition, workdir):
             continue
-        dropped: dict[str, object] = {}
-        if definition.network:
-            dropped["network"] = None
-        if definition.hooks:
-            dropped["hooks"] = {}
-        for key in dropped:
+        dropped = _loosening_keys(definition, bound)
+        for key, why in dropped.items():
             log.warning(
-                "%s: %s ignored: this folder is not trusted (run 'agentcell trust' "
+                "%s: %s ignored: %s; this folder is not trusted (run 'agentcell trust' "
                 "in it to honour its configuration)",
                 definition.source,
                 key,
+                why,
             )
         if dropped:
-            registry.add(definition.model_copy(update=dropped))
+            update = {key: _tightened(definition, key) for key in dropped}
+            registry.add(definition.model_copy(update=update))
+
+
+def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str, str]:
+    """The loosening keys ``definition`` sets, each with why it is dropped."""
+    found: dict[str, str] = {}
+    for key, entry in AGENT_FILE_TRUST.items():
+        value = getattr(definition, key)
+        if key == "max_processes":
+            if value is not None and value > max_processes:
+                found[key] = f"{value} is above max_processes ({max_processes})"
+        elif key == "mcp_servers":
+            if any(not isinstance(e, str) for e in value):
+                found[key] = f"inline servers: {entry.why}"
+        elif key == "backend":
+            if value == "ray":
+                found[key] = entry.why
+        elif entry.kind == "loosening" and value and value != _DEFAULTS[key]:
+            found[key] = entry.why
+    return found
+
+
+_DEFAULTS = {name: field.default for name, field in AgentDefinition.model_fields.items()}
+
+
+def _tightened(definition: AgentDefinition, key: str) -> object:
+    if key == "mcp_servers":  # servers it names from your own config are kept
+        return [e for e in definition.mcp_servers if isinstance(e, str)]
+    return _DEFAULTS[key]

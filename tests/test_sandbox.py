@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import sandbox_models
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.backends import forkserver_pids
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from agentcell.worker.testing import FunctionModel
@@ -191,11 +192,10 @@ async def test_the_child_itself_reaches_only_its_model_endpoint(
 # sibling, if the fork server took requests from anyone but the orchestrator.
 _FORK_SERVER_ATTACK = r"""
 import os, pickle, socket, struct, sys
-outside = sys.argv[1]
+outside, paths = sys.argv[1], sys.argv[2:]  # this test's own fork servers only
 class Run:
     def __reduce__(self):
         return (os.system, (f"touch {outside}",))
-paths = [line.split()[-1] for line in open("/proc/net/unix") if "listener-" in line]
 print("found", len(paths))
 for path in paths:
     for payload in (True, False):
@@ -224,23 +224,39 @@ for path in paths:
 """
 
 
+def _listening_paths(pid: int) -> list[str]:
+    """The paths of the UNIX sockets process ``pid`` listens on (from its own fds)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return [row[7] for row in rows if len(row) > 7 and row[6] in inodes and row[3] == "00010000"]
+
+
 async def test_a_sub_agent_cannot_use_the_fork_server(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
     workdir, outside = tmp_path / "work", tmp_path / "escaped"
     workdir.mkdir()
     (workdir / "attack.py").write_text(_FORK_SERVER_ATTACK)
-    served.responder = bash_script([f"python3 attack.py {outside}"])
     orch = orchestrator(workdir, agent("worker", ["bash"]), warm_spares=1, network=True)
     async with orch:
+        # A test attacks only what it started: the listeners of this pool's fork servers.
+        paths = [path for pid in forkserver_pids() for path in _listening_paths(pid)]
+        assert paths, "the pool's fork servers listen nowhere"
+        served.responder = bash_script([f"python3 attack.py {outside} {' '.join(paths)}"])
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
         # The fork server lived through it: the spare beside the attacker still runs.
         after = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     assert not outside.exists()
     assert result.status is RunStatus.COMPLETED, result
-    # Every fork server on the machine is found (another orchestrator's too); none forks.
+    # Every fork server of this pool is attacked; none forks.
     lines = result.text.splitlines()
-    assert lines[0].startswith("found ") and int(lines[0].split()[1]) >= 1, result.text
+    assert lines[0] == f"found {len(paths)}", result.text
     # Each request was refused: dropped before it was read (the attacker's send fails), or
     # read by nobody (no pid comes back). The empty connection is not fatal either.
     found = int(lines[0].split()[1])

@@ -7,7 +7,8 @@ the words cannot see: leading assignments (``GIT_SSH_COMMAND=… git``, ``PATH=.
 command or process substitution, parameter expansion, redirection to a path outside the
 workdir, compound commands and functions, a program named by a path (``./git``,
 ``/tmp/x/git`` are other programs than the ``git`` PATH finds), or a wrapper that runs
-another program (``env``, ``xargs``, ``sh -c``, ``git -c``, ``find -exec``, …). None
+another program (``env``, ``xargs``, ``sh -c``; arguments that name one, ``git -c``,
+``git clone -u``, ``git config alias.x``, ``find -exec``, …: see ``_exec_args``). None
 means "not proved safe": the caller asks (or denies in the background).
 """
 
@@ -18,6 +19,7 @@ import re
 from typing import Any
 
 import bashlex
+from agentcell.worker._exec_args import runs_another
 
 #: Programs whose job is to run another program given in their arguments.
 WRAPPERS = frozenset(
@@ -55,14 +57,6 @@ WRAPPERS = frozenset(
     }
 )
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "ash"})
-#: Options that make a program run a command of the caller's choosing.
-_RUNS_COMMAND = {
-    "find": ("-exec", "-execdir", "-ok", "-okdir"),
-    "git": ("-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack"),
-    "tar": ("--to-command", "--use-compress-program", "-I", "--checkpoint-action", "--info-script"),
-    "rsync": ("-e", "--rsh", "--rsync-path"),
-    "rg": ("--pre",),
-}
 # Characters whose meaning a parser differential could hide: never in an allowed line.
 _OPAQUE = re.compile(r"`|\$\(|\$\{|<\(|>\(|[\x00-\x08\x0b-\x1f\x7f]")
 _GROUPING = frozenset({"(", ")", "{", "}"})
@@ -126,12 +120,9 @@ def _simple(node: Any) -> list[str]:
     program = words[0]
     if "/" in program or program in WRAPPERS or program in SHELLS:
         raise _NotPlain(program)
-    risky = _RUNS_COMMAND.get(program, ())
-    for word in words[1:]:
-        if any(word == opt or word.startswith(opt + "=") for opt in risky) or (
-            program == "git" and word.startswith("-c")
-        ):
-            raise _NotPlain(word)
+    runs = runs_another(words)
+    if runs is not None:
+        raise _NotPlain(runs)
     return words
 
 

@@ -35,8 +35,16 @@ from agentcell.orchestrator.config._trust import (
     trust,
     trusted_folders,
 )
+from agentcell.orchestrator.config._trust_table import (
+    AGENT_FILE_TRUST,
+    SETTINGS_TRUST,
+    TrustEntry,
+    covering,
+    setting_paths,
+)
 
 __all__ = [
+    "AGENT_FILE_TRUST",
     "ApprovalMode",
     "BackendName",
     "Budgets",
@@ -50,13 +58,17 @@ __all__ = [
     "Price",
     "ProviderLimits",
     "RaySettings",
+    "SETTINGS_TRUST",
     "Settings",
+    "TrustEntry",
+    "covering",
     "is_trusted",
     "load_settings",
     "parse_hooks",
     "project_config",
     "read_mcp_json",
     "revoke",
+    "setting_paths",
     "settings_messages",
     "trust",
     "trusted_folders",

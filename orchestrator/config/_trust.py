@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator.config._settings import Settings
-from agentcell.worker import PermissionMode
-
-_APPROVAL_LOOSENESS = ["deny", "ask", "bubble", "allow"]
-_PERMISSION_LOOSENESS = ["plan", "default", "accept_edits", "bypass"]
-_SANDBOX_LOOSENESS = ["read-only", "required", "workspace", "off"]
-#: Keys of a provider's model_options that decide where requests (and the key) go.
-_ROUTING_KEYS = ("base_url", "url", "host", "endpoint", "headers", "default_headers")
+from agentcell.orchestrator.config._trust_table import (
+    ROUTING_KEYS,
+    SETTINGS_TRUST,
+    at_most,
+    covering,
+)
 
 
 def trust_file(user_config: Path) -> Path:
@@ -80,69 +79,75 @@ def untrusted_layer(
     table: Mapping[str, Any], base: Mapping[str, Any], origin: str
 ) -> tuple[dict[str, Any], list[str]]:
     """The part of an untrusted project's table that only tightens ``base`` (the user's
-    own settings), and one line for each key left out."""
-    kept: dict[str, Any] = {}
+    own settings), and one line for each key left out (see ``_trust_table``)."""
     notes: list[str] = []
-    defaults = Settings()
-
-    def current(key: str) -> Any:
-        return base.get(key, getattr(defaults, key))
-
-    def ignore(key: str, why: str) -> None:
-        notes.append(
-            f"{origin}: {key} ignored: {why}; this folder is not trusted (run "
-            f"'agentcell trust' in it to honour its configuration)"
-        )
-
-    for key, value in table.items():
-        looser = _looser(key, value, current(key) if key in Settings.model_fields else None)
-        if key == "bash_credentials":
-            notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
-        elif key == "allow_rules" and value:
-            ignore(key, "allow rules let commands run without asking")
-        elif key in ("mcp_servers", "main_mcp_servers") and value:
-            ignore(key, "MCP servers run commands outside the sub-agents' sandboxes")
-        elif key == "hooks" and value:
-            ignore(key, "hooks run commands on this machine")
-        elif key == "sandbox_read" and value:
-            ignore(key, "it widens what sub-agents may read")
-        elif key == "network" and value is True and current(key) is not True:
-            ignore(key, "it gives sub-agents' commands the network")
-        elif key == "model_options" and isinstance(value, dict):
-            options, dropped = _without_routing(value)
-            kept[key] = options
-            for name in dropped:
-                ignore(f"model_options.{name}", "it could send your API key to another host")
-        elif looser:
-            ignore(key, f"{value!r} is looser than {current(key)!r}")
-        else:
-            kept[key] = value
+    current = _merged(Settings().model_dump(), base)
+    kept = _judge_table(table, current, (), origin, notes)
     return kept, notes
 
 
-def _looser(key: str, value: Any, current: Any) -> bool:
-    scales = {
-        "approval": _APPROVAL_LOOSENESS,
-        "permission_mode": _PERMISSION_LOOSENESS,
-        "sandbox": _SANDBOX_LOOSENESS,
-    }
-    if key in scales:
-        scale = scales[key]
-        norm = _normal_mode(value) if key == "permission_mode" else value
-        cur = _normal_mode(current) if key == "permission_mode" else current
-        if norm not in scale or cur not in scale:
-            return False  # not a known value: validation names it
-        return scale.index(norm) > scale.index(cur)
-    if key in ("max_processes", "max_depth") and isinstance(value, int):
-        return isinstance(current, int) and value > current
-    return False
+def _judge_table(
+    table: Mapping[str, Any],
+    current: Mapping[str, Any],
+    prefix: tuple[str, ...],
+    origin: str,
+    notes: list[str],
+) -> dict[str, Any]:
+    kept: dict[str, Any] = {}
+    for key, value in table.items():
+        path = (*prefix, str(key))
+        now: Any = current.get(key)
+        entry = covering(SETTINGS_TRUST, path)
+        if path == ("model_options",) and isinstance(value, dict):
+            options, dropped = _without_routing(value)
+            kept[key] = options
+            for name in dropped:
+                notes.append(_ignored(origin, f"model_options.{name}", _ROUTING_WHY))
+        elif entry is None and isinstance(value, dict):  # a table whose keys have rows
+            kept[key] = _judge_table(value, now or {}, path, origin, notes)
+        elif entry is None or entry.neutral:
+            kept[key] = value  # an unknown key: validation names it
+        elif path == ("bash_credentials",):
+            notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
+        elif entry.tightens and isinstance(value, list):  # rules: added to the user's
+            kept[key] = [*now, *(rule for rule in value if rule not in now)]
+        elif entry.tightens:
+            if (entry.as_tight or at_most)(value, now):
+                kept[key] = value
+            else:
+                notes.append(_ignored(origin, ".".join(path), f"{value!r} is looser than {now!r}"))
+        elif _repeats(value, now):
+            kept[key] = value
+        else:
+            notes.append(_ignored(origin, ".".join(path), entry.why))
+    return kept
 
 
-def _normal_mode(value: Any) -> Any:
-    try:
-        return PermissionMode.parse(value).value if isinstance(value, str) else value
-    except ValueError:
-        return value
+_ROUTING_WHY = "it could send your API key to another host"
+
+
+def _ignored(origin: str, key: str, why: str) -> str:
+    return (
+        f"{origin}: {key} ignored: {why}; this folder is not trusted (run "
+        f"'agentcell trust' in it to honour its configuration)"
+    )
+
+
+def _repeats(value: Any, current: Any) -> bool:
+    """Whether a loosening value says nothing the user's own settings do not."""
+    if isinstance(value, dict) and isinstance(current, dict):
+        return all(k in current and _repeats(v, current[k]) for k, v in value.items())
+    return bool(value == current)
+
+
+def _merged(defaults: dict[str, Any], base: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(defaults)
+    for key, value in base.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -154,7 +159,7 @@ def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
             continue
         rest = {}
         for key, value in table.items():
-            if key.lower() in _ROUTING_KEYS:
+            if key.lower() in ROUTING_KEYS:
                 dropped.append(f"{provider}.{key}")
             else:
                 rest[key] = value

@@ -1,0 +1,234 @@
+"""``make mutants``: mutation testing of the security checks, one module at a time.
+
+Each module is mutated IN PLACE by cosmic-ray (its local distributor writes a mutant
+into the file, runs that module's own test selection, and restores the file): the
+fork-server children import the real files through the editable install, so a tool
+that mutated a copied tree would never run its mutants in a child. A module with
+uncommitted changes is refused (a run that is killed leaves its last mutant in the
+file: ``git checkout FILE`` restores it), and each file is checked clean afterwards.
+
+    python mutants/run.py [NAME ...]     # all modules, or those named
+    python mutants/run.py --list
+
+Kill rates go to docs/security.md ("Mutation testing") by hand, from the summary
+printed at the end; survivors are listed there with why each is equivalent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = ROOT / ".venv" / "bin"
+PYTEST = f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider"
+
+KILLS = "tests/test_mutation_kills.py::"
+EXEC = "tests/test_allow_rules_exec.py::"
+TRUST_KILLS = (
+    f"{KILLS}test_an_untrusted_sandbox_is_honoured_exactly_when_it_is_as_tight "
+    f"{KILLS}test_a_trusted_folder_covers_only_the_folder_and_what_is_beneath_it"
+)
+
+#: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
+MODULES: dict[str, tuple[str, str, float]] = {
+    "frame-mac": (
+        "protocol/_frame_mac.py",
+        "tests/test_frame_mac.py "
+        f"{KILLS}test_results_with_a_wrong_signature_of_the_right_length_are_dropped "
+        f"{KILLS}test_an_approval_with_a_wrong_signature_is_ignored_by_the_child "
+        f"{KILLS}test_the_first_genuine_result_is_the_one_that_counts "
+        "tests/test_hardening_processes.py::test_a_result_forged_through_a_copy_of_the_socket_is_dropped",
+        120,
+    ),
+    "trust": (
+        "orchestrator/config/_trust.py",
+        f"{TRUST_KILLS} tests/test_trust_table.py",
+        120,
+    ),
+    "trust-table": (
+        "orchestrator/config/_trust_table.py",
+        f"{TRUST_KILLS} tests/test_trust_table.py",
+        120,
+    ),
+    "allow-rules": (
+        "worker/_exec_args.py",
+        f"{EXEC}test_a_line_that_runs_another_program_is_never_auto_allowed "
+        f"{EXEC}test_plain_lines_of_those_programs_are_still_allowed tests/test_allow_rules.py",
+        60,
+    ),
+    "shell": (
+        "worker/_shell.py",
+        f"tests/test_allow_rules.py {EXEC}test_a_line_that_runs_another_program_is_never_"
+        f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
+        120,
+    ),
+    "redaction": (
+        "worker/_redact.py",
+        f"{KILLS}test_a_secret_that_extends_another_is_masked_whole "
+        "tests/test_isolation.py::test_secrets_are_redacted_from_records "
+        "tests/test_hardening_processes.py::test_a_child_redacts_the_keys_it_was_never_given",
+        120,
+    ),
+    "sandbox-policy": (
+        "orchestrator/_sandbox_policy.py",
+        "tests/test_trust_table.py tests/test_trust.py",
+        120,
+    ),
+    "fork-request": ("worker/_fork_request.py", "tests/test_fork_request.py", 120),
+    # The proof that mutants run in the children: only the line of the child's own
+    # approval check is mutated, and only a child-side test can kill its mutants.
+    "child-approval": (
+        "worker/_child.py",
+        f"{KILLS}test_an_approval_with_a_wrong_signature_is_ignored_by_the_child",
+        120,
+    ),
+}
+#: Modules mutated on one line only: the line holding this text.
+ONLY_LINE = {"child-approval": "and not frame_is_authentic(frame, key)"}
+
+
+def config(name: str) -> str:
+    path, tests, timeout = MODULES[name]
+    text = (
+        "[cosmic-ray]\n"
+        f"module-path = {json.dumps(path)}\n"
+        f"timeout = {timeout}\n"
+        "excluded-modules = []\n"
+        f"test-command = {json.dumps(f'{PYTEST} {tests}')}\n"
+        '[cosmic-ray.distributor]\nname = "local"\n'
+    )
+    if name in ONLY_LINE:
+        lines = (ROOT / path).read_text().splitlines()
+        (number,) = [i + 1 for i, line in enumerate(lines) if ONLY_LINE[name] in line]
+        text += f'[cosmic-ray.filters.line-filter.lines]\n"{path}" = ["{number}"]\n'
+    return text
+
+
+def init(name: str, work: Path) -> tuple[Path, Path]:
+    """The session of ``name``'s mutants (those of its one line, where it has one)."""
+    cfg, session = work / f"{name}.toml", work / f"{name}.sqlite"
+    cfg.write_text(config(name))
+    subprocess.run([str(BIN / "cosmic-ray"), "init", str(cfg), str(session)], cwd=ROOT, check=True)
+    if name in ONLY_LINE:
+        subprocess.run(
+            [str(BIN / "cr-filter-lines"), "--config", str(cfg), str(session)], cwd=ROOT, check=True
+        )
+    return cfg, session
+
+
+def clean(path: str) -> bool:
+    done = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], check=False, cwd=ROOT)
+    return done.returncode == 0
+
+
+def annotation_spots(path: str) -> set[tuple[int, int]]:
+    """Where binary operators sit inside annotations (``str | None``). With ``from
+    __future__ import annotations`` an annotation is never evaluated, so a mutant there is
+    equivalent by construction: it is skipped, and said so."""
+    tree = ast.parse((ROOT / path).read_text())
+    spots: set[tuple[int, int]] = set()
+    for node in ast.walk(tree):
+        notes = []
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            args += [a for a in (node.args.vararg, node.args.kwarg) if a is not None]
+            notes = [node.returns, *(a.annotation for a in args)]
+        elif isinstance(node, ast.AnnAssign):
+            notes = [node.annotation]
+        for note in notes:
+            for inner in ast.walk(note) if note is not None else ():
+                if isinstance(inner, ast.BinOp):
+                    spots.add((inner.lineno, inner.col_offset))
+    return spots
+
+
+def _in_annotation(mutation: dict[str, object], spots: set[tuple[int, int]]) -> bool:
+    line, col = mutation["start_pos"]  # type: ignore[misc]
+    operator = str(mutation["operator_name"])
+    return operator.startswith("core/ReplaceBinaryOperator") and any(
+        line == at_line and col >= at_col for at_line, at_col in spots
+    )
+
+
+def run(name: str, work: Path) -> dict[str, object]:
+    path = MODULES[name][0]
+    if not clean(path):
+        sys.exit(f"{path} has uncommitted changes: commit or stash them first")
+    cfg, session = init(name, work)
+    cosmic = str(BIN / "cosmic-ray")
+    subprocess.run([cosmic, "baseline", str(cfg)], cwd=ROOT, check=True)
+    subprocess.run([cosmic, "exec", str(cfg), str(session)], cwd=ROOT, check=True)
+    if not clean(path):
+        sys.exit(f"{path} was left mutated: run 'git checkout {path}'")
+    return summary(session, annotation_spots(path))
+
+
+def count(name: str, work: Path) -> int:
+    _, session = init(name, work)
+    dump = subprocess.run(
+        [str(BIN / "cosmic-ray"), "dump", str(session)], capture_output=True, text=True, check=True
+    )
+    return sum(1 for line in dump.stdout.splitlines() if json.loads(line)[1] is None)
+
+
+def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
+    dump = subprocess.run(
+        [str(BIN / "cosmic-ray"), "dump", str(session)], capture_output=True, text=True, check=True
+    ).stdout
+    total, killed, survivors, skipped = 0, 0, [], 0
+    for line in dump.splitlines():
+        job, result = json.loads(line)
+        if result is None or result["worker_outcome"] == "skipped":
+            continue
+        if _in_annotation(job["mutations"][0], spots):
+            skipped += 1
+            continue
+        total += 1
+        if result["test_outcome"] == "survived":
+            (mutation,) = job["mutations"]
+            survivors.append(
+                f"{mutation['module_path']}:{mutation['start_pos'][0]} "
+                f"{mutation['operator_name']} #{mutation['occurrence']}"
+            )
+        else:
+            killed += 1
+    return {"mutants": total, "killed": killed, "survivors": survivors, "in_annotations": skipped}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", choices=[*MODULES, []], metavar="NAME")
+    parser.add_argument("--list", action="store_true")
+    parser.add_argument("--count", action="store_true", help="count the mutants only")
+    args = parser.parse_args()
+    if args.list:
+        for name, (path, tests, _) in MODULES.items():
+            print(f"{name:16} {path:40} {tests}")
+        return
+    if args.count:
+        with tempfile.TemporaryDirectory(prefix="agentcell-mutants-") as tmp:
+            for name in args.names or list(MODULES):
+                print(name, count(name, Path(tmp)))
+        return
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="agentcell-mutants-") as tmp:
+        for name in args.names or list(MODULES):
+            results[name] = run(name, Path(tmp))
+            print(json.dumps({name: results[name]}), flush=True)
+    print("\nmodule            killed / mutants   rate")
+    for name, result in results.items():
+        total, killed = result["mutants"], result["killed"]
+        rate = f"{100 * killed / total:.1f}%" if total else "-"
+        print(f"{name:16} {killed:>7} / {total:<7}   {rate}")
+        for line in result["survivors"]:  # type: ignore[attr-defined]
+            print(f"    survived: {line}")
+
+
+if __name__ == "__main__":
+    main()
