@@ -270,6 +270,7 @@ def main_transcript(run_dir: Path | None, prompt: str, model: str | None) -> Tra
 
 def load_registry(
     workdir: Path,
+    *,
     agents: Sequence[AgentDefinition],
     agents_dirs: Sequence[str | Path],
     home: Path | None,

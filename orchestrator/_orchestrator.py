@@ -119,7 +119,12 @@ class Orchestrator:
             self.model_name = model.name
             self.model_objects[model.name] = model
         self.registry = load_registry(
-            self.workdir, agents, agents_dirs, home, load_agent_files, self.settings
+            self.workdir,
+            agents=agents,
+            agents_dirs=agents_dirs,
+            home=home,
+            load_agent_files=load_agent_files,
+            settings=self.settings,
         )
         self.custom_tools = list(tools)
         self.home = home or Path.home()
