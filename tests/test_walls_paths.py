@@ -225,7 +225,7 @@ async def test_a_memory_folder_swapped_for_a_link_before_the_grant_does_not_wide
     home = _fake_home(tmp_path, monkeypatch)
     work = tmp_path / "repo"
     work.mkdir()
-    from agentcell.orchestrator.delegation import _context, _runner
+    from agentcell.orchestrator.delegation import _context, _prepare
 
     real_prepare = _context.prepare_memory
 
@@ -234,7 +234,7 @@ async def test_a_memory_folder_swapped_for_a_link_before_the_grant_does_not_wide
         folder.rmdir()
         folder.symlink_to(home)
 
-    monkeypatch.setattr(_runner, "prepare_memory", prepare_then_swap)
+    monkeypatch.setattr(_prepare, "prepare_memory", prepare_then_swap)
     served.responder = bash_script(["echo pwned >> .agentcell/agent-memory/keeper/.bashrc"])
     orch = orchestrator(work, agent("keeper", ["bash"], memory="project"))
     async with orch:
