@@ -143,7 +143,7 @@ class Orchestrator:
             self.registry = AgentRegistry.load(
                 self.workdir, home=home, extra_dirs=[Path(d) for d in agents_dirs]
             )
-            distrust_project_agents(self.registry, self.workdir, home)
+            distrust_project_agents(self.registry, self.workdir, home, self.settings.network)
         else:
             self.registry = AgentRegistry.builtin()
         for definition in agents:

@@ -7,7 +7,7 @@ import logging
 import os
 from pathlib import Path
 
-from agentcell.orchestrator.config import Settings, is_trusted, user_config_path
+from agentcell.orchestrator.config import Settings, is_trusted, narrow_network, user_config_path
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.worker import probe_sandbox, sandbox_missing
 
@@ -50,9 +50,15 @@ def _inside(definition: AgentDefinition, workdir: Path) -> bool:
     return source.startswith(os.path.realpath(workdir) + os.sep)
 
 
-def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path | None) -> None:
+def distrust_project_agents(
+    registry: AgentRegistry,
+    workdir: Path,
+    home: Path | None,
+    user_network: bool | list[str] = False,
+) -> None:
     """An untrusted project's agent files may not give bash the network, nor hooks (they
-    would run commands here, outside every sandbox)."""
+    would run commands here, outside every sandbox); a ``network:`` list is narrowed to
+    the hosts ``user_network`` (the user's own setting) allows."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
         return
@@ -60,7 +66,11 @@ def distrust_project_agents(registry: AgentRegistry, workdir: Path, home: Path |
         if not _inside(definition, workdir):
             continue
         dropped: dict[str, object] = {}
-        if definition.network:
+        if isinstance(definition.network, list):
+            kept, refused = narrow_network(definition.network, user_network)
+            if refused:
+                dropped["network"] = kept
+        elif definition.network:
             dropped["network"] = None
         if definition.hooks:
             dropped["hooks"] = {}

@@ -362,6 +362,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Settings",
         "is_trusted",
         "load_settings",
+        "narrow_network",
         "parse_hooks",
         "project_config",
         "read_mcp_json",

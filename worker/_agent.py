@@ -87,6 +87,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
             await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     engine.command_preexec = box.bash_preexec()
+    if box.egress is not None:  # bash's relay to the parent's proxy (a network: list)
+        await box.egress.start_relay()
     if spec.memory_dir:  # the file tools reach the memory folder too, wherever it is
         engine.extra_roots = (Path(spec.memory_dir),)
     watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
@@ -162,6 +164,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         env=engine.env,
         read_paths=spec.read_paths,
         memory_dir=spec.memory_dir,
+        egress_port=spec.egress_port,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )

@@ -27,6 +27,7 @@ from agentcell.orchestrator.config._settings import (
 )
 from agentcell.orchestrator.config._trust import (
     is_trusted,
+    narrow_network,
     revoke,
     trust,
     trusted_folders,
@@ -49,6 +50,7 @@ __all__ = [
     "Settings",
     "is_trusted",
     "load_settings",
+    "narrow_network",
     "parse_hooks",
     "project_config",
     "read_mcp_json",

@@ -108,6 +108,13 @@ def untrusted_layer(
             ignore(key, "it widens what sub-agents may read")
         elif key == "network" and value is True and current(key) is not True:
             ignore(key, "it gives sub-agents' commands the network")
+        elif key == "network" and isinstance(value, list):
+            narrowed, dropped = narrow_network(value, current(key))
+            if dropped:
+                ignore(
+                    f"network {', '.join(dropped)}", "your own network setting does not allow it"
+                )
+            kept[key] = narrowed
         elif key == "model_options" and isinstance(value, dict):
             options, dropped = _without_routing(value)
             kept[key] = options
@@ -161,3 +168,13 @@ def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
         if rest:
             kept[provider] = rest
     return kept, dropped
+
+
+def narrow_network(value: list[str], user: bool | list[str]) -> tuple[list[str], list[str]]:
+    """An untrusted ``network:`` list narrowed to the user's own: (kept, dropped). Under
+    the user's ``true`` all of it is kept; under a list only its entries; else none."""
+    if user is True:
+        return list(value), []
+    allowed = {entry.strip().lower() for entry in user} if isinstance(user, list) else set()
+    kept = [entry for entry in value if entry.strip().lower() in allowed]
+    return kept, [entry for entry in value if entry not in kept]

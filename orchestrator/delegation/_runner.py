@@ -21,6 +21,7 @@ from typing import Any
 
 import dill
 import msgspec
+from agentcell.orchestrator._egress import bash_network, network_value, open_proxy
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import (
     Backend,
@@ -382,6 +383,13 @@ class Runner:
             if tree is not None:
                 await finish_worktree(tree)
             return self._refused(base, RunStatus.ERROR, too_large)
+        egress = await open_proxy(
+            network_value(self.settings.network, definition.network),
+            sandbox=spec.sandbox,
+            agent_id=agent_id,
+            agent_type=definition.name,
+        )
+        spec.egress_port = egress.port if egress is not None else None
         progress = _Progress(model=model)
         lease: WorkerLease | None = None
         cancelled = False
@@ -429,6 +437,8 @@ class Runner:
                 # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
                 # does this on its own node).
                 release_sandbox(lease.pid)
+            if egress is not None:
+                await asyncio.shield(egress.close())
         if failure:
             result = SubAgentResult(
                 **base,  # type: ignore[arg-type]
@@ -458,6 +468,8 @@ class Runner:
                 )
         if lease is not None and lease.node:
             result = msgspec.structs.replace(result, node=lease.node)
+        if egress is not None and egress.log:
+            result = msgspec.structs.replace(result, network_log=list(egress.log))
         if tree is not None:  # what it changed is kept, however it ended
             result = await asyncio.shield(self._settle_worktree(tree, result, request.prompt))
         handle.result = result
@@ -657,7 +669,7 @@ class Runner:
             env=env,
             bash_env=bash_env,
             sandbox=sandbox,
-            network=settings.network if definition.network is None else definition.network,
+            network=bash_network(settings.network, definition.network),
             max_processes=definition.max_processes or settings.max_processes,
             read_paths=list(settings.sandbox_read),
             # The keys it does not get, so that it can still redact them from its records.
