@@ -173,7 +173,7 @@ class EgressProxy:
         try:
             host, port, forwarded = _destination(method, target, version, headers)
             shown = f"{host}:{port}"
-            address = await self._check(host, port)
+            address = await self.check(host, port)
         except Refused as exc:
             self._note(f"refused {shown}: {exc}")
             writer.write(self._refusal(shown, str(exc)))
@@ -191,7 +191,8 @@ class EgressProxy:
         finally:
             up_writer.close()
 
-    async def _check(self, host: str, port: int) -> str:
+    async def check(self, host: str, port: int) -> str:
+        """The address to connect to for ``host:port``, or Refused with the reason."""
         rule = next((r for r in self.rules if r.matches(host, port)), None)
         if rule is None:
             raise Refused("it is not in the agent's network: list")

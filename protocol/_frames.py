@@ -34,6 +34,7 @@ class RemoteTool(msgspec.Struct, kw_only=True, frozen=True):
     description: str
     parameters: dict[str, Any]
     concurrency_safe: bool = True
+    read_only: bool = False  # allowed without the child asking (the parent decides itself)
 
 
 class SecretDigest(msgspec.Struct, kw_only=True, frozen=True):

@@ -30,29 +30,50 @@ SEP = "\n=====\n"
 PAGE = "HELLO-FROM-THE-ALLOWED-HOST"
 
 
-def bash_script(commands: list[str]) -> Any:
+def call_script(calls: list[tuple[str, dict[str, Any]]]) -> Any:
+    """A model-server responder that makes ``calls`` one by one, then answers with every
+    tool output, in order, joined by ``SEP``."""
+
     def respond(body: dict[str, Any], api: str) -> Reply:
         outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
-        if len(outputs) < len(commands):
-            command = commands[len(outputs)]
-            return Reply(tool_calls=[Call("bash", {"command": command, "timeout_s": 30})])
+        if len(outputs) < len(calls):
+            name, arguments = calls[len(outputs)]
+            return Reply(tool_calls=[Call(name, arguments)])
         return Reply(text=SEP.join(outputs))
 
     return respond
 
 
 def run_bash(tmp_path: Path, commands: list[str], served: ModelServer, **fields: Any) -> Any:
-    served.responder = bash_script(commands)
+    calls = [("bash", {"command": command, "timeout_s": 30}) for command in commands]
+    return run_calls(tmp_path, calls, served, **fields)
+
+
+def run_calls(
+    tmp_path: Path,
+    calls: list[tuple[str, dict[str, Any]]],
+    served: ModelServer,
+    *,
+    tools: list[str] | None = None,
+    approval: str = "allow",
+    record: bool = False,
+    **fields: Any,
+) -> Any:
+    served.responder = call_script(calls)
     definition = AgentDefinition(
-        name="fetcher", description="fetcher", tools=["bash"], model="openai:test", **fields
+        name="fetcher",
+        description="fetcher",
+        tools=tools or ["bash"],
+        model="openai:test",
+        **fields,
     )
-    settings = Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0)
+    settings = Settings(model="openai:test", approval=approval, max_workers=1, warm_spares=0)
     orch = Orchestrator(
         settings=settings,
         workdir=tmp_path,
         agents=[definition],
         load_agent_files=False,
-        record=False,
+        record=record,
     )
 
     async def go() -> Any:
@@ -69,10 +90,33 @@ def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     yield model_server
 
 
+HTML = (
+    "<html><head><style>body{color:red}</style></head><body><h1>The Title</h1>"
+    "<p>Some <b>bold</b> text.</p><script>stealCookies()</script></body></html>"
+)
+
+
 class _Page(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
-        body = f"{PAGE} {self.path}".encode()
+        port = self.server.server_address[1]
+        if self.path.startswith("/redirect-to-"):  # /redirect-to-HOST:PORT
+            self.send_response(302)
+            self.send_header("Location", f"http://{self.path.removeprefix('/redirect-to-')}/doc")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/hop":  # to the same, allowed host
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{port}/doc")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        kind = "text/html" if self.path == "/doc" else "text/plain"
+        body = HTML.encode() if self.path == "/doc" else f"{PAGE} {self.path}".encode()
+        if self.path == "/big":
+            body = b"x" * (3 * 1024 * 1024)
         self.send_response(200)
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -190,3 +234,78 @@ def test_an_untrusted_list_only_narrows_the_users_own() -> None:
     assert narrow_network(["pypi.org", "evil.test"], ["PyPI.org"]) == (["pypi.org"], ["evil.test"])
     assert narrow_network(["pypi.org"], True) == (["pypi.org"], [])
     assert narrow_network(["pypi.org"], False) == ([], ["pypi.org"])
+
+
+def test_agentcell_sandbox_shows_how_a_list_is_kept_here() -> None:
+    from agentcell.orchestrator.cli import cli
+    from click.testing import CliRunner
+
+    shown = CliRunner().invoke(cli, ["sandbox"])
+    assert shown.exit_code == 0, shown.output
+    line = next(line for line in shown.output.splitlines() if "network: lists:" in line)
+    if CAPS["network_namespace"] == "net":
+        assert "relay on the loopback of bash's own network namespace" in line, line
+    assert "bash commands under a network: list: only the hosts it names" in shown.output
+
+
+async def test_web_fetch_is_done_by_the_parent_and_checks_every_hop(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    page: int,
+    other: tuple[int, list[socket.socket]],
+) -> None:
+    other_port, accepted = other
+    base = f"http://127.0.0.1:{page}"
+    urls = [
+        f"{base}/doc",  # HTML, as markdown
+        f"{base}/hop",  # a redirect to the same allowed host: followed
+        f"{base}/redirect-to-127.0.0.1:{other_port}",  # to a host not in the list
+        f"{base}/redirect-to-localhost:{page}",  # in the list, but a loopback name
+        f"{base}/big",  # over the size cap
+    ]
+    calls = [("web_fetch", {"url": url, "prompt": "the title"}) for url in urls]
+    network = [f"127.0.0.1:{page}", f"localhost:{page}"]
+    # bash is not among its tools: the sub-agent itself never opens a socket to the page.
+    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], network=network)
+    assert result.status is RunStatus.COMPLETED, result
+    out = result.text.split(SEP)
+    assert len(out) == len(urls), result.text
+    for fetched in out[0], out[1]:
+        assert "# The Title" in fetched and "**bold**" in fetched, fetched
+        assert "stealCookies" not in fetched and "<p>" not in fetched, fetched
+    assert "/doc (200)" in out[1]
+    assert f"redirects to http://127.0.0.1:{other_port}/doc" in out[2], out[2]
+    assert "not followed" in out[2] and not accepted
+    assert "private or loopback address 127.0.0.1" in out[3], out[3]
+    assert "The Title" not in out[3]
+    assert "larger than 2048 KiB" in out[4], out[4]
+
+
+async def test_web_fetch_of_a_host_outside_the_list_asks(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, page: int
+) -> None:
+    calls = [("web_fetch", {"url": f"http://127.0.0.1:{page}/doc"})]
+    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], approval="deny")
+    assert result.status is RunStatus.COMPLETED, result
+    assert "did not allow it" in result.text and "The Title" not in result.text, result.text
+
+
+async def test_todo_write_keeps_the_agents_list_in_its_record(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    todos = [
+        {"content": "Read the code", "status": "completed", "activeForm": "Reading the code"},
+        {"content": "Fix the bug", "status": "in_progress", "activeForm": "Fixing the bug"},
+        {"content": "Run the tests", "status": "pending", "activeForm": "Running the tests"},
+    ]
+    calls = [("todo_write", {"todos": todos})]
+    result = await run_calls(
+        tmp_path, calls, served, tools=["Read", "TodoWrite", "WebSearch"], record=True
+    )
+    assert result.status is RunStatus.COMPLETED, result
+    assert "(1/3 done)" in result.text and "[>] Fix the bug" in result.text, result.text
+    assert any("web_search is not offered" in line for line in result.warnings), result.warnings
+    records = [p for p in (tmp_path / ".agentcell").rglob("*") if p.is_file()]
+    recorded = "".join(p.read_text(errors="replace") for p in records)
+    assert "todo_write" in recorded and "Fix the bug" in recorded

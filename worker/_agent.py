@@ -43,6 +43,7 @@ from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
+from agentcell.worker.tools._todo import named_tools
 
 #: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
 #: ``task`` only as a parent-side tool, and only when its depth allows.
@@ -362,7 +363,7 @@ def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLin
     (a bug, a custom tool under a coordination name), the ``DenyTools`` hook in
     ``build_engine`` refuses the call here, in the child: the second, independent layer.
     """
-    available = {tool.name: tool for tool in builtin_tools()}
+    available = {tool.name: tool for tool in [*builtin_tools(), *named_tools()]}
     available.update((tool.name, tool) for tool in custom_tools)
     registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
@@ -379,6 +380,7 @@ class ParentTool(Tool):
         self.name = remote.name  # type: ignore[misc]
         self.description = remote.description  # type: ignore[misc]
         self.concurrency_safe = remote.concurrency_safe  # type: ignore[misc]
+        self.read_only = remote.read_only  # type: ignore[misc]
         self._parameters = remote.parameters
         self._link = link
 

@@ -117,6 +117,8 @@ class Settings(BaseModel):
     sandbox: SandboxMode = "workspace"
     # May sub-agents' bash commands use the network: all of it (true) or these hosts?
     network: bool | list[str] = False
+    # Hosts web_fetch reaches without asking, besides each agent's network: list.
+    webfetch_allow: list[str] = Field(default_factory=list)
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.

@@ -104,6 +104,8 @@ def untrusted_layer(
             ignore(key, "MCP servers run commands outside the sub-agents' sandboxes")
         elif key == "hooks" and value:
             ignore(key, "hooks run commands on this machine")
+        elif key == "webfetch_allow" and value:
+            ignore(key, "it lets sub-agents fetch pages without asking")
         elif key == "sandbox_read" and value:
             ignore(key, "it widens what sub-agents may read")
         elif key == "network" and value is True and current(key) is not True:

@@ -68,6 +68,13 @@ from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
+from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
+from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
+from agentcell.orchestrator.delegation._web_fetch import (
+    fetch_entries,
+    web_tool_warnings,
+    web_tools,
+)
 from agentcell.orchestrator.delegation._worktree import (
     Worktree,
     WorktreeError,
@@ -626,6 +633,7 @@ class Runner:
             remote.append(
                 RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
             )
+        remote += web_tools(definition)  # web_fetch: run here, for the sub-agent
         history = scope.history() if definition.context == "fork" and scope.history else []
         # An agent file may ask for a stricter mode, never a looser one than its parent's.
         mode = stricter_mode(
@@ -641,7 +649,7 @@ class Runner:
             definition, settings.mcp_servers, project_dir=self.workdir
         )
         skills, missing = load_skills(definition.skills, Path(self.workdir))
-        self._warnings[agent_id] = [*warnings, *missing]
+        self._warnings[agent_id] = [*warnings, *missing, *web_tool_warnings(definition, model)]
         for line in self._warnings[agent_id]:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
@@ -941,6 +949,10 @@ class Runner:
             return DelegateReply(request_id=frame.request_id, content=text, is_error=True)
 
         offered = {tool.name for tool in spec.remote_tools}
+        if frame.tool == WEB_FETCH and WEB_FETCH in offered:
+            network = network_value(self.settings.network, definition.network)
+            entries = fetch_entries(network, self.settings.webfetch_allow)
+            return await answer_web_fetch(frame, spec, entries, self.broker, background=background)
         if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
             return refuse(
                 f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
