@@ -192,7 +192,7 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
         f"curl -sS http://localhost:{page}/private",
     ]
     network = [f"127.0.0.1:{page}", f"localhost:{page}", "*.example.com"]
-    result = await run_bash(tmp_path, commands, served, network=network)
+    result = await run_bash(tmp_path, commands, served, network=network, record=True)
     assert result.status is RunStatus.COMPLETED, result
     assert "bash network: the parent's proxy only" in result.sandbox, result.sandbox
     out = result.text.split(SEP)
@@ -211,6 +211,16 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     assert f"reached 127.0.0.1:{page}" in log, log
     assert any(line.startswith(f"refused 127.0.0.1:{other_port}:") for line in log), log
     assert any(line.startswith(f"refused localhost:{page}:") for line in log), log
+    # The run record keeps the log, and `agentcell runs show` prints it.
+    from agentcell.orchestrator.cli import cli
+    from click.testing import CliRunner
+
+    [summary] = (tmp_path / ".agentcell" / "runs").glob("*/summary.json")
+    assert f"reached 127.0.0.1:{page}" in summary.read_text()
+    run_id = summary.parent.name
+    shown = CliRunner().invoke(cli, ["runs", "show", run_id, "--workdir", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert f"network: refused 127.0.0.1:{other_port}" in shown.output, shown.output
 
 
 async def test_a_refusal_under_the_default_sandbox_points_at_network(
