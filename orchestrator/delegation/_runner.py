@@ -21,7 +21,6 @@ from typing import Any
 
 import dill
 import msgspec
-from agentcell.orchestrator._egress import bash_network, network_value, open_proxy
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.backends import (
     Backend,
@@ -53,6 +52,7 @@ from agentcell.orchestrator.delegation._context import (
     memory_prompt,
     prepare_memory,
 )
+from agentcell.orchestrator.delegation._egress import bash_network, network_value, open_proxy
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,

@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 from urllib.parse import urljoin, urlsplit
 
 import httpx
-from agentcell.orchestrator._egress import EgressProxy, HostRule, Refused, parse_rules
 from agentcell.orchestrator.definitions import AgentDefinition, normalize_tool_names
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.delegation._egress import EgressProxy, HostRule, Refused, parse_rules
 from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool
 
 NAME = "web_fetch"
