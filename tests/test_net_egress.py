@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import narrow_network
+from agentcell.orchestrator.config import (
+    load_settings,
+    narrow_network,
+    trust,
+    user_config_path,
+)
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
@@ -240,10 +245,35 @@ async def test_a_bad_entry_refuses_the_run_in_one_line(
     assert "network: entry 'https://pypi.org/simple'" in result.error
 
 
-def test_an_untrusted_list_only_narrows_the_users_own() -> None:
+def test_an_untrusted_list_only_narrows_the_users_own(tmp_path: Path) -> None:
     assert narrow_network(["pypi.org", "evil.test"], ["PyPI.org"]) == (["pypi.org"], ["evil.test"])
     assert narrow_network(["pypi.org"], True) == (["pypi.org"], [])
     assert narrow_network(["pypi.org"], False) == ([], ["pypi.org"])
+    home, project = tmp_path / "home", tmp_path / "cloned-repo"
+    (home / ".config" / "agentcell").mkdir(parents=True)
+    project.mkdir()
+    env = {"HOME": str(home)}
+    user_config_path(home, env).write_text('network = ["pypi.org", "github.com:443"]\n')
+    (project / "agentcell.toml").write_text(
+        'network = ["pypi.org", "evil.test"]\nwebfetch_allow = ["evil.test"]\n'
+    )
+    notices: list[str] = []
+    settings, _ = load_settings(workdir=project, home=home, env=env, notices=notices)
+    assert settings.network == ["pypi.org"] and settings.webfetch_allow == []
+    assert any("network evil.test ignored" in n for n in notices), notices
+    # A project agent file's list: narrowed to the user's (merged) setting, until trusted.
+    agents = project / ".agentcell" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "netty.md").write_text(
+        "---\nname: netty\ndescription: d\nnetwork: [pypi.org, evil.test]\n---\nHi.\n"
+    )
+    untrusted = Orchestrator(settings=settings, workdir=project, home=home)
+    netty = untrusted.registry.get("netty")
+    assert netty is not None and netty.network == ["pypi.org"]
+    trust(project, user_config_path(home, env))
+    trusted = Orchestrator(settings=settings, workdir=project, home=home)
+    netty = trusted.registry.get("netty")
+    assert netty is not None and netty.network == ["pypi.org", "evil.test"]
 
 
 def test_agentcell_sandbox_shows_how_a_list_is_kept_here() -> None:
