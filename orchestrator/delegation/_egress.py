@@ -32,6 +32,7 @@ _HEAD_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 15.0
 _CHUNK = 64 * 1024
 _LOG_MAX = 500
+_MAX_CONNECTIONS = 64  # open at once, per sub-agent: more wait for one to end
 _DEFAULT_PORTS = (80, 443)
 _NAME = re.compile(
     r"^(\*\.)?([a-z0-9_]([a-z0-9_-]*[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$"
@@ -134,6 +135,7 @@ class EgressProxy:
         self.port = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._slots = asyncio.Semaphore(_MAX_CONNECTIONS)
 
     async def start(self) -> int:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -152,7 +154,8 @@ class EgressProxy:
         assert task is not None
         self._tasks.add(task)
         try:
-            await self._one_connection(reader, writer)
+            async with self._slots:
+                await self._one_connection(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         finally:
@@ -300,11 +303,17 @@ def bash_network(
 
 
 async def open_proxy(
-    value: bool | list[str], *, sandbox: str, agent_id: str, agent_type: str
+    value: bool | list[str],
+    *,
+    sandbox: str,
+    agent_id: str,
+    agent_type: str,
+    backend: str = "local",
 ) -> EgressProxy | None:
     """The run's proxy when its network is a list and a sandbox walls bash in (under
-    ``off`` nothing walls it: the list cannot be kept, and bash has the network anyway)."""
-    if not isinstance(value, list) or not value or sandbox == "off":
+    ``off`` nothing walls it: the list cannot be kept, and bash has the network anyway).
+    Only for sub-agents on this machine: on another node, 127.0.0.1:PORT is not ours."""
+    if not isinstance(value, list) or not value or sandbox == "off" or backend != "local":
         return None
     proxy = EgressProxy(value, agent_id=agent_id, agent_type=agent_type)
     proxy.port = await proxy.start()

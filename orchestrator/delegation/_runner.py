@@ -395,6 +395,7 @@ class Runner:
             sandbox=spec.sandbox,
             agent_id=agent_id,
             agent_type=definition.name,
+            backend=definition.backend or self.settings.backend,
         )
         spec.egress_port = egress.port if egress is not None else None
         progress = _Progress(model=model)
