@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -349,3 +350,50 @@ async def test_todo_write_keeps_the_agents_list_in_its_record(
     records = [p for p in (tmp_path / ".agentcell").rglob("*") if p.is_file()]
     recorded = "".join(p.read_text(errors="replace") for p in records)
     assert "todo_write" in recorded and "Fix the bug" in recorded
+
+
+_HOOK = """\
+import json, sys
+doc = json.load(sys.stdin)
+with open(sys.argv[1], "a") as log:
+    log.write(json.dumps(doc) + "\\n")
+if doc["tool_name"] == "WebFetch" and "blocked" in doc["tool_input"]["url"]:
+    print("Blocked: no fetching that", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+async def test_hooks_see_web_fetch_and_todo_write_under_claude_codes_names(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, page: int
+) -> None:
+    hook, log = tmp_path / "hook.py", tmp_path / "hook.log"
+    hook.write_text(_HOOK)
+    command = f"python3 {hook} {log}"
+    hooks = {"PreToolUse": [{"matcher": "WebFetch|TodoWrite", "hooks": [{"command": command}]}]}
+    todo = {"content": "Fetch", "status": "in_progress", "activeForm": "Fetching"}
+    calls = [
+        ("web_fetch", {"url": f"http://127.0.0.1:{page}/blocked"}),
+        ("todo_write", {"todos": [todo]}),
+    ]
+    served.responder = call_script(calls)
+    definition = AgentDefinition(
+        name="fetcher",
+        description="fetcher",
+        tools=["WebFetch", "TodoWrite"],
+        model="openai:test",
+        network=[f"127.0.0.1:{page}"],
+    )
+    settings = Settings(model="openai:test", approval="allow", warm_spares=0, hooks=hooks)
+    orch = Orchestrator(
+        settings=settings, workdir=tmp_path, agents=[definition], load_agent_files=False
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("fetcher", "go"), 90)
+    assert result.status is RunStatus.COMPLETED, result
+    fetched, listed = result.text.split(SEP)
+    assert "Blocked: no fetching that" in fetched and PAGE not in fetched, fetched
+    assert "[>] Fetch" in listed
+    docs = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [d["tool_name"] for d in docs] == ["WebFetch", "TodoWrite"]
+    assert docs[0]["tool_input"] == {"url": f"http://127.0.0.1:{page}/blocked"}
+    assert docs[1]["tool_input"]["todos"][0]["activeForm"] == "Fetching"
