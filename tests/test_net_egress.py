@@ -397,3 +397,113 @@ async def test_hooks_see_web_fetch_and_todo_write_under_claude_codes_names(
     assert [d["tool_name"] for d in docs] == ["WebFetch", "TodoWrite"]
     assert docs[0]["tool_input"] == {"url": f"http://127.0.0.1:{page}/blocked"}
     assert docs[1]["tool_input"]["todos"][0]["activeForm"] == "Fetching"
+
+
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+_SEARCHED = _sse(
+    {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-t",
+            "content": [],
+            "usage": {"input_tokens": 10, "output_tokens": 1},
+        },
+    },
+    {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {
+            "type": "server_tool_use",
+            "id": "srvtoolu_1",
+            "name": "web_search",
+            "input": {},
+        },
+    },
+    {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": '{"query": "agentcell"}'},
+    },
+    {"type": "content_block_stop", "index": 0},
+    {
+        "type": "content_block_start",
+        "index": 1,
+        "content_block": {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://docs.example.com/a",
+                    "title": "Doc A",
+                    "encrypted_content": "xx",
+                }
+            ],
+        },
+    },
+    {"type": "content_block_stop", "index": 1},
+    {"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}},
+    {
+        "type": "content_block_delta",
+        "index": 2,
+        "delta": {
+            "type": "citations_delta",
+            "citation": {
+                "type": "web_search_result_location",
+                "url": "https://docs.example.com/a",
+                "title": "Doc A",
+                "encrypted_index": "e",
+                "cited_text": "runs sub-agents",
+            },
+        },
+    },
+    {
+        "type": "content_block_delta",
+        "index": 2,
+        "delta": {
+            "type": "text_delta",
+            "text": "agentcell runs each sub-agent in its own process.",
+        },
+    },
+    {"type": "content_block_stop", "index": 2},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}},
+    {"type": "message_stop"},
+)
+
+
+async def test_web_search_is_anthropics_server_tool_and_its_sources_come_through(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", model_server.anthropic_base_url)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-net-test-key")
+    model_server.responder = lambda body, api: Reply(raw=_SEARCHED)
+    definition = AgentDefinition(
+        name="searcher", description="d", tools=["WebSearch"], model="anthropic:claude-t"
+    )
+    settings = Settings(model="anthropic:claude-t", approval="allow", warm_spares=0)
+    orch = Orchestrator(
+        settings=settings,
+        workdir=tmp_path,
+        agents=[definition],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("searcher", "what is agentcell?"), 90)
+    assert result.status is RunStatus.COMPLETED, result
+    [request] = model_server.requests
+    assert {"type": "web_search_20250305", "name": "web_search", "max_uses": 5} in (
+        request.body.get("tools") or []
+    ), request.body
+    assert "its own process" in result.text
+    assert "Sources:\n- Doc A: https://docs.example.com/a" in result.text, result.text
+    assert not result.warnings

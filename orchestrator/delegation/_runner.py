@@ -72,6 +72,7 @@ from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
 from agentcell.orchestrator.delegation._web_fetch import (
     fetch_entries,
+    web_search_options,
     web_tool_warnings,
     web_tools,
 )
@@ -662,7 +663,10 @@ class Runner:
             tools=resolved.tools,
             remote_tools=remote,
             model=model,
-            model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
+            model_options={
+                **settings.model_options.get(model.partition(":")[0], {}),
+                **web_search_options(definition, model),  # Anthropic's server-side search
+            },
             max_turns=max_turns,
             timeout_s=_capped(definition.timeout_s, settings.subagent_timeout_s),
             permission_mode=mode,

@@ -30,6 +30,7 @@ MAX_BYTES = 2 * 1024 * 1024
 MAX_CHARS = 100_000
 TIMEOUT_S = 30.0
 MAX_REDIRECTS = 5
+WEB_SEARCH_MAX_USES = 5  # searches per model request (Anthropic's max_uses)
 _REDIRECTS = (301, 302, 303, 307, 308)
 
 TOOL = RemoteTool(
@@ -62,15 +63,29 @@ def web_tools(definition: AgentDefinition) -> list[RemoteTool]:
     return [TOOL] if NAME in named and NAME not in denied else []
 
 
+def _names_web_search(definition: AgentDefinition) -> bool:
+    named = normalize_tool_names(definition.tools or [])
+    return "web_search" in named and "web_search" not in normalize_tool_names(
+        definition.disallowed_tools
+    )
+
+
+def web_search_options(definition: AgentDefinition, model: str) -> dict[str, int]:
+    """The model option that offers Anthropic's server-side web_search (Anthropic only)."""
+    if _names_web_search(definition) and model.partition(":")[0] == "anthropic":
+        return {"web_search": WEB_SEARCH_MAX_USES}
+    return {}
+
+
 def web_tool_warnings(definition: AgentDefinition, model: str) -> list[str]:
-    """One line for a definition that names web_search, which this run cannot offer."""
-    if "web_search" not in normalize_tool_names(definition.tools or []):
+    """One line for a definition that names web_search where it cannot be offered."""
+    if not _names_web_search(definition) or web_search_options(definition, model):
         return []
     provider = model.partition(":")[0] or "this provider"
     return [
-        f"web_search is not offered: agentcell speaks no server-side search tool of "
-        f"{provider} yet (Anthropic's web_search is a server tool of the Messages API); "
-        "use web_fetch on a search page of a host in the agent's network: list instead"
+        f"web_search is not offered: it is Anthropic's server-side tool, and this agent's "
+        f"model is {provider}'s (agentcell speaks no search tool of {provider}); use "
+        "web_fetch on a search page of a host in the agent's network: list instead"
     ]
 
 
