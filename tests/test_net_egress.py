@@ -63,6 +63,7 @@ def run_calls(
     tools: list[str] | None = None,
     approval: str = "allow",
     record: bool = False,
+    settings_extra: dict[str, Any] | None = None,
     **fields: Any,
 ) -> Any:
     served.responder = call_script(calls)
@@ -73,7 +74,13 @@ def run_calls(
         model="openai:test",
         **fields,
     )
-    settings = Settings(model="openai:test", approval=approval, max_workers=1, warm_spares=0)
+    settings = Settings(
+        model="openai:test",
+        approval=approval,
+        max_workers=1,
+        warm_spares=0,
+        **(settings_extra or {}),
+    )
     orch = Orchestrator(
         settings=settings,
         workdir=tmp_path,
@@ -507,3 +514,32 @@ async def test_web_search_is_anthropics_server_tool_and_its_sources_come_through
     assert "its own process" in result.text
     assert "Sources:\n- Doc A: https://docs.example.com/a" in result.text, result.text
     assert not result.warnings
+
+
+async def test_web_fetch_runs_its_prompt_over_the_page_with_the_configured_small_model(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, page: int
+) -> None:
+    calls = [("web_fetch", {"url": f"http://127.0.0.1:{page}/doc", "prompt": "Which title?"})]
+    script = call_script(calls)
+    asked: list[str] = []
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        if body["model"] != "small":
+            return script(body, api)
+        asked.append(body["messages"][-1]["content"])
+        return Reply(text="SMALL-MODEL-ANSWER: the title is The Title")
+
+    done = run_calls(
+        tmp_path,
+        calls,
+        served,
+        tools=["WebFetch"],
+        network=[f"127.0.0.1:{page}"],
+        settings_extra={"webfetch_model": "openai:small"},
+    )
+    served.responder = respond  # after run_calls set its own: the coroutine has not run yet
+    result = await done
+    assert result.status is RunStatus.COMPLETED, result
+    assert "SMALL-MODEL-ANSWER" in result.text and "**bold**" not in result.text, result.text
+    [question] = asked
+    assert "# The Title" in question and question.endswith("Which title?")

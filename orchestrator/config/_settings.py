@@ -119,6 +119,8 @@ class Settings(BaseModel):
     network: bool | list[str] = False
     # Hosts web_fetch reaches without asking, besides each agent's network: list.
     webfetch_allow: list[str] = Field(default_factory=list)
+    # A small model that applies web_fetch's prompt to the page ("" : the page itself).
+    webfetch_model: str = ""
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.

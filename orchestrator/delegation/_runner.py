@@ -71,7 +71,6 @@ from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
 from agentcell.orchestrator.delegation._web_fetch import (
-    fetch_entries,
     web_search_options,
     web_tool_warnings,
     web_tools,
@@ -955,9 +954,9 @@ class Runner:
 
         offered = {tool.name for tool in spec.remote_tools}
         if frame.tool == WEB_FETCH and WEB_FETCH in offered:
-            network = network_value(self.settings.network, definition.network)
-            entries = fetch_entries(network, self.settings.webfetch_allow)
-            return await answer_web_fetch(frame, spec, entries, self.broker, background=background)
+            return await answer_web_fetch(
+                frame, spec, definition, self.settings, self.broker, background=background
+            )
         if frame.tool != "task" or frame.tool not in offered or spec.depth >= spec.max_depth:
             return refuse(
                 f"permission denied: {spec.agent_type} at depth {spec.depth} cannot use "
