@@ -175,6 +175,19 @@ _URLLIB = (
     "python3 -c 'import urllib.request,sys; "
     "print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode())' "
 )
+_FRONTED = """
+import os, socket, ssl, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+s = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+s.sendall(f"CONNECT 127.0.0.1:{sys.argv[1]} HTTP/1.1\\r\\n\\r\\n".encode())
+print(s.recv(100).split(b"\\r\\n")[0].decode())
+context = ssl.create_default_context()
+context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+try:
+    context.wrap_socket(s, server_hostname="evil.test")
+except (OSError, ssl.SSLError) as exc:
+    print("HANDSHAKE-FAILED", type(exc).__name__)
+"""
 _DIRECT = (
     "python3 -c 'import socket,sys; "
     'socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5); print("DIRECT")\' '
@@ -203,6 +216,8 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
         _DIRECT + str(served.port),
         # a name in the list that resolves to a loopback address
         f"curl -sS http://localhost:{page}/private",
+        # a tunnel to an allowed host whose TLS names another (the SNI is checked)
+        f"python3 -c '{_FRONTED}' {page}",
     ]
     network = [f"127.0.0.1:{page}", f"localhost:{page}", "*.example.com"]
     result = await run_bash(tmp_path, commands, served, network=network, record=True)
@@ -220,7 +235,9 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     for direct in out[5], out[6]:
         assert "DIRECT" not in direct and "Error" in direct, direct
     assert PAGE not in out[7] and "private or loopback address 127.0.0.1" in out[7], out[7]
+    assert "HANDSHAKE-FAILED" in out[8], out[8]
     log = result.network_log
+    assert f"refused 127.0.0.1:{page}: its TLS server name 'evil.test' is another host" in log
     assert f"reached 127.0.0.1:{page}" in log, log
     assert any(line.startswith(f"refused 127.0.0.1:{other_port}:") for line in log), log
     assert any(line.startswith(f"refused localhost:{page}:") for line in log), log

@@ -32,6 +32,7 @@ _HEAD_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 15.0
 _CHUNK = 64 * 1024
 _LOG_MAX = 500
+_FIRST_WAIT_S = 5.0  # for a tunnel's client's first bytes (its TLS ClientHello)
 _MAX_CONNECTIONS = 64  # open at once, per sub-agent: more wait for one to end
 _DEFAULT_PORTS = (80, 443)
 _NAME = re.compile(
@@ -182,13 +183,17 @@ class EgressProxy:
             writer.write(self._refusal(shown, str(exc)))
             await writer.drain()
             return
+        if forwarded is None:  # a tunnel: its TLS server name must be the CONNECT host
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            forwarded = await _first_bytes(reader)
+            named = tls_server_name(forwarded)
+            if named is not None and named != host:
+                self._note(f"refused {shown}: its TLS server name {named!r} is another host")
+                return
         async with asyncio.timeout(_CONNECT_TIMEOUT_S):
             up_reader, up_writer = await asyncio.open_connection(address, port)
         self._note(f"reached {host}:{port}")
-        if forwarded is None:
-            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:
-            up_writer.write(forwarded)
+        up_writer.write(forwarded)
         try:
             await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
         finally:
@@ -233,6 +238,54 @@ class EgressProxy:
     def _note(self, line: str) -> None:
         if len(self.log) < _LOG_MAX:
             self.log.append(line)
+
+
+async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
+    """What a tunnel's client sends first: a whole TLS record when it starts one (its
+    ClientHello), b"" for a protocol whose server speaks first (after ``_FIRST_WAIT_S``)."""
+    try:
+        async with asyncio.timeout(_FIRST_WAIT_S):
+            data = await reader.read(_CHUNK)
+            while _tls_record_wants(data):
+                more = await reader.read(_CHUNK)
+                if not more:
+                    break
+                data += more
+    except TimeoutError:
+        return b""
+    return data
+
+
+def _tls_record_wants(data: bytes) -> bool:
+    if len(data) < 5 or data[0] != 0x16:
+        return data[:1] == b"\x16" and len(data) < 5
+    return len(data) < min(5 + int.from_bytes(data[3:5], "big"), _HEAD_LIMIT)
+
+
+def tls_server_name(data: bytes) -> str | None:
+    """The server name (SNI) of a TLS ClientHello at the start of ``data``, lower case;
+    None when it is no ClientHello or names no server."""
+    if len(data) < 9 or data[0] != 0x16 or data[5] != 0x01:
+        return None
+    at = 9 + 2 + 32  # record and handshake headers, client_version, random
+    try:
+        at += 1 + data[at]  # session id
+        at += 2 + int.from_bytes(data[at : at + 2], "big")  # cipher suites
+        at += 1 + data[at]  # compression methods
+        end = at + 2 + int.from_bytes(data[at : at + 2], "big")
+        at += 2
+        while at + 4 <= min(end, len(data)):
+            kind, size = (
+                int.from_bytes(data[at : at + 2], "big"),
+                int.from_bytes(data[at + 2 : at + 4], "big"),
+            )
+            if kind == 0:  # server_name: list length, name type (0: host name), name
+                length = int.from_bytes(data[at + 7 : at + 9], "big")
+                return data[at + 9 : at + 9 + length].decode("ascii").lower()
+            at += 4 + size
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def _destination(
