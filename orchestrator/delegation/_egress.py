@@ -5,8 +5,9 @@ in a network namespace whose only way out is a relay to this proxy (``worker._eg
 with ``HTTP(S)_PROXY`` pointing at it. Each connection names its host once, in the
 ``CONNECT host:port`` line (HTTPS and anything tunnelled) or in the absolute URL of a plain
 HTTP request (whose ``Host`` header must agree, as a tunnel's TLS server name must); the
-proxy allows it only if an entry of the list matches, resolves the name itself, and connects to the address it checked (no second
-lookup for a rebinding DNS server to answer differently). A name that resolves to a private,
+proxy allows it only if an entry of the list matches, resolves the name itself, and
+connects to the address it checked (no second lookup for a rebinding DNS server to answer
+differently). A name that resolves to a private,
 loopback, link-local or otherwise special address is refused unless the entry names that
 address itself (``127.0.0.1:8080``). A refusal is a ``403`` whose status line and body name
 the host, the agent and the setting that would allow it.
