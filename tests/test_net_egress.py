@@ -223,6 +223,10 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     result = await run_bash(tmp_path, commands, served, network=network, record=True)
     assert result.status is RunStatus.COMPLETED, result
     assert "bash network: the parent's proxy only" in result.sandbox, result.sandbox
+    if CAPS["network_namespace"] == "net":  # as root: bash in a namespace of its own
+        assert "(a relay in its own network namespace)" in result.sandbox, result.sandbox
+    if CAPS["mount_namespace"]:  # the namespace thread came after the mount namespace
+        assert "protected paths read-only" in result.sandbox, result.sandbox
     out = result.text.split(SEP)
     assert len(out) == len(commands), result.text
     assert f"{PAGE} /simple/" in out[0], out[0]

@@ -50,7 +50,11 @@ class Namespace:
         except OSError:
             writer.close()
             return
-        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+        try:
+            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+        finally:
+            up_writer.close()
+            writer.close()
 
     def close(self) -> None:
         if self._server is not None:

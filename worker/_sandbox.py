@@ -292,7 +292,9 @@ def apply(
         if box.cap is None:
             box.missing.append("process cap")
     if egress_port is not None and not network:
-        _prepare_egress(box, egress_port, env)  # before the walls: it opens /proc, binds
+        box.egress_port = egress_port
+        if env is not None:
+            env.update(_egress_relay.proxy_env(egress_port))
     if caps_abi < 1:
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
@@ -306,6 +308,10 @@ def apply(
             read_paths=read_paths,
             memory_dir=memory_dir,
         )
+    if box.egress_port is not None:
+        # After the mount namespace (which needs this process single-threaded: the
+        # namespace is made from a thread) and before the seccomp filter.
+        _prepare_egress(box, box.egress_port)
     if not network:
         _prepare_bash_wall(box, caps_abi)
     _install_seccomp(box, bash_unix_sockets=network)
@@ -363,6 +369,8 @@ def _restrict_process(
             for port in model_ports:
                 ruleset.allow_port(port)
             box.model_ports = sorted(model_ports)
+            if box.egress_port is not None:  # the relay's listener, in bash's namespace
+                ruleset.allow_port(box.egress_port, _landlock.NET_BIND_TCP)
         ruleset.restrict_self()
     finally:
         ruleset.close()
@@ -426,17 +434,14 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
         box.missing.append("bash network wall")
 
 
-def _prepare_egress(box: Sandbox, port: int, env: dict[str, str] | None) -> None:
+def _prepare_egress(box: Sandbox, port: int) -> None:
     """bash's way to the parent's proxy: a namespace with a relay where the kernel lets
     us (as root), else the host's loopback with Landlock allowing the proxy's port alone."""
-    box.egress_port = port
     made = _egress_relay.make_namespace(port)
     if isinstance(made, str):
         box.missing.append(f"bash's own network namespace ({made}): Landlock walls it alone")
     else:
         box.egress = made
-    if env is not None:
-        env.update(_egress_relay.proxy_env(port))
 
 
 def _ports(port: int | None) -> list[int]:
