@@ -92,6 +92,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "commit": result.commit,
         "diff_stat": result.diff_stat,
         "sandbox": result.sandbox,
+        "network_log": result.network_log,  # what its bash reached, what was refused
     }
 
 

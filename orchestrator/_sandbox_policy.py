@@ -11,6 +11,7 @@ from agentcell.orchestrator.config import (
     AGENT_FILE_TRUST,
     Settings,
     is_trusted,
+    narrow_network,
     user_config_path,
 )
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -60,14 +61,19 @@ def distrust_project_agents(
 ) -> None:
     """An untrusted project's agent files keep no loosening key (``AGENT_FILE_TRUST``): no
     network for bash, no hooks or inline MCP servers (they would run commands here, outside
-    every sandbox), no Ray backend, no process bound above ``max_processes``. One line each."""
+    every sandbox), no Ray backend, no process bound above ``max_processes``; a ``network:``
+    list is narrowed to the hosts the user's own setting allows. One line each."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
         return
-    bound = (settings or Settings()).max_processes
-    for definition in registry.definitions():
-        if not _inside(definition, workdir):
+    settings = settings or Settings()
+    bound = settings.max_processes
+    for found in registry.definitions():
+        if not _inside(found, workdir):
             continue
+        definition = found
+        if isinstance(found.network, list):
+            definition = _narrowed_network(registry, found, settings.network)
         dropped = _loosening_keys(definition, bound)
         for key, why in dropped.items():
             log.warning(
@@ -80,6 +86,24 @@ def distrust_project_agents(
         if dropped:
             update = {key: _tightened(definition, key) for key in dropped}
             registry.add(definition.model_copy(update=update))
+
+
+def _narrowed_network(
+    registry: AgentRegistry, definition: AgentDefinition, user_network: bool | list[str]
+) -> AgentDefinition:
+    """A project's ``network:`` list keeps only the hosts the user's own setting allows."""
+    kept, refused = narrow_network(definition.network, user_network)
+    if not refused:
+        return definition
+    log.warning(
+        "%s: network %s ignored: your own network setting does not allow it; this folder "
+        "is not trusted (run 'agentcell trust' in it to honour its configuration)",
+        definition.source,
+        ", ".join(refused),
+    )
+    narrowed = definition.model_copy(update={"network": kept})
+    registry.add(narrowed)
+    return narrowed
 
 
 def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str, str]:
@@ -96,6 +120,8 @@ def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str
         elif key == "backend":
             if value == "ray":
                 found[key] = entry.why
+        elif key == "network" and isinstance(value, list):
+            continue  # narrowed above to what the user's own setting allows
         elif entry.kind == "loosening" and value and value != _DEFAULTS[key]:
             found[key] = entry.why
     return found

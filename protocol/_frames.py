@@ -34,6 +34,7 @@ class RemoteTool(msgspec.Struct, kw_only=True, frozen=True):
     description: str
     parameters: dict[str, Any]
     concurrency_safe: bool = True
+    read_only: bool = False  # allowed without the child asking (the parent decides itself)
 
 
 class SecretDigest(msgspec.Struct, kw_only=True, frozen=True):
@@ -95,6 +96,8 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     bash_env: dict[str, str] = msgspec.field(default_factory=dict)
     sandbox: str = "off"  # off | workspace | read-only: the walls the child puts up itself
     network: bool = False  # under a sandbox: may bash's commands use the network?
+    # Under a ``network:`` list: the parent's egress proxy on 127.0.0.1, bash's only way out.
+    egress_port: int | None = None
     max_processes: int | None = None  # cap on the child's process tree (None: the default)
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
     redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys

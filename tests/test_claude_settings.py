@@ -59,7 +59,7 @@ class Folder:
                 "$schema": "https://json.schemastore.org/claude-code-settings.json",
                 "permissions": {
                     "allow": ["Bash(git status:*)"],
-                    "deny": ["Read(./.env)", "WebFetch(domain:example.com)"],
+                    "deny": ["Read(./.env)", "NotebookEdit(x.ipynb)"],
                     "defaultMode": "acceptEdits",
                     "additionalDirectories": ["../shared-lib"],
                 },
@@ -186,7 +186,7 @@ def test_what_a_trusted_projects_settings_become_and_where_each_came_from(
     [hook] = HookRunner.from_table(settings.hooks, "config").commands
     assert hook.event == "PreToolUse" and hook.matcher == "Bash" and hook.timeout_s == 30
     assert hook.origin == str(folder.project / ".claude" / "settings.json")
-    assert any("WebFetch(domain:example.com)" in n and "no such tool" in n for n in notices)
+    assert any("NotebookEdit(x.ipynb)" in n and "no such tool" in n for n in notices)
 
 
 def test_an_untrusted_projects_claude_settings_are_ignored_with_one_line_each(
@@ -252,7 +252,10 @@ def test_claude_code_rules_translate_into_ours(tmp_path: Path) -> None:
     assert translate_rule("mcp__github", base) == ["mcp__github__*"]
     assert translate_rule("mcp__github__create_issue", base) == ["mcp__github__create_issue"]
     assert translate_rule("Task(reviewer)", base) == ["task(reviewer)"]
-    assert translate_rule("WebFetch", base) is None
+    assert translate_rule("WebFetch", base) == ["web_fetch"]
+    assert "web_fetch(https://example.com/*)" in (
+        translate_rule("WebFetch(domain:example.com)", base) or []
+    )
     assert translate_rule("NotebookEdit(x.ipynb)", base) is None
 
 

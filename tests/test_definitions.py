@@ -204,7 +204,7 @@ def test_tool_name_mapping(claude: str, ours: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["NotebookEdit", "TodoWrite", "WebFetch", "WebSearch", "mcp__ctx__query", "read", "multiedit"],
+    ["NotebookEdit", "KillShell", "mcp__ctx__query", "read", "multiedit", "webfetch"],
 )
 def test_unmapped_names_kept_as_given(name: str) -> None:
     # Claude names are case-sensitive: "read" and "multiedit" are not Claude Code's names.
@@ -259,12 +259,12 @@ def test_tools_bad_type() -> None:
 
 def test_disallowed_tools_string_and_unknown_tools() -> None:
     d = make(
-        tools="Read, WebFetch, mcp__x__y, Read",
+        tools="Read, KillShell, mcp__x__y, Read, WebFetch",
         disallowed_tools="Write, Edit, NotebookEdit",
     )
-    assert d.tools == ["read_file", "WebFetch", "mcp__x__y"]
+    assert d.tools == ["read_file", "KillShell", "mcp__x__y", "web_fetch"]
     assert d.disallowed_tools == ["write_file", "edit_file", "NotebookEdit"]
-    assert d.unknown_tools == ["WebFetch", "NotebookEdit"]  # MCP names come from servers
+    assert d.unknown_tools == ["KillShell", "NotebookEdit"]  # MCP names come from servers
 
 
 # -- models ------------------------------------------------------------------------------

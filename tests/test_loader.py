@@ -231,7 +231,7 @@ def test_unquoted_colon_value_loads_via_fallback(tmp_path: Path) -> None:
     result = load_agent_file(path)
     [d] = result.definitions
     assert d.description == "Use when X. Triggers on: 'growth loop', 'flywheel'."
-    assert (d.name, d.tools, d.model) == ("growth", ["read_file", "WebFetch"], "haiku")
+    assert (d.name, d.tools, d.model) == ("growth", ["read_file", "web_fetch"], "haiku")
     [note] = [x for x in result.diagnostics if "tolerant parser" in x.message]
     assert note.level == "info"
     assert "line 3" in note.message  # the file's line, not the frontmatter's
@@ -301,12 +301,12 @@ def test_a_hook_of_the_wrong_shape_is_one_clear_error(tmp_path: Path) -> None:
 
 def test_unknown_tools_reported_not_granted(tmp_path: Path) -> None:
     text = (
-        "---\nname: t\ndescription: x\ntools: Read, WebFetch, mcp__ctx__docs\n"
+        "---\nname: t\ndescription: x\ntools: Read, KillShell, mcp__ctx__docs\n"
         "disallowedTools: NotebookEdit, Bash\n---\n"
     )
     result = load_agent_file(write(tmp_path / "t.md", text))
     [d] = result.definitions
-    assert d.unknown_tools == ["WebFetch", "NotebookEdit"]
+    assert d.unknown_tools == ["KillShell", "NotebookEdit"]
     warnings = [x for x in result.diagnostics if x.level == "warning"]
     assert len(warnings) == 1
     # An MCP tool is not unknown: the configured server of its name is started for it.
@@ -314,7 +314,7 @@ def test_unknown_tools_reported_not_granted(tmp_path: Path) -> None:
         x.level == "info" and "tools mcp__ctx__docs: mcpServers does not name" in x.message
         for x in result.diagnostics
     )
-    assert "unknown tools WebFetch:" in warnings[0].message
+    assert "unknown tools KillShell:" in warnings[0].message
     assert any(x.level == "info" and "NotebookEdit" in x.message for x in result.diagnostics)
 
 

@@ -216,7 +216,7 @@ def test_tools_as_a_comma_string(corpus: Path, by_source: dict[str, AgentDefinit
     assert "task" in d.tools
     assert "mcp__context7__resolve-library-id" in d.tools  # granted by a named server
     assert "mcp__context7__resolve-library-id" not in d.unknown_tools
-    assert "WebFetch" in d.unknown_tools
+    assert "web_fetch" in d.tools and "WebFetch" not in d.unknown_tools  # issue 24
 
 
 def test_tools_as_a_flow_list(corpus: Path, by_source: dict[str, AgentDefinition]) -> None:
@@ -257,8 +257,8 @@ def test_growth_loops_loads(corpus: Path, by_source: dict[str, AgentDefinition])
         "edit_file",
         "glob",
         "grep",
-        "WebFetch",
-        "WebSearch",
+        "web_fetch",
+        "web_search",
     ]
 
 

@@ -379,6 +379,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "covering",
         "is_trusted",
         "load_settings",
+        "narrow_network",
         "parse_hooks",
         "project_config",
         "read_mcp_json",

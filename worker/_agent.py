@@ -46,6 +46,7 @@ from agentcell.worker.models import Model, ModelError, request_gate, resolve_mod
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
 from agentcell.worker.tools._skill import SkillTool
+from agentcell.worker.tools._todo import named_tools
 
 #: Tools that coordinate sub-agents. Never in a child's own registry; a child reaches
 #: ``task`` only as a parent-side tool, and only when its depth allows.
@@ -93,6 +94,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
             await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     engine.command_preexec = box.bash_preexec()
+    if box.egress is not None:  # bash's relay to the parent's proxy (a network: list)
+        await box.egress.start_relay()
     if spec.memory_dir:  # the file tools reach the memory folder too, wherever it is
         engine.extra_roots = (Path(spec.memory_dir),)
     watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
@@ -213,6 +216,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         env=engine.env,
         read_paths=spec.read_paths,
         memory_dir=spec.memory_dir,
+        egress_port=spec.egress_port,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
@@ -410,7 +414,7 @@ def child_registry(spec: AgentSpec, custom_tools: Sequence[Tool], link: ChildLin
     (a bug, a custom tool under a coordination name), the ``DenyTools`` hook in
     ``build_engine`` refuses the call here, in the child: the second, independent layer.
     """
-    available = {tool.name: tool for tool in builtin_tools()}
+    available = {tool.name: tool for tool in [*builtin_tools(), *named_tools()]}
     available.update((tool.name, tool) for tool in custom_tools)
     registry = ToolRegistry(available[name] for name in spec.tools if name in available)
     for remote in spec.remote_tools:
@@ -429,6 +433,7 @@ class ParentTool(Tool):
         self.name = remote.name  # type: ignore[misc]
         self.description = remote.description  # type: ignore[misc]
         self.concurrency_safe = remote.concurrency_safe  # type: ignore[misc]
+        self.read_only = remote.read_only  # type: ignore[misc]
         self._parameters = remote.parameters
         self._link = link
 

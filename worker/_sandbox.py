@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _cgroup, _grants, _landlock, _mountns, _seccomp
+from agentcell.worker import _cgroup, _egress_relay, _grants, _landlock, _mountns, _seccomp
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -155,6 +155,8 @@ class Sandbox:
         self.protected = ""  # how the workdir's protected paths are kept read-only
         self._bash_ruleset: Ruleset | None = None
         self._bash_filter: _seccomp.Filter | None = None  # no AF_UNIX sockets for bash
+        self.egress_port: int | None = None  # the parent's proxy: bash's only way out
+        self.egress: _egress_relay.Namespace | None = None  # bash's namespace and relay
 
     # The shape recorded on SubAgentResult.sandbox.
     def report(self) -> str:
@@ -164,7 +166,11 @@ class Sandbox:
         parts.append(f"landlock abi {self.abi}" if self.abi else "no landlock")
         if self.model_ports is not None:
             parts.append("own tcp: " + (",".join(map(str, self.model_ports)) or "none"))
-        parts.append("bash network" if self.bash_network else "bash no network")
+        if self.egress_port is not None:
+            how = "a relay in its own network namespace" if self.egress else "Landlock only"
+            parts.append(f"bash network: the parent's proxy only ({how})")
+        else:
+            parts.append("bash network" if self.bash_network else "bash no network")
         if self.seccomp:
             parts.append(
                 "seccomp" if self._bash_filter is None else "seccomp, bash no unix sockets"
@@ -189,7 +195,10 @@ class Sandbox:
         if self.bash_network:
             return None if unix_filter is None else unix_filter.install_in_child
         ruleset = self._bash_ruleset
-        unshare = ctypes.CDLL(None, use_errno=True).unshare  # loaded now, not after fork
+        libc = ctypes.CDLL(None, use_errno=True)  # loaded now, not after fork
+        unshare, setns = libc.unshare, libc.setns
+        nsfd = self.egress.nsfd if self.egress is not None else -1
+        via_host = self.egress is None and self.egress_port is not None
 
         def enter() -> None:
             if ruleset is not None:
@@ -197,7 +206,16 @@ class Sandbox:
             # A network namespace of its own (no UDP, no abstract sockets either): as
             # root directly, else through a user namespace; where neither is allowed,
             # the Landlock layer above still refuses every TCP connection.
-            isolated = unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+            if nsfd >= 0:  # under a network: list: the namespace with the proxy's relay
+                isolated = setns(nsfd, _CLONE_NEWNET) == 0
+                if not isolated:
+                    os._exit(126)  # outside it bash would miss the relay: refuse
+            elif via_host:  # the proxy on the host's loopback: Landlock allows its port alone
+                isolated = False
+            else:
+                isolated = (
+                    unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
+                )
             if not isolated and ruleset is None:
                 os._exit(126)  # no wall at all would be a silent skip: refuse instead
             if unix_filter is not None:
@@ -267,8 +285,10 @@ def apply(
     read_paths: Iterable[str] = (),
     cap_processes: bool = True,
     memory_dir: str = "",
+    egress_port: int | None = None,
 ) -> Sandbox:
-    """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``."""
+    """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``;
+    with ``egress_port`` (the parent's proxy), bash reaches that proxy and nothing else."""
     global CURRENT
     box = Sandbox(parse_mode(mode))
     CURRENT = box
@@ -293,6 +313,10 @@ def apply(
         box.cap = _cgroup.ProcessCap.create(max_processes or DEFAULT_MAX_PROCESSES)
         if box.cap is None:
             box.missing.append("process cap")
+    if egress_port is not None and not network:
+        box.egress_port = egress_port
+        if env is not None:
+            env.update(_egress_relay.proxy_env(egress_port))
     if caps_abi < 1:
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
@@ -302,10 +326,14 @@ def apply(
             abi=caps_abi,
             workdir=workdir,
             run_dir=run_dir,
-            model_ports=model_ports,
+            model_ports=None if model_ports is None else [*model_ports, *_ports(egress_port)],
             read_paths=read_paths,
             memory_dir=memory_dir,
         )
+    if box.egress_port is not None:
+        # After the mount namespace (which needs this process single-threaded: the
+        # namespace is made from a thread) and before the seccomp filter.
+        _prepare_egress(box, box.egress_port)
     if not network:
         _prepare_bash_wall(box, caps_abi)
     _install_seccomp(box, bash_unix_sockets=network)
@@ -363,6 +391,8 @@ def _restrict_process(
             for port in model_ports:
                 ruleset.allow_port(port)
             box.model_ports = sorted(model_ports)
+            if box.egress_port is not None:  # the relay's listener, in bash's namespace
+                ruleset.allow_port(box.egress_port, _landlock.NET_BIND_TCP)
         ruleset.restrict_self()
     finally:
         ruleset.close()
@@ -419,9 +449,25 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
         # its tree, and bash may still signal the sub-agent process (its own parent).
         scoped = _landlock.scopes(abi) & _landlock.SCOPE_ABSTRACT_UNIX_SOCKET
         box._bash_ruleset = Ruleset(fs=0, net=_landlock.net_rights(abi), scoped=scoped)
+        if box.egress_port is not None:  # the relay (or, without a namespace, the proxy)
+            box._bash_ruleset.allow_port(box.egress_port)
     if box._bash_ruleset is None and _probe()["network_namespace"] is None:
         box.bash_network = True
         box.missing.append("bash network wall")
+
+
+def _prepare_egress(box: Sandbox, port: int) -> None:
+    """bash's way to the parent's proxy: a namespace with a relay where the kernel lets
+    us (as root), else the host's loopback with Landlock allowing the proxy's port alone."""
+    made = _egress_relay.make_namespace(port)
+    if isinstance(made, str):
+        box.missing.append(f"bash's own network namespace ({made}): Landlock walls it alone")
+    else:
+        box.egress = made
+
+
+def _ports(port: int | None) -> list[int]:
+    return [] if port is None else [port]
 
 
 def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:

@@ -93,6 +93,11 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         say(f"      result: {one_line(outcome or '(none)', PREVIEW)}")
         tools = ", ".join(f"{name} ×{count}" for name, count in sub["tools_used"].items())
         say(f"      tools:  {tools or 'none'}")
+        for line in sub.get("network_log") or []:
+            say(
+                f"      network: {one_line(line, PREVIEW)}",
+                "red" if line.startswith("refused") else "",
+            )
     if summary.get("final_text") and not turns:
         say("\nfinal answer", "bold")
         say(summary["final_text"])

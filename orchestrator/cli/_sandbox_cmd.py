@@ -34,6 +34,12 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     ]
     if bash_net:
         walls.append("bash commands: no network (" + " + ".join(bash_net) + ")")
+    egress = egress_mechanism(caps)
+    if egress is not None:
+        walls.append(
+            "bash commands under a network: list: only the hosts it names, through a proxy "
+            f"in the parent that refuses the rest with a 403 ({egress})"
+        )
     if caps.get("mount_namespace"):
         walls.append(
             "workspace: .git, agentcell.toml, .agentcell/, .claude/ and .mcp.json in the "
@@ -66,6 +72,16 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     return {"machine": caps, "modes": modes}
 
 
+def egress_mechanism(caps: dict[str, Any]) -> str | None:
+    """How bash reaches the parent's proxy under a ``network:`` list here (None: it cannot
+    be walled to the proxy alone, and a list is not kept)."""
+    if caps["network_namespace"] == "net" and caps["landlock_tcp"]:
+        return "a relay on the loopback of bash's own network namespace, no route out"
+    if caps["landlock_tcp"]:
+        return "Landlock TCP to the proxy's port alone; no namespace of its own, so UDP is open"
+    return None
+
+
 def seccomp_walls(caps: dict[str, Any]) -> list[str]:
     """What the seccomp filter refused when tried on this machine (none: not available)."""
     refused = caps["seccomp_refuses"]
@@ -92,6 +108,7 @@ def show_sandbox(*, as_json: bool) -> None:
     click.echo(f"  Landlock ABI:       {caps['landlock_abi'] or 'none'}")
     click.echo(f"  network namespace:  {caps['network_namespace'] or 'not available'}")
     click.echo(f"  mount namespace:    {caps.get('mount_namespace') or 'not available'}")
+    click.echo(f"  network: lists:     {egress_mechanism(caps) or 'not available'}")
     click.echo(f"  process cap:        {caps['process_cap'] or 'not available'}")
     click.echo(f"  seccomp:            {caps['seccomp']}")
     for mode, what in report["modes"].items():

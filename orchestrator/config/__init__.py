@@ -31,6 +31,7 @@ from agentcell.orchestrator.config._settings import (
 )
 from agentcell.orchestrator.config._trust import (
     is_trusted,
+    narrow_network,
     revoke,
     trust,
     trusted_folders,
@@ -64,6 +65,7 @@ __all__ = [
     "covering",
     "is_trusted",
     "load_settings",
+    "narrow_network",
     "parse_hooks",
     "project_config",
     "read_mcp_json",

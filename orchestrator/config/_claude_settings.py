@@ -225,6 +225,12 @@ def translate_rule(rule: str, base: Path) -> list[str] | None:
         return [f"{t}__*" if is_mcp_tool(t) and "__" not in t[5:] else t for t in tools]
     if tools == ("bash",):
         return [f"bash({pattern})" for pattern in _command_patterns(spec)]
+    if tools == ("web_fetch",) and spec.startswith("domain:"):
+        # A glob on the URL (the parent fetches only URLs written plainly: lower-case
+        # host, no user part, so a deny rule cannot be dodged by spelling).
+        domain = spec.removeprefix("domain:").strip().lower()
+        forms = ("{s}://{d}", "{s}://{d}/*", "{s}://{d}:*", "{s}://{d}?*")
+        return [f"web_fetch({f.format(s=s, d=domain)})" for s in ("http", "https") for f in forms]
     if all(tool in _PATH_TOOLS for tool in tools):
         return [f"{tool}({pattern})" for tool in tools for pattern in _path_patterns(spec, base)]
     return [f"{tool}({spec})" for tool in tools]

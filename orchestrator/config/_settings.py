@@ -143,7 +143,12 @@ class Settings(BaseModel):
     # The OS sandbox each sub-agent puts itself in (see docs/security.md); "required"
     # is "workspace", refusing to start where this machine cannot enforce all of it.
     sandbox: SandboxMode = "workspace"
-    network: bool = False  # may sub-agents' bash commands use the network?
+    # May sub-agents' bash commands use the network: all of it (true) or these hosts?
+    network: bool | list[str] = False
+    # Hosts web_fetch reaches without asking, besides each agent's network: list.
+    webfetch_allow: list[str] = Field(default_factory=list)
+    # A small model that applies web_fetch's prompt to the page ("" : the page itself).
+    webfetch_model: str = ""
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.

@@ -98,7 +98,13 @@ def _judge_table(
         path = (*prefix, str(key))
         now: Any = current.get(key)
         entry = covering(SETTINGS_TRUST, path)
-        if path == ("model_options",) and isinstance(value, dict):
+        if path == ("network",) and isinstance(value, list):  # hosts: narrowed, never widened
+            narrowed, dropped = narrow_network(value, now)
+            if dropped:
+                why = "your own network setting does not allow it"
+                notes.append(_ignored(origin, f"network {', '.join(dropped)}", why))
+            kept[key] = narrowed
+        elif path == ("model_options",) and isinstance(value, dict):
             options, dropped = _without_routing(value)
             kept[key] = options
             for name in dropped:
@@ -166,3 +172,13 @@ def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
         if rest:
             kept[provider] = rest
     return kept, dropped
+
+
+def narrow_network(value: list[str], user: bool | list[str]) -> tuple[list[str], list[str]]:
+    """An untrusted ``network:`` list narrowed to the user's own: (kept, dropped). Under
+    the user's ``true`` all of it is kept; under a list only its entries; else none."""
+    if user is True:
+        return list(value), []
+    allowed = {entry.strip().lower() for entry in user} if isinstance(user, list) else set()
+    kept = [entry for entry in value if entry.strip().lower() in allowed]
+    return kept, [entry for entry in value if entry not in kept]

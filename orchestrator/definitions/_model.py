@@ -253,7 +253,8 @@ class AgentDefinition(BaseModel):
     task_agents: list[str] | None = None  # None: any agent type (when it may delegate)
     denied_task_agents: list[str] = []
     sandbox: Literal["workspace", "read-only", "off"] | None = None  # may only narrow
-    network: bool | None = None  # bash commands' network under the sandbox
+    # bash commands' network under the sandbox: true (all of it) or the hosts it may reach
+    network: bool | list[str] | None = None
     max_processes: int | None = None
     # Claude Code's `mcpServers`: names of configured servers, or {name: {command, ...}}.
     mcp_servers: list[str | dict[str, McpServerConfig]] = []

@@ -20,8 +20,15 @@ COORDINATION_TOOLS: frozenset[str] = frozenset({"task", "task_status", "task_wai
 #: Loads a skill on demand (Claude Code's ``Skill``): offered by the skills there are,
 #: not inherited from the parent (see ``skill_offer``).
 SKILL_TOOL = "skill"
+#: Tools offered only to an agent that names them: web_fetch runs in the parent,
+#: todo_write is the agent's own list, web_search is refused in one line (README).
+NAMED_TOOLS: frozenset[str] = frozenset({"web_fetch", "todo_write", "web_search"})
+#: Of those, the ones the sub-agent process runs itself.
+CHILD_NAMED_TOOLS: tuple[str, ...] = ("todo_write",)
 #: Every tool name we implement.
-KNOWN_TOOLS: frozenset[str] = frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | {SKILL_TOOL}
+KNOWN_TOOLS: frozenset[str] = (
+    frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | NAMED_TOOLS | {SKILL_TOOL}
+)
 
 #: MCP tools are named ``mcp__<server>__<tool>`` (Claude Code's spelling). They come
 #: from the servers a definition names, never from the parent's tools.
@@ -46,6 +53,9 @@ CLAUDE_TOOL_NAMES: dict[str, str] = {
     "Task": "task",
     "Agent": "task",
     "Skill": "skill",
+    "WebFetch": "web_fetch",
+    "WebSearch": "web_search",
+    "TodoWrite": "todo_write",
 }
 
 
@@ -162,4 +172,6 @@ def resolve_tools(
     allowed = parent_set if allow is None else set(allow)
     denied = set(deny) | COORDINATION_TOOLS
     tools = [name for name in parent if name in allowed and name not in denied]
+    # The agent's own todo list is no power of its parent's: given whenever it is named.
+    tools += [n for n in CHILD_NAMED_TOOLS if n in (allow or ()) and n not in denied | set(tools)]
     return ResolvedTools(tools=tools, unknown=unknown)

@@ -33,11 +33,17 @@ from agentcell.orchestrator.delegation._context import (
     memory_prompt,
     prepare_memory,
 )
+from agentcell.orchestrator.delegation._egress import bash_network
 from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
+from agentcell.orchestrator.delegation._web_fetch import (
+    web_search_options,
+    web_tool_warnings,
+    web_tools,
+)
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -131,7 +137,7 @@ class Preparer:
             definition, settings.mcp_servers, project_dir=self.workdir
         )
         skills = skills_for(definition, Path(self.workdir))
-        warnings = [*warnings, *skills.warnings]
+        warnings = [*warnings, *skills.warnings, *web_tool_warnings(definition, model)]
         for line in warnings:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
@@ -145,7 +151,10 @@ class Preparer:
             ).tools,
             remote_tools=self._remote_tools(definition, depth, max_depth),
             model=model,
-            model_options=dict(settings.model_options.get(model.partition(":")[0], {})),
+            model_options={
+                **settings.model_options.get(model.partition(":")[0], {}),
+                **web_search_options(definition, model),  # Anthropic's server-side search
+            },
             max_turns=max_turns,
             timeout_s=_capped(definition.timeout_s, settings.subagent_timeout_s),
             permission_mode=mode,
@@ -164,7 +173,7 @@ class Preparer:
                 "workspace" if settings.sandbox == "required" else settings.sandbox,
                 definition.sandbox,
             ),
-            network=settings.network if definition.network is None else definition.network,
+            network=bash_network(settings.network, definition.network),
             max_processes=definition.max_processes or settings.max_processes,
             read_paths=[*settings.sandbox_read, *skills.read_paths],
             skills=skills.index,
@@ -191,11 +200,13 @@ class Preparer:
         allowed = definition.may_start if limited else None
         if allowed is not None and not any(allowed(name) for name in self.registry.names()):
             may_delegate = False
+        web = web_tools(definition)  # web_fetch: run by the parent, for the sub-agent
         if depth >= max_depth or not may_delegate or self.task_tool_spec is None:
-            return []
+            return web
         task = self.task_tool_spec(allowed)
         return [
-            RemoteTool(name=task.name, description=task.description, parameters=task.parameters)
+            RemoteTool(name=task.name, description=task.description, parameters=task.parameters),
+            *web,
         ]
 
     def narrow_model(

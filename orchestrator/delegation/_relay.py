@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from agentcell.orchestrator.backends import WorkerLease
+from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approval_question import refused_tool
 from agentcell.orchestrator.delegation._approvals import (
@@ -32,6 +33,8 @@ from agentcell.orchestrator.delegation._request import DelegationRequest, RunAcc
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
+from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
 from agentcell.protocol import (
     AgentSpec,
     ApprovalReply,
@@ -78,6 +81,7 @@ class Parent:
     limiter: ProviderLimiter
     registry: AgentRegistry
     delegate: Delegate
+    settings: Settings
 
 
 @dataclasses.dataclass(slots=True)
@@ -212,6 +216,15 @@ class Relay:
 
     async def _delegation_reply(self, frame: DelegateRequest) -> DelegateReply:
         child = self.child
+        if frame.tool == WEB_FETCH and any(t.name == WEB_FETCH for t in child.spec.remote_tools):
+            return await answer_web_fetch(
+                frame,
+                child.spec,
+                child.definition,
+                self.parent.settings,
+                self.parent.broker,
+                background=child.background,
+            )
         return await delegation_reply(
             frame,
             child.definition,

@@ -40,6 +40,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     # What did not go as configured but did not stop the run (an MCP server that failed
     # to start, a skill not found): one line each, shown to the model with the result.
     warnings: list[str] = msgspec.field(default_factory=list)
+    # Under a ``network:`` list: each host bash reached or was refused, one line each.
+    network_log: list[str] = msgspec.field(default_factory=list)
 
     @property
     def ok(self) -> bool:

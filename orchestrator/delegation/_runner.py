@@ -37,6 +37,7 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
+from agentcell.orchestrator.delegation._egress import EgressProxy, network_value, open_proxy
 from agentcell.orchestrator.delegation._events import (
     EventBus,
     SubAgentEnded,
@@ -152,6 +153,7 @@ class _Admitted:
     hooks: HookRunner | None = None
     stop_hooks: SubagentStopHooks | None = None
     spans: ChildSpans | None = None  # its trace, when the parent traces
+    egress: EgressProxy | None = None  # its host-filtering proxy, for a network: list
 
 
 @dataclasses.dataclass(slots=True)
@@ -212,7 +214,12 @@ class Runner:
             task_tool_spec=task_tool_spec,
         )
         self._parent = Parent(
-            bus=bus, broker=broker, limiter=self.limiter, registry=registry, delegate=self.run
+            bus=bus,
+            broker=broker,
+            limiter=self.limiter,
+            registry=registry,
+            delegate=self.run,
+            settings=settings,
         )
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
@@ -412,6 +419,7 @@ class Runner:
                 color=definition.color,
             )
         )
+        await self._open_egress(admitted, agent_id)
         start = self.prepare.start(admitted.prepared)
         admitted.spans = child_spans(self.tracing, definition.name)
         if admitted.spans is not None:
@@ -419,10 +427,24 @@ class Runner:
         limit = getattr(getattr(self.pool, "boot", None), "max_frame_bytes", MAX_FRAME_BYTES)
         refusal = too_large(start, limit)
         if refusal:
+            if admitted.egress is not None:
+                await admitted.egress.close()
             if admitted.tree is not None:
                 await finish_worktree(admitted.tree)
             return self._refused(admitted.base, RunStatus.ERROR, refusal)
         return start
+
+    async def _open_egress(self, admitted: _Admitted, agent_id: str) -> None:
+        """A ``network:`` list: the proxy the child's bash reaches its hosts through."""
+        spec, definition = admitted.prepared.spec, admitted.definition
+        admitted.egress = await open_proxy(
+            network_value(self.settings.network, definition.network),
+            sandbox=spec.sandbox,
+            agent_id=agent_id,
+            agent_type=definition.name,
+            backend=definition.backend or self.settings.backend,
+        )
+        spec.egress_port = admitted.egress.port if admitted.egress is not None else None
 
     # -- relay -----------------------------------------------------------------------------
     async def _live(
@@ -456,6 +478,8 @@ class Runner:
                 # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
                 # does this on its own node).
                 release_sandbox(lease.pid)
+            if admitted.egress is not None:
+                await asyncio.shield(admitted.egress.close())
         return ended
 
     def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
@@ -566,6 +590,8 @@ class Runner:
             )
         if ended.node:
             result = msgspec.structs.replace(result, node=ended.node)
+        if admitted.egress is not None and admitted.egress.log:
+            result = msgspec.structs.replace(result, network_log=list(admitted.egress.log))
         if admitted.tree is not None:  # what it changed is kept, however it ended
             prompt = admitted.request.prompt
             result = await asyncio.shield(settle_worktree(admitted.tree, result, prompt))

@@ -43,6 +43,8 @@ OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # the output limit when neither the model nor the request sets one
 
+#: Anthropic's server-side web search tool (the version the Messages API documents).
+WEB_SEARCH_TOOL = "web_search_20250305"
 _STOP = {
     "end_turn": StopReason.END,
     "stop_sequence": StopReason.END,
@@ -158,10 +160,17 @@ class _Block(msgspec.Struct, gc=False):
     thinking: str | None = None  # thinking
     signature: str | None = None  # thinking
     data: str | None = None  # redacted_thinking
+    citations: list[_Citation] | None = None  # a text block's sources (web_search)
+
+
+class _Citation(msgspec.Struct, gc=False):
+    url: str = ""
+    title: str | None = None
 
 
 class _Delta(msgspec.Struct, gc=False):
     type: str | None = None
+    citation: _Citation | None = None  # citations_delta (web_search's sources)
     text: str | None = None  # text_delta
     partial_json: str | None = None  # input_json_delta
     thinking: str | None = None  # thinking_delta
@@ -232,6 +241,7 @@ class _Stream:
         "events",
         "model",
         "position",
+        "sources",
         "stop_reason",
         "text",
         "thoughts",
@@ -245,6 +255,7 @@ class _Stream:
         self.text: list[str] = []
         self.tools: dict[int, _ToolBlock] = {}
         self.thoughts: dict[int, _ThoughtBlock] = {}
+        self.sources: dict[str, str] = {}  # url -> title: what web_search's answer cites
         self.usage = [0, 0, 0, 0]  # input (uncached), output, cache read, cache write
         self.stop_reason: str | None = None
         self.done = False
@@ -275,6 +286,8 @@ class _Stream:
                 block = self.tools.get(ev.index)
                 if block is not None:
                     block.parts.append(delta.partial_json)
+            elif delta.type == "citations_delta" and delta.citation and delta.citation.url:
+                self.sources.setdefault(delta.citation.url, delta.citation.title or "")
             elif delta.type in ("thinking_delta", "signature_delta"):
                 thought = self.thoughts.get(ev.index)
                 if thought is not None:  # kept, never streamed: thinking is not the answer
@@ -292,9 +305,12 @@ class _Stream:
                 name = cb.name or ""
                 self.tools[ev.index] = _ToolBlock(cb.id or "", name, initial)
                 return [ToolCallStart(index=ev.index, name=name)]  # its input streams next
-            elif cb.type == "text" and cb.text:
-                self.text.append(cb.text)
-                return cb.text
+            elif cb.type == "text" and (cb.text or cb.citations):
+                for cited in cb.citations or []:
+                    self.sources.setdefault(cited.url, cited.title or "")
+                if cb.text:
+                    self.text.append(cb.text)
+                    return cb.text
             elif cb.type in ("thinking", "redacted_thinking"):
                 self.thoughts[ev.index] = _ThoughtBlock(cb)
         elif kind == "message_start":
@@ -340,8 +356,14 @@ class _Stream:
         if tool_calls and stop is StopReason.END:
             stop = StopReason.TOOL_USE
         uncached, output, cache_read, cache_write = self.usage
+        text = "".join(self.text)
+        if self.sources:  # web_search's citations, passed on as the answer's sources
+            text += "\n\nSources:\n" + "\n".join(
+                f"- {title or url}: {url}" if title else f"- {url}"
+                for url, title in self.sources.items()
+            )
         return ModelResponse(
-            text="".join(self.text),
+            text=text,
             tool_calls=tool_calls,
             # input_tokens counts every prompt token, as OpenAI's prompt_tokens does, so
             # that budgets mean the same for both; Anthropic reports cache hits and
@@ -492,7 +514,10 @@ class AnthropicModel(HttpChatModel):
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         effort: str | None = None,
         prompt_cache: str = "5m",
+        web_search: int | None = None,
     ) -> None:
+        """``web_search``: offer Anthropic's server-side search tool, with at most this
+        many searches a request (an agent file's ``WebSearch``)."""
         if prompt_cache not in PROMPT_CACHE_CHOICES:
             raise ModelError(
                 ModelErrorKind.CONFIG,
@@ -518,6 +543,7 @@ class AnthropicModel(HttpChatModel):
         self._max_tokens = max_tokens  # None: DEFAULT_MAX_TOKENS
         self._prompt_cache: PromptCache = prompt_cache  # type: ignore[assignment]
         self._effort = effort
+        self._web_search = web_search
         self._thinking = thinking_control(model_name) if effort is not None else None
 
     def _headers_for(self, api_key: str | None) -> dict[str, str]:
@@ -556,4 +582,7 @@ class AnthropicModel(HttpChatModel):
                 for t in request.tools
             ]
         add_breakpoints(body, ends, self._prompt_cache)
+        if self._web_search:  # run by Anthropic's servers; results come back as text
+            server_tool = {"type": WEB_SEARCH_TOOL, "name": "web_search"}
+            body.setdefault("tools", []).append(server_tool | {"max_uses": self._web_search})
         return _encode(body)

@@ -119,6 +119,9 @@ class Bash(Tool):
             )
         elif code:
             notes.append(_describe_exit(code))
+            hint = _network_hint(text)
+            if hint:
+                notes.append(hint)
         return ToolOutput("\n".join([body, *notes]), is_error=timed_out or bool(code))
 
 
@@ -163,6 +166,17 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
     for stray in strays:
         with contextlib.suppress(psutil.Error):
             stray.kill()  # psutil checks the pid was not reused
+
+
+def _network_hint(text: str) -> str | None:
+    """Where a failure looks like the sandbox's network wall, a line that says so."""
+    from agentcell.worker import _egress_relay, _sandbox
+
+    box = _sandbox.CURRENT
+    if box is None or box.mode == "off":
+        return None
+    proxied = box.egress_port is not None
+    return _egress_relay.network_hint(text, walled=not box.bash_network, proxied=proxied)
 
 
 def _describe_exit(code: int) -> str:
