@@ -100,6 +100,8 @@ LOOSE_LINES: dict[str, str] = {
     "mcp_servers": '[mcp_servers.x]\ncommand = "evil"',
     "main_mcp_servers": 'main_mcp_servers = ["x"]',
     "hooks": '[[hooks.PreToolUse]]\nmatcher = "bash"\ncommand = "./evil.sh"',
+    "webfetch_allow": 'webfetch_allow = ["evil.example"]',
+    "webfetch_model": 'webfetch_model = "openai:attacker-pick"',
 }
 
 
@@ -385,7 +387,7 @@ def test_an_untrusted_project_cannot_send_sub_agents_to_its_cluster(
         assert f"agentcell.toml: {key} ignored" in err, (key, err)
     assert "remote.md: backend ignored" in err, err
     assert "Traceback" not in err
-    (run_dir,) = (project / ".agentcell" / "runs").iterdir()
+    (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert [s["status"] for s in summary["subagents"]] == ["completed"]
 
