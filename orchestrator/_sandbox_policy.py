@@ -92,6 +92,7 @@ def _narrowed_network(
     registry: AgentRegistry, definition: AgentDefinition, user_network: bool | list[str]
 ) -> AgentDefinition:
     """A project's ``network:`` list keeps only the hosts the user's own setting allows."""
+    assert isinstance(definition.network, list)  # the caller's check
     kept, refused = narrow_network(definition.network, user_network)
     if not refused:
         return definition

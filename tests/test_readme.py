@@ -26,10 +26,10 @@ def clean_env(home: Path) -> dict[str, str]:
 
 
 def test_the_readme_has_python_snippets() -> None:
-    assert len(python_snippets()) == 2
+    assert len(python_snippets()) == 3
 
 
-@pytest.mark.parametrize("index", range(2))
+@pytest.mark.parametrize("index", range(3))
 def test_python_snippets_run(index: int, tmp_path: Path) -> None:
     snippet = python_snippets()[index]
     script = tmp_path / "snippet.py"
@@ -50,6 +50,8 @@ def test_python_snippets_run(index: int, tmp_path: Path) -> None:
             "['completed', 'completed']",
         ]
         assert re.fullmatch(r"echo: Say hello \d+", lines[2])
+    elif index == 2:  # the tracing example: the main agent's spans, made in-process
+        assert lines == ["['chat echo', 'invoke_agent main']"]
     else:
         assert lines[0] == "'the' occurs 2 times"
         assert lines[1:] == [
