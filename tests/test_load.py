@@ -42,6 +42,7 @@ from agentcell.orchestrator import (
     WorkerState,
 )
 from agentcell.orchestrator.backends import forkserver_pids
+from agentcell.orchestrator.config import Budgets
 from agentcell.protocol import Message, RunStatus, ToolMessage, UserMessage
 from agentcell.worker.models import ModelResponse, ToolSpec
 from agentcell.worker.testing import FunctionModel, reply, tool_call
@@ -141,7 +142,11 @@ async def fan_out(count: int, tmp_path: Path) -> dict[str, Any]:
         ],
         models={"function:fine": FunctionModel(child_models.answer_prompt, name="function:fine")},
         settings=Settings(
-            approval="allow", max_workers=MAX_WORKERS, warm_spares=WARM_SPARES, max_turns=10
+            approval="allow",
+            max_workers=MAX_WORKERS,
+            warm_spares=WARM_SPARES,
+            max_turns=10,
+            budgets=Budgets(max_subagents=None),  # a thousand: past the default of 256
         ),
         load_agent_files=False,
         record=False,

@@ -20,6 +20,7 @@ import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator._orchestrator import LEDGER_ROWS
+from agentcell.orchestrator.config import Budgets
 from agentcell.protocol import Message, RunStatus, ToolMessage
 from agentcell.worker.models import ModelResponse, ToolSpec
 from agentcell.worker.testing import FunctionModel, reply, tool_call
@@ -77,7 +78,12 @@ async def test_five_thousand_subagents_leave_memory_and_tables_flat(
         model=main,
         agents=[AgentDefinition(name="fine", description="d", tools=[], model="function:fine")],
         models={"function:fine": fine},
-        settings=Settings(approval="allow", max_workers=MAX_WORKERS, warm_spares=4),
+        settings=Settings(
+            approval="allow",
+            max_workers=MAX_WORKERS,
+            warm_spares=4,
+            budgets=Budgets(max_subagents=None),  # thousands: past the default of 256
+        ),
         load_agent_files=False,
         record=False,
         workdir=tmp_path,

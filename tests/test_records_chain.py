@@ -410,7 +410,7 @@ def test_every_record_path_is_private_whatever_the_umask(
     assert (root / ".gitignore").read_text().splitlines()[-1] == "*"
     paths = [root, *root.rglob("*")]
     [saved] = [p for p in paths if p.parent.name == "tool-outputs"]  # a child wrote one
-    assert saved.read_text().splitlines()[-1] == "tmp=700"  # its private temp folder too
+    assert "tmp=700" in saved.read_text().splitlines()  # its private temp folder too
     assert any(p.suffix == ".jsonl" and p.stem != "main" for p in paths)  # and its record
     wrong = [
         f"{p.relative_to(project)} {stat.S_IMODE(p.lstat().st_mode):o}"

@@ -24,6 +24,7 @@ from agentcell.protocol import (
     TextDelta,
     ToolStarted,
 )
+from agentcell.worker import _outputs
 
 #: A quarter of a frame: the rest of the Result (error, usage, data) and framing fit.
 MAX_ANSWER_BYTES = MAX_FRAME_BYTES // 4
@@ -75,11 +76,15 @@ def _save(encoded: bytes, run_dir: str, agent_id: str) -> str:
         if path.stat().st_size == len(encoded):  # saved already (the done event's copy)
             return f"; the whole answer ({len(encoded)} bytes) is saved at {path}"
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        descriptor = os.open(path, flags, 0o600)
-        with open(descriptor, "wb") as out:
-            out.write(encoded)
+        # Through the sandbox's descriptor where the folder is read-only to bash
+        # (``_outputs``); else by its path.
+        text = encoded.decode("utf-8", "surrogateescape")
+        if not _outputs.write(path.name, text):
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            descriptor = os.open(path, flags, 0o600)
+            with open(descriptor, "wb") as out:
+                out.write(encoded)
     except OSError as exc:
         with contextlib.suppress(OSError):
             path.unlink()

@@ -162,7 +162,8 @@ def _phases(lane: Lane, lines: list[dict[str, Any]], queued_until: float | None)
         new = _state_after(line, state)
         if new is None:
             continue
-        if state and ts > since:
+        # A tool call as quick as the clock's tick still gets its bar (and its tooltip).
+        if state and (ts > since or state == "tool"):
             lane.segments.append(Segment(state, since, ts, title))
         state, since, title = new[0], ts, new[1] or (title if new[0] == "tool" else "")
     if state and lane.end is not None and lane.end > since:
