@@ -46,7 +46,8 @@ class UsageLedger:
         max_rows: int | None = None,
     ) -> None:
         self.prices = prices or {}
-        self.budgets = budgets or Budgets()
+        # No budget unless one is given (a run's own account): a lifetime ledger counts only.
+        self.budgets = budgets or Budgets(max_subagents=None)
         self.on_exceeded = on_exceeded
         self.parent = parent
         self.max_rows = max_rows
