@@ -242,3 +242,24 @@ async def test_a_continued_sub_agent_starts_from_the_compacted_history(
     assert SUMMARY in users[0] and users[-1] == "one more"
     assert "OUT-1" not in _text(continued).replace(SUMMARY, "")
     assert "OUT-4" in _text(continued) and _calls_have_results(continued)
+
+
+async def test_pre_compact_hooks_run_in_the_parent_before_a_compaction(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    """Claude Code's PreCompact: the hook gets the trigger ("auto") and the common fields;
+    one whose matcher is "manual" does not run for an automatic compaction."""
+    seen, manual = tmp_path / "pre-compact.json", tmp_path / "manual.json"
+    hooks = {
+        "PreCompact": [
+            {"matcher": "auto", "command": f"cat > {seen}"},
+            {"matcher": "manual", "command": f"cat > {manual}"},
+        ]
+    }
+    _, result = await _run(tmp_path, served, _agent(auto_compact_window=1000), hooks=hooks)
+    assert result.text == "DONE"
+    payload = json.loads(seen.read_text())
+    assert payload["hook_event_name"] == "PreCompact" and payload["trigger"] == "auto"
+    assert payload["agent_type"] == "long" and payload["custom_instructions"] == ""
+    assert payload["session_id"] and payload["transcript_path"].endswith(".jsonl")
+    assert not manual.exists()

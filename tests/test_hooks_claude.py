@@ -314,27 +314,28 @@ def test_every_claude_code_event_and_hook_type_is_taken_not_rejected(
     project.mkdir()
     (project / "agentcell.toml").write_text(
         '[[hooks.Notification]]\nmatcher = "permission_prompt"\ncommand = "notify-send hi"\n'
-        '[[hooks.PreCompact]]\ncommand = "true"\n'
+        '[[hooks.PermissionRequest]]\ncommand = "true"\n'
         '[[hooks.SessionStart]]\ncommand = "true"\n'
         '[[hooks.Stop]]\nhooks = [{ type = "prompt", prompt = "Is the work done?" }]\n'
     )
     env = {"XDG_CONFIG_HOME": str(home / ".config")}
     trust(project, home / ".config" / "agentcell" / "config.toml")
     settings, _ = load_settings(workdir=project, home=home, env=env)
-    assert sorted(settings.hooks) == ["Notification", "PreCompact", "SessionStart", "Stop"]
+    assert sorted(settings.hooks) == ["Notification", "PermissionRequest", "SessionStart", "Stop"]
     notes: list[str] = []
     commands = parse_hooks(settings.hooks, "agentcell.toml", notes)
     assert sorted(c.event for c in commands) == ["Notification", "SessionStart"]
     assert [n.split(": ", 1)[1] for n in notes] == [
-        "hooks.PreCompact: taken, but these hooks do not run: agentcell does not compact "
-        "conversations yet",
+        "hooks.PermissionRequest: taken, but these hooks do not run: approvals are asked "
+        "through agentcell's own channel (a Notification hook with matcher permission_prompt "
+        "runs as one is asked)",
         "hooks.Stop: a 'prompt' hook is taken but does not run: agentcell runs command hooks only",
     ]
     # Named once, however often the table is read.
     with caplog.at_level(logging.WARNING, logger="agentcell.hooks"):
         for _ in range(3):
-            parse_hooks({"PreCompact": [{"command": "x"}]}, "once-test")
-    assert caplog.text.count("once-test: hooks.PreCompact: taken") == 1
+            parse_hooks({"PermissionRequest": [{"command": "x"}]}, "once-test")
+    assert caplog.text.count("once-test: hooks.PermissionRequest: taken") == 1
 
 
 @pytest.fixture

@@ -52,7 +52,6 @@ UNFIRED_EVENTS: dict[str, str] = {
     "PostToolUseFailure": "PostToolUse runs for failed calls too (tool_response says so)",
     "PermissionRequest": "approvals are asked through agentcell's own channel (a "
     "Notification hook with matcher permission_prompt runs as one is asked)",
-    "PreCompact": "agentcell does not compact conversations yet",
 }
 log = logging.getLogger("agentcell.hooks")
 _named: set[str] = set()  # warnings already given, so each is given once

@@ -156,6 +156,10 @@ class HookRunner:
             matched = [name for name in names if self.matching(event, name)]
             if matched:
                 hooked[event] = matched
+        # A sub-agent's compaction (its trigger is "auto") asks when a PreCompact hook
+        # matches it (Claude Code's matchers: "auto", "manual").
+        if self.matching("PreCompact", "auto"):
+            hooked["PreCompact"] = ["auto"]
         return hooked
 
     def hook_patterns(self) -> dict[str, list[str]]:

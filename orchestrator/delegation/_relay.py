@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -235,6 +236,23 @@ class Relay:
             account=child.scope.account,
         )
 
+    async def _pre_compact(self, frame: HookRequest) -> HookReply:
+        """Claude Code's PreCompact input: the trigger and its custom instructions (none
+        for an automatic compaction). It cannot stop the compaction, as in Claude Code."""
+        spec = self.child.spec
+        try:
+            given = json.loads(frame.arguments or "{}")
+        except ValueError:
+            given = {}
+        payload = {
+            "agent_id": spec.agent_id,
+            "agent_type": spec.agent_type,
+            "trigger": frame.tool,
+            "custom_instructions": str(given.get("custom_instructions", ""))[:10_000],
+        }
+        await self.child.hooks.run("PreCompact", payload, frame.tool)
+        return HookReply(request_id=frame.request_id)
+
     async def _hook(self, frame: HookRequest) -> None:
         spec, hooks, stop_hooks = self.child.spec, self.child.hooks, self.child.stop_hooks
         offered = spec.hooked_tools.get(frame.event, [])
@@ -242,6 +260,8 @@ class Relay:
             if frame.event == "SubagentStop":
                 stop_hooks.open = False
             reply = HookReply(request_id=frame.request_id)
+        elif frame.event == "PreCompact":  # its history is about to be summarised
+            reply = await self._pre_compact(frame)
         elif frame.event == "SubagentStop":  # the child's final answer, before it stops
             try:
                 outcome = await stop_hooks.relayed(frame.response)
