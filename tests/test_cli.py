@@ -478,3 +478,26 @@ def test_an_agent_run_beside_a_running_turn(project: Path, model_server: ModelSe
     finally:
         for pid in pids:
             _proc.kill_session(pid)
+
+
+def test_ctrl_c_at_an_approval_question_cancels_the_turn(
+    project: Path, model_server: ModelServer
+) -> None:
+    """The README: Ctrl-C cancels the turn. At an approval question it used to answer "no"
+    alone, and the turn carried on."""
+    model_server.responder = chat_responder
+    env = cli_env(project, model_server, TERM="dumb")
+    term = Terminal(["chat", "--model", "openai:gpt-test"], project, env)
+    try:
+        term.expect("you> ")
+        term.send("run echo please\n")
+        term.expect("allow? [y]es / [n]o / [a]lways for bash:")
+        term.send("\x03")
+        term.expect("cancelling this turn")
+        term.expect("cancelled: the run was cancelled", timeout=60)
+        term.send("/quit\n")
+        term.expect("bye")
+        assert term.close() == 0
+    except BaseException:
+        term.kill()
+        raise

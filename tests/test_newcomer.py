@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from agentcell.orchestrator.backends._ray_local import RayHead, stop_ray_head
 from model_servers import Call, ModelServer, Reply
+from ray_util import outside_loopback
 from test_cli import AGENTCELL, cli_env
 
 
@@ -114,20 +114,6 @@ def test_a_claude_code_agent_file_runs_on_a_local_server_through_model_alias(
     assert bad.returncode == 2 and "write ALIAS=PROVIDER:NAME" in bad.stderr
 
 
-def _outside_loopback(head: RayHead) -> list[str]:
-    outside = []
-    for proc in head.processes():
-        try:
-            connections = proc.net_connections(kind="inet")
-        except psutil.Error:
-            continue
-        for conn in connections:
-            for address in (conn.laddr, conn.raddr):
-                if address and address.ip not in ("127.0.0.1", "::ffff:127.0.0.1"):
-                    outside.append(f"{proc.pid} {proc.name()}: {address.ip}:{address.port}")
-    return outside
-
-
 def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
     tmp_path: Path,
 ) -> None:
@@ -144,7 +130,7 @@ def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
         state = json.loads((tmp_path / "st" / "agentcell" / "ray-head.json").read_text())
         head = RayHead(state["address"], {}, state["home"], state["leader"])
         assert state["address"].startswith("127.0.0.1:") and head.processes()
-        assert not _outside_loopback(head)
+        assert not outside_loopback(head)
         status = _agentcell(tmp_path, env, "ray", "status")
         assert state["address"] in status.stdout
         stopped = _agentcell(tmp_path, env, "ray", "stop")

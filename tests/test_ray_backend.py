@@ -33,6 +33,7 @@ from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
 from delegation_util import gate
 from model_servers import Call, ModelServer, Reply
+from ray_util import outside_loopback
 from test_cli import AGENTCELL, cli_env
 
 from agentcell import AgentDefinition, Orchestrator, Settings
@@ -370,16 +371,7 @@ def test_killing_the_orchestrator_leaves_no_actor_or_sub_agent_behind(
 
 def test_the_cluster_talks_to_loopback_only(head: RayHead) -> None:
     """Every socket of every process the head started points at 127.0.0.1 (or is local)."""
-    outside = []
-    for proc in head.processes():
-        try:
-            connections = proc.net_connections(kind="inet")
-        except psutil.Error:
-            continue
-        for conn in connections:
-            for address in (conn.laddr, conn.raddr):
-                if address and address.ip not in ("127.0.0.1", "::ffff:127.0.0.1"):
-                    outside.append(f"{proc.pid} {proc.name()}: {address.ip}:{address.port}")
+    outside = outside_loopback(head)
     assert head.processes(), "the head should still be running"
     assert not outside, outside
 

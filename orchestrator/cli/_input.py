@@ -203,13 +203,12 @@ class PromptInput:
         while True:
             try:
                 line = await self.session.prompt_async(self._message)
-            except (KeyboardInterrupt, EOFError) as exc:
+            except (KeyboardInterrupt, EOFError):
                 if self._questions:  # Ctrl-C or Ctrl-D at a question: the answer is no
                     _, answer = self._questions.popleft()
                     if not answer.done():
                         answer.set_exception(EOFError())
-                    if isinstance(exc, KeyboardInterrupt):
-                        continue
+                # Ctrl-C goes on to the chat, as anywhere: it cancels the turn that asked.
                 raise
             if self._questions:
                 _, answer = self._questions.popleft()
