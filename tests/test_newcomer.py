@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,31 @@ def test_piped_chat_runs_each_line_in_turn_and_keeps_the_last_answer(tmp_path: P
     assert "echo: hello" in chat.stdout and "echo: again" in chat.stdout, chat.stdout
     assert "still on your last message" not in chat.stdout
     assert chat.stdout.index("echo: hello") < chat.stdout.index("echo: again")
+
+
+def test_on_a_terminal_the_answer_shows_as_it_streams_not_a_line_at_a_time(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    """A long one-line answer left the screen blank until its newline: the line in
+    progress now shows under the live table as the tokens come."""
+    from terminal_util import Screen
+
+    release = threading.Event()
+    model_server.responder = lambda body, api: Reply(
+        text="Streaming-head of an answer that is one long line",
+        chunk_size=4,
+        pause_after=6,
+        release=release,
+    )
+    (tmp_path / "home").mkdir()
+    env = cli_env(tmp_path, model_server)
+    env.pop("NO_COLOR")  # a colour terminal: the live table, as a person sees it
+    term = Screen(["run", "--model", "openai:gpt-test", "go"], tmp_path, env)
+    try:
+        term.wait(lambda text: "main> Streaming-" in text, "the line in progress")
+        release.set()
+        term.wait(lambda text: "completed in" in text, "the end of the run")
+        assert term.close() == 0
+    finally:
+        release.set()
+        term.kill()

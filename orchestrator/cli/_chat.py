@@ -74,11 +74,15 @@ EXIT_TERMINATED = 143
 class ChatAnswer:
     """The main agent's text as it arrives, a line at a time above the prompt."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, view: ProgressView | None = None) -> None:
         self.console = console
         self.redact = Redactor.from_env()
         self.shown = False
         self._line = ""
+        # The status bar shows the line in progress (and that the agent is working).
+        self.view = view
+        if view is not None:
+            view.answering = ""
 
     def on_event(self, event: OrchestratorEvent) -> None:
         if not isinstance(event, AgentActivity) or event.agent_id != "main":
@@ -90,6 +94,8 @@ class ChatAnswer:
         elif isinstance(event.event, TurnStarted) and self._line:
             self._print(self._line)
             self._line = ""
+        if self.view is not None:
+            self.view.answering = self._line
 
     def _print(self, line: str) -> None:
         prefix = "" if self.shown else "\nagent> "
@@ -97,6 +103,8 @@ class ChatAnswer:
         self.console.print(literal(prefix + self.redact(line)), soft_wrap=True)
 
     def finish(self, final_text: str) -> None:
+        if self.view is not None:
+            self.view.answering = None
         if self._line:
             self._print(self._line)
             self._line = ""
@@ -254,7 +262,7 @@ class Chat:
         )
 
     async def _main(self, line: str) -> None:
-        answer = ChatAnswer(self.console)
+        answer = ChatAnswer(self.console, self.view)
         unsubscribe = self.orch.bus.subscribe(answer.on_event)
         try:
             report: RunReport = await self.orch.run(
@@ -262,6 +270,7 @@ class Chat:
             )
         finally:
             unsubscribe()
+            self.view.answering = None  # however the turn ended
         answer.finish(report.final_text)
         if not report.ok:
             self.say(f"{report.status.value}: {report.error}", "red")

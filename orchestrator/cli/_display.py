@@ -27,7 +27,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker import Redactor
 from rich.color import Color, ColorParseError
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
@@ -111,6 +111,10 @@ class ProgressView:
             self.rows["main"] = main
         self._live: Live | None = None
         self._holds = 0
+        #: The main agent's answer line in progress, while it streams (None: not answering).
+        #: Shown under the table and in chat's status bar: text arrives as it is made,
+        #: not a whole line at a time, and a long line shows that the agent is working.
+        self.answering: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,7 +240,20 @@ class ProgressView:
         )
 
     # -- rendering -------------------------------------------------------------------------
-    def render(self) -> Table:
+    def render(self) -> RenderableType:
+        table = self._table()
+        line = self._answer_line(self.console.width)
+        return table if line is None else Group(table, literal(line, style="dim"))
+
+    def _answer_line(self, width: int) -> str | None:
+        """The tail of the line in progress that fits ``width``, after ``main> ``."""
+        if self.answering is None:
+            return None
+        text = one_line(self.redact(self.answering)) or "…"
+        room = max(10, width - 8)
+        return "main> " + (text if len(text) <= room else "…" + text[-(room - 1) :])
+
+    def _table(self) -> Table:
         table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
         for name, justify in (
             ("agent", "left"),
@@ -275,7 +292,8 @@ class ProgressView:
             tool = f", last tool {one_line(row.last_tool)}" if row.last_tool else ""
             line = f"{row.agent_id} {row.agent_type} {one_line(row.description, 28)!s}: "
             lines.append(self.redact(line + where + f", {plural(row.turns, 'turn')}{tool}"))
-        return lines
+        answer = self._answer_line(self.console.width)
+        return lines if answer is None else [*lines, answer]
 
 
 #: The process columns, left out on a narrow terminal (``runs show`` has them all).

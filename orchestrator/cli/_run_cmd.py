@@ -73,6 +73,7 @@ class AnswerStream:
         *lines, self._line = (self._line + text).split("\n")
         for line in lines:
             self.view.print_above(line)
+        self.view.answering = self._line  # the line in progress, under the table
 
     def _write_out(self, text: str) -> None:
         try:
@@ -93,9 +94,11 @@ class AnswerStream:
             self._write(visible(self.redact(final_text)))
         if self.written and not self.written.endswith("\n"):
             self._write("\n")
-        if self.view is not None and self._line:
-            self.view.print_above(self._line)
-            self._line = ""
+        if self.view is not None:
+            self.view.answering = None
+            if self._line:
+                self.view.print_above(self._line)
+                self._line = ""
 
 
 def _secret_prefix_length(text: str, secrets: list[str]) -> int:
