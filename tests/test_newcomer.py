@@ -300,3 +300,24 @@ def test_on_a_terminal_the_answer_shows_as_it_streams_not_a_line_at_a_time(
     finally:
         release.set()
         term.kill()
+
+
+def test_chat_names_each_agent_file_warning_once_for_the_session(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    agents = tmp_path / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "odd.md").write_text(
+        "---\nname: odd\ndescription: d\ntools: Read, KillShell\n---\nYou help.\n"
+    )
+    chat = subprocess.run(
+        [AGENTCELL, "chat", "--model", "scripted:echo"],
+        input="hello\n@odd hi\nagain\n/quit\n",
+        cwd=tmp_path,
+        env=cli_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert chat.returncode == 0, chat.stderr
+    both = chat.stdout + chat.stderr
+    assert both.count("unknown tools KillShell") == 1, both

@@ -25,6 +25,7 @@ from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator._usage_text import split_counts, usage_split
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
+from agentcell.orchestrator.cli._report import print_diagnostics
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
@@ -402,6 +403,7 @@ async def run_chat(
     # A setup error (no model, unknown provider, missing key) ends the command here:
     # exit 2, and no run directory.
     await orch.check_setup()
+    print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
     run_dir = new_run_dir(workdir)
