@@ -162,12 +162,17 @@ def _phases(lane: Lane, lines: list[dict[str, Any]], queued_until: float | None)
         new = _state_after(line, state)
         if new is None:
             continue
-        # A tool call as quick as the clock's tick still gets its bar (and its tooltip).
-        if state and (ts > since or state == "tool"):
+        # A tool call or an approval as quick as the clock's tick still gets its bar (and
+        # its tooltip): the page must show every call, however fast.
+        if state and (ts > since or state in _ALWAYS_SHOWN):
             lane.segments.append(Segment(state, since, ts, title))
         state, since, title = new[0], ts, new[1] or (title if new[0] == "tool" else "")
-    if state and lane.end is not None and lane.end > since:
+    if state and lane.end is not None and (lane.end > since or state in _ALWAYS_SHOWN):
         lane.segments.append(Segment(state, since, lane.end, title))
+
+
+#: States drawn even when they took no measurable time.
+_ALWAYS_SHOWN = ("tool", "approval")
 
 
 def _state_after(line: dict[str, Any], state: str) -> tuple[str, str] | None:
