@@ -252,3 +252,25 @@ def test_a_process_cap_made_in_one_step_holds_the_limit_exactly() -> None:
             child.wait()
         _cgroup.release_process_cap(child.pid)
     assert out.strip() == "37"
+
+
+def test_a_secret_of_exactly_the_shortest_length_is_masked_and_a_shorter_one_is_not() -> None:
+    """The 8-character floor, both as a plain secret and as a digest a child is given."""
+    from agentcell.worker import Redactor, secret_digests
+
+    eight, seven = "k3y-8ch!", "k3y-7ch"
+    plain = Redactor([eight, seven])
+    assert plain(f"a {eight} b {seven}") == f"a [REDACTED] b {seven}"
+    digested = Redactor([], secret_digests([eight, seven]))
+    assert digested(f"a {eight} b {seven}") == f"a [REDACTED] b {seven}"
+
+
+def test_a_digested_secret_is_found_right_after_a_false_start_of_its_head() -> None:
+    """A child knows another key only by its first characters and a salted hash: a head
+    that also matches one character earlier must not hide the secret behind it."""
+    from agentcell.worker import Redactor, secret_digests
+
+    secret = "aaa12345678"
+    redact = Redactor([], secret_digests([secret]))
+    assert redact("x aaaa12345678 y") == "x a[REDACTED] y"
+    assert redact(f"{secret}{secret}") == "[REDACTED][REDACTED]"
