@@ -14,6 +14,10 @@ from pool_util import start
 #: hold in flight, so a sender that is not slowed would have finished long before.
 FLOOD = 50_000
 
+#: A flood no child finishes (days of frames): a child that ends did so on the cancel frame,
+#: never because it ran out of events while the cancel was still in its pipe.
+ENDLESS = 10**12
+
 
 def notice(i: int) -> Event:
     return Event(event=Notice(message=f"event {i}"))
@@ -95,7 +99,7 @@ async def test_a_held_child_that_is_cancelled_still_ends_promptly(pool: WorkerPo
     lease = await pool.acquire()
     try:
         held = watch_for_hold(lease._worker.channel)
-        await lease.send(start("flood", events=FLOOD))
+        await lease.send(start("flood", events=ENDLESS))
         await asyncio.wait_for(held.wait(), 30)
         lease.cancel("enough", grace=60)  # signals only after a minute: it must not need them
         outcome = await asyncio.wait_for(lease.wait(), 30)
