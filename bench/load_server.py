@@ -21,7 +21,8 @@ K requests in flight or R per second, 429 with ``Retry-After`` (counted as ``rej
 * ``GET /bench/stats``: CPU seconds, requests, peak concurrency since start.
 * ``GET /bench/run/<run>``: one run's requests — arrival and completion times (this
   process's monotonic clock, seconds), who sent it (``main`` or the sub-agent's index),
-  its turn — plus the run's peak requests in flight and the server CPU it cost.
+  its turn, its body's size in bytes — plus the run's peak requests in flight and the
+  server CPU it cost.
 * ``GET /bench/wait/<run>/<count>``: answers once ``count`` sub-agents of the run have
   sent their first request (or after 30 s), so a benchmark can look at them while all
   of them are alive.
@@ -75,7 +76,7 @@ class RunLog:
     )
 
     def __init__(self) -> None:
-        self.rows: list[list[Any]] = []  # [arrival_s, done_s, role, turn, stream]
+        self.rows: list[list[Any]] = []  # [arrival_s, done_s, role, turn, stream, bytes]
         self.in_flight = 0
         self.peak = 0
         self.first_seen: set[str] = set()  # sub-agents that sent a request
@@ -149,7 +150,7 @@ class Server:
                     {"retry-after": f"{wait:.3f}"},
                 )
                 return
-        row = [arrival, 0.0, reply.role, reply.turn, bool(doc.get("stream"))]
+        row = [arrival, 0.0, reply.role, reply.turn, bool(doc.get("stream")), len(body)]
         run.rows.append(row)
         run.in_flight += 1
         run.peak = max(run.peak, run.in_flight)

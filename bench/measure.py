@@ -41,6 +41,20 @@ def cpu_descendants() -> float:
     return total
 
 
+def cpu_direct_children() -> float:
+    """CPU seconds of this process's live children themselves, without what they reaped:
+    for agentcell, its fork servers' own work (forking, the spares' requests), apart from
+    the sub-agents they started."""
+    total = 0.0
+    for child in psutil.Process().children():
+        try:
+            t = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def cpu_machine() -> float:
     """Busy CPU seconds of the whole machine (every process, every core)."""
     t = psutil.cpu_times()
@@ -96,11 +110,11 @@ def dispatch_latencies(log: dict[str, Any]) -> list[float]:
     """Seconds from the end of the main agent's first reply (its task calls) to each
     sub-agent's first request, from the server's own clock."""
     rows = log.get("requests") or []
-    sent = [done for _arrival, done, role, turn, _ in rows if role == "main" and turn == 0]
+    sent = [row[1] for row in rows if row[2] == "main" and row[3] == 0]
     if not sent:
         return []
     first: dict[str, float] = {}
-    for arrival, _done, role, _turn, _ in rows:
+    for arrival, _done, role, *_ in rows:
         if role != "main" and (role not in first or arrival < first[role]):
             first[role] = arrival
     return sorted(t - sent[0] for t in first.values())

@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from bench import measure
+from bench import analysis, measure
 from bench.script import Spec
 from bench.server_handle import get_json, wait_for_jobs
 
@@ -57,6 +57,7 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         count_events=bool(job.get("count_events")),
         limits=job.get("limits"),
         prestart=bool(job.get("prestart")),
+        analysis=job["spec"].get("tool") == analysis.FILES,
     )
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]
@@ -91,6 +92,7 @@ async def _one(
         row["startup_s"] = time.perf_counter() - opened
         # From here: not the fork server's start nor the warm spares made in open().
         children_before = measure.cpu_descendants()
+        direct_before = measure.cpu_direct_children()
         if memory:
             snapshot = asyncio.create_task(_snapshot(system, job["port"], run_id, n))
         cpu0, machine0 = measure.cpu_self(), measure.cpu_machine()
@@ -99,6 +101,8 @@ async def _one(
             result = await _bounded(system.run(spec), job.get("timeout_s", 120), row)
             wall = time.perf_counter() - t0
         cpu1, machine1 = measure.cpu_self(), measure.cpu_machine()
+        # Before close(), which may end them (their own time then merges into what we reap).
+        row["direct_children_cpu_s"] = measure.cpu_direct_children() - direct_before
         row.update(
             ok=result.ok,
             completed=result.completed,
@@ -134,6 +138,7 @@ async def _one(
     row["rejected"] = log.get("rejected", 0)  # 429s the server answered (rate-limited runs)
     row["requests"] = len(log.get("requests") or [])
     row["dispatch_s"] = measure.dispatch_latencies(log)
+    row["request_bytes"] = analysis.request_sizes(log.get("requests") or [])
     if "machine_cpu_s" in row:
         # What the rest of the machine (other users' processes) took during the run: a
         # shared 2-core machine is noisy, and this says which rows to distrust.

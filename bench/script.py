@@ -8,7 +8,8 @@ Every system under test gets the same conversation, whatever its framework:
   ``bench-job run=… i=… …``; its next request, with N tool results, gets a final answer.
 * a **sub-agent**'s user prompt is such a ``bench-job`` line. It is told to call its tool
   ``turns - 1`` times (one call per turn), then it gets a final answer of ``answer``
-  tokens.
+  tokens. With ``tool=files`` (the analysis workload) the calls are file-tool calls
+  that ``bench.analysis.call`` picks from the conversation itself.
 
 Nothing is remembered between requests, so any number of clients, in any process, with
 any retry behaviour, see the same script. The run id ties the requests of one run
@@ -20,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Any
+
+from bench import analysis
 
 MAIN = "bench-main"
 JOB = "bench-job"
@@ -105,8 +108,11 @@ def respond(body: dict[str, Any]) -> Reply:
         return _main(body, spec, turn)
     if turn < spec.turns - 1:
         call_id = f"call_{spec.run}_{spec.i}_{turn}"
-        args = json.dumps({TOOL_ARG: f"{spec.run}/{spec.i}/{turn}"})
-        return Reply([], [(call_id, spec.tool, args)], str(spec.i), turn, spec)
+        if spec.tool == analysis.FILES:  # the analysis workload: file tools over a tree
+            name, args = analysis.arguments(spec.i, turn, messages)
+        else:
+            name, args = spec.tool, json.dumps({TOOL_ARG: f"{spec.run}/{spec.i}/{turn}"})
+        return Reply([], [(call_id, name, args)], str(spec.i), turn, spec)
     return Reply(_answer(spec.answer, spec.i), [], str(spec.i), turn, spec)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from bench.analysis import FILES
 from bench.systems import SYSTEMS
 
 RAY = "agentcell (ray)"
@@ -20,6 +21,8 @@ RAY_ROWS_QUICK = ((RAY, "", {"max_n": 8, "timeout_s": 120.0}),)
 RL_K = 8
 RL_RPS = 40.0
 RL_LIMITS = {"max_concurrent": RL_K, "requests_per_minute": RL_RPS * 60 * 0.9}
+#: The analysis workload's model turns per sub-agent (nine file-tool calls, then an answer).
+ANALYSIS_TURNS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +107,24 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             extra=(("agentcell", "limiter", {"limits": RL_LIMITS}),),
             quick_ns=(32,),
             full_ns=(32, 128),
+            timeout_s=60.0,
+        ),
+        Workload(
+            name="analysis",
+            title="analysis: sub-agents reading a real source tree",
+            what=(
+                f"Each sub-agent makes {ANALYSIS_TURNS} model turns of {lat:g} ms: glob, grep and "
+                "seven read_file calls over a copy of this repository's worker/ package (a fixed "
+                "commit), then an answer; its system prompt is an 18.6 KB project guide, so every "
+                "request carries 20–40 KB (request KB: the sub-agents' request bodies as the "
+                "server received them, median [min–max]). agentcell and the in-process engine use "
+                "agentcell's built-in read_file/grep/glob; the peers plain Python functions doing "
+                f"the same reads. Ideal wall time: {ANALYSIS_TURNS + 2} × latency."
+            ),
+            systems=["agentcell", "in-process engine", *PEERS],
+            spec={"turns": ANALYSIS_TURNS, "tool": FILES, "lat": lat},
+            quick_ns=(1, 8, 32),
+            full_ns=(1, 8, 32, 128),
             timeout_s=60.0,
         ),
         Workload(

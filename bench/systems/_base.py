@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from importlib import metadata
 from typing import ClassVar
 
+from bench import analysis
 from bench.script import Spec
 
 MAIN_PROMPT = "You are the main agent of a benchmark. Delegate every job with your task tool."
@@ -19,6 +21,7 @@ class Options:
     count_events: bool = False  # count the sub-agents' text deltas reaching the parent
     limits: dict[str, float] | None = None  # agentcell: its provider limiter ([limits.openai])
     prestart: bool = False  # ProcessPoolExecutor: start every worker before the clock
+    analysis: bool = False  # the analysis workload: file tools over a source tree
 
 
 @dataclasses.dataclass(slots=True)
@@ -28,6 +31,23 @@ class Outcome:
     detail: str = ""  # why not ok
     events: int = 0  # sub-agent text events handled by the parent (count_events)
     chars: int = 0  # the text they carried
+
+
+def worker_prompt(options: Options) -> str:
+    """The sub-agents' system prompt: the analysis workload's project guide, or the
+    one-liner of the others."""
+    return analysis.guide() if options.analysis else WORKER_PROMPT
+
+
+def analysis_tree(options: Options) -> str:
+    """For the analysis workload, a fresh folder holding the source tree (the peers'
+    file tools read it; agentcell's tools read their working directory); else ""."""
+    if not options.analysis:
+        return ""
+    folder = tempfile.mkdtemp(prefix="agentcell-bench-tree-")
+    analysis.corpus_into(folder)
+    analysis.set_root(folder)
+    return folder
 
 
 class System:

@@ -16,14 +16,15 @@ from agentcell.orchestrator import (
 from agentcell.orchestrator.config import ProviderLimits
 from agentcell.protocol import TextDelta
 
+from bench import analysis
 from bench.script import Spec
 from bench.systems._base import (
     WORKER_DESCRIPTION,
-    WORKER_PROMPT,
     Options,
     Outcome,
     System,
     outcome,
+    worker_prompt,
 )
 from bench.systems._engine_tools import TOOLS
 
@@ -57,11 +58,15 @@ class Agentcell(System):
     async def open(self, n: int, options: Options) -> None:
         self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
         settings = self.settings(n, options)
+        tools = [tool.name for tool in TOOLS]
+        if options.analysis:  # its built-in file tools, over the tree in its workdir
+            analysis.corpus_into(self.workdir)
+            tools = list(analysis.TOOL_NAMES)
         worker = AgentDefinition(
             name="worker",
             description=WORKER_DESCRIPTION,
-            system_prompt=WORKER_PROMPT,
-            tools=[tool.name for tool in TOOLS],
+            system_prompt=worker_prompt(options),
+            tools=tools,
             model="inherit",
         )
         self.pool = None

@@ -8,17 +8,20 @@ instance (one client, one connection pool) shared by every agent, as in its docs
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
+from bench import analysis
 from bench.script import Spec
 from bench.systems._base import (
     MAIN_PROMPT,
     WORKER_DESCRIPTION,
-    WORKER_PROMPT,
     Options,
     Outcome,
     System,
+    analysis_tree,
     outcome,
+    worker_prompt,
 )
 from bench.tools import crunch, probe
 
@@ -30,6 +33,7 @@ class DeepAgents(System):
     def __init__(self) -> None:
         self.agent: Any = None
         self.count_events = False
+        self.tree = ""
 
     def available(self) -> str:
         try:
@@ -48,6 +52,9 @@ class DeepAgents(System):
             StructuredTool.from_function(coroutine=probe, name="probe"),
             StructuredTool.from_function(func=crunch, name="crunch"),
         ]
+        self.tree = analysis_tree(options)
+        if self.tree:  # the analysis workload: plain functions over the tree
+            tools = [StructuredTool.from_function(func=f) for f in analysis.PEER_TOOLS]
         model = ChatOpenAI(
             model="bench",
             base_url=os.environ["OPENAI_BASE_URL"],
@@ -58,7 +65,7 @@ class DeepAgents(System):
         worker = {
             "name": "worker",
             "description": WORKER_DESCRIPTION,
-            "system_prompt": WORKER_PROMPT,
+            "system_prompt": worker_prompt(options),
             "tools": tools,
         }
         self.agent = create_deep_agent(model=model, system_prompt=MAIN_PROMPT, subagents=[worker])
@@ -92,3 +99,7 @@ class DeepAgents(System):
         answer = outcome(spec.n, answers, main_ok=last.startswith("All"))
         answer.events, answer.chars = events, chars
         return answer
+
+    async def close(self) -> None:
+        if self.tree:
+            shutil.rmtree(self.tree, ignore_errors=True)

@@ -8,17 +8,20 @@ run non-streamed unless ``on_stream`` is given, which the events workload does.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any
 
+from bench import analysis
 from bench.script import Spec
 from bench.systems._base import (
     MAIN_PROMPT,
     WORKER_DESCRIPTION,
-    WORKER_PROMPT,
     Options,
     Outcome,
     System,
+    analysis_tree,
     outcome,
+    worker_prompt,
 )
 from bench.tools import crunch, probe
 
@@ -30,6 +33,7 @@ class OpenAIAgents(System):
     def __init__(self) -> None:
         self.main: Any = None
         self.answers: list[str] = []
+        self.tree = ""
         self.events = 0
         self.chars = 0
 
@@ -57,11 +61,15 @@ class OpenAIAgents(System):
             max_retries=0,
         )
         model = OpenAIChatCompletionsModel(model="bench", openai_client=client)
+        tools = [function_tool(probe), function_tool(crunch)]
+        self.tree = analysis_tree(options)
+        if self.tree:  # the analysis workload: plain functions over the tree
+            tools = [function_tool(f) for f in analysis.PEER_TOOLS]
         worker = Agent(
             name="worker",
-            instructions=WORKER_PROMPT,
+            instructions=worker_prompt(options),
             model=model,
-            tools=[function_tool(probe), function_tool(crunch)],
+            tools=tools,
         )
 
         async def collect(result: RunResult) -> str:
@@ -92,3 +100,7 @@ class OpenAIAgents(System):
         answer = outcome(spec.n, self.answers, main_ok=str(result.final_output).startswith("All"))
         answer.events, answer.chars = self.events, self.chars
         return answer
+
+    async def close(self) -> None:
+        if self.tree:
+            shutil.rmtree(self.tree, ignore_errors=True)

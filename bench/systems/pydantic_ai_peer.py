@@ -7,10 +7,20 @@
 # No ``from __future__ import annotations`` here: the tool below is declared inside a
 # method, and pydantic-ai reads its annotations (RunContext, a local name) at run time.
 import os
+import shutil
 from typing import Any
 
+from bench import analysis
 from bench.script import Spec
-from bench.systems._base import MAIN_PROMPT, WORKER_PROMPT, Options, Outcome, System, outcome
+from bench.systems._base import (
+    MAIN_PROMPT,
+    Options,
+    Outcome,
+    System,
+    analysis_tree,
+    outcome,
+    worker_prompt,
+)
 from bench.tools import crunch, probe
 
 
@@ -21,6 +31,7 @@ class PydanticAI(System):
     def __init__(self) -> None:
         self.main: Any = None
         self.answers: list[str] = []
+        self.tree = ""
         self.events = 0
         self.chars = 0
 
@@ -42,7 +53,11 @@ class PydanticAI(System):
             base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"]
         )
         model = OpenAIChatModel("bench", provider=provider)
-        worker = Agent(model, instructions=WORKER_PROMPT, tools=[Tool(probe), Tool(crunch)])
+        tools = [Tool(probe), Tool(crunch)]
+        self.tree = analysis_tree(options)
+        if self.tree:  # the analysis workload: plain functions over the tree
+            tools = [Tool(f) for f in analysis.PEER_TOOLS]
+        worker = Agent(model, instructions=worker_prompt(options), tools=tools)
         self.limits = UsageLimits(request_limit=None)
         self.main = Agent(model, instructions=MAIN_PROMPT)
         handler = self._on_events if options.count_events else None
@@ -75,3 +90,7 @@ class PydanticAI(System):
         answer = outcome(spec.n, self.answers, main_ok=str(result.output).startswith("All"))
         answer.events, answer.chars = self.events, self.chars
         return answer
+
+    async def close(self) -> None:
+        if self.tree:
+            shutil.rmtree(self.tree, ignore_errors=True)
