@@ -45,8 +45,8 @@ GUIDE_SOURCE = "docs/architecture.md"
 #: The system prompt's size: with the tool schemas and the growing conversation, the
 #: first request is just over 20 KB and the tenth under 40 KB.
 GUIDE_CHARS = 18_600
-#: Lines each read_file call asks for (≈ 1.5–2.5 KB of numbered Python source).
-READ_LINES = 30
+#: Lines each read_file call asks for (≈ 1.2–2 KB of numbered Python source).
+READ_LINES = 26
 GREP_PATTERN = r"^(class|def|async def) \w+"
 GREP_MAX = 20
 

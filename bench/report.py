@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from bench import targets
 from bench.measure import percentile
 
 MiB = 2**20
@@ -40,10 +41,14 @@ def by_n(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
             "startup_s",
             "rejected",
             "requests",
+            "direct_children_cpu_s",
         ):
             values = [r[key] for r in use if key in r]
             agg[key] = statistics.median(values) if values else math.nan
         agg["dispatch_s"] = sorted(x for r in use for x in r.get("dispatch_s", []))
+        sizes = [r["request_bytes"] for r in use if r.get("request_bytes")]
+        if sizes:
+            agg["request_bytes"] = sizes[len(sizes) // 2]
         memories = [r["memory"] for r in use if r.get("memory")]
         if memories:
             agg["memory"] = memories[len(memories) // 2]
@@ -214,6 +219,18 @@ def io_dispatch_table(workload: dict[str, Any]) -> str:
     return _table(header, rows)
 
 
+def request_size_table(workload: dict[str, Any]) -> str:
+    """KB (1000 bytes) per sub-agent request as the server received it, per system × N."""
+    header = ["system", "N", "requests", "median KB", "min KB", "max KB"]
+    rows = []
+    for result in workload["results"]:
+        for n, agg in by_n(result).items() if not result.get("unavailable") else []:
+            sizes = agg.get("request_bytes") or {}
+            kb = [_f(sizes[k] / 1000, 1) if k in sizes else "—" for k in ("median", "min", "max")]
+            rows.append([_label(result), str(n), _f(agg["requests"], 0), *kb])
+    return _table(header, rows)
+
+
 def memory_table(workload: dict[str, Any]) -> str:
     header = [
         "system",
@@ -306,7 +323,8 @@ def _wall(results: dict[str, Any], workload: str, system: str, n: int, variant: 
 
 PEER_NAMES = ("deepagents", "openai-agents", "pydantic-ai")
 
-#: The keys of results.json's "headline" object, in order (issue 14 asks for these).
+#: The keys of results.json's "headline" object, in order (issue 14 asks for these, and
+#: issue 23 the last four).
 HEADLINE_KEYS = (
     "io_128_x_ideal",
     "io_128_x_inprocess",
@@ -319,6 +337,10 @@ HEADLINE_KEYS = (
     "child_uss_mib",
     "ratelimit_429s_agentcell",
     "ratelimit_429s_fastest_peer",
+    "analysis_32_x_fastest_peer",
+    "total_cpu_x_inprocess_io_128",
+    "fork_server_cpu_ms_io_128",
+    "ratelimit_429s_fewest_peer",
 )
 
 
@@ -365,17 +387,13 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
     ideal = {int(k): v for k, v in io_entry["ideal_s"].items()} if io_entry else {}
     if ours is not None:
         figures["io_128_x_ideal"] = _ratio(ours["wall_s"], ideal.get(128))
-        figures["child_cpu_ms_io_128"] = float(ours["children_cpu_s"] / 128 * 1e3)
+        figures.update(_cpu_figures(ours, engine))
         if engine is not None:
             figures["io_128_x_inprocess"] = _ratio(ours["wall_s"], engine["wall_s"])
-            # Each sub-agent's own CPU: in its child for agentcell, in the parent for the
-            # in-process engine (all of whose work is its sub-agents' and main agent's).
-            figures["child_cpu_x_inprocess_io_128"] = _ratio(
-                ours["children_cpu_s"], engine["parent_cpu_s"]
-            )
     for key, workload in (
         ("io_32_x_fastest_peer", "io"),
         ("https_io_32_x_fastest_peer", "https-io"),
+        ("analysis_32_x_fastest_peer", "analysis"),
     ):
         mine, peer = _agg(results, workload, "agentcell", 32), _fastest_peer(results, workload, 32)
         if mine is not None and peer is not None:
@@ -406,7 +424,38 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
     peer = _agg(results, "ratelimit", fastest, 32, failed_too=True) if fastest else None
     if peer is not None and math.isfinite(peer["rejected"]):
         figures["ratelimit_429s_fastest_peer"] = float(peer["rejected"])
+    figures["ratelimit_429s_fewest_peer"] = _fewest_429s(results)
     return figures
+
+
+def _cpu_figures(ours: dict[str, Any], engine: dict[str, Any] | None) -> dict[str, float | None]:
+    """agentcell's CPU at io N=128 against the in-process engine's. The runner's
+    children CPU holds the sub-agent processes and their fork servers' own work (read
+    apart as ``direct_children_cpu_s``); the in-process engine's parent CPU is all of its
+    sub-agents' and main agent's work."""
+    starters = ours.get("direct_children_cpu_s", math.nan)
+    starters = float(starters) if math.isfinite(starters) else 0.0  # older rows: not read
+    children = float(ours["children_cpu_s"]) - starters
+    inprocess = engine["parent_cpu_s"] if engine is not None else None
+    return {
+        "child_cpu_ms_io_128": children / 128 * 1e3,
+        "fork_server_cpu_ms_io_128": starters / 128 * 1e3,
+        "child_cpu_x_inprocess_io_128": _ratio(children, inprocess),
+        "total_cpu_x_inprocess_io_128": _ratio(
+            float(ours["children_cpu_s"]) + float(ours["parent_cpu_s"]), inprocess
+        ),
+    }
+
+
+def _fewest_429s(results: dict[str, Any]) -> float | None:
+    """The fewest 429s any peer provoked at the rate-limited run (given up or not)."""
+    counts = [
+        float(a["rejected"])
+        for p in PEER_NAMES
+        if (a := _agg(results, "ratelimit", p, 32, failed_too=True))
+        and math.isfinite(a["rejected"])
+    ]
+    return min(counts) if counts else None
 
 
 def _fastest_peer_name(
@@ -436,9 +485,10 @@ def headline(results: dict[str, Any]) -> str:
     for peer in ("deepagents", "openai-agents", "pydantic-ai"):
         ratio = _wall(results, "io", "agentcell", 32) / _wall(results, "io", peer, 32)
         lines.append(f"- io, N=32: agentcell ÷ {peer} = {_f(ratio)}")
-    for peer in PEER_NAMES:
-        ratio = _wall(results, "https-io", "agentcell", 32) / _wall(results, "https-io", peer, 32)
-        lines.append(f"- https-io, N=32: agentcell ÷ {peer} = {_f(ratio)}")
+    for workload in ("https-io", "analysis"):
+        for peer in PEER_NAMES:
+            ratio = _wall(results, workload, "agentcell", 32) / _wall(results, workload, peer, 32)
+            lines.append(f"- {workload}, N=32: agentcell ÷ {peer} = {_f(ratio)}")
     for label, variant in (("with its limiter", "limiter"), ("without", "")):
         agg = _agg(results, "ratelimit", "agentcell", 32, variant)
         if agg is not None:
@@ -495,14 +545,19 @@ def markdown(results: dict[str, Any]) -> str:
         "during the run (other users' processes; the children CPU of a run also lands after "
         "it ends, so a small excess is normal): a large value marks a noisy row.",
         "",
+        targets.table(results.get("headline") or headline_figures(results)),
+        "",
         headline(results),
     ]
     for workload in results["workloads"]:
         parts += ["", f"## {workload['title']}", "", workload["what"], ""]
         name = workload["name"]
-        if name in ("io", "cpu", "https-io"):
+        if name in ("io", "cpu", "https-io", "analysis"):
             ideal = {int(k): v for k, v in workload["ideal_s"].items()}
             parts.append(wall_table(workload, ideal))
+        if name == "analysis":
+            parts += ["", "Request sizes (the sub-agents' request bodies):", ""]
+            parts.append(request_size_table(workload))
         elif name == "dispatch":
             parts.append(
                 f"Raw floor (forkserver start + one frame each way): p50 {floor_p50 * 1e3:.1f} ms."
@@ -541,13 +596,13 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         name = workload["name"]
         fig, ax = plt.subplots(figsize=(7, 4.5))
         drawn = False
-        if name in ("io", "cpu", "events"):
+        if name in ("io", "cpu", "events", "analysis"):
             for result in workload["results"]:
                 points = [(n, a["wall_s"]) for n, a in by_n(result).items() if a["ok"]]
                 if points:
                     ax.plot(*zip(*points, strict=True), marker="o", label=_label(result))
                     drawn = True
-            if name in ("io", "cpu", "https-io"):
+            if name in ("io", "cpu", "https-io", "analysis"):
                 ideal = sorted((int(k), v) for k, v in workload["ideal_s"].items())
                 ax.plot(*zip(*ideal, strict=True), "k--", label="ideal")
             ax.set(xscale="log", yscale="log", xlabel="fan-out N", ylabel="wall time (s)")

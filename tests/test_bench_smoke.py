@@ -47,6 +47,8 @@ async def test_io_workload_for_agentcell_end_to_end(
         assert isinstance(row[key], int | float) and not math.isnan(row[key]), key
     assert row["peak_in_flight"] >= 1
     assert stats["requests"] >= row["requests"]
+    # The fork server's own CPU, read apart from the children's (within theirs).
+    assert 0.0 <= row["direct_children_cpu_s"] <= row["children_cpu_s"]
 
     # The report renders the io table from such a row.
     io = next(w for w in workloads(5, quick=True) if w.name == "io")
@@ -171,6 +173,10 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "child_uss_mib",
         "ratelimit_429s_agentcell",
         "ratelimit_429s_fastest_peer",
+        "analysis_32_x_fastest_peer",
+        "total_cpu_x_inprocess_io_128",
+        "fork_server_cpu_ms_io_128",
+        "ratelimit_429s_fewest_peer",
     ]
     assert figures["io_128_x_ideal"] == 2.0
     assert figures["io_128_x_inprocess"] == 1.25
