@@ -22,6 +22,7 @@ Three parts:
 
 from __future__ import annotations
 
+import atexit
 import fnmatch
 import functools
 import io
@@ -117,6 +118,7 @@ def _source() -> tuple[str, Path]:
     """(where the tree came from, a folder holding ``worker/`` and the guide's source),
     made once per process."""
     folder = Path(tempfile.mkdtemp(prefix="agentcell-bench-corpus-"))
+    atexit.register(shutil.rmtree, folder, True)
     archive = _git_archive(CORPUS_COMMIT, CORPUS_DIR)
     guide = _git_archive(CORPUS_COMMIT, GUIDE_SOURCE)
     if archive is not None and guide is not None:
