@@ -16,19 +16,25 @@ class Target:
     digits: int = 2
 
     def bound(self, headline: dict[str, Any]) -> float | None:
-        value = headline.get(self.limit) if isinstance(self.limit, str) else self.limit
-        return float(value) if _finite(value) else None
+        return _number(headline.get(self.limit) if isinstance(self.limit, str) else self.limit)
 
     def met(self, headline: dict[str, Any]) -> bool | None:
         """True or False; None when the figure (or its bound) was not measured."""
-        value, bound = headline.get(self.key), self.bound(headline)
-        if not _finite(value) or bound is None:
+        value, bound = _number(headline.get(self.key)), self.bound(headline)
+        if value is None or bound is None:
             return None
         return value < bound if isinstance(self.limit, str) else value <= bound
 
 
+def _number(value: Any) -> float | None:
+    """A finite figure as a float; None for null, NaN or anything else."""
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
 def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+    return _number(value) is not None
 
 
 TARGETS = (
@@ -77,7 +83,9 @@ def table(headline: dict[str, Any]) -> str:
     lines = [
         "## Targets (issue 23)",
         "",
-        f"{met} of {measured} measured targets met (of {len(body)}); one run, so noisy.",
+        f"{met} of {len(body)} targets met"
+        + (f" ({len(body) - measured} not measured)" if measured < len(body) else "")
+        + "; one run of each cell, so noisy.",
         "",
         "| target | this run | bound | met |",
         "|---|---|---|---|",

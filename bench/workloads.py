@@ -115,9 +115,9 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             what=(
                 f"Each sub-agent makes {ANALYSIS_TURNS} model turns of {lat:g} ms: glob, grep and "
                 "seven read_file calls over a copy of this repository's worker/ package (a fixed "
-                "commit), then an answer; its system prompt is an 18 KB project guide, so every "
-                "request carries 20–40 KB (request KB: the sub-agents' request bodies as the "
-                "server received them, median [min–max]). agentcell and the in-process engine use "
+                "commit), then an answer; its system prompt is an 18.6 KB project guide, so "
+                "every request carries 20–40 KB (the second table: the sub-agents' request "
+                "bodies as the server received them). agentcell and the in-process engine use "
                 "agentcell's built-in read_file/grep/glob; the peers plain Python functions doing "
                 f"the same reads. Ideal wall time: {ANALYSIS_TURNS + 2} × latency."
             ),
