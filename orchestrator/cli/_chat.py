@@ -26,6 +26,7 @@ from agentcell.orchestrator._usage_text import split_counts, usage_split
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.cli._report import print_diagnostics
+from agentcell.orchestrator.cli._resumed import begin_resumed_run, pin_run_dir, resuming_line
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
@@ -370,6 +371,7 @@ async def run_chat(
     *,
     agents: Sequence[AgentDefinition] = (),
     session: Session | None = None,
+    resumed_from: str | None = None,
 ) -> int:
     console = Console(highlight=False)
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
@@ -406,10 +408,8 @@ async def run_chat(
     print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
-    run_dir = new_run_dir(workdir)
-    orch.run_dir = run_dir
-    orch.runner.run_dir = str(run_dir)
-    record = ChatRecord(run_dir, orch.model_name or "")
+    record = _open_record(orch, workdir, resumed_from)
+    run_dir = record.run_dir
     chat = Chat(orch, console, view, record)
     if session is not None:  # `agentcell runs resume RUN_ID`: go on from a recorded session
         chat.session = session
@@ -427,10 +427,7 @@ async def run_chat(
             plain_input.stop()
 
     _handle_signals(loop, chat, orch, wake_input)
-    chat.say(
-        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n"
-        "Type /help for commands."
-    )
+    _greet(chat, settings, workdir, resumed_from)
     try:
         async with orch:
             await _converse(chat, orch, prompt_input, plain_input)
@@ -442,6 +439,24 @@ async def run_chat(
         record.write(orch)
     chat.say(f"bye: every sub-agent process has been stopped. record: {run_dir}")
     return chat.exit_code
+
+
+def _greet(chat: Chat, settings: Settings, workdir: Path, resumed_from: str | None) -> None:
+    resuming = resuming_line(resumed_from, chat.record.run_dir) + "\n" if resumed_from else ""
+    chat.say(
+        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n{resuming}"
+        "Type /help for commands."
+    )
+
+
+def _open_record(orch: Orchestrator, workdir: Path, resumed_from: str | None) -> ChatRecord:
+    """The session's run folder, made once setup has passed: a resume's marked as one."""
+    if resumed_from:
+        run_dir = begin_resumed_run(orch, workdir, resumed_from)
+    else:
+        run_dir = new_run_dir(workdir)
+        pin_run_dir(orch, run_dir)
+    return ChatRecord(run_dir, orch.model_name or "")
 
 
 def _handle_signals(
