@@ -180,8 +180,7 @@ async def run_once(
     session: Session | None = None,
     resumed_from: str | None = None,
 ) -> int:
-    """``resumed_from``: the id of the recorded run ``session`` comes from (``runs
-    resume``); this run then gets its own folder that names it."""
+    """``resumed_from``: the recorded run ``session`` is from (``runs resume``)."""
     console, live = make_console()
     view = None if quiet else ProgressView(console, live=live)
     reader, approval = _terminal_approval(settings, view)
@@ -243,7 +242,7 @@ async def run_once(
         answer_shown=answer is not None,
         extra={"resumed_from": resumed_from} if resumed_from else None,
     )
-    if run_dir is not None and resumed_from and not report.ok and not quiet:
+    if resumed_from and run_dir is not None and not report.ok and not quiet:
         console.print(literal(failed_resume_line(resumed_from, run_dir), style="red"))
     if received is not None:
         return EXIT_BY_SIGNAL[received]
