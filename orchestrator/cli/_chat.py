@@ -23,6 +23,12 @@ from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator._usage_text import split_counts, usage_split
+from agentcell.orchestrator.cli._chat_turns import (
+    TurnBackground,
+    running_line,
+    turn_results,
+    waiting_line,
+)
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.cli._report import print_diagnostics
@@ -138,7 +144,10 @@ class ChatRecord:
         text: str,
         error: str,
         subagents: Sequence[SubAgentResult],
+        background: Sequence[str] = (),
     ) -> None:
+        """``subagents``: those whose results the turn got (background ones that ended in
+        time included); ``background``: the background sub-agents the turn started."""
         self.turns.append(
             {
                 "turn": len(self.turns) + 1,
@@ -148,6 +157,7 @@ class ChatRecord:
                 "final_text": text,
                 "error": error,
                 "subagents": [r.agent_id for r in subagents],
+                "background": list(background),
             }
         )
 
@@ -265,6 +275,8 @@ class Chat:
 
     async def _main(self, line: str) -> None:
         answer = ChatAnswer(self.console, self.view)
+        background = TurnBackground(self.orch.tracker)
+        background.begin()
         unsubscribe = self.orch.bus.subscribe(answer.on_event)
         try:
             report: RunReport = await self.orch.run(
@@ -277,25 +289,32 @@ class Chat:
         if not report.ok:
             self.say(f"{report.status.value}: {report.error}", "red")
         foreground = [r for r in report.subagents if not r.background]
-        if foreground:
-            self.console.print(results_table(foreground, width=self.console.width))
+        got = turn_results(foreground, background.delivered())
+        if got:
+            self.console.print(results_table(got, width=self.console.width))
+        started = background.started()
+        for record in started:
+            if not record.state.terminal:
+                self.say(running_line(record))
+        for record in background.waiting():
+            self.say(waiting_line(record))
         self.record.turn(
             line,
             kind="main",
             status=report.status,
             text=report.final_text,
             error=report.error,
-            subagents=report.subagents,
+            subagents=got,
+            background=[record.task_id for record in started],
         )
 
     def on_event(self, event: OrchestratorEvent) -> None:
         if isinstance(event, SubAgentEnded) and event.result.background and not self.leaving:
             result = event.result
-            self.say(
-                f"background {result.agent_id} {result.agent_type} ended "
-                f"({result.status.value}); the main agent gets its result with your next "
-                "message"
-            )
+            note = f"background {result.agent_id} {result.agent_type} ended ({result.status.value})"
+            if not self.busy:  # the next main turn's first model call gets it
+                note += "; the main agent gets its result with your next message to it"
+            self.say(note)  # while a turn runs, its end says which turn got the result
 
     # -- commands ------------------------------------------------------------------------
     def command(self, line: str) -> None:

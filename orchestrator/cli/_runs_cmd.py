@@ -83,8 +83,10 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
             say(f"\nturn {turn['turn']} ({turn['kind']}): {turn['prompt']}", "bold")
             text = turn.get("final_text") or turn.get("error") or ""
             say(f"  {turn['status']}: {one_line(text, PREVIEW)}")
-            if turn.get("subagents"):
+            if turn.get("subagents"):  # whose results this turn got
                 say(f"  sub-agents: {', '.join(turn['subagents'])}")
+            if turn.get("background"):
+                say(f"  started in the background: {', '.join(turn['background'])}")
     elif summary.get("prompt"):
         say(f"prompt: {summary['prompt']}")
     if summary.get("error"):
