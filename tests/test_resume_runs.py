@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from model_servers import ModelServer, Reply
+from model_servers import Call, ModelServer, Reply
 from test_cli import AGENTCELL, cli_env
 
 REFUSED = Reply(status=400, error_message="this request is refused")
@@ -155,3 +155,41 @@ def test_a_resumed_chat_names_the_run_it_resumed(tmp_path: Path, model_server: M
     assert runs[new]["kind"] == "chat" and runs[new]["resumed_from"] == original
     assert f"resuming run {original} as run {new}" in chat.stdout
     assert _files(original_dir) == before
+
+
+def _continuing_responder(body: dict[str, Any], api: str) -> Reply:
+    """First run: the main agent asks a1 to look. Resumed: it asks to continue a1, is
+    refused, and starts a new sub-agent instead."""
+    messages = body["messages"]
+    if "main agent of agentcell" not in messages[0]["content"]:
+        return Reply(text="looked")
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    tools = [m["content"] for m in messages if m["role"] == "tool"]
+    look = {"subagent_type": "Explore", "prompt": "look", "description": "look"}
+    if users[-1] == "hello":
+        return Reply(tool_calls=[Call("task", look)]) if not tools else Reply(text="looked once")
+    if len(tools) == 1:  # the resumed turn's first call: go on with a1
+        return Reply(tool_calls=[Call("task", {**look, "resume": "a1", "prompt": "more"})])
+    if len(tools) == 2:
+        return Reply(tool_calls=[Call("task", look)])
+    return Reply(text="resumed done")
+
+
+def test_a_resumed_run_numbers_its_sub_agents_after_the_ones_it_names(
+    tmp_path: Path, model_server: ModelServer
+) -> None:
+    """The resumed conversation names a1: a new sub-agent used to be a1 again, so "a1"
+    meant two agents (and ``resume`` of the earlier one would continue the new one)."""
+    work = _project(tmp_path)
+    env = cli_env(work, model_server)
+    model_server.responder = _continuing_responder
+    first = _agentcell(work, env, "run", "--model", "openai:m", "--json", "hello")
+    assert [s["agent_id"] for s in json.loads(first.stdout)["subagents"]] == ["a1"], first.stderr
+    original = Path(json.loads(first.stdout)["run_dir"]).name
+    resumed = _agentcell(work, env, "runs", "resume", original, "--json", "go on")
+    shown = json.loads(resumed.stdout)
+    assert shown["final_text"] == "resumed done", resumed.stderr
+    refused, started = shown["subagents"]
+    assert (refused["agent_id"], started["agent_id"]) == ("a2", "a3"), shown["subagents"]
+    assert "a1 ran in the earlier run" in refused["error"], refused
+    assert started["status"] == "completed"

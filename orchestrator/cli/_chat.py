@@ -427,7 +427,7 @@ async def run_chat(
     print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
-    record = _open_record(orch, workdir, resumed_from)
+    record = _open_record(orch, workdir, resumed_from, session)
     run_dir = record.run_dir
     chat = Chat(orch, console, view, record)
     if session is not None:  # `agentcell runs resume RUN_ID`: go on from a recorded session
@@ -468,10 +468,12 @@ def _greet(chat: Chat, settings: Settings, workdir: Path, resumed_from: str | No
     )
 
 
-def _open_record(orch: Orchestrator, workdir: Path, resumed_from: str | None) -> ChatRecord:
+def _open_record(
+    orch: Orchestrator, workdir: Path, resumed_from: str | None, session: Session | None
+) -> ChatRecord:
     """The session's run folder, made once setup has passed: a resume's marked as one."""
-    if resumed_from:
-        run_dir = begin_resumed_run(orch, workdir, resumed_from)
+    if resumed_from and session is not None:
+        run_dir = begin_resumed_run(orch, workdir, resumed_from, session)
     else:
         run_dir = new_run_dir(workdir)
         pin_run_dir(orch, run_dir)

@@ -156,12 +156,18 @@ async def _watched(
 
 
 def _resumed_run_dir(
-    orch: Orchestrator, workdir: Path, resumed_from: str | None, console: Console, *, quiet: bool
+    orch: Orchestrator,
+    workdir: Path,
+    resumed_from: str | None,
+    session: Session | None,
+    console: Console,
+    *,
+    quiet: bool,
 ) -> Path | None:
     """A resume's own run folder, made (and named on stderr) before the run starts."""
-    if not resumed_from:
+    if not resumed_from or session is None:
         return None
-    run_dir = begin_resumed_run(orch, workdir, resumed_from)
+    run_dir = begin_resumed_run(orch, workdir, resumed_from, session)
     if not quiet:
         console.print(literal(resuming_line(resumed_from, run_dir), style="dim"))
     return run_dir
@@ -217,7 +223,7 @@ async def run_once(
         await orch.check_setup()
         if not quiet:
             print_diagnostics(orch, console)
-        run_dir = _resumed_run_dir(orch, workdir, resumed_from, console, quiet=quiet)
+        run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
         async with orch:
             report = await _watched(
                 orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
