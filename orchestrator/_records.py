@@ -159,6 +159,10 @@ def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
+    return {**_summary_file(path), **_lineage(path)}
+
+
+def _summary_file(path: Path) -> dict[str, Any]:
     file = path / "summary.json"
     if not file.is_file():
         return {"status": "unfinished"}
@@ -191,3 +195,23 @@ def _verified_entries(record: Path) -> list[dict[str, Any]]:
     if not record.is_file():
         return []
     return [json.loads(line) for line in verified_record(record)]
+
+
+LINEAGE = "resumed-from.json"
+
+
+def mark_resumed(run_dir: Path, resumed_id: str) -> None:
+    """Note in a new run's own folder that it resumes run ``resumed_id``: written before
+    the run starts, beside its summary (which each turn rewrites), so a run that fails, or
+    is killed, still names the run it went on from; the resumed run's folder is never
+    written to."""
+    _write_private(run_dir / LINEAGE, json.dumps({"resumed_from": resumed_id}) + "\n")
+
+
+def _lineage(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((path / LINEAGE).read_text())
+    except (OSError, ValueError):
+        return {}
+    found = data.get("resumed_from") if isinstance(data, dict) else None
+    return {"resumed_from": found} if isinstance(found, str) else {}

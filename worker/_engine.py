@@ -156,6 +156,9 @@ class Engine:
         self._cancel_status = RunStatus.CANCELLED
         self._cancel_reason = ""
         self._session: Session | None = None
+        # The session's last message when this run began: a stopped run's answer so far
+        # is the text it wrote after it, never a seeded (resumed) session's older answer.
+        self._began_after: Message | None = None
 
     # -- public API ------------------------------------------------------------------------
     async def run(
@@ -178,6 +181,7 @@ class Engine:
         self._session = session = session if session is not None else Session()
         if prompt is not None:
             session.add(UserMessage(content=prompt))
+        self._began_after = session.messages[-1] if session.messages else None
         tracer = self.tracer
         token = tracer.start_agent() if tracer is not None else None
         inner = asyncio.create_task(self._drive(session), name=f"agentcell-engine-{self.agent_id}")
@@ -238,12 +242,13 @@ class Engine:
             return self._cancelled_result(session)
         except StopRun as stop:
             self._settle(session, stop.error)
-            return self._result(stop.status, stop.error, text=_last_text(session))
+            return self._result(stop.status, stop.error, text=self._answer_so_far(session))
 
     def _cancelled_result(self, session: Session) -> RunResult:
         if self._cancel_status is RunStatus.CANCELLED:
             return self._result(RunStatus.CANCELLED, self._cancel_reason or "the run was cancelled")
-        return self._result(self._cancel_status, self._cancel_reason, text=_last_text(session))
+        text = self._answer_so_far(session)
+        return self._result(self._cancel_status, self._cancel_reason, text=text)
 
     # -- the loop --------------------------------------------------------------------------
     async def _loop(self, session: Session) -> RunResult:
@@ -522,6 +527,9 @@ class Engine:
                         )
                 break
 
+    def _answer_so_far(self, session: Session) -> str:
+        return _last_text(session, self._began_after)
+
     def _result(self, status: RunStatus, error: str, *, text: str = "") -> RunResult:
         return RunResult(
             status=status,
@@ -537,8 +545,11 @@ def _ignore(event: AgentEvent) -> None:
     return None
 
 
-def _last_text(session: Session) -> str:
+def _last_text(session: Session, began_after: Message | None) -> str:
+    """The last text this run wrote (messages before ``began_after`` are earlier runs')."""
     for message in reversed(session.messages):
+        if message is began_after:
+            break
         if isinstance(message, AssistantMessage) and message.content:
             return message.content
     return ""

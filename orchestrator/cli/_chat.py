@@ -23,9 +23,16 @@ from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator._usage_text import split_counts, usage_split
+from agentcell.orchestrator.cli._chat_turns import (
+    TurnBackground,
+    running_line,
+    turn_results,
+    waiting_line,
+)
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.cli._report import print_diagnostics
+from agentcell.orchestrator.cli._resumed import begin_resumed_run, pin_run_dir, resuming_line
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
@@ -137,7 +144,10 @@ class ChatRecord:
         text: str,
         error: str,
         subagents: Sequence[SubAgentResult],
+        background: Sequence[str] = (),
     ) -> None:
+        """``subagents``: those whose results the turn got (background ones that ended in
+        time included); ``background``: the background sub-agents the turn started."""
         self.turns.append(
             {
                 "turn": len(self.turns) + 1,
@@ -147,6 +157,7 @@ class ChatRecord:
                 "final_text": text,
                 "error": error,
                 "subagents": [r.agent_id for r in subagents],
+                "background": list(background),
             }
         )
 
@@ -264,6 +275,8 @@ class Chat:
 
     async def _main(self, line: str) -> None:
         answer = ChatAnswer(self.console, self.view)
+        background = TurnBackground(self.orch.tracker)
+        background.begin()
         unsubscribe = self.orch.bus.subscribe(answer.on_event)
         try:
             report: RunReport = await self.orch.run(
@@ -276,25 +289,32 @@ class Chat:
         if not report.ok:
             self.say(f"{report.status.value}: {report.error}", "red")
         foreground = [r for r in report.subagents if not r.background]
-        if foreground:
-            self.console.print(results_table(foreground, width=self.console.width))
+        got = turn_results(foreground, background.delivered())
+        if got:
+            self.console.print(results_table(got, width=self.console.width))
+        started = background.started()
+        for record in started:
+            if not record.state.terminal:
+                self.say(running_line(record))
+        for record in background.waiting():
+            self.say(waiting_line(record))
         self.record.turn(
             line,
             kind="main",
             status=report.status,
             text=report.final_text,
             error=report.error,
-            subagents=report.subagents,
+            subagents=got,
+            background=[record.task_id for record in started],
         )
 
     def on_event(self, event: OrchestratorEvent) -> None:
         if isinstance(event, SubAgentEnded) and event.result.background and not self.leaving:
             result = event.result
-            self.say(
-                f"background {result.agent_id} {result.agent_type} ended "
-                f"({result.status.value}); the main agent gets its result with your next "
-                "message"
-            )
+            note = f"background {result.agent_id} {result.agent_type} ended ({result.status.value})"
+            if not self.busy:  # the next main turn's first model call gets it
+                note += "; the main agent gets its result with your next message to it"
+            self.say(note)  # while a turn runs, its end says which turn got the result
 
     # -- commands ------------------------------------------------------------------------
     def command(self, line: str) -> None:
@@ -370,6 +390,7 @@ async def run_chat(
     *,
     agents: Sequence[AgentDefinition] = (),
     session: Session | None = None,
+    resumed_from: str | None = None,
 ) -> int:
     console = Console(highlight=False)
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
@@ -406,10 +427,8 @@ async def run_chat(
     print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
-    run_dir = new_run_dir(workdir)
-    orch.run_dir = run_dir
-    orch.runner.run_dir = str(run_dir)
-    record = ChatRecord(run_dir, orch.model_name or "")
+    record = _open_record(orch, workdir, resumed_from, session)
+    run_dir = record.run_dir
     chat = Chat(orch, console, view, record)
     if session is not None:  # `agentcell runs resume RUN_ID`: go on from a recorded session
         chat.session = session
@@ -427,10 +446,7 @@ async def run_chat(
             plain_input.stop()
 
     _handle_signals(loop, chat, orch, wake_input)
-    chat.say(
-        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n"
-        "Type /help for commands."
-    )
+    _greet(chat, settings, workdir, resumed_from)
     try:
         async with orch:
             await _converse(chat, orch, prompt_input, plain_input)
@@ -442,6 +458,26 @@ async def run_chat(
         record.write(orch)
     chat.say(f"bye: every sub-agent process has been stopped. record: {run_dir}")
     return chat.exit_code
+
+
+def _greet(chat: Chat, settings: Settings, workdir: Path, resumed_from: str | None) -> None:
+    resuming = resuming_line(resumed_from, chat.record.run_dir) + "\n" if resumed_from else ""
+    chat.say(
+        f"agentcell chat · model {visible(settings.model or '?')} · {workdir}\n{resuming}"
+        "Type /help for commands."
+    )
+
+
+def _open_record(
+    orch: Orchestrator, workdir: Path, resumed_from: str | None, session: Session | None
+) -> ChatRecord:
+    """The session's run folder, made once setup has passed: a resume's marked as one."""
+    if resumed_from and session is not None:
+        run_dir = begin_resumed_run(orch, workdir, resumed_from, session)
+    else:
+        run_dir = new_run_dir(workdir)
+        pin_run_dir(orch, run_dir)
+    return ChatRecord(run_dir, orch.model_name or "")
 
 
 def _handle_signals(

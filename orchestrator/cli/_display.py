@@ -80,11 +80,6 @@ class Row:
     style: str = ""  # the agent type in the definition's colour
 
     @property
-    def elapsed(self) -> float:
-        """Since it was asked for (the log's clock)."""
-        return (self.ended or time.monotonic()) - self.queued
-
-    @property
     def waited(self) -> float:
         """Waiting for a free process."""
         return (self.started or self.ended or time.monotonic()) - self.queued
@@ -111,6 +106,9 @@ class ProgressView:
             self.rows["main"] = main
         self._live: Live | None = None
         self._holds = 0
+        # The log's one clock (since the run, or the chat session, began): each agent's
+        # own age made the stamps of agents started at different times run backwards.
+        self.began = time.monotonic()
         #: The main agent's answer line in progress, while it streams (None: not answering).
         #: Shown under the table and in chat's status bar: text arrives as it is made,
         #: not a whole line at a time, and a long line shows that the agent is working.
@@ -234,7 +232,9 @@ class ProgressView:
         if row.description:
             who += f' "{one_line(row.description)}"'
         self.console.print(
-            literal(self.redact(f"[{row.elapsed:6.1f}s] {who}: {one_line(text)}")),
+            literal(
+                self.redact(f"[{time.monotonic() - self.began:6.1f}s] {who}: {one_line(text)}")
+            ),
             highlight=False,
             soft_wrap=True,
         )

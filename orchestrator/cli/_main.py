@@ -447,7 +447,7 @@ def runs_resume(
     _setup_logging(debug)
     inline = _inline_agents(flags.pop("agents_json", None))
     try:
-        _, messages = recorded_main_session(workdir.resolve(), run_id)
+        resumed_id, messages = recorded_main_session(workdir.resolve(), run_id)
         if flags.get("model") is None:  # the record names the model the session was with
             flags["model"] = recorded_model(workdir.resolve(), run_id)
     except LookupError as exc:
@@ -458,7 +458,14 @@ def runs_resume(
         from agentcell.orchestrator.cli._chat import run_chat
 
         code = asyncio.run(
-            run_chat(settings, workdir.resolve(), agents_dirs, agents=inline, session=session)
+            run_chat(
+                settings,
+                workdir.resolve(),
+                agents_dirs,
+                agents=inline,
+                session=session,
+                resumed_from=resumed_id,
+            )
         )
         sys.exit(code)
     from agentcell.orchestrator.cli._run_cmd import run_once
@@ -474,6 +481,7 @@ def runs_resume(
             as_json=as_json,
             quiet=as_json,
             session=session,
+            resumed_from=resumed_id,
         )
     )
     sys.exit(code)

@@ -22,11 +22,14 @@ def emit_report(
     prompt: str = "",
     model: str = "",
     answer_shown: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """``answer_shown``: the answer has been streamed to stdout already."""
+    """``answer_shown``: the answer has been streamed to stdout already; ``extra``: more
+    fields for the JSON object."""
     redact = Redactor.from_env()
     if as_json:
-        click.echo(redact(json.dumps(report_json(report, prompt=prompt, model=model), indent=2)))
+        shown = {**report_json(report, prompt=prompt, model=model), **(extra or {})}
+        click.echo(redact(json.dumps(shown, indent=2)))
     elif report.final_text and not answer_shown:
         click.echo(visible(redact(report.final_text)))
     if not quiet:

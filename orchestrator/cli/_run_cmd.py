@@ -15,11 +15,16 @@ from pathlib import Path
 from typing import TextIO
 
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
-from agentcell.orchestrator._text import visible
+from agentcell.orchestrator._text import literal, visible
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
 from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
 from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
+from agentcell.orchestrator.cli._resumed import (
+    begin_resumed_run,
+    failed_resume_line,
+    resuming_line,
+)
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
@@ -30,6 +35,7 @@ from agentcell.orchestrator.delegation import (
 )
 from agentcell.protocol import TextDelta, TurnStarted
 from agentcell.worker import Redactor, Session
+from rich.console import Console
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -149,6 +155,24 @@ async def _watched(
             view.stop()
 
 
+def _resumed_run_dir(
+    orch: Orchestrator,
+    workdir: Path,
+    resumed_from: str | None,
+    session: Session | None,
+    console: Console,
+    *,
+    quiet: bool,
+) -> Path | None:
+    """A resume's own run folder, made (and named on stderr) before the run starts."""
+    if not resumed_from or session is None:
+        return None
+    run_dir = begin_resumed_run(orch, workdir, resumed_from, session)
+    if not quiet:
+        console.print(literal(resuming_line(resumed_from, run_dir), style="dim"))
+    return run_dir
+
+
 async def run_once(
     prompt: str,
     settings: Settings,
@@ -160,7 +184,9 @@ async def run_once(
     as_json: bool,
     quiet: bool,
     session: Session | None = None,
+    resumed_from: str | None = None,
 ) -> int:
+    """``resumed_from``: the recorded run ``session`` is from (``runs resume``)."""
     console, live = make_console()
     view = None if quiet else ProgressView(console, live=live)
     reader, approval = _terminal_approval(settings, view)
@@ -197,6 +223,7 @@ async def run_once(
         await orch.check_setup()
         if not quiet:
             print_diagnostics(orch, console)
+        run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
         async with orch:
             report = await _watched(
                 orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
@@ -219,7 +246,10 @@ async def run_once(
         prompt=prompt,
         model=orch.model_name or "",
         answer_shown=answer is not None,
+        extra={"resumed_from": resumed_from} if resumed_from else None,
     )
+    if resumed_from and run_dir is not None and not report.ok and not quiet:
+        console.print(literal(failed_resume_line(resumed_from, run_dir), style="red"))
     if received is not None:
         return EXIT_BY_SIGNAL[received]
     return EXIT_OK if report.ok else EXIT_FAILED

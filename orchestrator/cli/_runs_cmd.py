@@ -34,13 +34,18 @@ def list_recorded(workdir: Path, *, as_json: bool) -> None:
         return
     console = output_console()
     table = Table(box=None, pad_edge=False)
-    for column in ("run", "kind", "status", "time", "sub-agents", "tokens", "prompt"):
+    columns = ["run", "kind", "status", "time", "sub-agents", "tokens", "prompt"]
+    resumes = any(run.get("resumed_from") for run in runs)
+    if resumes:  # which run each resume went on from
+        columns.insert(2, "resumes")
+    for column in columns:
         table.add_column(column, no_wrap=True, overflow="ellipsis")
     for run in runs:
         seconds = run.get("duration_ms", 0) / 1000
         table.add_row(
             literal(run["run_id"]),
             literal(run.get("kind", "run")),
+            *([literal(str(run.get("resumed_from") or ""))] if resumes else []),
             literal(run.get("status", "?")),
             f"{seconds:.1f}s" if seconds else "",
             str(len(run.get("subagents", []))),
@@ -71,14 +76,17 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         head += f" · {summary['duration_ms'] / 1000:.1f} s"
     head += f" · {_tokens(summary.get('usage', {}))} tokens ({usage_split(_usage(summary))})"
     say(head, "bold")
+    _say_lineage(say, workdir, summary)
     turns = summary.get("turns")
     if turns:  # a chat: every turn
         for turn in turns:
             say(f"\nturn {turn['turn']} ({turn['kind']}): {turn['prompt']}", "bold")
             text = turn.get("final_text") or turn.get("error") or ""
             say(f"  {turn['status']}: {one_line(text, PREVIEW)}")
-            if turn.get("subagents"):
+            if turn.get("subagents"):  # whose results this turn got
                 say(f"  sub-agents: {', '.join(turn['subagents'])}")
+            if turn.get("background"):
+                say(f"  started in the background: {', '.join(turn['background'])}")
     elif summary.get("prompt"):
         say(f"prompt: {summary['prompt']}")
     if summary.get("error"):
@@ -103,6 +111,17 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         say(summary["final_text"])
     if subagents:
         say(f"\nOne agent's transcript: agentcell runs show {summary['run_id']} AGENT")
+
+
+def _say_lineage(say: Any, workdir: Path, summary: dict[str, Any]) -> None:
+    """Which run this one resumed, and which runs resumed it (each is a run of its own)."""
+    if summary.get("resumed_from"):
+        say(f"resumes run {summary['resumed_from']}")
+    later = [
+        run["run_id"] for run in list_runs(workdir) if run.get("resumed_from") == summary["run_id"]
+    ]
+    if later:
+        say(f"resumed since as: {', '.join(reversed(later))}")
 
 
 def _subagent_view(sub: dict[str, Any], lines: list[dict[str, Any]]) -> dict[str, Any]:

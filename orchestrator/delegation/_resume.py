@@ -85,6 +85,9 @@ class RecordedAgents:
         # Where each ended agent's record chain ended (None: there was no record then).
         # The agent held its record's key while it ran; from then on nothing may be added.
         self._ends: dict[str, bytes | None] = {}
+        #: Sub-agents of the run a resumed conversation comes from: named in its session,
+        #: but never started here, so not to be continued (their ids are not reused).
+        self.earlier: set[str] = set()
 
     def started(self, agent_id: str, agent_type: str, run_dir: str, owner: str = "") -> None:
         record = Path(run_dir) / f"{agent_id}.jsonl" if run_dir else None
@@ -107,6 +110,12 @@ class RecordedAgents:
         ``LookupError`` with the reason (one line) when it cannot be continued."""
         wanted = request.resume
         known = self._agents.get(wanted)
+        if known is None and wanted in self.earlier:
+            raise LookupError(
+                f"resume: {wanted} ran in the earlier run this conversation was resumed "
+                "from; only a sub-agent of this run can be continued, so start a new one "
+                "(it gets a new id)"
+            )
         if known is None:
             raise LookupError(
                 f"resume: no sub-agent {wanted!r} was started in this session; give the "

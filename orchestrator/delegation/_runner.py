@@ -229,6 +229,10 @@ class Runner:
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
 
+    def number_after(self, highest: int) -> None:
+        """New sub-agents get ids after ``a{highest}`` (a resumed conversation names those)."""
+        self._ids = itertools.count(highest + 1)
+
     async def run(
         self,
         request: DelegationRequest,
