@@ -53,7 +53,7 @@ def _warm() -> None:
     from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()
-    _sandbox.warm_path_cache()
+    _sandbox.warm_path_cache(PARENT_PATH)  # the path its children will have
     for tool in builtin_tools():
         tool.spec()
         try:
