@@ -66,5 +66,5 @@ def _find_spec(name: str, path: Sequence[str] | None) -> importlib.machinery.Mod
         except (ImportError, ValueError, TypeError):
             continue
         if spec is not None:
-            return spec  # type: ignore[no-any-return]
+            return spec
     return None
