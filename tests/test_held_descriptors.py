@@ -119,6 +119,7 @@ def test_an_etc_entry_is_used_only_under_the_key_it_was_held_under(
 ) -> None:
     monkeypatch.setattr(_landlock_held, "_held", {})
     monkeypatch.setattr(_landlock_held, "_etc_key", None)
+    monkeypatch.setattr(_landlock_held, "_room", None)
     entry, target, link = tmp_path / "hosts", tmp_path / "target", tmp_path / "resolv.conf"
     entry.write_text("127.0.0.1 localhost\n")
     target.write_text("nameserver 127.0.0.1\n")
@@ -138,3 +139,23 @@ def test_an_etc_entry_is_used_only_under_the_key_it_was_held_under(
     finally:
         for held in _landlock_held._held.values():
             os.close(held.fd)
+
+
+def test_under_a_low_descriptor_limit_only_a_quarter_of_it_is_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_landlock_held, "_held", {})
+    monkeypatch.setattr(_landlock_held, "_room", None)
+    monkeypatch.setattr(_landlock_held.resource, "getrlimit", lambda which: (96, 96))
+    files = []
+    for i in range(40):
+        files.append(tmp_path / f"f{i}")
+        files[-1].write_text("x")
+    try:
+        _landlock_held.hold(str(f) for f in files)
+        held = _landlock_held.held_paths()
+        assert 0 < len(held) <= 24  # the rest each child opens itself
+        assert held == sorted(str(f) for f in files[: len(held)])  # in the order asked
+    finally:
+        for entry in _landlock_held._held.values():
+            os.close(entry.fd)

@@ -21,6 +21,11 @@ not be replaced while agentcell runs. Held:
   another key opens every ``/etc`` entry itself, as before. A link (``resolv.conf`` into
   ``/run``) can change its target with no folder changing, so it is never held.
 
+Descriptors are a budget the children share with the fork server: at most a quarter of
+the soft ``RLIMIT_NOFILE`` is held (all of them under the usual 1,024; the shared folders
+first, then ``/etc``'s entries), never so many that fewer than 64 stay free; what does not
+fit is opened by each child, as before.
+
 Never held: the home's files (``~/.gitconfig``, which ``git config --global`` rewrites
 by rename) and everything per run. A process not forked from a fork server that held
 them (a Ray node's child) finds nothing here and opens every path itself.
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import resource
 import stat
 from collections.abc import Iterable
 
@@ -43,6 +49,7 @@ class HeldPath:
 
 _held: dict[str, HeldPath] = {}
 _etc_key: tuple[int, ...] | None = None
+_room: int | None = None  # descriptors this process may still hold (None: not counted yet)
 
 
 def hold(paths: Iterable[str]) -> None:
@@ -65,14 +72,32 @@ def hold_etc(paths: Iterable[str], key: tuple[int, ...]) -> None:
         _open(path, etc=True)
 
 
+def _budget() -> int:
+    """How many descriptors may be held in this process (see the module's docstring)."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    try:
+        in_use = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        in_use = soft // 2
+    return max(0, min(soft // 4, soft - in_use - 64))
+
+
 def _open(path: str, *, etc: bool) -> None:
+    global _room
     if path in _held:
+        return
+    if _room is None:
+        _room = _budget()
+    if _room <= 0:
         return
     try:
         fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return  # missing here: a child that names it tries itself
     _held[path] = HeldPath(fd, stat.S_ISDIR(os.fstat(fd).st_mode), etc)
+    _room -= 1
 
 
 def lookup(path: str, etc_key: tuple[int, ...] | None) -> HeldPath | None:
