@@ -7,6 +7,7 @@ the list (JSON, one line) to ``report`` through a descriptor opened before the s
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from typing import Any
@@ -35,11 +36,14 @@ def counting_child(report: str, use_held: bool, conn: Any, *args: Any) -> None:
             restrict(*a, **k)
         finally:
             os.open = real_open  # type: ignore[assignment]
-            os.write(
-                out,
-                json.dumps({"opened": opened, "held": _landlock_held.held_paths()}).encode()
-                + b"\n",
-            )
+            held = _landlock_held._held.values()
+            report = {
+                "opened": opened,
+                "held": _landlock_held.held_paths(),
+                # Inherited open, but closed by any exec (os.exec*, a launcher's).
+                "cloexec": all(fcntl.fcntl(h.fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC for h in held),
+            }
+            os.write(out, json.dumps(report).encode() + b"\n")
 
     _sandbox._restrict_process = counted_restrict  # type: ignore[assignment]
     child_main(conn, *args)

@@ -49,6 +49,9 @@ COMMANDS = [
     "head -c 0 /etc/passwd && echo PASSWD-OK",
     "python3 -c 'print(\"RUNTIME-OK\")'",
     "echo work > inside.txt && cat inside.txt",
+    # Nothing bash runs has a held descriptor (close-on-exec, and bash's own start
+    # closes what it does not pass).
+    "ls -l /proc/$$/fd/ | grep -c -e ' -> /usr$' -e ' -> /etc/passwd$'; echo FD-CHECKED",
 ]
 
 
@@ -84,6 +87,7 @@ def _walls_hold(out: list[str]) -> None:
     assert "PASSWD-OK" in out[2]
     assert "RUNTIME-OK" in out[3]
     assert out[4].strip() == "work"
+    assert out[5].split() == ["0", "FD-CHECKED"], out[5]
 
 
 async def test_a_child_adds_the_shared_rules_from_the_fork_servers_descriptors(
@@ -104,6 +108,7 @@ async def test_a_child_adds_the_shared_rules_from_the_fork_servers_descriptors(
     # so never held) and, through the grants, the workdir.
     assert str(home / ".gitconfig") in held["opened"]
     assert not any(path.startswith(os.path.realpath(held["work"])) for path in held["held"])
+    assert held["cloexec"], "a held descriptor would survive an exec"
     _walls_hold(held["out"])
 
     control = await _run_child(tmp_path, served, use_held=False)
