@@ -225,3 +225,27 @@ async def test_an_untrusted_projects_preload_imports_nothing(
     trust(project, user_config_path(home, {"HOME": str(home)}))
     servers = await delegate_once()
     assert sorted(int(pid) for pid in marker.read_text().split()) == sorted(servers)
+
+
+SHADOW = "open({marker!r}, 'a').write(__name__ + '\\n')\nraise ImportError('a shadow')\n"
+
+
+async def test_a_module_in_the_folder_the_orchestrator_started_in_never_shadows_the_fork_servers(
+    spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cloned repository's ``httpx.py`` or ``dill.py``, in the folder agentcell is run
+    from: the fork server (``python -c``) would have had that folder first on its path."""
+    project, marker = tmp_path / "cloned-repo", tmp_path / "imported"
+    project.mkdir()
+    for name in ("dill", "httpx", "psutil"):
+        (project / f"{name}.py").write_text(SHADOW.format(marker=str(marker)))
+    monkeypatch.chdir(project)  # as `agentcell run` in it: the folder is not on our path
+    from agentcell.orchestrator import WorkerPool
+    from pool_util import run_op
+
+    async with WorkerPool(max_workers=1, warm=1) as pool:
+        _frames, outcome = await run_op(pool, "echo", text="hi")
+        hello = pool._idle[0].hello if pool._idle else None
+    assert outcome.exit_code == 0, outcome
+    assert not marker.exists(), f"the fork server imported {marker.read_text().split()}"
+    assert hello is None or hello.preload_ok, hello

@@ -51,14 +51,24 @@ BOOT_MODULE = "agentcell.worker._forkserver_boot"
 PRELOAD_VARIABLE = "AGENTCELL_PRELOAD"
 
 
+#: Set for the fork server's interpreter, taken out again by its boot module. It starts
+#: as ``python -c``, which would put the folder the orchestrator was started in first on
+#: its path: a cloned repository's own ``httpx.py`` or ``dill.py`` there would be
+#: imported by the fork server, outside every sandbox, trusted or not (Python 3.11+).
+SAFE_PATH_VARIABLE = "PYTHONSAFEPATH"
+
+
 def preload_environment(modules: list[str]) -> dict[str, str]:
-    """What the fork server's environment carries: ``modules`` and this ``sys.path``."""
-    return {PRELOAD_VARIABLE: json.dumps({"modules": list(modules), "path": list(sys.path)})}
+    """What the fork server's environment carries: ``modules`` and this ``sys.path``,
+    and no current folder on its own path."""
+    request = json.dumps({"modules": list(modules), "path": list(sys.path)})
+    return {PRELOAD_VARIABLE: request, SAFE_PATH_VARIABLE: "1"}
 
 
 def take_preload_request(environ: MutableMapping[str, str]) -> tuple[list[str], list[str]]:
     """In the fork server: (the caller's modules, the parent's ``sys.path``), taken out of
     ``environ`` (children need not carry it); no modules and this ``sys.path`` if unset."""
+    environ.pop(SAFE_PATH_VARIABLE, None)  # the fork server's own, not its children's
     raw = environ.pop(PRELOAD_VARIABLE, None)
     if not raw:
         return [], list(sys.path)
