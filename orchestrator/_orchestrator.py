@@ -156,7 +156,7 @@ class Orchestrator:
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
             boot=ChildBoot(prepare_url=self._default_endpoint()),
             starters=self.settings.process_starters,
-            preload=tracing_preload(self.tracing),
+            preload=[*self.settings.preload, *(tracing_preload(self.tracing) or ())],
         )
         self._owns_pool = pool is None
         self.ray = ray_backend(self.settings, self.registry)

@@ -258,6 +258,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "kill_group",
         "kill_session",
         "kill_tree",
+        "preload_environment",
         "process_table",
         "remove_stale_caps",
         "remove_stale_tmps",

@@ -102,6 +102,7 @@ LOOSE_LINES: dict[str, str] = {
     "hooks": '[[hooks.PreToolUse]]\nmatcher = "bash"\ncommand = "./evil.sh"',
     "webfetch_allow": 'webfetch_allow = ["evil.example"]',
     "webfetch_model": 'webfetch_model = "openai:attacker-pick"',
+    "preload": 'preload = ["evil"]',
 }
 
 

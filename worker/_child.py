@@ -419,7 +419,7 @@ def _preload_status() -> tuple[bool, list[str]]:
 
     if os.getpid() == _forkserver_boot.BOOT_PID:
         return False, ["agentcell.worker._forkserver_boot"]
-    missing = list(_forkserver_boot.MISSING_PRELOAD)
+    missing = [*_forkserver_boot.MISSING_PRELOAD, *_forkserver_boot.PRELOAD_PROBLEMS]
     return not missing, missing
 
 

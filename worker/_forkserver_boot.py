@@ -23,7 +23,7 @@ import warnings
 import multiprocess.forkserver
 from agentcell.worker import _proc
 from agentcell.worker._fork_request import guard_fork_requests, serve_one
-from agentcell.worker._preload import PRELOAD_MODULES
+from agentcell.worker._preload import PRELOAD_MODULES, import_preload, take_preload_request
 
 BOOT_PID = os.getpid()
 
@@ -53,7 +53,7 @@ def _warm() -> None:
     from agentcell.worker.tools import builtin_tools
 
     _shared_ssl_context()
-    _sandbox.warm_path_cache()
+    _sandbox.warm_path_cache(PARENT_PATH)  # the path its children will have
     for tool in builtin_tools():
         tool.spec()
         try:
@@ -147,10 +147,16 @@ async def _rehearse(workdir: str) -> None:
 guard_fork_requests()
 multiprocess.forkserver._serve_one = serve_one
 
+#: The caller's own preload list (the ``preload`` setting) and the parent's sys.path,
+#: which its children will have.
+_USER_PRELOAD, PARENT_PATH = take_preload_request(os.environ)
+
 _warm()
 
 #: Modules of the preload list that did not load in the fork server.
 MISSING_PRELOAD: list[str] = [m for m in PRELOAD_MODULES if m not in sys.modules]
+#: The caller's modules that failed here, one line each ("name (Error: why)").
+PRELOAD_PROBLEMS: list[str] = import_preload(_USER_PRELOAD, PARENT_PATH)
 
 
 def _kill_children_sessions() -> None:

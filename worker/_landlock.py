@@ -149,10 +149,13 @@ class Ruleset:
             os.close(fd)
         return True
 
-    def allow_fd(self, fd: int, rights: int, what: str = "") -> None:
+    def allow_fd(self, fd: int, rights: int, what: str = "", *, is_dir: bool | None = None) -> None:
         """Grant ``rights`` beneath what ``fd`` (an ``O_PATH`` descriptor of a checked
-        folder or file) refers to: the rule is on that object, whatever its path is now."""
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        folder or file) refers to: the rule is on that object, whatever its path is now.
+        ``is_dir``: what it is, when the caller knows (no ``fstat``)."""
+        if is_dir is None:
+            is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+        if not is_dir:
             rights &= FILE_RIGHTS
         attr = _PathBeneathAttr(rights & self.fs, fd)
         _check(

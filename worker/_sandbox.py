@@ -39,7 +39,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _cgroup, _egress_relay, _grants, _landlock, _mountns, _seccomp
+from agentcell.worker import (
+    _cgroup,
+    _egress_relay,
+    _grants,
+    _landlock,
+    _landlock_held,
+    _mountns,
+    _seccomp,
+)
 from agentcell.worker._landlock import Ruleset
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
@@ -379,11 +387,12 @@ def _restrict_process(
     net = _landlock.net_rights(abi) if model_ports is not None else 0
     ruleset = Ruleset(fs=handled, net=net, scoped=_landlock.scopes(abi))
     try:
-        ruleset.allow_paths(_read_paths(workdir, read_paths), _landlock.READ)
-        ruleset.allow_path("/etc", _landlock.READ_DIR)  # listing only: files one by one
-        ruleset.allow_paths(_etc_paths(), _landlock.READ_FILE | _landlock.READ_DIR)
+        etc_key = _etc_key()
+        _allow(ruleset, _read_paths(workdir, read_paths), _landlock.READ, etc_key)
+        _allow(ruleset, ["/etc"], _landlock.READ_DIR, etc_key)  # listing only: files one by one
+        _allow(ruleset, _etc_paths(etc_key), _landlock.READ_FILE | _landlock.READ_DIR, etc_key)
         device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
-        ruleset.allow_paths(_DEVICES, device)
+        _allow(ruleset, _DEVICES, device, etc_key)
         _grant_folders(
             box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
         )
@@ -398,6 +407,17 @@ def _restrict_process(
         ruleset.close()
     if abi < 6:
         box.missing.append("signal scoping (Landlock ABI 6)")
+
+
+def _allow(ruleset: Ruleset, paths: Iterable[str], rights: int, etc_key: tuple[int, ...]) -> None:
+    """A rule for each path: from the fork server's descriptor where it holds one
+    (``_landlock_held``), else opened here."""
+    for path in paths:
+        held = _landlock_held.lookup(path, etc_key)
+        if held is None:
+            ruleset.allow_path(path, rights)
+        else:
+            ruleset.allow_fd(held.fd, rights, path, is_dir=held.is_dir)
 
 
 def _grant_folders(
@@ -536,7 +556,7 @@ _MANAGER_TREES = (
 _MANAGER_VARIABLES = ("PYENV_ROOT", "UV_PYTHON_INSTALL_DIR", "CONDA_PREFIX", "CONDA_ROOT")
 
 
-def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str) -> list[str]:
+def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str | None) -> list[str]:
     """The version managers' trees present here, resolved, read-only (never written: no
     write right is given). Never the home itself or a folder holding it or the workdir
     (a ``CONDA_PREFIX=$HOME`` would open all of ``~/.ssh``)."""
@@ -547,23 +567,29 @@ def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str) -
         real = os.path.realpath(os.path.expanduser(candidate))
         if real in ("/", "") or not os.path.isdir(real) or real in found:
             continue
-        if _contains(real, home) or _contains(real, workdir):
+        if _contains(real, home) or (workdir is not None and _contains(real, workdir)):
             continue
         found.append(real)
     return found
 
 
-def warm_path_cache() -> None:
-    """Work out, once in the fork server, the paths every sandbox allows (its children
-    inherit the result; each still opens and adds its own rules)."""
-    _runtime_paths(
-        os.path.realpath(os.path.expanduser("~")),
-        tuple(sys.path),
+def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
+    """Work out, once in the fork server, the paths every sandbox allows, for the
+    ``sys_path`` its children will have (the parent's); its children inherit the result,
+    and the descriptors of those that are the same for every child (``hold_shared_paths``)."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    runtime = _runtime_paths(
+        home,
+        tuple(sys.path if sys_path is None else sys_path),
         (sys.prefix, sys.base_prefix, sys.exec_prefix),
         sys.executable,
     )
-    _etc_paths()
+    key = _etc_key()
+    _etc_paths(key)
     _seccomp.warm()
+    stable = [*_SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
+    _landlock_held.hold([*stable, "/etc", *_DEVICES])
+    _landlock_held.hold_etc(_etc_paths(key), key)
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:
@@ -590,12 +616,18 @@ def _contains(folder: str, path: str) -> bool:
     return os.path.realpath(path).startswith(folder.rstrip("/") + "/") or folder == path
 
 
-def _etc_paths() -> list[str]:
+def _etc_key() -> tuple[int, ...]:
+    """The modification times of the folders ``_etc_paths`` lists (an entry added,
+    removed, renamed or replaced in one changes its time)."""
+    return (_mtime_ns("/etc"), _mtime_ns("/etc/ssh"), _mtime_ns("/etc/ssl"))
+
+
+def _etc_paths(key: tuple[int, ...] | None = None) -> list[str]:
     """``/etc`` entry by entry, without the secrets (Landlock rules can only allow).
 
-    Cached while ``/etc`` and ``/etc/ssh`` keep their modification times (an entry added,
-    removed or renamed changes them), so a fork server's children reuse its listing."""
-    key = (_mtime_ns("/etc"), _mtime_ns("/etc/ssh"))
+    Cached while ``/etc``, ``/etc/ssh`` and ``/etc/ssl`` keep their modification times
+    (``_etc_key``), so a fork server's children reuse its listing."""
+    key = _etc_key() if key is None else key
     cached = _etc_cache.get(key)
     if cached is None:
         cached = list(_list_etc())
@@ -604,7 +636,7 @@ def _etc_paths() -> list[str]:
     return cached
 
 
-_etc_cache: dict[tuple[int, int], list[str]] = {}
+_etc_cache: dict[tuple[int, ...], list[str]] = {}
 
 
 def _mtime_ns(path: str) -> int:

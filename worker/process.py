@@ -8,7 +8,7 @@ parent uses to watch and end a child's whole tree.
 from agentcell.worker._cgroup import remove_stale_caps
 from agentcell.worker._child import ChildBoot, child_main
 from agentcell.worker._fork_request import encode_request
-from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES
+from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES, preload_environment
 from agentcell.worker._proc import (
     ProcInfo,
     descendants,
@@ -37,6 +37,7 @@ __all__ = [
     "kill_group",
     "kill_session",
     "kill_tree",
+    "preload_environment",
     "process_table",
     "remove_stale_caps",
     "remove_stale_tmps",

@@ -136,8 +136,14 @@ class WorkerPool:
 
     def _ensure_forkserver(self) -> None:
         _skip_main_in_children()
-        modules = [*PRELOAD_MODULES, *self._extra_preload, BOOT_MODULE]
-        FORK_SERVERS.open(self.starters, modules, _minimal_environment)
+        # The caller's own modules go by the environment: the boot module imports them,
+        # each failure caught (multiprocess's own loop would die of all but ImportError).
+        preload = self._extra_preload
+        FORK_SERVERS.open(
+            self.starters,
+            [*PRELOAD_MODULES, BOOT_MODULE],
+            lambda: {**_minimal_environment(), **proc.preload_environment(preload)},
+        )
         # What an orchestrator killed before its clean-up left: the cgroups of its spares.
         proc.remove_stale_caps()
         proc.remove_stale_tmps()  # and their private temp folders

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
+from agentcell.orchestrator.backends._preload import preload_warning
 from agentcell.orchestrator.backends._starters import (
     FORK_SERVERS,
 )
@@ -173,10 +174,7 @@ class _Worker:
             return
         if not frame.preload_ok and not self.pool._preload_warned:
             self.pool._preload_warned = True
-            log.warning(
-                "fork server preload incomplete (missing: %s): children start slower",
-                ", ".join(frame.missing_preload),
-            )
+            log.warning("%s", preload_warning(frame.missing_preload))
         self.hello = frame
         self.state = WorkerState.IDLE
         self.pool._on_ready(self)

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._mcp import McpServerConfig
+from agentcell.orchestrator.config._preload import preload_problem
 from agentcell.worker import PermissionMode
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -162,6 +163,9 @@ class Settings(BaseModel):
     hooks: dict[str, Any] = Field(default_factory=dict)
     # AGENTS.md / CLAUDE.md into the main and general-purpose agents' prompts.
     instruction_files: bool = True
+    # Modules the fork server imports once, so that every sub-agent starts with them
+    # (your tools' modules); trusted configuration only: importing runs their code.
+    preload: list[str] = Field(default_factory=list)
 
     @field_validator("permission_mode")
     @classmethod
@@ -172,6 +176,14 @@ class Settings(BaseModel):
     @classmethod
     def _hooks_shape(cls, value: dict[str, Any]) -> dict[str, Any]:
         parse_hooks(value, "settings", notes=[])  # the shape only: named when run
+        return value
+
+    @field_validator("preload")
+    @classmethod
+    def _findable_modules(cls, value: list[str]) -> list[str]:
+        problem = preload_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("model")

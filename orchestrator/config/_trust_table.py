@@ -158,6 +158,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "main_mcp_servers": _loose("it picks which servers run for the unsandboxed main agent"),
     "hooks": _loose("hooks run commands on this machine"),
     "instruction_files": _neutral("whether AGENTS.md / CLAUDE.md go into prompts"),
+    "preload": _loose("the orchestrator's fork server imports (runs) these modules"),
 }
 
 #: Keys of a provider's ``model_options`` that decide where requests (and the key) go.

@@ -92,21 +92,25 @@ def memory_prompt(folder: Path) -> str:
 
 def instruction_files(workdir: Path, home: Path) -> list[Path]:
     """The instruction files that exist, the user's first, then the project's."""
-    return [path for _root, path in _instruction_files(workdir, home)]
+    return [path for _root, path in instruction_sources(workdir, home)]
 
 
-def _instruction_files(workdir: Path, home: Path) -> list[tuple[Path, Path]]:
-    """(root, file) of each instruction file that exists beneath its root."""
-    candidates = [
+def instruction_candidates(workdir: Path, home: Path) -> list[tuple[Path, Path]]:
+    """(root, file) of every place an instruction file is looked for, in order."""
+    return [
         (home, home / ".agentcell" / "AGENTS.md"),
         (home, home / ".claude" / "CLAUDE.md"),
         (workdir, workdir / "AGENTS.md"),
         (workdir, workdir / "CLAUDE.md"),
         (workdir, workdir / ".claude" / "CLAUDE.md"),
     ]
+
+
+def instruction_sources(workdir: Path, home: Path) -> list[tuple[Path, Path]]:
+    """(root, file) of each instruction file that exists beneath its root."""
     seen: set[Path] = set()
     found = []
-    for root, path in candidates:
+    for root, path in instruction_candidates(workdir, home):
         try:
             real = path.resolve()
         except OSError:
@@ -118,8 +122,14 @@ def _instruction_files(workdir: Path, home: Path) -> list[tuple[Path, Path]]:
 
 
 def instructions_prompt(workdir: Path, home: Path) -> str:
+    return render_instructions(instruction_sources(workdir, home))
+
+
+def render_instructions(found: list[tuple[Path, Path]]) -> str:
+    """The prompt's instruction section for these (root, file) pairs, each file read
+    beneath its root."""
     parts = []
-    for root, path in _instruction_files(workdir, home):
+    for root, path in found:
         text = _read(root, path, INSTRUCTIONS_MAX_CHARS)
         if len(text) > INSTRUCTIONS_MAX_CHARS:
             text = (

@@ -17,7 +17,6 @@ from typing import Any
 
 import dill
 from agentcell.orchestrator._records_key import key_for
-from agentcell.orchestrator.backends import child_environment
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
@@ -28,13 +27,14 @@ from agentcell.orchestrator.definitions import (
 from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._context import (
     gets_instructions,
-    instructions_prompt,
     memory_dir,
     memory_prompt,
     prepare_memory,
 )
 from agentcell.orchestrator.delegation._egress import bash_network
+from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._hooks import HookRunner
+from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
@@ -106,6 +106,9 @@ class Preparer:
         self.task_tool_spec = task_tool_spec
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
         self._effort_noted: set[tuple[str, str]] = set()
+        # What is the same for every sub-agent until the files or the environment change.
+        self.instructions = InstructionCache()
+        self.environments = EnvironmentCache()
 
     def spec(
         self,
@@ -130,7 +133,7 @@ class Preparer:
         mode = stricter_mode(
             scope.permission_mode or settings.permission_mode, definition.permission_mode
         )
-        env, bash_env = child_environment(
+        env, bash_env = self.environments.environments(
             model, bash_gets_credentials=bash_credentials(settings, definition)
         )
         mcp_servers, warnings = agent_mcp_servers(
@@ -247,7 +250,7 @@ class Preparer:
         workdir = Path(self.workdir)
         extra = []
         if self.settings.instruction_files and gets_instructions(definition):
-            extra.append(instructions_prompt(workdir, self.home))
+            extra.append(self.instructions.prompt(workdir, self.home))
         folder = memory_dir(definition, workdir, self.home)
         if folder is not None:
             prepare_memory(folder)
