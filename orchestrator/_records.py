@@ -7,6 +7,7 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -16,6 +17,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records_key import verified_record
+from agentcell.orchestrator._records_missing import summary_from_records
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
 from agentcell.worker import Redactor, real_folder
@@ -54,13 +56,22 @@ def _private_runs_folder(root: Path) -> None:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link)."""
+    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link):
+    a temporary file, flushed to the disk, then renamed over it. A failed write (a full
+    disk) leaves what ``path`` held before, and no temporary file."""
     tmp = path.with_name(path.name + ".tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-    with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
-        os.fchmod(file.fileno(), 0o600)
-        file.write(text)
-    tmp.replace(path)
+    try:
+        with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())  # a full disk says so here at the latest, not later
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def subagent_json(result: SubAgentResult) -> dict[str, Any]:
@@ -93,6 +104,8 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "diff_stat": result.diff_stat,
         "sandbox": result.sandbox,
         "network_log": result.network_log,  # what its bash reached, what was refused
+        "no_process": result.no_process,  # it never got one: the run is an error
+        "warnings": result.warnings,  # its own record cut by a full disk, among others
     }
 
 
@@ -161,7 +174,7 @@ def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list
 def _read_summary(path: Path) -> dict[str, Any]:
     file = path / "summary.json"
     if not file.is_file():
-        return {"status": "unfinished"}
+        return summary_from_records(path)  # what its transcripts say, and what is missing
     try:
         data: dict[str, Any] = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError):

@@ -41,7 +41,9 @@ def list_recorded(workdir: Path, *, as_json: bool) -> None:
         table.add_row(
             literal(run["run_id"]),
             literal(run.get("kind", "run")),
-            literal(run.get("status", "?")),
+            literal(
+                run.get("status", "?") + (" · record incomplete" if run.get("missing") else "")
+            ),
             f"{seconds:.1f}s" if seconds else "",
             str(len(run.get("subagents", []))),
             str(_tokens(run.get("usage", {}))),

@@ -132,6 +132,8 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "timeout_grace_s": _neutral("how long a timed-out sub-agent may take to report"),
     "heartbeat_timeout_s": _neutral("when a silent sub-agent counts as hung"),
     "background_wait_s": _neutral("how long the main agent waits for background work"),
+    "min_free_mb": _neutral("how full a disk may be before a run refuses to start"),
+    "min_free_inodes": _neutral("how full a disk may be before a run refuses to start"),
     "budgets.max_tokens": _tight(_LIMIT),
     "budgets.max_turns": _tight(_LIMIT),
     "budgets.max_subagents": _tight(_LIMIT),
