@@ -211,6 +211,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         agent_id=spec.agent_id,
         network=spec.network,
         max_processes=spec.max_processes,
+        tmp_size_mb=spec.tmp_size_mb,
         model_ports=ports,
         env=engine.env,
         read_paths=spec.read_paths,

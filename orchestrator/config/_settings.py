@@ -153,6 +153,7 @@ class Settings(BaseModel):
     # A small model that applies web_fetch's prompt to the page ("" : the page itself).
     webfetch_model: str = ""
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
+    tmp_size_mb: int = Field(default=512, ge=1, le=1 << 20)  # its private temp folder's cap
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.
     bash_credentials: bool = False

@@ -154,6 +154,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "sandbox": _tight("a stricter sandbox only narrows", on_scale(SANDBOX_LOOSENESS)),
     "network": _tight("network off only narrows", not_on),
     "max_processes": _tight(_LIMIT),
+    "tmp_size_mb": _tight(_LIMIT),
     "sandbox_read": _loose("it widens what sub-agents may read"),
     "bash_credentials": _loose("only your own config may give bash the model credentials"),
     "mcp_servers": _loose("MCP servers run commands outside the sub-agents' sandboxes"),
