@@ -139,6 +139,9 @@ def test_a_full_disk_is_reported_and_the_answer_still_reaches_the_caller(
     assert "min_free" in refused["error"]
     assert responder.main_requests == requests  # no model request: no work started
     assert len(list((project / ".agentcell" / "runs").iterdir())) == 2  # run + .gitignore
+    plain = agentcell("run", *args[3:], "again", cwd=project, env=env)  # no --json, no --quiet
+    assert plain.returncode == 1 and plain.stdout == "", plain.stdout
+    assert "the disk holding" in plain.stderr and "Traceback" not in plain.stderr, plain.stderr
 
 
 def test_a_failed_rewrite_of_a_record_keeps_the_previous_one_and_no_temporary_file(
@@ -233,5 +236,27 @@ def test_a_long_tool_output_that_cannot_be_saved_says_so(tmp_path: Path) -> None
         shown = truncate_output("z" * 200_000, ctx)
         assert "the full output (200000 chars) is NOT saved: the disk is full" in shown
         assert not list((disk / "run").rglob("*.txt"))  # no cut copy passing for the whole
+    finally:
+        _unmount(disk)
+
+
+def test_a_background_answer_that_cannot_be_kept_leaves_no_cut_copy(tmp_path: Path) -> None:
+    from agentcell.orchestrator.delegation import ResultDelivery, SubAgentResult
+
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "size=1m")
+    try:
+        (disk / "results").mkdir()
+        with open(disk / "fill.bin", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 65536)
+        answer = SubAgentResult(
+            agent_id="a1", agent_type="x", status=RunStatus.COMPLETED, text="w" * 300_000
+        )
+        delivery = ResultDelivery(limit_chars=10_000, run_dir=disk, workdir=disk)
+        for _ in range(2):  # the second delivery must not take a cut copy for the whole
+            (capped,) = delivery.capped([answer])
+            assert "the whole answer could not be saved (No space left on device)" in capped.text
+        assert not (disk / "results" / "a1.txt").exists()
     finally:
         _unmount(disk)
