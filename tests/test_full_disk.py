@@ -129,6 +129,10 @@ def test_a_full_disk_is_reported_and_the_answer_still_reaches_the_caller(
     assert run["missing"] and run["subagents"][0]["agent_id"] == sub["agent_id"]
     shown = agentcell("runs", "list", cwd=project, env=env)
     assert "record incomplete" in shown.stdout and "Traceback" not in shown.stderr
+    shown = agentcell("runs", "show", run["run_id"], cwd=project, env=env)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "record incomplete, missing: summary.json" in shown.stdout, shown.stdout
+    assert f"{sub['agent_id']}  general-purpose  " in shown.stdout, shown.stdout
     # The next run on the still-full disk says so before it starts work.
     requests = responder.main_requests
     again = agentcell(*args, "again", cwd=project, env=env)

@@ -85,6 +85,8 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         say(f"prompt: {summary['prompt']}")
     if summary.get("error"):
         say(f"error: {summary['error']}", "red")
+    if summary.get("missing"):  # no summary.json: read from the transcripts
+        say(f"record incomplete, missing: {'; '.join(map(str, summary['missing']))}", "yellow")
     if subagents:
         say(f"\n{plural(len(subagents), 'sub-agent')}:", "bold")
     for sub in subagents:
