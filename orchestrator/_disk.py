@@ -1,9 +1,11 @@
 """A full disk is a state agentcell reports, not a crash (issue 27 item 1).
 
-Two things live here: ``check_free``, the look at the records and work folders before a
-run starts work (space and inodes, against ``min_free_mb`` / ``min_free_inodes``), and
+Here: ``check_free`` / ``disk_refusal``, the look at the records and work folders before
+a run starts work (space and inodes, against ``min_free_mb`` / ``min_free_inodes``);
 ``full_disk`` / ``disk_line``, which tell an ``OSError`` of a full disk (``ENOSPC``,
-``EDQUOT``) from any other and say it in one line naming the folder and the fix.
+``EDQUOT``) from any other and say it in one line naming the folder and the fix; and
+``finish_record``, the end of a main-agent run's record, where a full disk becomes the
+report's status and error (the answer stays in the report).
 """
 
 from __future__ import annotations

@@ -264,3 +264,28 @@ def test_a_background_answer_that_cannot_be_kept_leaves_no_cut_copy(tmp_path: Pa
         assert not (disk / "results" / "a1.txt").exists()
     finally:
         _unmount(disk)
+
+
+def test_a_record_on_a_full_disk_ends_at_its_last_whole_line_and_its_chain_holds(
+    tmp_path: Path,
+) -> None:
+    from agentcell.worker import Transcript
+    from agentcell.worker._record_chain import verified_lines
+
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "size=1m")
+    try:
+        key = b"k" * 32
+        record = Transcript(disk / "a1.jsonl", "a1", key=key)
+        for number in range(1000):  # 3 MB of lines: the disk fills inside one of them
+            record.write("event", number=number, text="x" * 3000)
+        record.close()
+        assert record.problem.startswith("a1.jsonl cut after "), record.problem
+        assert "(the disk is full: No space left on device)" in record.problem
+        data = (disk / "a1.jsonl").read_bytes()
+        assert data.endswith(b"\n")  # no part of a line left at the end
+        lines = verified_lines(disk / "a1.jsonl", key)
+        assert len(lines) == record.lines > 100
+        assert [json.loads(line)["number"] for line in lines] == list(range(record.lines))
+    finally:
+        _unmount(disk)

@@ -79,16 +79,15 @@ class Transcript:
         last whole line, and nothing more is written."""
         assert self._file is not None
         fd = self._file.fileno()
-        size = os.fstat(fd).st_size
+        written = 0
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            while written < len(data):
+                written += os.write(fd, data[written:])
         except OSError as exc:
             if exc.errno not in _FULL:
                 raise
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)
+            with contextlib.suppress(OSError):  # this line's part goes (appends end the file)
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
             self._give_up(exc)
             return
         self.lines += 1
