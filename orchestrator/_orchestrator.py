@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator._disk import disk_full_report, disk_refusal, finish_record
 from agentcell.orchestrator._main_run import (
     RunReport,
     blocked_report,
@@ -32,6 +31,7 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator._records_disk import disk_full_report, disk_refusal, finish_record
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool

@@ -207,7 +207,7 @@ async def test_the_api_returns_the_answer_with_the_full_disk_named(tmp_path: Pat
 
 
 def test_the_start_check_counts_space_and_inodes(tmp_path: Path) -> None:
-    from agentcell.orchestrator._disk import DiskFull, check_free
+    from agentcell.orchestrator._records_disk import DiskFull, check_free
 
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "size=4m,nr_inodes=64")
