@@ -67,10 +67,22 @@ async def test_a_child_filling_its_temp_folder_gets_enospc_and_the_rest_go_on(
     assert filler.pid not in remove_stale_tmps()
 
 
-def test_sandbox_output_says_the_temp_folder_is_uncapped_without_a_mount_namespace() -> None:
-    from agentcell.worker._sandbox import missing_for
-    from agentcell.worker._tmpcap import MISSING
+def test_sandbox_output_says_the_temp_folder_is_uncapped_without_a_mount_namespace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import json
 
-    without = dict(CAPS, mount_namespace=None)
-    assert MISSING in missing_for("workspace", without)
-    assert MISSING not in missing_for("workspace", dict(CAPS, mount_namespace="mount"))
+    from agentcell.orchestrator.cli import _sandbox_cmd
+    from agentcell.orchestrator.cli._main import cli as command
+    from agentcell.worker._tmpcap import MISSING
+    from click.testing import CliRunner
+
+    here = json.loads(CliRunner().invoke(command, ["sandbox", "--json"]).output)
+    holds = " ".join(here["modes"]["workspace"]["enforced"])
+    assert "private temp folder is a tmpfs of tmp_size_mb" in holds
+    assert MISSING not in here["modes"]["workspace"]["missing"]
+    bare = {**CAPS, "mount_namespace": None}
+    monkeypatch.setattr(_sandbox_cmd, "probe_sandbox", lambda: bare)
+    there = json.loads(CliRunner().invoke(command, ["sandbox", "--json"]).output)
+    assert MISSING in there["modes"]["workspace"]["missing"]
+    assert "tmpfs" not in " ".join(there["modes"]["workspace"]["enforced"])
