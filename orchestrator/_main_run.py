@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._records import subagent_json, write_summary
+from agentcell.orchestrator._records import subagent_json, write_summary_or_say
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend
@@ -130,7 +130,7 @@ def write_call_summary(
         status, error = failed[0].status.value, failed[0].error
     else:
         status, error = "partial", f"{len(failed)} of {len(returned)} failed"
-    write_summary(
+    write_summary_or_say(
         run_dir,
         {
             "kind": kind,

@@ -8,7 +8,9 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
+import logging
 import os
 import secrets
 import time
@@ -23,6 +25,7 @@ from agentcell.protocol import Message
 from agentcell.worker import Redactor, real_folder
 
 RUNS_DIR = Path(".agentcell") / "runs"
+log = logging.getLogger("agentcell.records")
 
 
 def new_run_dir(workdir: Path) -> Path:
@@ -112,6 +115,22 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     text = Redactor.from_env()(json.dumps(summary, indent=2)) + "\n"
     _write_private(run_dir / "summary.json", text)
+
+
+def write_summary_or_say(run_dir: Path, summary: dict[str, Any]) -> None:
+    """``write_summary`` for a ``delegate`` or ``map``, whose results go to the caller
+    whatever the disk: a full one is one logged line (the previous summary, if any,
+    kept), never an exception that would lose them."""
+    try:
+        write_summary(run_dir, summary)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        log.warning(
+            "the disk is full (%s): %s could not be written; free space on that disk",
+            exc.strerror,
+            run_dir / "summary.json",
+        )
 
 
 def list_runs(workdir: Path) -> list[dict[str, Any]]:

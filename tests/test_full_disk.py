@@ -21,6 +21,7 @@ import pytest
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import FunctionModel
+from conftest import SpawnRecorder
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from test_cli import agentcell, cli_env
@@ -288,4 +289,45 @@ def test_a_record_on_a_full_disk_ends_at_its_last_whole_line_and_its_chain_holds
         assert len(lines) == record.lines > 100
         assert [json.loads(line)["number"] for line in lines] == list(range(record.lines))
     finally:
+        _unmount(disk)
+
+
+def _fill_the_file_named_in_the_prompt(messages: list[Any], tools: list[Any]) -> str:
+    from agentcell.protocol import UserMessage
+
+    target = next(m.content for m in messages if isinstance(m, UserMessage))
+    with open(target, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+        except OSError:
+            pass
+    return "filled, and answered"
+
+
+async def test_delegate_on_a_disk_its_sub_agent_filled_still_returns_the_result(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    from agentcell.orchestrator import AgentDefinition
+
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "size=4m")
+    try:
+        filler = AgentDefinition(
+            name="filler", description="-", system_prompt="-", model="function:f", source="t"
+        )
+        orch = Orchestrator(
+            model="scripted:echo",
+            agents=[filler],
+            models={"function:f": FunctionModel(_fill_the_file_named_in_the_prompt)},
+            settings=Settings(approval="allow", min_free_mb=1, min_free_inodes=16),
+            load_agent_files=False,
+            workdir=disk,
+        )
+        async with orch:
+            result = await orch.delegate("filler", str(disk / "fill.bin"))
+        assert result.status is RunStatus.COMPLETED, result.error
+        assert result.text == "filled, and answered"
+    finally:
+        (disk / "fill.bin").unlink(missing_ok=True)
         _unmount(disk)
