@@ -124,3 +124,22 @@ def test_a_queued_sub_agent_stopped_by_a_budget_keeps_the_budget_status() -> Non
     stopped = with_cancel_reason(queued, RunStatus.BUDGET, "over budget", cancelled=True)
     assert stopped.status is RunStatus.BUDGET and not stopped.no_process
     assert stopped.error == "over budget"
+
+
+def test_a_queued_sub_agent_cancelled_by_name_stays_an_error_with_the_reason() -> None:
+    import time
+
+    from agentcell.orchestrator.delegation._relay import Progress
+    from agentcell.orchestrator.delegation._settle import settle, with_cancel_reason
+    from agentcell.orchestrator.delegation._usage import UsageLedger
+    from agentcell.protocol import Limits
+
+    base = dict(agent_id="a1", agent_type="x", description="", background=False, depth=1)
+    queued = settle(
+        base, None, Progress(), time.perf_counter(), limits=Limits(), cancelled=True,
+        ledger=UsageLedger(), run_dir="",
+    )  # fmt: skip
+    named = with_cancel_reason(queued, RunStatus.CANCELLED, "by task_control", cancelled=True)
+    assert named.status is RunStatus.ERROR and named.no_process
+    assert named.error.startswith("never got a process: cancelled after waiting ")
+    assert named.error.endswith(" for one (by task_control)")

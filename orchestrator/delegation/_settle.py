@@ -163,6 +163,8 @@ def with_cancel_reason(
     if cancelled and reason and result.no_process and status is not RunStatus.CANCELLED:
         # Stopped in the queue by a budget: that is why it never ran.
         return msgspec.structs.replace(result, status=status, error=reason, no_process=False)
+    if cancelled and reason and result.no_process:  # it stays an error; the reason is kept
+        return msgspec.structs.replace(result, error=f"{result.error} ({reason})")
     if cancelled and reason and replaced:
         return msgspec.structs.replace(result, status=status, error=reason)
     return result
