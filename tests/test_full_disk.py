@@ -109,6 +109,8 @@ def test_a_full_disk_is_reported_and_the_answer_still_reaches_the_caller(
     assert out["status"] == "error"
     assert out["error"].startswith("the disk is full"), out["error"]
     assert "summary.json" in out["error"] and "\n" not in out["error"]
+    kind = "no free space" if fill == _FILL else "no free inodes"
+    assert f"({kind}, ENOSPC)" in out["error"], out["error"]
     # The sub-agent's answer reached the parent, with the count of its three tool calls,
     # and its result says its own record is incomplete.
     (sub,) = out["subagents"]
