@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._records import subagent_json, write_summary
+from agentcell.orchestrator._records import subagent_json, write_summary_or_say
 from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend
@@ -36,6 +36,7 @@ from agentcell.orchestrator.delegation import (
     TaskWaitTool,
     TerminalPrompt,
     local_tool_hooks,
+    unstarted,
     wire_server,
 )
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
@@ -87,11 +88,16 @@ def blocked_report(reason: str, started: float) -> RunReport:
 def run_report(
     result: RunResult, account: RunAccount, started: float, run_dir: Path | None
 ) -> RunReport:
-    """The report of a main-agent run that ran: its answer, and what the call gathered."""
+    """The report of a main-agent run that ran: its answer, and what the call gathered.
+    A sub-agent that never got a process makes a completed run an error."""
+    status, error = result.status, result.error
+    missed = unstarted(account.results)
+    if missed and status is RunStatus.COMPLETED:
+        status, error = RunStatus.ERROR, missed
     return RunReport(
-        status=result.status,
+        status=status,
         final_text=result.text,
-        error=result.error,
+        error=error,
         usage=account.ledger.total,
         cost_usd=account.ledger.cost_usd,
         duration_ms=(time.perf_counter() - started) * 1000,
@@ -124,7 +130,7 @@ def write_call_summary(
         status, error = failed[0].status.value, failed[0].error
     else:
         status, error = "partial", f"{len(failed)} of {len(returned)} failed"
-    write_summary(
+    write_summary_or_say(
         run_dir,
         {
             "kind": kind,

@@ -26,12 +26,12 @@ from agentcell.orchestrator._main_run import (
     main_tools,
     main_transcript,
     ray_backend,
-    report_json,
     run_report,
     tee,
     write_call_summary,
 )
-from agentcell.orchestrator._records import new_run_dir, write_summary
+from agentcell.orchestrator._records import new_run_dir
+from agentcell.orchestrator._records_disk import disk_full_report, disk_refusal, finish_record
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
@@ -271,6 +271,8 @@ class Orchestrator:
         whatever still runs is cancelled when the orchestrator closes.
         """
         started = time.perf_counter()
+        if refusal := disk_refusal(self.workdir, self.settings, self.record):
+            return disk_full_report(refusal, started)  # before any work or record
         session = session if session is not None else Session()
         model = self._main_model()
         # Tasks whose results earlier runs already received are of no further use; the
@@ -325,12 +327,7 @@ class Orchestrator:
             if transcript is not None:
                 transcript.messages(session.messages)
         report = run_report(result, account, started, run_dir)
-        if transcript is not None:
-            transcript.result(result)
-            transcript.close()
-            assert run_dir is not None
-            write_summary(run_dir, report_json(report, prompt=prompt, model=model.name))
-        return report
+        return finish_record(report, transcript, prompt=prompt, model=model.name)
 
     async def _task_tool(
         self, session: Session, account: RunAccount, *, keep_background: bool

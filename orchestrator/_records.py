@@ -7,7 +7,10 @@ sub-agent's own process), and ``tool-outputs/`` for long tool outputs.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
+import logging
 import os
 import secrets
 import time
@@ -16,11 +19,13 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._records_key import verified_record
+from agentcell.orchestrator._records_missing import summary_from_records
 from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import Message
 from agentcell.worker import Redactor, real_folder
 
 RUNS_DIR = Path(".agentcell") / "runs"
+log = logging.getLogger("agentcell.records")
 
 
 def new_run_dir(workdir: Path) -> Path:
@@ -54,13 +59,22 @@ def _private_runs_folder(root: Path) -> None:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link)."""
+    """Write ``path`` 0600 whatever the umask, replacing it whole (never through a link):
+    a temporary file, flushed to the disk, then renamed over it. A failed write (a full
+    disk) leaves what ``path`` held before, and no temporary file."""
     tmp = path.with_name(path.name + ".tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-    with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
-        os.fchmod(file.fileno(), 0o600)
-        file.write(text)
-    tmp.replace(path)
+    try:
+        with os.fdopen(os.open(tmp, flags, 0o600), "w") as file:
+            os.fchmod(file.fileno(), 0o600)
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())  # a full disk says so here at the latest, not later
+        tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def subagent_json(result: SubAgentResult) -> dict[str, Any]:
@@ -93,12 +107,30 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
         "diff_stat": result.diff_stat,
         "sandbox": result.sandbox,
         "network_log": result.network_log,  # what its bash reached, what was refused
+        "no_process": result.no_process,  # it never got one: the run is an error
+        "warnings": result.warnings,  # its own record cut by a full disk, among others
     }
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
     text = Redactor.from_env()(json.dumps(summary, indent=2)) + "\n"
     _write_private(run_dir / "summary.json", text)
+
+
+def write_summary_or_say(run_dir: Path, summary: dict[str, Any]) -> None:
+    """``write_summary`` for a ``delegate`` or ``map``, whose results go to the caller
+    whatever the disk: a full one is one logged line (the previous summary, if any,
+    kept), never an exception that would lose them."""
+    try:
+        write_summary(run_dir, summary)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        log.warning(
+            "the disk is full (%s): %s could not be written; free space on that disk",
+            exc.strerror,
+            run_dir / "summary.json",
+        )
 
 
 def list_runs(workdir: Path) -> list[dict[str, Any]]:
@@ -165,7 +197,7 @@ def _read_summary(path: Path) -> dict[str, Any]:
 def _summary_file(path: Path) -> dict[str, Any]:
     file = path / "summary.json"
     if not file.is_file():
-        return {"status": "unfinished"}
+        return summary_from_records(path)  # what its transcripts say, and what is missing
     try:
         data: dict[str, Any] = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError):

@@ -99,6 +99,7 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Under a ``network:`` list: the parent's egress proxy on 127.0.0.1, bash's only way out.
     egress_port: int | None = None
     max_processes: int | None = None  # cap on the child's process tree (None: the default)
+    tmp_size_mb: int = 0  # a tmpfs of this size on its private temp folder (0: none)
     read_paths: list[str] = msgspec.field(default_factory=list)  # more read-only folders
     redactions: list[SecretDigest] = msgspec.field(default_factory=list)  # other keys
     mcp_servers: list[McpServer] = msgspec.field(default_factory=list)  # started by the child

@@ -89,7 +89,7 @@ def outcome(kind: OutcomeKind, result: RunResult | None = None, detail: str = ""
         (outcome(OutcomeKind.FAILURE, detail="broke"), False, RunStatus.ERROR),
         (outcome(OutcomeKind.SIGNALED, detail="SIGSEGV"), False, RunStatus.CRASHED),
         (outcome(OutcomeKind.SIGNALED, detail="SIGKILL"), True, RunStatus.CANCELLED),
-        (None, True, RunStatus.CANCELLED),
+        (None, True, RunStatus.ERROR),  # it never got a process: an error (issue 27)
     ],
 )
 def test_settle_turns_each_way_a_child_ends_into_one_status(

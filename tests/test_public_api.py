@@ -485,6 +485,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "stop_hook",
         "stricter_mode",
         "task_tool_spec",
+        "unstarted",
         "wire_server",
     ],
 }

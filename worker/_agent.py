@@ -129,8 +129,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         if drain is not None:
             _end_capture(drain)
     if transcript is not None:
-        transcript.result(result)
-        transcript.close()
+        transcript.finish(result)  # a cut by a full disk is said in the result's data
     export = getattr(model, "export_record", None)
     if export is not None:
         result.data["test_model"] = export()
@@ -212,6 +211,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         agent_id=spec.agent_id,
         network=spec.network,
         max_processes=spec.max_processes,
+        tmp_size_mb=spec.tmp_size_mb,
         model_ports=ports,
         env=engine.env,
         read_paths=spec.read_paths,

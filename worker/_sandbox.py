@@ -47,6 +47,7 @@ from agentcell.worker import (
     _landlock_held,
     _mountns,
     _seccomp,
+    _tmpcap,
 )
 from agentcell.worker._landlock import Ruleset
 
@@ -141,6 +142,7 @@ def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
         missing.append(f"the seccomp filter (keyring, ptrace, io_uring, …): {caps['seccomp']}")
     if caps.get("mount_namespace") is None and mode == "workspace":
         missing.append(_mountns.MISSING)
+        missing.append(_tmpcap.MISSING)
     return missing
 
 
@@ -161,6 +163,8 @@ class Sandbox:
         self.seccomp = False  # this process's filter is installed
         self.writable: list[str] = []  # the writable roots the walls actually grant
         self.protected = ""  # how the workdir's protected paths are kept read-only
+        self.tmp_size_mb = 0  # the cap asked for on the private temp folder (0: none)
+        self.tmp_cap = ""  # the cap it got (_tmpcap)
         self._bash_ruleset: Ruleset | None = None
         self._bash_filter: _seccomp.Filter | None = None  # no AF_UNIX sockets for bash
         self.egress_port: int | None = None  # the parent's proxy: bash's only way out
@@ -185,6 +189,8 @@ class Sandbox:
             )
         if self.protected:
             parts.append(self.protected)
+        if self.tmp_cap:
+            parts.append(self.tmp_cap)
         if self.writable:
             parts.append("writes: " + " ".join(self.writable))
         if self.cap is not None:
@@ -294,11 +300,14 @@ def apply(
     cap_processes: bool = True,
     memory_dir: str = "",
     egress_port: int | None = None,
+    tmp_size_mb: int = 0,
 ) -> Sandbox:
-    """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``;
-    with ``egress_port`` (the parent's proxy), bash reaches that proxy and nothing else."""
+    """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``
+    (under ``workspace``, a tmpfs of ``tmp_size_mb`` MiB: ``_tmpcap``); with
+    ``egress_port`` (the parent's proxy), bash reaches that proxy and nothing else."""
     global CURRENT
     box = Sandbox(parse_mode(mode))
+    box.tmp_size_mb = tmp_size_mb
     CURRENT = box
     if box.mode == "off":
         return box
@@ -436,6 +445,7 @@ def _grant_folders(
     try:
         if box.mode == "workspace":
             _protect_paths(box, workdir, grants)
+            _tmpcap.cap(box, grants)  # in the mount namespace just made, if any
         for grant in grants.items:
             ruleset.allow_fd(grant.fd, everything if grant.writable else _landlock.READ, grant.path)
         box.writable = grants.writable_roots()

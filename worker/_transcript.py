@@ -10,6 +10,8 @@ the file 0600, whatever the umask.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import threading
 import time
@@ -33,14 +35,29 @@ def private_file(path: Path, flags: int = os.O_WRONLY | os.O_APPEND) -> int:
     return fd
 
 
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
 class Transcript:
+    """One agent's record. A full disk never fails the agent: the record stops at its
+    last whole line and ``problem`` says what is missing (the run reports it)."""
+
     def __init__(self, path: Path, agent_id: str, redact: Any = None, key: bytes = b"") -> None:
         self.path = path
         self.agent_id = agent_id
         self._redact = redact  # str -> str, applied to every line (secrets)
         self._key = key  # this record's MAC key (b"": lines are not chained)
-        fd = private_file(path, os.O_RDWR | os.O_APPEND)  # read too: the last line's MAC
-        self._file: IO[bytes] | None = os.fdopen(fd, "ab", buffering=0)
+        self.lines = 0  # whole lines written
+        self.problem = ""  # why the record is incomplete ("": it is not)
+        self._file: IO[bytes] | None = None
+        try:
+            fd = private_file(path, os.O_RDWR | os.O_APPEND)  # read too: the last line's MAC
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+            self._give_up(exc)
+            return
+        self._file = os.fdopen(fd, "ab", buffering=0)
 
     def write(self, kind: str, **payload: Any) -> None:
         if self._file is None:
@@ -51,11 +68,36 @@ class Transcript:
         if self._redact is not None:
             line = self._redact(line.decode()).encode()
         if not self._key:
-            self._file.write(line + b"\n")
+            self._append(line + b"\n")
             return
         with _chain_lock:  # the chain goes on from the file's last line, whoever wrote it
             line, _ = seal(line, last_mac(self._file.fileno()), self._key)
-            self._file.write(line + b"\n")
+            self._append(line + b"\n")
+
+    def _append(self, data: bytes) -> None:
+        """The whole line or none of it: a short write (a full disk) is cut back to the
+        last whole line, and nothing more is written."""
+        assert self._file is not None
+        fd = self._file.fileno()
+        written = 0
+        try:
+            while written < len(data):
+                written += os.write(fd, data[written:])
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+            with contextlib.suppress(OSError):  # this line's part goes (appends end the file)
+                os.ftruncate(fd, os.fstat(fd).st_size - written)
+            self._give_up(exc)
+            return
+        self.lines += 1
+
+    def _give_up(self, exc: OSError) -> None:
+        what = f"cut after {self.lines} lines" if self.lines else "not written"
+        self.problem = f"{self.path.name} {what} (the disk is full: {exc.strerror})"
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def event(self, event: AgentEvent) -> None:
         self.write("event", event=event)
@@ -65,6 +107,14 @@ class Transcript:
 
     def result(self, result: RunResult) -> None:
         self.write("result", result=result)
+
+    def finish(self, result: RunResult) -> None:
+        """The result line, then closed; a record a full disk cut says so in
+        ``result.data["record_problem"]`` (the parent names it in the run's result)."""
+        self.result(result)
+        self.close()
+        if self.problem:
+            result.data["record_problem"] = self.problem
 
     def close(self) -> None:
         if self._file is not None:

@@ -46,7 +46,9 @@ def list_recorded(workdir: Path, *, as_json: bool) -> None:
             literal(run["run_id"]),
             literal(run.get("kind", "run")),
             *([literal(str(run.get("resumed_from") or ""))] if resumes else []),
-            literal(run.get("status", "?")),
+            literal(
+                run.get("status", "?") + (" · record incomplete" if run.get("missing") else "")
+            ),
             f"{seconds:.1f}s" if seconds else "",
             str(len(run.get("subagents", []))),
             str(_tokens(run.get("usage", {}))),
@@ -91,6 +93,8 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         say(f"prompt: {summary['prompt']}")
     if summary.get("error"):
         say(f"error: {summary['error']}", "red")
+    if summary.get("missing"):  # no summary.json: read from the transcripts
+        say(f"record incomplete, missing: {'; '.join(map(str, summary['missing']))}", "yellow")
     if subagents:
         say(f"\n{plural(len(subagents), 'sub-agent')}:", "bold")
     for sub in subagents:

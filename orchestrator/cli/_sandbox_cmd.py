@@ -47,6 +47,10 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
             f"{caps['mount_namespace']} namespace); the agent's own memory folder stays "
             "writable"
         )
+        walls.append(
+            "workspace: the private temp folder is a tmpfs of tmp_size_mb (default 512 MiB) "
+            "in that namespace: a command filling it gets ENOSPC, the host's disk stays free"
+        )
     if caps["landlock_scopes"]:
         walls.append("no signals or ptrace outside the sub-agent's own tree (Landlock scopes)")
     if caps["process_cap"]:

@@ -135,6 +135,9 @@ class Settings(BaseModel):
     timeout_grace_s: float = Field(default=5.0, ge=0, le=600)
     heartbeat_timeout_s: float = Field(default=60.0, ge=0.5, le=24 * 3600)
     background_wait_s: float = Field(default=600.0, ge=0, le=7 * 24 * 3600)
+    # A run does not start on a disk this full (the records and work folders'; 0: no check).
+    min_free_mb: int = Field(default=64, ge=0, le=1 << 30)
+    min_free_inodes: int = Field(default=256, ge=0, le=1 << 40)
     budgets: Budgets = Field(default_factory=Budgets)
     prices: dict[str, Price] = Field(default_factory=dict)
     # Provider limits ("openai", or "openai:gpt-4o" for one model); none by default.
@@ -151,6 +154,7 @@ class Settings(BaseModel):
     # A small model that applies web_fetch's prompt to the page ("" : the page itself).
     webfetch_model: str = ""
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
+    tmp_size_mb: int = Field(default=512, ge=1, le=1 << 20)  # its private temp folder's cap
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
     # Give bash the model credentials: honoured from the user's own config only.
     bash_credentials: bool = False

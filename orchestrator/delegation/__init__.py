@@ -52,6 +52,7 @@ from agentcell.orchestrator.delegation._results import (
 )
 from agentcell.orchestrator.delegation._resume import read_session
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner
+from agentcell.orchestrator.delegation._settle import unstarted
 from agentcell.orchestrator.delegation._start_ahead import StartAhead
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,
@@ -132,4 +133,5 @@ __all__ = [
     "stop_hook",
     "stricter_mode",
     "task_tool_spec",
+    "unstarted",
 ]

@@ -11,6 +11,7 @@ share keeps its head and tail, and its whole text is written once to the run's
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
@@ -55,13 +56,18 @@ class ResultDelivery:
             return ""
         folder = self.run_dir / "results"
         path = folder / f"{_file_name(result.agent_id)}.txt"
+        made = False
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             if not path.exists():  # kept once, however often it is delivered
                 descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                made = True
                 with os.fdopen(descriptor, "w", encoding="utf-8", errors="surrogatepass") as f:
                     f.write(result.text)
         except OSError as exc:
+            if made:  # a cut copy (a full disk) would pass for the whole next time
+                with contextlib.suppress(OSError):
+                    path.unlink()
             return f"; the whole answer could not be saved ({exc.strerror or exc})"
         shown = _relative(path, self.workdir)
         return f"; the whole answer ({len(result.text)} characters) is saved at {shown}"

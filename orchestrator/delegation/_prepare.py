@@ -178,6 +178,7 @@ class Preparer:
             ),
             network=bash_network(settings.network, definition.network),
             max_processes=definition.max_processes or settings.max_processes,
+            tmp_size_mb=settings.tmp_size_mb,
             read_paths=[*settings.sandbox_read, *skills.read_paths],
             skills=skills.index,
             compact_at_tokens=compact_threshold(settings, definition),

@@ -42,6 +42,9 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     warnings: list[str] = msgspec.field(default_factory=list)
     # Under a ``network:`` list: each host bash reached or was refused, one line each.
     network_log: list[str] = msgspec.field(default_factory=list)
+    # It never got a process: the backend could not start one, or it was ended while it
+    # waited for one. The run that asked for it reports an error (see ``unstarted``).
+    no_process: bool = False
 
     @property
     def ok(self) -> bool:

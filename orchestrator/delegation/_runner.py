@@ -60,6 +60,7 @@ from agentcell.orchestrator.delegation._settle import (
     parent_failure,
     settle,
     settle_worktree,
+    start_failure,
     with_cancel_reason,
 )
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
@@ -474,7 +475,10 @@ class Runner:
                 lease.cancel("cancelled by the parent")
                 await asyncio.shield(lease.wait())
         except Exception as exc:  # a bug or an environment problem: this run fails, not the parent
-            log.exception("sub-agent %s failed in the parent", start.run_id)
+            if lease is None:  # no process could be had: one line, the result says it all
+                log.warning("sub-agent %s never got a process: %s", start.run_id, exc)
+            else:
+                log.exception("sub-agent %s failed in the parent", start.run_id)
             ended.failure = f"{type(exc).__name__}: {exc}"
         finally:
             ended.outcome = await asyncio.shield(lease.release()) if lease is not None else None
@@ -576,7 +580,9 @@ class Runner:
     ) -> SubAgentResult:
         """The run's one result: published, handed to its handle, told to the hooks."""
         base = admitted.base
-        if ended.failure:
+        if ended.failure and ended.pid is None:  # no process could be had for it
+            result = start_failure(base, ended.failure, started)
+        elif ended.failure:
             result = parent_failure(base, ended.failure, ended.pid, started)
         else:
             result = settle(

@@ -21,6 +21,11 @@ from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.delegation._worktree import Worktree, finish_worktree
 from agentcell.protocol import Limits, RunStatus
 
+#: How a result that never got a process begins its error.
+NO_PROCESS = "never got a process"
+#: How a result's warning says the sub-agent's own record was cut (a full disk).
+RECORD_CUT = "its record is incomplete"
+
 
 def settle(
     base: dict[str, Any],
@@ -37,8 +42,16 @@ def settle(
     one: ``outcome`` None)."""
     common = _figures(base, progress, started, ledger)
     if outcome is None:
+        # Ended while it waited in the queue (its caller ended, a background run was
+        # stopped at the run's end): the work it was asked for never ran.
+        waited = common["duration_ms"] / 1000
+        common["queued_ms"] = common["duration_ms"]
+        common.pop("sandbox", None)  # no process, no walls
         return SubAgentResult(
-            **common, status=RunStatus.CANCELLED, error="cancelled before it got a process"
+            **common,
+            status=RunStatus.ERROR,
+            error=f"{NO_PROCESS}: cancelled after waiting {waited:.1f} s for one",
+            no_process=True,
         )
     common.update(
         pid=outcome.pid,
@@ -52,6 +65,8 @@ def settle(
         problems = run.data.get("mcp_problems")
         if isinstance(problems, list):
             common["warnings"] = [*common.get("warnings", []), *map(str, problems)]
+        if cut := run.data.get("record_problem"):  # its own record hit a full disk
+            common["warnings"] = [*common.get("warnings", []), f"{RECORD_CUT}: {cut}"]
         if "sandbox" in run.data:
             common["sandbox"] = str(run.data["sandbox"])
         if run.usage.total_tokens >= progress.usage.total_tokens:
@@ -112,6 +127,31 @@ def parent_failure(
     )
 
 
+def start_failure(base: dict[str, Any], failure: str, started: float) -> SubAgentResult:
+    """The result of a run for which no process could be had (the pool could not start
+    one, its backend is not running)."""
+    base = {k: v for k, v in base.items() if k != "sandbox"}  # no process, no walls
+    return SubAgentResult(
+        **base,
+        status=RunStatus.ERROR,
+        error=f"{NO_PROCESS}: {failure}",
+        duration_ms=(time.perf_counter() - started) * 1000,
+        no_process=True,
+    )
+
+
+def unstarted(results: list[SubAgentResult]) -> str:
+    """One line naming the sub-agents of a run that never got a process ("" if none)."""
+    missed = [r for r in results if r.no_process]
+    if not missed:
+        return ""
+    first = missed[0]
+    head = f"{len(missed)} sub-agents" if len(missed) > 1 else "a sub-agent"
+    return f"{head} of this run never got a process; {first.agent_id} ({first.agent_type}): " + (
+        first.error.removeprefix(f"{NO_PROCESS}: ")
+    )
+
+
 def with_cancel_reason(
     result: SubAgentResult, status: RunStatus, reason: str, *, cancelled: bool
 ) -> SubAgentResult:
@@ -120,6 +160,11 @@ def with_cancel_reason(
     replaced = result.status is RunStatus.CANCELLED or (
         result.status is RunStatus.COMPLETED and status is RunStatus.BUDGET
     )
+    if cancelled and reason and result.no_process and status is not RunStatus.CANCELLED:
+        # Stopped in the queue by a budget: that is why it never ran.
+        return msgspec.structs.replace(result, status=status, error=reason, no_process=False)
+    if cancelled and reason and result.no_process:  # it stays an error; the reason is kept
+        return msgspec.structs.replace(result, error=f"{result.error} ({reason})")
     if cancelled and reason and replaced:
         return msgspec.structs.replace(result, status=status, error=reason)
     return result

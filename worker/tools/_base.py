@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import inspect
 import os
@@ -297,11 +299,18 @@ def truncate_output(text: str, ctx: ToolContext) -> str:
     if ctx.run_dir is not None:
         out_dir = ctx.run_dir / "tool-outputs"
         path = out_dir / f"{safe_name_part(ctx.agent_id)}-{safe_name_part(ctx.call_id)}.txt"
-        if not _outputs.write(path.name, text):  # through the sandbox's descriptor, if any
-            out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            _write_private(path, text)
         shown = _relative_or_absolute(path, ctx.workdir)
         where = f"; the full output ({len(text)} chars) is saved at {shown}"
+        try:
+            if not _outputs.write(path.name, text):  # through the sandbox's descriptor, if any
+                out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                _write_private(path, text)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            with contextlib.suppress(OSError):
+                path.unlink()  # a cut copy would pass for the whole
+            where = f"; the full output ({len(text)} chars) is NOT saved: the disk is full"
     return (
         f"{head}\n\n[... {omitted} characters omitted (tool outputs are limited to {limit} "
         f"characters){where} ...]\n\n{tail}"

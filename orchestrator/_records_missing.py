@@ -1,0 +1,72 @@
+"""What a run folder without ``summary.json`` still says (``runs list``, ``runs show``).
+
+A run that is still going, or was killed, or whose disk was full when it ended, has no
+summary. Its transcripts are still there: the main agent's ``start`` and ``result`` lines
+and one record per sub-agent. This reads them (a last line cut mid-write is skipped) so
+that such a run is listed with what is known, and ``missing`` names what is not, rather
+than as "unfinished · 0 sub-agents".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: Said of a run folder with no summary: why there may be none.
+NO_SUMMARY = "summary.json (the run is still going, was killed, or its disk was full)"
+
+
+def summary_from_records(path: Path) -> dict[str, Any]:
+    """A summary of the run at ``path`` made from its transcripts alone."""
+    main = _entries(path / "main.jsonl")
+    start = next((e for e in main if e.get("kind") == "start"), {})
+    result = next((e["result"] for e in reversed(main) if _is_result(e)), None)
+    summary: dict[str, Any] = {
+        "status": str(result.get("status", "unfinished")) if result else "unfinished",
+        "final_text": str(result.get("text", "")) if result else "",
+        "error": str(result.get("error", "")) if result else "",
+        "model": str(start.get("model") or ""),
+        "prompt": str(start.get("prompt") or ""),
+        "subagents": [
+            _subagent(file) for file in sorted(path.glob("*.jsonl")) if file.stem != "main"
+        ],
+        "missing": [NO_SUMMARY],
+    }
+    if not result:
+        summary["missing"].append("the main agent's result line in main.jsonl")
+    return summary
+
+
+def _subagent(record: Path) -> dict[str, Any]:
+    entries = _entries(record)
+    start = next((e for e in entries if e.get("kind") == "start"), {})
+    result = next((e["result"] for e in reversed(entries) if _is_result(e)), None)
+    return {
+        "agent_id": record.stem,
+        "agent_type": str(start.get("agent_type") or ""),
+        "status": str(result.get("status", "unfinished")) if result else "unfinished",
+        "final_text": str(result.get("text", "")) if result else "",
+        "error": str(result.get("error", "")) if result else "",
+        "tool_calls": int(result.get("tool_calls", 0)) if result else 0,
+    }
+
+
+def _is_result(entry: dict[str, Any]) -> bool:
+    return entry.get("kind") == "result" and isinstance(entry.get("result"), dict)
+
+
+def _entries(record: Path) -> list[dict[str, Any]]:
+    try:
+        lines = record.read_bytes().splitlines()
+    except OSError:
+        return []
+    entries = []
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue  # cut mid-write (a crash, a full disk)
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
