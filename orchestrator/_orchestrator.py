@@ -220,7 +220,7 @@ class Orchestrator:
             if self._owns_pool:
                 await self.pool.close()
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
-            self.runner.limiter.close()
+            await self.runner.close_shared()  # the provider limits, the model pools
             self.bus.close()  # every events() stream ends
             if self.tracing is not None:
                 self.tracing.close()  # what is still buffered goes to the exporter

@@ -30,6 +30,7 @@ from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_tr
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
 from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
+from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
@@ -46,6 +47,8 @@ from agentcell.protocol import (
     Event,
     HookReply,
     HookRequest,
+    ModelCall,
+    ModelCancel,
     PermitDone,
     PermitRequest,
     SpanBatch,
@@ -83,6 +86,7 @@ class Parent:
     registry: AgentRegistry
     delegate: Delegate
     settings: Settings
+    pools: ModelPools = dataclasses.field(default_factory=ModelPools)  # relayed model calls
 
 
 @dataclasses.dataclass(slots=True)
@@ -119,11 +123,13 @@ class Relay:
                 permits = ChildPermits(
                     self.parent.limiter, self.child.lease.send_nowait, start=group.create_task
                 )
+                models = self._model_relay(group)
                 try:
-                    await self._pump(permits)
+                    await self._pump(permits, models)
                 finally:
                     # The child is gone (or we are): questions it asked are moot now, and
                     # what it held of the provider's limits goes back to its siblings.
+                    await models.close()  # its model requests are cancelled upstream
                     await permits.close()
                     for task in self._open:
                         task.cancel()
@@ -132,10 +138,26 @@ class Relay:
         finally:
             self._group = None
 
-    async def _pump(self, permits: ChildPermits) -> None:
+    def _model_relay(self, group: asyncio.TaskGroup) -> ModelRelay:
+        parent, lease = self.parent, self.child.lease
+        return ModelRelay(
+            self.child.spec,
+            parent.settings,
+            parent.limiter,
+            parent.pools,
+            lease.send,
+            send_nowait=lease.send_nowait,
+            start=group.create_task,
+        )
+
+    async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:
         lease = self.child.lease
         while (frame := await lease.recv()) is not None:
-            if isinstance(frame, PermitRequest):
+            if isinstance(frame, ModelCall):
+                models.on_call(frame)
+            elif isinstance(frame, ModelCancel):
+                models.on_cancel(frame)
+            elif isinstance(frame, PermitRequest):
                 permits.on_request(frame)
             elif isinstance(frame, PermitDone):
                 permits.on_done(frame)
