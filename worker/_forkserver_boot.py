@@ -41,12 +41,11 @@ def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
     The CA bundle for https models, the paths every sandbox allows, the built-in tools'
-    schemas and decoders, and one
-    rehearsed agent run — engine, hooks, file tools, the OpenAI client over the link
-    transport a child uses (its model calls answered as frames, SSE), frames: CPython specialises bytecode as it
-    first runs, and a child forked from a cold fork server would write those
-    specialisations into pages it must first copy (measured: about a tenth of a child's
-    CPU under fan-out).
+    schemas and decoders, and one rehearsed agent run — engine, hooks, file tools, the
+    OpenAI client over the link transport a child uses (its model calls answered as
+    frames, SSE), frames: CPython specialises bytecode as it first runs, and a child
+    forked from a cold fork server would write those specialisations into pages it must
+    first copy (measured: about a tenth of a child's CPU under fan-out).
     """
     import tempfile
 
@@ -141,7 +140,7 @@ async def _rehearse(workdir: str) -> None:
     channel = _RehearsalChannel()
     link = types.SimpleNamespace(channel=channel, model_link=None)
     channel.link = link
-    transport = LinkTransport(link)  # type: ignore[arg-type]
+    transport = LinkTransport(link)
     model = OpenAIChatModel("rehearsal", base_url="http://127.0.0.1:9/v1", transport=transport)
     try:
         engine = Engine(model, builtin_tools(), hooks=[PermissionPolicy()], workdir=workdir)

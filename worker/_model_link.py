@@ -18,9 +18,9 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 from agentcell.protocol import ChannelClosed, ModelCall, ModelCancel, ModelData, ModelEnd, ModelHead
-from agentcell.worker._child import ChildLink
 from agentcell.worker.models import ModelError, ModelErrorKind
 from agentcell.worker.models._transport import Retry
 
@@ -28,10 +28,18 @@ from agentcell.worker.models._transport import Retry
 REFUSED = "refused"
 
 
+class Link(Protocol):
+    """What the transport needs of ``_child.ChildLink`` (not imported: the fork server's
+    rehearsal uses this module, and ``_child`` the fork server's)."""
+
+    channel: Any  # send / send_nowait
+    model_link: Any  # where ``dispatch`` hands our frames
+
+
 class LinkTransport:
     """A ``ModelTransport`` over the child's link to its parent."""
 
-    def __init__(self, link: ChildLink) -> None:
+    def __init__(self, link: Link) -> None:
         self._link = link
         self._calls: dict[int, LinkResponse] = {}
         self._next_id = 0

@@ -5,8 +5,9 @@ the parent (``_model_relay``): its spec says ``model_via_parent``, its environme
 the provider's variables (key and base URL), its model options lose the key and get the
 base URL the parent resolved (only for the words of its error messages and the request
 shape a provider picks by URL: it has no TCP to reach it). A model object given in code
-(tests' models, ``model_objects``) and a child on a remote backend (Ray, which sends from
-its node for now) keep the direct route.
+(tests' models, ``model_objects``) keeps the direct route, and so does a Ray child with
+``ray.model_route = "node"``; by default a Ray child's calls cross its TCP channel to the
+parent like a local child's cross its pipe.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from agentcell.worker import known_secrets, secret_digests
 from agentcell.worker.models import ModelError, resolve_model
 
 
-def route_model(spec: AgentSpec, settings: Settings, *, backend: str, custom: bool) -> None:
-    """Send ``spec``'s model requests through the parent where they can go that way."""
-    if custom or backend != "local" or not relayed(spec.model):
+def route_model(
+    spec: AgentSpec, settings: Settings, backend: str | None, *, custom: bool
+) -> None:
+    """Send ``spec``'s model requests through the parent where they can go that way
+    (``backend``: the definition's, else the settings')."""
+    backend = backend or settings.backend
+    through = backend == "local" or (backend == "ray" and settings.ray.model_route != "node")
+    if custom or not through or not relayed(spec.model):
         return
     try:
         upstream = resolve_model(spec.model, upstream_options(settings, spec.model))

@@ -184,8 +184,7 @@ class Preparer:
             mcp_servers=mcp_servers,
             model_permits=self.limiter.applies(model),
         )
-        backend = definition.backend or settings.backend
-        route_model(spec, settings, backend=backend, custom=model in self.model_objects)
+        route_model(spec, settings, definition.backend, custom=model in self.model_objects)
         return Prepared(
             spec=spec, limits=definition_limits(definition), model=model, warnings=warnings
         )
