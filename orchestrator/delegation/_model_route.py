@@ -24,9 +24,7 @@ from agentcell.worker import known_secrets, secret_digests
 from agentcell.worker.models import ModelError, resolve_model
 
 
-def route_model(
-    spec: AgentSpec, settings: Settings, backend: str | None, *, custom: bool
-) -> None:
+def route_model(spec: AgentSpec, settings: Settings, backend: str | None, *, custom: bool) -> None:
     """Send ``spec``'s model requests through the parent where they can go that way
     (``backend``: the definition's, else the settings')."""
     backend = backend or settings.backend
