@@ -262,3 +262,32 @@ def test_the_usage_scan_reads_what_each_provider_reports_however_it_is_split() -
         b'event: message_delta\ndata: {"type": "message_delta", "usage": {"output_tokens": 9}}\n\n'
     )
     assert (anthropic.input, anthropic.output) == (105, 9) and anthropic.tokens == 114
+
+
+async def test_a_relayed_call_without_a_key_for_the_official_api_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    sent: list[Any] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    async def send(frame: Any) -> None:
+        sent.append(frame)
+
+    def start(coro: Any) -> asyncio.Task[None]:
+        tasks.append(asyncio.ensure_future(coro))
+        return tasks[-1]
+
+    pools = ModelPools()
+    relay = ModelRelay(
+        spec(), Settings(), ProviderLimiter({}), pools, send, send_nowait=sent.append, start=start
+    )
+    relay.on_call(ModelCall(id=1, body=b'{"model": "m", "messages": []}'))
+    await asyncio.gather(*tasks)
+    await pools.aclose()
+    (end,) = sent
+    assert isinstance(end, ModelEnd) and end.error_kind == "config"
+    assert "OPENAI_API_KEY is not set" in end.message
+    error = end_error(end)
+    assert isinstance(error, ModelError) and "OPENAI_API_KEY is not set" in str(error)

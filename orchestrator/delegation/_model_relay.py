@@ -244,6 +244,7 @@ class ModelRelay:
                 self._spec.model, upstream_options(self._settings, self._spec.model)
             )
             assert isinstance(model, OpenAIChatModel | AnthropicModel)  # check_call's
+            model.check_ready()  # no key for the official API: the child says so, in words
             shard, pools = self._shard, self._pools
             self._upstream = model.transport_over(
                 lambda base, timeout: pools.client(base, timeout, shard)
