@@ -18,7 +18,8 @@ import pytest
 import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation import _prepare
-from agentcell.protocol import RunStatus, Start, TextDelta
+from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -217,3 +218,31 @@ async def test_a_hostile_servers_bytes_are_parsed_in_the_child_and_the_parent_su
     assert broken.status is RunStatus.ERROR, broken
     assert "not a chat completion chunk" in (broken.error or ""), broken.error
     assert again.status is RunStatus.COMPLETED and again.text == "the parent is fine"
+
+
+async def test_a_call_the_child_gives_up_is_cancelled_upstream_by_its_model_cancel(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cancelled: list[int] = []
+    original = ModelRelay.on_cancel
+
+    def recording(self: ModelRelay, frame: ModelCancel) -> None:
+        cancelled.append(frame.id)
+        original(self, frame)
+
+    monkeypatch.setattr(ModelRelay, "on_cancel", recording)
+    # Two events, then nothing until the server stops: the child's own deadline gives up.
+    served.responder = lambda body, api: Reply(text="never finished", hang_after=2)
+    orch = orchestrator(
+        tmp_path, agent("impatient", []), model_options={"openai": {"deadline": 1.0}}
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("impatient", "go"), 60)
+        left = own_ports(served.port)
+    assert result.status is RunStatus.ERROR, result
+    assert "did not finish within its 1 s deadline" in (result.error or ""), result.error
+    assert cancelled == [1]  # the child's ModelCancel for its one call
+    assert left == set()  # and the parent dropped that request's connection
