@@ -19,7 +19,7 @@ import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation import _prepare
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
-from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta
+from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta, Usage
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -246,3 +246,21 @@ async def test_a_call_the_child_gives_up_is_cancelled_upstream_by_its_model_canc
     assert "did not finish within its 1 s deadline" in (result.error or ""), result.error
     assert cancelled == [1]  # the child's ModelCancel for its one call
     assert left == set()  # and the parent dropped that request's connection
+
+
+async def test_usage_is_what_the_server_reported_not_what_the_child_says(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # The first answer calls `lie`, which makes the child report every later answer as
+    # free; the parent counts the second answer from the stream it relayed.
+    served.add(
+        Reply(tool_calls=[Call("lie", {})], usage=Usage(input_tokens=100, output_tokens=10)),
+        Reply(text="done", usage=Usage(input_tokens=200, output_tokens=20)),
+    )
+    orch = orchestrator(tmp_path, agent("liar", ["lie"]), tools=[relay_tools.lie])
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("liar", "go"), 60)
+        total = orch.total_usage
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert (result.usage.input_tokens, result.usage.output_tokens) == (300, 30)
+    assert (total.input_tokens, total.output_tokens) == (300, 30)

@@ -39,6 +39,7 @@ from agentcell.protocol import (
     ModelData,
     ModelEnd,
     ModelHead,
+    Usage,
 )
 from agentcell.worker.models import (
     AnthropicModel,
@@ -200,6 +201,20 @@ class ModelRelay:
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._upstream: HttpxTransport | None = None
         self._shard = pools.next_shard()
+        self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
+
+    def counted_usage(self, reported: Usage) -> Usage:
+        """The usage of the child's next ``UsageUpdate``: the tokens the servers reported
+        in the answers relayed since the last one (the child parsed the same streams, and
+        reports only after their end), else the child's own report."""
+        counted, self._counted = self._counted, []
+        if not counted:
+            return reported
+        return msgspec.structs.replace(
+            reported,
+            input_tokens=sum(c[0] for c in counted),
+            output_tokens=sum(c[1] for c in counted),
+        )
 
     def on_call(self, frame: ModelCall) -> None:
         if frame.id in self._calls:
@@ -269,6 +284,8 @@ class ModelRelay:
                         await self._send(ModelData(id=cid, data=raw[at : at + MAX_DATA_BYTES]))
             finally:
                 await response.aclose()
+            if scan.tokens:
+                self._counted.append((scan.input, scan.output))
             end = ModelEnd(id=cid)
         except Retry as failure:
             end = ModelEnd(

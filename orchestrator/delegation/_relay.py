@@ -17,6 +17,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import msgspec
 from agentcell.orchestrator.backends import WorkerLease
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -113,6 +114,7 @@ class Relay:
         self.progress = progress
         self._open: set[asyncio.Task[None]] = set()
         self._group: asyncio.TaskGroup | None = None
+        self._models: ModelRelay | None = None
 
     async def run(self) -> None:
         """Until the child is gone. Raises what an answer raised (the first, unwrapped from
@@ -123,7 +125,7 @@ class Relay:
                 permits = ChildPermits(
                     self.parent.limiter, self.child.lease.send_nowait, start=group.create_task
                 )
-                models = self._model_relay(group)
+                models = self._models = self._model_relay(group)
                 try:
                     await self._pump(permits, models)
                 finally:
@@ -196,6 +198,10 @@ class Relay:
         agent_id, agent_type = child.spec.agent_id, child.spec.agent_type
         event = frame.event
         if isinstance(event, UsageUpdate):
+            if self._models is not None:  # what the servers said, where they said it
+                event = msgspec.structs.replace(
+                    event, usage=self._models.counted_usage(event.usage)
+                )
             progress.usage = progress.usage + event.usage
             progress.model = event.model or progress.model
             child.ledger.add_usage(agent_id, agent_type, event.model, event.usage)
