@@ -254,13 +254,20 @@ def test_the_usage_scan_reads_what_each_provider_reports_however_it_is_split() -
     stream = chunk("hi") + FINISH
     for i in range(0, len(stream), 7):
         openai.feed(stream[i : i + 7])
+    openai.finish()
     assert (openai.input, openai.output) == (7, 3)
+    long = UsageScan("openai")  # usage past the kept head: found in the kept tail
+    for piece in [chunk("x" * 1000)] * 100 + [FINISH]:
+        long.feed(piece)
+    long.finish()
+    assert (long.input, long.output) == (7, 3)
     anthropic = UsageScan("anthropic")
     anthropic.feed(
         b'event: message_start\ndata: {"type": "message_start", "message": {"usage": '
         b'{"input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 1}}}\n\n'
         b'event: message_delta\ndata: {"type": "message_delta", "usage": {"output_tokens": 9}}\n\n'
     )
+    anthropic.finish()
     assert (anthropic.input, anthropic.output) == (105, 9) and anthropic.tokens == 114
 
 

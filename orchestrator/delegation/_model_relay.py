@@ -284,6 +284,7 @@ class ModelRelay:
                         await self._send(ModelData(id=cid, data=raw[at : at + MAX_DATA_BYTES]))
             finally:
                 await response.aclose()
+            scan.finish()
             if scan.tokens:
                 self._counted.append((scan.input, scan.output))
             end = ModelEnd(id=cid)

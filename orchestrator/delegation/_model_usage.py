@@ -2,19 +2,21 @@
 
 The child parses the answer; the parent only needs the token counts the server reports
 in it, for the provider limiter (a tokens-per-minute limit charges what a request really
-cost). A bounded scan: the relay's ``SSEDecoder`` (with its line and event caps) splits
-the events, and only events that mention ``usage`` are decoded, into the usage fields
-alone. OpenAI reports it in the last chunk (``stream_options.include_usage``); Anthropic
+cost) and the ledger. A bounded scan: ``SSEDecoder`` (with its caps) splits the stream's
+two ends into events, and only events that mention ``usage`` are decoded, into the usage
+fields alone. OpenAI reports it in the last chunk (``stream_options.include_usage``); Anthropic
 in ``message_start`` and (cumulatively) ``message_delta``. A server that reports none
 costs what the child's estimate said.
 """
 
 from __future__ import annotations
 
+import collections
+
 import msgspec
 from agentcell.worker.models import ModelError, SSEDecoder
 
-#: The largest event the scan decodes (usage events are small; a huge one is skipped).
+#: The largest event the scan decodes (usage events are small).
 MAX_SCANNED_EVENT = 64 * 1024
 
 
@@ -42,11 +44,21 @@ _decode = msgspec.json.Decoder(_Event).decode
 
 
 class UsageScan:
-    """Feed it the relayed raw bytes; ``tokens`` is input + output as last reported."""
+    """Feed it the relayed raw bytes, then ``finish``; ``tokens`` is input + output as
+    last reported.
+
+    Only the stream's first and last ``EDGE`` bytes are kept and parsed, once, at the end:
+    that is where both APIs report usage (OpenAI's last chunk; Anthropic's first event and
+    its last ``message_delta``), and splitting every relayed byte into events would cost
+    the parent as much CPU again as relaying them."""
+
+    EDGE = 16 * 1024
 
     def __init__(self, provider: str) -> None:
         self.provider = provider
-        self._sse: SSEDecoder | None = SSEDecoder(max_event_bytes=16 * 1024 * 1024)
+        self._head = bytearray()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
         self.input = 0
         self.output = 0
 
@@ -55,16 +67,27 @@ class UsageScan:
         return self.input + self.output
 
     def feed(self, raw: bytes) -> None:
-        if self._sse is None:
-            return
-        try:
-            events = self._sse.feed(raw)
-        except ModelError:  # not a sane stream: the child will say so; we stop counting
-            self._sse = None
-            return
-        for _, data in events:
-            if len(data) <= MAX_SCANNED_EVENT and b'"usage"' in data:
-                self._take(data)
+        if len(self._head) < self.EDGE:
+            self._head += raw[: self.EDGE - len(self._head)]
+        tail = self._tail
+        tail.append(raw)
+        self._tail_bytes += len(raw)
+        while len(tail) > 1 and self._tail_bytes - len(tail[0]) >= self.EDGE:
+            self._tail_bytes -= len(tail.popleft())
+
+    def finish(self) -> None:
+        """Read the usage from the stream's two ends (its events, cut to whole ones)."""
+        tail = b"".join(self._tail)
+        cut = tail.find(b"\n\n")
+        for part in (bytes(self._head), tail[cut + 2 :] if cut >= 0 else b""):
+            sse = SSEDecoder(max_event_bytes=MAX_SCANNED_EVENT)
+            try:
+                events = sse.feed(part) + sse.close()
+            except ModelError:  # not a sane stream: the child will say so
+                continue
+            for _, data in events:
+                if b'"usage"' in data:
+                    self._take(data)
 
     def _take(self, data: bytes) -> None:
         try:
