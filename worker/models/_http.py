@@ -1,14 +1,16 @@
-"""HTTP plumbing shared by the streaming providers: client, retries, errors, SSE.
+"""HTTP plumbing shared by the streaming providers: retries, deadline, caps, errors, SSE.
 
-One ``SSEClient`` per model instance owns a small httpx connection pool (made by
-``_client``, with the block guard, proxies, TLS and connections prepared ahead) and runs
-each model call as one async generator: POST, check the status, parse the event stream with
-the provider's ``StreamHandler``, retry what is safe to retry. Everything a provider
-needs from the network is here, so the providers are only (de)serialisation.
+One ``SSEClient`` per model instance runs each model call: the attempt loop (retries
+with backoff, ``Retry-After``, one permit per attempt), the total deadline, the size cap
+and bounded inflating (``BodyDecoder``), SSE decoding, and feeding the provider's
+``StreamHandler``. Each attempt goes through a ``ModelTransport`` (``_transport``): by
+default its own small httpx pool (made by ``_client``, with the block guard, proxies
+and TLS), in a sub-agent the link to the parent. Everything a provider needs from the
+network is here, so the providers are only (de)serialisation.
 
 CPU per model turn matters (hundreds of agents share a few cores), so the hot path is
-one generator layer deep, parses SSE on bytes with ``bytes.splitlines`` and leaves JSON
-to msgspec in the providers.
+one generator layer deep per attempt, parses SSE on bytes with ``bytes.splitlines`` and
+leaves JSON to msgspec in the providers.
 """
 
 from __future__ import annotations
