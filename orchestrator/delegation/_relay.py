@@ -3,9 +3,10 @@
 The second of a delegation's three phases (after ``_prepare``, before ``_settle``). The
 child's frames come in here: its events go to the bus (tagged with its agent id and the
 parent's tool call) and its usage to the ledger; its questions — an approval, a hook, a
-nested ``task``, a provider permit — are answered, each in a task of the relay's own
-``TaskGroup``, so none outlives the child and one that fails fails this child's run (the
-runner turns that into this child's result; its siblings go on).
+nested ``task``, a provider permit, a model call (``_model_relay``) — are answered, each
+in a task of the relay's own ``TaskGroup``, so none outlives the child and one that fails
+fails this child's run (the runner turns that into this child's result; its siblings go
+on).
 """
 
 from __future__ import annotations
