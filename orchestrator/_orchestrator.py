@@ -154,7 +154,7 @@ class Orchestrator:
             max_workers=self.settings.max_workers,
             warm=self.settings.warm_spares,
             heartbeat_timeout=self.settings.heartbeat_timeout_s,
-            boot=ChildBoot(prepare_url=self._default_endpoint()),
+            boot=ChildBoot(),  # (no connection ahead: the parent sends its model requests)
             starters=self.settings.process_starters,
             preload=[*self.settings.preload, *(tracing_preload(self.tracing) or ())],
         )
@@ -220,7 +220,7 @@ class Orchestrator:
             if self._owns_pool:
                 await self.pool.close()
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
-            self.runner.limiter.close()
+            await self.runner.close_shared()  # the provider limits, the model pools
             self.bus.close()  # every events() stream ends
             if self.tracing is not None:
                 self.tracing.close()  # what is still buffered goes to the exporter
@@ -619,18 +619,6 @@ class Orchestrator:
             log.warning("%s", problem)
         self.mcp_problems = list(servers.problems)
         return servers
-
-    def _default_endpoint(self) -> str | None:
-        """The main model's HTTP endpoint (sub-agents inherit its model by default), for
-        spares to connect to ahead of their runs; None for other models."""
-        if not self.model_name or self.model_name in self.model_objects:
-            return None
-        try:
-            model = self._main_model()  # (nothing is opened until a first request)
-        except ModelError:
-            return None  # said where the run starts, in the run's own words
-        url = getattr(model, "base_url", None)
-        return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
 
     def _start_ahead(self, account: RunAccount) -> StartAhead | None:
         """The main agent's sub-agent processes start as its task calls are named."""

@@ -113,6 +113,8 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     skills: dict[str, str] = msgspec.field(default_factory=dict)  # skill tool: name -> SKILL.md
     compact_at_tokens: int = 0  # compact the conversation past this many tokens (0: never)
     model_permits: bool = False  # ask the parent for a permit before each model request
+    # Send each model request to the parent (``ModelCall``): it adds the URL and the key.
+    model_via_parent: bool = False
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -244,6 +246,49 @@ class PermitDone(msgspec.Struct, tag="permit_done", tag_field="t", kw_only=True)
     retry_after: float | None = None
 
 
+class ModelCall(msgspec.Struct, tag="model_call", tag_field="t", kw_only=True):
+    """child → parent: send this model request for me. ``body`` is the JSON request
+    body the child's provider built — never a URL, a header or a key: the parent checks
+    it against the child's definition and adds those itself."""
+
+    id: int
+    body: bytes
+
+
+class ModelCancel(msgspec.Struct, tag="model_cancel", tag_field="t", kw_only=True):
+    """child → parent: I no longer want call ``id``'s answer (cancel it upstream)."""
+
+    id: int
+
+
+class ModelHead(msgspec.Struct, tag="model_head", tag_field="t", kw_only=True):
+    """parent → child: call ``id``'s response status and its allow-listed headers."""
+
+    id: int
+    status: int
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ModelData(msgspec.Struct, tag="model_data", tag_field="t", kw_only=True):
+    """parent → child: the next raw bytes of call ``id``'s response body (batched)."""
+
+    id: int
+    data: bytes
+
+
+class ModelEnd(msgspec.Struct, tag="model_end", tag_field="t", kw_only=True, omit_defaults=True):
+    """parent → child: call ``id`` is over. No ``error_kind``: the body is complete.
+    Otherwise the ``ModelErrorKind`` (or "refused": the parent's check said no) and
+    the message the child raises; ``retry`` when another attempt may work (a transport
+    failure), with ``midstream`` the words for one that broke off mid-answer."""
+
+    id: int
+    error_kind: str = ""
+    message: str = ""
+    retry: bool = False
+    midstream: str = ""
+
+
 class ControlAction(enum.StrEnum):
     CANCEL = "cancel"  # stop now; the child ends with status cancelled
     PAUSE = "pause"  # stop at the next turn boundary until resume
@@ -323,6 +368,11 @@ Frame = (
     | PermitRequest
     | PermitGrant
     | PermitDone
+    | ModelCall
+    | ModelCancel
+    | ModelHead
+    | ModelData
+    | ModelEnd
     | Control
     | Heartbeat
     | SpanBatch

@@ -1,5 +1,6 @@
-"""Spares connect to the default provider before their Hello, and a connection that went
-stale while the spare waited is replaced without an error."""
+"""A spare opens no connection to the model (its requests go through the parent), a
+connection that went stale in the parent's pool is replaced without an error, and
+``prepare_connection`` (still used by the bench's direct-route profile) works."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, UserMessage
 from agentcell.worker.models import OpenAIChatModel, complete
@@ -49,35 +51,33 @@ def orchestrator(tmp_path: Path, server: ModelServer) -> Orchestrator:
     )
 
 
-async def test_a_spare_is_connected_before_its_hello_and_the_run_uses_it(
+async def test_a_spare_opens_no_connection_and_the_run_is_sent_by_the_parent(
     spawned: SpawnRecorder, model_server: ModelServer, tmp_path: Path
 ) -> None:
     model_server.add("done")
     async with orchestrator(tmp_path, model_server) as orch:
         await orch.pool.warmed()  # every spare has said Hello
-        # Its connection was open before it said Hello, before any run existed.
-        assert len(model_server.accepted) == 1
-        prepared = model_server.accepted[0]
+        assert model_server.accepted == []  # it has no business with the model server
         result = await orch.delegate("worker", "hi")
-    assert result.status is RunStatus.COMPLETED, result.error
-    [request] = model_server.requests
-    assert request.client_port == prepared  # the run's request came on that connection
+        assert result.status is RunStatus.COMPLETED, result.error
+        [request] = model_server.requests
+        parents = {c.laddr.port for c in psutil.Process().net_connections(kind="tcp")}
+    assert request.client_port in parents  # the parent's own pooled connection
 
 
-async def test_a_connection_closed_while_the_spare_waited_is_replaced(
+async def test_a_connection_closed_in_the_parents_pool_is_replaced(
     spawned: SpawnRecorder, tmp_path: Path
 ) -> None:
     with ModelServer(idle_timeout=0.2) as server:  # closes idle connections, as servers do
-        server.add("done")
+        server.add("first", "done")
         async with orchestrator(tmp_path, server) as orch:
-            await orch.pool.warmed()
-            assert len(server.accepted) == 1
+            first = await orch.delegate("worker", "hi")
+            assert first.status is RunStatus.COMPLETED, first.error
             stale = server.accepted[0]
             await until(lambda: server.open_connections == 0, "the server to close it")
             result = await orch.delegate("worker", "hi")
     assert result.status is RunStatus.COMPLETED, result.error
-    [request] = server.requests
-    assert request.client_port != stale  # a new connection, made without an error
+    assert server.requests[1].client_port != stale  # a new connection, made without an error
     assert result.text == "done"
 
 

@@ -133,7 +133,7 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
     orch = orchestrator(work, agent("worker", ["bash"]))
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
-    # The child reached its model endpoint for every turn, through the sandbox.
+    # The child reached its model for every turn, through the parent (it has no TCP).
     assert result.status is RunStatus.COMPLETED, result
     assert len(served.requests) == len(commands) + 1
     assert result.sandbox.startswith("workspace, landlock abi"), result.sandbox
@@ -162,14 +162,15 @@ async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
     udp.close()
 
 
-async def test_the_child_itself_reaches_only_its_model_endpoint(
+async def test_the_child_itself_reaches_no_tcp_port(
     spawned: SpawnRecorder,
     tmp_path: Path,
     served: ModelServer,
     listener: tuple[int, list[socket.socket]],
 ) -> None:
     # python in bash under network: true (the stacked no-network domain is off) still
-    # runs inside the child's own domain, which allows TCP to the model's port only.
+    # runs inside the child's own domain, which allows no TCP at all (the parent sends
+    # its model requests).
     port, accepted = listener
     probe = (
         "python3 -c 'import socket,sys;"
@@ -180,7 +181,7 @@ async def test_the_child_itself_reaches_only_its_model_endpoint(
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result
-    assert "bash network" in result.sandbox and f"own tcp: {served.port}" in result.sandbox
+    assert "bash network" in result.sandbox and "own tcp: none" in result.sandbox
     assert "CONNECTED" not in result.text and "PermissionError" in result.text
     assert not accepted
 

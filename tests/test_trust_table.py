@@ -94,6 +94,7 @@ LOOSE_LINES: dict[str, str] = {
     "ray.address": '[ray]\naddress = "10.0.0.1:6379"',
     "ray.listen_host": '[ray]\nlisten_host = "0.0.0.0"',
     "ray.listen_port": "[ray]\nlisten_port = 4444",
+    "ray.model_route": '[ray]\nmodel_route = "node"',
     "ray.advertise_host": '[ray]\nadvertise_host = "evil.example"',
     "sandbox_read": 'sandbox_read = ["~"]',
     "bash_credentials": "bash_credentials = true",

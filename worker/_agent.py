@@ -70,7 +70,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         os.environ.update(spec.env)
         _proc.set_dumpable(False)
     try:
-        model: Model = objects.get("model") or resolve_model(spec.model, spec.model_options)
+        model: Model = objects.get("model") or _own_model(spec, link)
     except ModelError as exc:
         return RunResult(status=RunStatus.ERROR, error=str(exc))
     if spec.model_permits:  # the parent keeps the provider's limits: ask it first
@@ -200,7 +200,8 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         engine.env = dict(os.environ)
     # Custom objects (tools, a model object) are the caller's own Python code running in
     # this process: its network is theirs. Otherwise only the model endpoint is reachable.
-    ports = None if objects else model_ports(model, os.environ)
+    # A model whose requests go through the parent needs no TCP of this process at all.
+    ports = None if objects else [] if spec.model_via_parent else model_ports(model, os.environ)
     if ports is not None:
         # An http MCP server is reached from this process: its port too, and no other.
         ports = sorted({*ports, *mcp_ports(spec)})
@@ -220,6 +221,16 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
+
+
+def _own_model(spec: AgentSpec, link: ChildLink) -> Model:
+    """The run's model from its spec: over the link to the parent when the spec says so
+    (the parent holds the URL and the key), else straight to the provider."""
+    if not spec.model_via_parent:
+        return resolve_model(spec.model, spec.model_options)
+    from agentcell.worker._model_link import LinkTransport
+
+    return resolve_model(spec.model, {**spec.model_options, "transport": LinkTransport(link)})
 
 
 def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:

@@ -42,6 +42,9 @@ from agentcell.protocol import (
     HookReply,
     HookRequest,
     Limits,
+    ModelData,
+    ModelEnd,
+    ModelHead,
     Notice,
     PermitDone,
     PermitGrant,
@@ -103,6 +106,8 @@ class ChildLink:
         self.steered = asyncio.Event()
         self.cancel_requested = asyncio.Event()
         self.on_cancel: Callable[[], object] | None = None
+        # The model requests sent through the parent (``_model_link.LinkTransport``).
+        self.model_link: Any = None
 
     # -- outgoing ---------------------------------------------------------------------
     def emit(self, event: AgentEvent) -> None:
@@ -239,6 +244,8 @@ class ChildLink:
                 future.set_result(frame)
         elif isinstance(frame, Control):
             self._control(frame)
+        elif isinstance(frame, ModelHead | ModelData | ModelEnd) and self.model_link is not None:
+            self.model_link.dispatch(frame)
         else:
             raise ProtocolError(f"unexpected {type(frame).__name__} frame from the parent")
 
@@ -266,6 +273,8 @@ class ChildLink:
             if not future.done():
                 future.set_exception(exc)
         self._pending.clear()
+        if self.model_link is not None:
+            self.model_link.fail(exc)
 
 
 def child_main(conn: Any, boot: ChildBoot) -> None:

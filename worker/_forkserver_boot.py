@@ -18,7 +18,9 @@ import gc
 import os
 import signal
 import sys
+import types
 import warnings
+from typing import Any
 
 import multiprocess.forkserver
 from agentcell.worker import _proc
@@ -39,12 +41,11 @@ def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
     The CA bundle for https models, the paths every sandbox allows, the built-in tools'
-    schemas and decoders, and one
-    rehearsed agent run — engine, hooks, file tools, the OpenAI client over real HTTP and
-    SSE against a throwaway local server, frames: CPython specialises bytecode as it
-    first runs, and a child forked from a cold fork server would write those
-    specialisations into pages it must first copy (measured: about a tenth of a child's
-    CPU under fan-out).
+    schemas and decoders, and one rehearsed agent run — engine, hooks, file tools, the
+    OpenAI client over the link transport a child uses (its model calls answered as
+    frames, SSE), frames: CPython specialises bytecode as it first runs, and a child
+    forked from a cold fork server would write those specialisations into pages it must
+    first copy (measured: about a tenth of a child's CPU under fan-out).
     """
     import tempfile
 
@@ -82,10 +83,45 @@ _FINAL = (
 )
 
 
+class _RehearsalChannel:
+    """Plays the parent's model relay for the rehearsal: each ``ModelCall`` is answered
+    at once, through the frame codec, as the relay would over the pipe."""
+
+    def __init__(self) -> None:
+        self.link: Any = None
+        self.turns = 0
+
+    async def send(self, frame: Any) -> None:
+        from agentcell.protocol import (
+            ModelCall,
+            ModelData,
+            ModelEnd,
+            ModelHead,
+            decode_body,
+            encode_frame,
+        )
+
+        if not isinstance(frame, ModelCall):
+            return
+        body = (_SSE if self.turns == 0 else _FINAL).encode()
+        self.turns += 1
+        sse = {"content-type": "text/event-stream"}
+        for reply in (
+            ModelHead(id=frame.id, status=200, headers=sse),
+            ModelData(id=frame.id, data=body),
+            ModelEnd(id=frame.id),
+        ):
+            self.link.model_link.dispatch(decode_body(bytes(encode_frame(reply))[4:]))
+
+    def send_nowait(self, frame: Any) -> None:
+        pass
+
+
 async def _rehearse(workdir: str) -> None:
     from agentcell.protocol import (
         PROTOCOL_VERSION,
         AgentSpec,
+        ModelCall,
         Result,
         RunResult,
         RunStatus,
@@ -95,40 +131,23 @@ async def _rehearse(workdir: str) -> None:
     )
     from agentcell.worker._engine import Engine
     from agentcell.worker._hooks import PermissionPolicy
+    from agentcell.worker._model_link import LinkTransport
     from agentcell.worker.models import OpenAIChatModel
     from agentcell.worker.tools import builtin_tools
 
-    turns = 0
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await answer(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            writer.close()  # the client hung up (or the rehearsal is over)
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal turns
-        while True:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
-            await reader.readexactly(length)
-            body = (_SSE if turns == 0 else _FINAL).encode()
-            turns += 1
-            writer.write(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                b"content-length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            await writer.drain()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    model = OpenAIChatModel("rehearsal", base_url=f"http://127.0.0.1:{port}/v1", api_key="x")
+    # The path a child really takes: its model over the link to the parent (frames),
+    # never an httpx pool of its own.
+    channel = _RehearsalChannel()
+    link = types.SimpleNamespace(channel=channel, model_link=None)
+    channel.link = link
+    transport = LinkTransport(link)
+    model = OpenAIChatModel("rehearsal", base_url="http://127.0.0.1:9/v1", transport=transport)
     try:
         engine = Engine(model, builtin_tools(), hooks=[PermissionPolicy()], workdir=workdir)
         result = await engine.run("rehearse")
     finally:
         await model.aclose()
-        server.close()
+    decode_body(bytes(encode_frame(ModelCall(id=1, body=b"{}")))[4:])
     for frame in (
         Start(
             protocol_version=PROTOCOL_VERSION,

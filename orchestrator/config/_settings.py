@@ -97,6 +97,9 @@ class RaySettings(BaseModel):
     # A connection to the listener: time to authenticate, and how many may be pending.
     handshake_timeout_s: float = Field(default=5.0, gt=0, le=600)
     max_pending_connections: int = Field(default=64, ge=1, le=4096)
+    # "orchestrator": a sub-agent's model requests cross its channel to the parent, which
+    # sends them (no key on the node); "node": its node sends them, with the key shipped.
+    model_route: Literal["orchestrator", "node"] = "orchestrator"
 
 
 SandboxMode = Literal["workspace", "read-only", "off", "required"]

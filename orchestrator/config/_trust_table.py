@@ -151,6 +151,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "ray.connect_timeout_s": _neutral("how long the parent waits for an actor"),
     "ray.handshake_timeout_s": _tight(_LIMIT),  # longer or more: a flood holds the parent
     "ray.max_pending_connections": _tight(_LIMIT),
+    "ray.model_route": _loose('"node" ships the model key to every node of the cluster'),
     "sandbox": _tight("a stricter sandbox only narrows", on_scale(SANDBOX_LOOSENESS)),
     "network": _tight("network off only narrows", not_on),
     "max_processes": _tight(_LIMIT),

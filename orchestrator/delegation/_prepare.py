@@ -37,6 +37,7 @@ from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
+from agentcell.orchestrator.delegation._model_route import route_model
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
 from agentcell.orchestrator.delegation._web_fetch import (
@@ -187,6 +188,7 @@ class Preparer:
             mcp_servers=mcp_servers,
             model_permits=self.limiter.applies(model),
         )
+        route_model(spec, settings, definition.backend, custom=model in self.model_objects)
         return Prepared(
             spec=spec, limits=definition_limits(definition), model=model, warnings=warnings
         )

@@ -3,9 +3,10 @@
 The second of a delegation's three phases (after ``_prepare``, before ``_settle``). The
 child's frames come in here: its events go to the bus (tagged with its agent id and the
 parent's tool call) and its usage to the ledger; its questions — an approval, a hook, a
-nested ``task``, a provider permit — are answered, each in a task of the relay's own
-``TaskGroup``, so none outlives the child and one that fails fails this child's run (the
-runner turns that into this child's result; its siblings go on).
+nested ``task``, a provider permit, a model call (``_model_relay``) — are answered, each
+in a task of the relay's own ``TaskGroup``, so none outlives the child and one that fails
+fails this child's run (the runner turns that into this child's result; its siblings go
+on).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import msgspec
 from agentcell.orchestrator.backends import WorkerLease
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
@@ -30,6 +32,7 @@ from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_tr
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
 from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
+from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
@@ -46,6 +49,8 @@ from agentcell.protocol import (
     Event,
     HookReply,
     HookRequest,
+    ModelCall,
+    ModelCancel,
     PermitDone,
     PermitRequest,
     SpanBatch,
@@ -83,6 +88,7 @@ class Parent:
     registry: AgentRegistry
     delegate: Delegate
     settings: Settings
+    pools: ModelPools = dataclasses.field(default_factory=ModelPools)  # relayed model calls
 
 
 @dataclasses.dataclass(slots=True)
@@ -109,6 +115,7 @@ class Relay:
         self.progress = progress
         self._open: set[asyncio.Task[None]] = set()
         self._group: asyncio.TaskGroup | None = None
+        self._models: ModelRelay | None = None
 
     async def run(self) -> None:
         """Until the child is gone. Raises what an answer raised (the first, unwrapped from
@@ -119,11 +126,13 @@ class Relay:
                 permits = ChildPermits(
                     self.parent.limiter, self.child.lease.send_nowait, start=group.create_task
                 )
+                models = self._models = self._model_relay(group)
                 try:
-                    await self._pump(permits)
+                    await self._pump(permits, models)
                 finally:
                     # The child is gone (or we are): questions it asked are moot now, and
                     # what it held of the provider's limits goes back to its siblings.
+                    await models.close()  # its model requests are cancelled upstream
                     await permits.close()
                     for task in self._open:
                         task.cancel()
@@ -132,10 +141,26 @@ class Relay:
         finally:
             self._group = None
 
-    async def _pump(self, permits: ChildPermits) -> None:
+    def _model_relay(self, group: asyncio.TaskGroup) -> ModelRelay:
+        parent, lease = self.parent, self.child.lease
+        return ModelRelay(
+            self.child.spec,
+            parent.settings,
+            parent.limiter,
+            parent.pools,
+            lease.send,
+            send_nowait=lease.send_nowait,
+            start=group.create_task,
+        )
+
+    async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:
         lease = self.child.lease
         while (frame := await lease.recv()) is not None:
-            if isinstance(frame, PermitRequest):
+            if isinstance(frame, ModelCall):
+                models.on_call(frame)
+            elif isinstance(frame, ModelCancel):
+                models.on_cancel(frame)
+            elif isinstance(frame, PermitRequest):
                 permits.on_request(frame)
             elif isinstance(frame, PermitDone):
                 permits.on_done(frame)
@@ -174,6 +199,10 @@ class Relay:
         agent_id, agent_type = child.spec.agent_id, child.spec.agent_type
         event = frame.event
         if isinstance(event, UsageUpdate):
+            if self._models is not None:  # what the servers said, where they said it
+                event = msgspec.structs.replace(
+                    event, usage=self._models.counted_usage(event.usage)
+                )
             progress.usage = progress.usage + event.usage
             progress.model = event.model or progress.model
             child.ledger.add_usage(agent_id, agent_type, event.model, event.usage)

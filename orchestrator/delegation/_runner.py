@@ -541,6 +541,11 @@ class Runner:
             return lease
         raise AssertionError("unreachable")
 
+    async def close_shared(self) -> None:
+        """At the run's end: the limiter's pending charges, the relay's model pools."""
+        self.limiter.close()
+        await self._parent.pools.aclose()
+
     def default_backend(self) -> Backend | None:
         """Where a sub-agent runs unless its definition pins one (None: not started)."""
         return self.backends.get(self.settings.backend)

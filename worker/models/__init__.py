@@ -23,27 +23,45 @@ from agentcell.worker.models._base import (
     ToolSpec,
     complete,
 )
-from agentcell.worker.models._gate import Permit, RequestGate, request_gate
+from agentcell.worker.models._client import make_client
+from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
+from agentcell.worker.models._http import SSEDecoder, parse_retry_after
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
+from agentcell.worker.models._transport import (
+    RELAYED_HEADERS,
+    HttpxTransport,
+    ModelTransport,
+    Retry,
+    TransportResponse,
+)
 
 __all__ = [
+    "RELAYED_HEADERS",
     "THINKING_BUDGETS",
     "AnthropicModel",
+    "HttpxTransport",
     "OpenAIChatModel",
     "Model",
     "ModelError",
     "ModelErrorKind",
     "ModelRequest",
     "ModelResponse",
+    "ModelTransport",
     "Permit",
     "RequestGate",
+    "Retry",
+    "SSEDecoder",
     "StopReason",
     "StreamItem",
     "TextPart",
     "ToolCallStart",
     "ToolSpec",
+    "TransportResponse",
     "complete",
+    "estimate_tokens",
+    "make_client",
+    "parse_retry_after",
     "request_gate",
     "resolve_model",
     "thinking_control",

@@ -38,6 +38,7 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._chat_model import HttpChatModel
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
+from agentcell.worker.models._transport import ModelTransport
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -512,6 +513,7 @@ class AnthropicModel(HttpChatModel):
         max_connections: int = 4,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        transport: ModelTransport | None = None,
         effort: str | None = None,
         prompt_cache: str = "5m",
         web_search: int | None = None,
@@ -539,6 +541,7 @@ class AnthropicModel(HttpChatModel):
             max_connections=max_connections,
             deadline=deadline,
             max_response_bytes=max_response_bytes,
+            transport=transport,
         )
         self._max_tokens = max_tokens  # None: DEFAULT_MAX_TOKENS
         self._prompt_cache: PromptCache = prompt_cache  # type: ignore[assignment]

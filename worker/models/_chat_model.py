@@ -5,12 +5,14 @@ to authenticate, how to build a request body, and how to parse its stream."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, ClassVar
 
+import httpx
 from agentcell.worker._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
+from agentcell.worker.models._transport import HttpxTransport, ModelTransport
 
 
 class HttpChatModel:
@@ -32,7 +34,10 @@ class HttpChatModel:
         max_connections: int,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        transport: ModelTransport | None = None,
     ) -> None:
+        """``transport``: where each attempt goes (the link to the parent in a sub-agent
+        process); None sends it from this model's own httpx pool, to its URL with its key."""
         if not model_name:
             raise ModelError(ModelErrorKind.CONFIG, f"{self.provider}: the model name is empty")
         self.model_name = model_name
@@ -54,10 +59,20 @@ class HttpChatModel:
             max_connections=max_connections,
             deadline=deadline,
             max_response_bytes=max_response_bytes,
+            transport=transport,
         )
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self._headers_for(self._api_key))
         self._headers = headers
+
+    def transport_over(self, client: Callable[[str, float], httpx.AsyncClient]) -> HttpxTransport:
+        """This model's requests (its URL, headers and key) sent from the client that
+        ``client(base_url, timeout)`` gives: how the parent relays a sub-agent's requests
+        from its own pools."""
+        base, timeout = self.base_url, self._http.timeout
+        return HttpxTransport(
+            lambda: client(base, timeout), self._url, self._headers, self._http.endpoint
+        )
 
     def _headers_for(self, api_key: str | None) -> dict[str, str]:
         """Authentication (and version) headers; none without a key."""
@@ -85,6 +100,8 @@ class HttpChatModel:
     def check_ready(self) -> None:
         """Raise the ``ModelError`` a first call would meet for lack of set-up (a missing
         API key), without sending anything: the command line checks before it starts."""
+        if self._http.transport is not None:
+            return  # whoever is at the other end holds the key (the parent) and checks it
         if not self._api_key and self._official:
             raise ModelError(
                 ModelErrorKind.CONFIG,

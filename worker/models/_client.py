@@ -90,7 +90,12 @@ _UNUSED_TLS = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
 
 
 def make_client(
-    base_url: str, *, timeout: float, max_connections: int = 4, hint: str = ""
+    base_url: str,
+    *,
+    timeout: float,
+    max_connections: int = 4,
+    hint: str = "",
+    http2: bool = False,
 ) -> httpx.AsyncClient:
     """An httpx client for one model instance, with the block guard in its transport.
 
@@ -114,6 +119,7 @@ def make_client(
                 keepalive_expiry=60.0,
             ),
             proxy=_env_proxy(url),
+            http2=http2,  # offered in TLS's ALPN; plain http stays HTTP/1.1
         )
     except ImportError as exc:  # e.g. a socks:// proxy without httpx[socks]
         raise ModelError(

@@ -1,14 +1,16 @@
-"""HTTP plumbing shared by the streaming providers: client, retries, errors, SSE.
+"""HTTP plumbing shared by the streaming providers: retries, deadline, caps, errors, SSE.
 
-One ``SSEClient`` per model instance owns a small httpx connection pool (made by
-``_client``, with the block guard, proxies, TLS and connections prepared ahead) and runs
-each model call as one async generator: POST, check the status, parse the event stream with
-the provider's ``StreamHandler``, retry what is safe to retry. Everything a provider
-needs from the network is here, so the providers are only (de)serialisation.
+One ``SSEClient`` per model instance runs each model call: the attempt loop (retries
+with backoff, ``Retry-After``, one permit per attempt), the total deadline, the size cap
+and bounded inflating (``BodyDecoder``), SSE decoding, and feeding the provider's
+``StreamHandler``. Each attempt goes through a ``ModelTransport`` (``_transport``): by
+default its own small httpx pool (made by ``_client``, with the block guard, proxies
+and TLS), in a sub-agent the link to the parent. Everything a provider needs from the
+network is here, so the providers are only (de)serialisation.
 
 CPU per model turn matters (hundreds of agents share a few cores), so the hot path is
-one generator layer deep, parses SSE on bytes with ``bytes.splitlines`` and leaves JSON
-to msgspec in the providers.
+one generator layer deep per attempt, parses SSE on bytes with ``bytes.splitlines`` and
+leaves JSON to msgspec in the providers.
 """
 
 from __future__ import annotations
@@ -34,12 +36,18 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._client import (
     _adopt_prepared,
-    _connect_cause,
     _error_code,
     error_message,
     make_client,
 )
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
+from agentcell.worker.models._transport import (
+    Endpoint,
+    HttpxTransport,
+    ModelTransport,
+    Retry,
+    TransportResponse,
+)
 
 #: Awaited between attempts. Tests replace it to observe the delays without waiting.
 sleep: Callable[[float], Any] = asyncio.sleep
@@ -208,6 +216,52 @@ class _Inflater:
             data = self._z.unconsumed_tail
 
 
+class BodyDecoder:
+    """A response body's raw bytes in, its events out: inflated in bounded steps, its
+    size capped (after inflating), split into SSE events. ``too_large`` makes the error
+    for a body past ``max_bytes``."""
+
+    __slots__ = ("_inflater", "_too_large", "max_bytes", "received", "sse")
+
+    def __init__(
+        self,
+        encoding: str,
+        provider: str,
+        max_bytes: int,
+        too_large: Callable[[], Exception],
+        *,
+        max_event_bytes: int = MAX_EVENT_BYTES,
+    ) -> None:
+        self._inflater = _Inflater(encoding, provider)
+        self._too_large = too_large
+        self.max_bytes = max_bytes
+        self.received = 0
+        self.sse = SSEDecoder(max_event_bytes)
+
+    def feed(self, raw: bytes) -> list[tuple[bytes, bytes]]:
+        events: list[tuple[bytes, bytes]] = []
+        for chunk in self._inflater.pieces(raw):
+            self.received += len(chunk)
+            if self.received > self.max_bytes:
+                raise self._too_large()
+            events += self.sse.feed(chunk)
+        return events
+
+    def close(self) -> list[tuple[bytes, bytes]]:
+        return self.sse.close()
+
+
+class _Attempt:
+    """What one attempt has done so far: its handler, whether text went out, its answer."""
+
+    __slots__ = ("handler", "response", "streamed")
+
+    def __init__(self, handler: StreamHandler) -> None:
+        self.handler = handler
+        self.streamed = False
+        self.response: ModelResponse | None = None
+
+
 class _DeadlinePassed(Exception):
     """The request's total deadline passed (bytes may still have been trickling in)."""
 
@@ -256,30 +310,6 @@ class StreamHandler(Protocol):
         ...
 
 
-class Retry(Exception):
-    """A failure that another attempt may fix, if nothing was streamed yet.
-
-    ``cause`` names what went wrong; ``midstream`` replaces it when text had already
-    been shown (then there is no retry: the caller would see the text twice).
-    """
-
-    def __init__(
-        self,
-        kind: ModelErrorKind,
-        cause: str,
-        *,
-        status: int | None = None,
-        retry_after: float | None = None,
-        midstream: str | None = None,
-    ) -> None:
-        super().__init__(cause)
-        self.kind = kind
-        self.cause = cause
-        self.status = status
-        self.retry_after = retry_after
-        self.midstream = midstream
-
-
 class SSEClient:
     """Runs model calls over HTTP for one provider instance; see the module docstring.
 
@@ -301,6 +331,7 @@ class SSEClient:
         max_connections: int = 4,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        transport: ModelTransport | None = None,
     ) -> None:
         if max_retries < 0 or timeout <= 0 or retry_base_delay < 0 or max_connections < 1:
             raise ModelError(
@@ -328,6 +359,8 @@ class SSEClient:
         self._client: httpx.AsyncClient | None = None
         self._pid = 0
         self._closed = False
+        #: Where attempts go; None: the direct route, from this model's own httpx pool.
+        self.transport = transport
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -353,8 +386,25 @@ class SSEClient:
             self._pid = pid
         return self._client
 
+    @property
+    def endpoint(self) -> Endpoint:
+        return Endpoint(
+            provider=self.provider,
+            base_url=self.base_url,
+            base_env=self.base_env,
+            key_env=self.key_env,
+            timeout=self.timeout,
+            max_connections=self.max_connections,
+        )
+
+    def http_transport(self, url: str, headers: Mapping[str, str]) -> HttpxTransport:
+        """The direct route: POST ``url`` from this model's own pool (``client``)."""
+        return HttpxTransport(lambda: self.client, url, headers, self.endpoint)
+
     async def aclose(self) -> None:
         self._closed = True
+        if self.transport is not None:
+            await self.transport.aclose()
         client, self._client = self._client, None
         if client is not None and self._pid == os.getpid():
             await client.aclose()
@@ -369,74 +419,83 @@ class SSEClient:
         """POST the body ``prepare()`` returns and stream the answer, with retries.
 
         ``prepare`` runs inside the generator so that configuration errors surface
-        where the caller iterates, like every other model error.
+        where the caller iterates, like every other model error. ``url`` and ``headers``
+        serve the direct route only: a ``transport`` given at construction has its own.
         """
         body = prepare()
-        client = self.client
+        if self._closed:
+            raise ModelError(
+                ModelErrorKind.CONFIG, f"{self.provider}: the model was closed (aclose)"
+            )
+        transport = self.transport or self.http_transport(url, headers)
         gate = request_gate.get()
         attempt = 0
-        started = asyncio.get_running_loop().time()  # the deadline covers every attempt
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deadline  # the deadline covers every attempt
         while True:
-            if asyncio.get_running_loop().time() >= started + self.deadline:
+            if loop.time() >= deadline:
                 raise self._deadline_passed()
-            handler = new_handler()
-            streamed = False
-            response: ModelResponse | None = None
+            state = _Attempt(new_handler())
             failure: Retry | None = None
             # Every attempt is a request the provider counts: each takes its own permit.
             permit = await self._permit(gate, body)
             try:
-                async with client.stream("POST", url, content=body, headers=headers) as resp:
-                    ctype = await self._check_head(resp)
-                    decoder = SSEDecoder()
-                    # raw bytes, inflated here in bounded steps if the server compressed
-                    # them anyway (and we skip httpx's decoder layers: a measurable share
-                    # of the per-event cost)
-                    inflater = _Inflater(resp.headers.get("content-encoding", ""), self.provider)
-                    received = 0
-                    chunks = aiter_until(resp.aiter_raw(), started + self.deadline)
-                    async for raw in chunks:
-                        for chunk in inflater.pieces(raw):
-                            received += len(chunk)
-                            if received > self.max_response_bytes:
-                                raise self._too_large()
-                            for event, data in decoder.feed(chunk):
-                                out = handler.feed(event, data)
-                                if out:
-                                    if isinstance(out, str):
-                                        streamed = True
-                                        yield TextPart(text=out)
-                                    else:  # named tool calls: a retry may repeat them
-                                        for start in out:
-                                            yield start
-                    for item in _fed(handler, decoder.close()):
-                        streamed = streamed or isinstance(item, TextPart)
-                        yield item
-                response = handler.finish()
-                if response is None:
-                    raise self._incomplete(handler, decoder, ctype)
+                async for item in self._attempt(transport, body, state, deadline):
+                    yield item
             except Retry as exc:
                 failure = exc
             except _DeadlinePassed:
                 raise self._deadline_passed() from None
-            except httpx.HTTPError as exc:
-                failure = self._transport_failure(exc)
             finally:
                 # Before the answer is handed on: the caller may hold it for a long time.
                 if permit is not None:
-                    _release(permit, response, failure)
+                    _release(permit, state.response, failure)
             if failure is None:
-                assert response is not None
-                yield response
+                assert state.response is not None
+                yield state.response
                 return
-            delay = self._retry_delay(failure, attempt, streamed=streamed)
+            delay = self._retry_delay(failure, attempt, streamed=state.streamed)
             attempt += 1
             await sleep(delay)
 
-    async def _check_head(self, resp: httpx.Response) -> str:
+    async def _attempt(
+        self, transport: ModelTransport, body: bytes, state: _Attempt, deadline: float
+    ) -> AsyncIterator[StreamItem]:
+        """One attempt: send, check the head, decode the body, feed the handler. Sets
+        ``state.response``; raises ``Retry`` for what another attempt may fix."""
+        resp = await transport.open(body)
+        try:
+            ctype = await self._check_head(resp)
+            decoder = BodyDecoder(
+                resp.headers.get("content-encoding", ""),
+                self.provider,
+                self.max_response_bytes,
+                self._too_large,
+            )
+            handler = state.handler
+            async for raw in aiter_until(resp.chunks(), deadline):
+                for event, data in decoder.feed(raw):
+                    out = handler.feed(event, data)
+                    if out:
+                        if isinstance(out, str):
+                            state.streamed = True
+                            yield TextPart(text=out)
+                        else:  # named tool calls: a retry may repeat them
+                            for start in out:
+                                yield start
+            for item in _fed(handler, decoder.close()):
+                state.streamed = state.streamed or isinstance(item, TextPart)
+                yield item
+            state.response = handler.finish()
+            if state.response is None:
+                raise self._incomplete(handler, decoder.sse, ctype)
+        finally:
+            await resp.aclose()
+
+    async def _check_head(self, resp: TransportResponse) -> str:
         """The response's content type; raises for an error status or a body that is not
         an event stream."""
-        if resp.status_code != 200:
+        if resp.status != 200:
             raise await self._status_failure(resp)
         ctype = resp.headers.get("content-type", "")
         if ctype and not ctype.startswith("text/event-stream"):
@@ -482,17 +541,19 @@ class SSEClient:
 
     # -- classifying failures -------------------------------------------------------
 
-    async def _read_head(self, resp: httpx.Response) -> bytes:
+    async def _read_head(self, resp: TransportResponse) -> bytes:
         body = b""
-        async for chunk in resp.aiter_bytes():
-            body += chunk
-            if len(body) >= _MAX_ERROR_BODY:
-                break
+        inflater = _Inflater(resp.headers.get("content-encoding", ""), self.provider)
+        async for raw in resp.chunks():
+            for chunk in inflater.pieces(raw):
+                body += chunk
+                if len(body) >= _MAX_ERROR_BODY:
+                    return body
         return body
 
-    async def _status_failure(self, resp: httpx.Response) -> Exception:
+    async def _status_failure(self, resp: TransportResponse) -> Exception:
         """A ``Retry`` or a final ``ModelError`` for a non-200 answer."""
-        status = resp.status_code
+        status = resp.status
         body = await self._read_head(resp)
         said = error_message(body)
         said_part = f"; the server said: {said}" if said else ""
@@ -571,7 +632,7 @@ class SSEClient:
             status=status,
         )
 
-    async def _not_a_stream(self, resp: httpx.Response, ctype: str) -> Exception:
+    async def _not_a_stream(self, resp: TransportResponse, ctype: str) -> Exception:
         body = await self._read_head(resp)
         said = error_message(body) if ctype.startswith("application/json") else ""
         if said:
@@ -600,53 +661,6 @@ class SSEClient:
             ModelErrorKind.CONNECTION,
             cause,
             midstream=f"the connection to {self.base_url} dropped mid-stream ({cause})",
-        )
-
-    def _transport_failure(self, exc: httpx.HTTPError) -> Retry:
-        base = self.base_url
-        if isinstance(exc, httpx.UnsupportedProtocol):
-            raise ModelError(
-                ModelErrorKind.CONFIG,
-                f"{self.provider}: the base URL '{base}' is not an http(s) URL: check "
-                f"{self.base_env}",
-            ) from exc
-        if isinstance(exc, httpx.LocalProtocolError):
-            raise ModelError(
-                ModelErrorKind.CONFIG,
-                f"{self.provider}: the request could not be sent ({exc}): check {self.key_env} "
-                f"and {self.base_env} for stray characters",
-            ) from exc
-        if isinstance(exc, httpx.DecodingError):
-            raise ModelError(
-                ModelErrorKind.PROTOCOL, f"{self.provider}: undecodable response body ({exc})"
-            ) from exc
-        if isinstance(exc, httpx.ConnectTimeout):
-            cause = f"cannot reach {base}: connecting timed out after {self.timeout:g} s"
-            return Retry(ModelErrorKind.TIMEOUT, f"{cause}; check {self.base_env}")
-        if isinstance(exc, httpx.PoolTimeout):
-            return Retry(
-                ModelErrorKind.TIMEOUT,
-                f"all {self.max_connections} connections of this model stayed busy for "
-                f"{self.timeout:g} s",
-            )
-        if isinstance(exc, httpx.TimeoutException):
-            return Retry(
-                ModelErrorKind.TIMEOUT,
-                f"no answer from {base} within the {self.timeout:g} s timeout",
-                midstream=f"the stream from {base} stalled mid-stream for {self.timeout:g} s",
-            )
-        if isinstance(exc, httpx.ConnectError):
-            why = _connect_cause(exc)
-            hint = "is the server running?" if why == "connection refused" else "check"
-            return Retry(
-                ModelErrorKind.CONNECTION, f"cannot reach {base}: {why}; {hint} ({self.base_env})"
-            )
-        # read/write errors, a peer that closed the connection, proxy failures
-        detail = str(exc) or type(exc).__name__
-        return Retry(
-            ModelErrorKind.CONNECTION,
-            f"the connection to {base} failed ({detail})",
-            midstream=f"the connection to {base} dropped mid-stream ({detail})",
         )
 
 

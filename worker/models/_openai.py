@@ -31,6 +31,7 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._chat_model import HttpChatModel
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
+from agentcell.worker.models._transport import ModelTransport
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 
@@ -328,6 +329,7 @@ class OpenAIChatModel(HttpChatModel):
         max_connections: int = 4,
         deadline: float = DEFAULT_DEADLINE_S,
         max_response_bytes: int = MAX_RESPONSE_BYTES,
+        transport: ModelTransport | None = None,
         reasoning_effort: str | None = None,
     ) -> None:
         super().__init__(
@@ -340,6 +342,7 @@ class OpenAIChatModel(HttpChatModel):
             max_connections=max_connections,
             deadline=deadline,
             max_response_bytes=max_response_bytes,
+            transport=transport,
         )
         self._max_field = max_tokens_field or (
             "max_completion_tokens" if self._official else "max_tokens"

@@ -1,0 +1,313 @@
+"""The parent's model relay: a sub-agent's model requests, sent from here.
+
+A child on the local backend holds no provider key and may open no TCP connection (its
+Landlock layer allows none). Its provider code builds each request body as usual and
+sends it as a ``ModelCall`` (``agentcell.worker._model_link``); ``ModelRelay`` checks it
+against what the child's definition allows — the body's ``model`` is the spec's, its
+top-level keys come from the provider's allow-list, its size and the calls in flight are
+capped — then adds the URL, headers and key from the parent's own configuration, takes a
+permit from the provider limiter, sends it from the parent's connection pools
+(``ModelPools``: a few small httpx clients, each child on one) and streams the raw body
+back in ``ModelData`` frames, waiting on the channel's writability (a slow child is
+never buffered without bound). The child parses the answer (a hostile server's bytes are
+parsed in the sandbox); the relay reads only the usage the server reports in it, for the
+limiter. A ``ModelCancel``, the child's end and the run's end cancel the upstream request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import importlib.util
+import itertools
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import httpx
+import msgspec
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
+from agentcell.orchestrator.delegation._model_usage import UsageScan
+from agentcell.protocol import (
+    AgentSpec,
+    ChannelClosed,
+    Frame,
+    ModelCall,
+    ModelCancel,
+    ModelData,
+    ModelEnd,
+    ModelHead,
+    Usage,
+)
+from agentcell.worker.models import (
+    AnthropicModel,
+    HttpxTransport,
+    ModelError,
+    OpenAIChatModel,
+    Retry,
+    estimate_tokens,
+    make_client,
+    parse_retry_after,
+    resolve_model,
+)
+
+log = logging.getLogger("agentcell.orchestrator")
+
+#: Providers whose requests a child sends through the parent (the HTTP ones).
+RELAYED_PROVIDERS = ("openai", "anthropic")
+#: The top-level keys of a request body each provider's code sends (and a few sampling
+#: parameters a provider option may add); any other key is refused.
+ALLOWED_KEYS: dict[str, frozenset[str]] = {
+    "openai": frozenset(
+        {
+            "model",
+            "messages",
+            "stream",
+            "stream_options",
+            "tools",
+            "tool_choice",
+            "max_tokens",
+            "max_completion_tokens",
+            "temperature",
+            "top_p",
+            "stop",
+            "metadata",
+            "reasoning_effort",
+            "parallel_tool_calls",
+            "response_format",
+            "seed",
+        }
+    ),
+    "anthropic": frozenset(
+        {
+            "model",
+            "messages",
+            "system",
+            "stream",
+            "tools",
+            "tool_choice",
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stop_sequences",
+            "metadata",
+            "thinking",
+            "output_config",
+        }
+    ),
+}
+#: The largest request body a child may send (a long conversation is a few MiB).
+MAX_CALL_BYTES = 8 * 1024 * 1024
+#: Model calls one child may have in flight (its engine sends one at a time).
+MAX_CALLS_PER_CHILD = 4
+#: The most body bytes in one ``ModelData`` frame: well under the frame limit.
+MAX_DATA_BYTES = 256 * 1024
+#: Model options the parent uses to reach the provider: where, with which key, how long.
+UPSTREAM_KEYS = ("base_url", "api_key", "timeout", "max_connections")
+#: Options the child's copy of the model never gets.
+PARENT_ONLY_KEYS = ("api_key",)
+
+_decode_top = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode
+_decode_model = msgspec.json.Decoder(str).decode
+
+
+def relayed(model: str) -> bool:
+    return model.partition(":")[0] in RELAYED_PROVIDERS
+
+
+def upstream_options(settings: Settings, model: str) -> dict[str, Any]:
+    """The options of the parent's copy of the child's model (URL, key, timeouts)."""
+    given = settings.model_options.get(model.partition(":")[0], {})
+    return {key: given[key] for key in UPSTREAM_KEYS if key in given}
+
+
+def check_call(spec: AgentSpec, body: bytes) -> str:
+    """Why the parent will not send ``body`` for this child ("" if it will)."""
+    provider, _, name = spec.model.partition(":")
+    if not spec.model_via_parent or provider not in ALLOWED_KEYS:
+        return f"this sub-agent's model {spec.model!r} is not reached through the orchestrator"
+    if len(body) > MAX_CALL_BYTES:
+        return f"the request body has {len(body)} bytes, more than the {MAX_CALL_BYTES} allowed"
+    try:
+        top = _decode_top(body)
+        model = _decode_model(top["model"]) if "model" in top else ""
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return "the request body is not a JSON object with a string 'model'"
+    if model != name:
+        return f"the request names model {model!r}, but this sub-agent runs on {name!r}"
+    unknown = sorted(set(top) - ALLOWED_KEYS[provider])
+    if unknown:
+        return f"the request sets {', '.join(map(repr, unknown))}, not allowed for {provider}"
+    return ""
+
+
+class ModelPools:
+    """The parent's httpx clients for relayed requests: ``SHARDS`` small pools per
+    endpoint (one big pool rescans every connection per request), each child on one."""
+
+    SHARDS = 8
+    CONNECTIONS_PER_SHARD = 16
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str, float, int], httpx.AsyncClient] = {}
+        self._turns = itertools.count()
+        self._http2 = importlib.util.find_spec("h2") is not None
+
+    def next_shard(self) -> int:
+        return next(self._turns) % self.SHARDS
+
+    def client(self, base_url: str, timeout: float, shard: int) -> httpx.AsyncClient:
+        key = (base_url, timeout, shard)
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = make_client(
+                base_url,
+                timeout=timeout,
+                max_connections=self.CONNECTIONS_PER_SHARD,
+                http2=self._http2,
+            )
+        return client
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+
+class ModelRelay:
+    """One child's model calls, each served in a task of the child relay's group."""
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        settings: Settings,
+        limiter: ProviderLimiter,
+        pools: ModelPools,
+        send: Callable[[Frame], Coroutine[Any, Any, None]],
+        *,
+        send_nowait: Callable[[Frame], None],
+        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self._spec = spec
+        self._settings = settings
+        self._limiter = limiter
+        self._pools = pools
+        self._send = send
+        self._send_nowait = send_nowait
+        self._start = start
+        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._upstream: HttpxTransport | None = None
+        self._shard = pools.next_shard()
+        self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
+
+    def counted_usage(self, reported: Usage) -> Usage:
+        """The usage of the child's next ``UsageUpdate``: the tokens the servers reported
+        in the answers relayed since the last one (the child parsed the same streams, and
+        reports only after their end), else the child's own report."""
+        counted, self._counted = self._counted, []
+        if not counted:
+            return reported
+        return msgspec.structs.replace(
+            reported,
+            input_tokens=sum(c[0] for c in counted),
+            output_tokens=sum(c[1] for c in counted),
+        )
+
+    def on_call(self, frame: ModelCall) -> None:
+        if frame.id in self._calls:
+            self._refuse(frame.id, f"call id {frame.id} is already in flight")
+        elif len(self._calls) >= MAX_CALLS_PER_CHILD:
+            self._refuse(frame.id, f"more than {MAX_CALLS_PER_CHILD} model calls in flight")
+        elif why := check_call(self._spec, frame.body):
+            self._refuse(frame.id, why)
+        else:
+            task = self._start(self._serve(frame))
+            self._calls[frame.id] = task
+            task.add_done_callback(functools.partial(self._ended, frame.id))
+
+    def _ended(self, call_id: int, task: asyncio.Task[None]) -> None:
+        if self._calls.get(call_id) is task:
+            del self._calls[call_id]
+
+    def on_cancel(self, frame: ModelCancel) -> None:
+        """The child gave the call up (an id it never used is ignored)."""
+        task = self._calls.pop(frame.id, None)
+        if task is not None:
+            task.cancel()
+
+    async def close(self) -> None:
+        """The child is gone: every call it had in flight is cancelled upstream."""
+        tasks = list(self._calls.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._calls.clear()
+
+    def _refuse(self, call_id: int, why: str) -> None:
+        log.warning("%s: model request refused: %s", self._spec.agent_id, why)
+        with contextlib.suppress(ChannelClosed):
+            self._send_nowait(ModelEnd(id=call_id, error_kind="refused", message=why))
+
+    def _transport(self) -> HttpxTransport:
+        """The parent's copy of the child's model, sending from this child's shard."""
+        if self._upstream is None:
+            model = resolve_model(
+                self._spec.model, upstream_options(self._settings, self._spec.model)
+            )
+            assert isinstance(model, OpenAIChatModel | AnthropicModel)  # check_call's
+            model.check_ready()  # no key for the official API: the child says so, in words
+            shard, pools = self._shard, self._pools
+            self._upstream = model.transport_over(
+                lambda base, timeout: pools.client(base, timeout, shard)
+            )
+        return self._upstream
+
+    async def _serve(self, frame: ModelCall) -> None:
+        cid = frame.id
+        permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
+        scan = UsageScan(self._spec.model.partition(":")[0])
+        status, headers = 0, {}
+        try:
+            response = await self._transport().open(frame.body)
+            status, headers = response.status, response.headers
+            try:
+                await self._send(ModelHead(id=cid, status=status, headers=headers))
+                counting = status == 200 and not headers.get("content-encoding")
+                async for raw in response.chunks():
+                    if counting:
+                        scan.feed(raw)
+                    for at in range(0, len(raw), MAX_DATA_BYTES):
+                        await self._send(ModelData(id=cid, data=raw[at : at + MAX_DATA_BYTES]))
+            finally:
+                await response.aclose()
+            scan.finish()
+            if scan.tokens:
+                self._counted.append((scan.input, scan.output))
+            end = ModelEnd(id=cid)
+        except Retry as failure:
+            end = ModelEnd(
+                id=cid,
+                error_kind=failure.kind.value,
+                message=failure.cause,
+                retry=True,
+                midstream=failure.midstream or "",
+            )
+        except ModelError as error:
+            end = ModelEnd(id=cid, error_kind=error.kind.value, message=str(error))
+        except ChannelClosed:
+            return  # the child is gone: nobody to answer
+        finally:
+            _release(permit, scan.tokens, status, headers)
+        with contextlib.suppress(ChannelClosed):
+            await self._send(end)
+
+
+def _release(permit: ModelPermit, tokens: int, status: int, headers: dict[str, str]) -> None:
+    """The permit back, with what the server said it cost and the pause it asked for
+    (a 429's or an overload's Retry-After holds every sibling on the model)."""
+    retry_after = parse_retry_after(headers) if status == 429 or status >= 500 else None
+    permit.release(tokens=tokens, retry_after=retry_after)

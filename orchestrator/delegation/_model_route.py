@@ -1,0 +1,48 @@
+"""Which way a sub-agent's model requests go, decided when its spec is made.
+
+On the local backend a child with an HTTP provider's model sends its requests through
+the parent (``_model_relay``): its spec says ``model_via_parent``, its environment loses
+the provider's variables (key and base URL), its model options lose the key and get the
+base URL the parent resolved (only for the words of its error messages and the request
+shape a provider picks by URL: it has no TCP to reach it). A model object given in code
+(tests' models, ``model_objects``) keeps the direct route, and so does a Ray child with
+``ray.model_route = "node"``; by default a Ray child's calls cross its TCP channel to the
+parent like a local child's cross its pipe.
+"""
+
+from __future__ import annotations
+
+from agentcell.orchestrator.backends import PROVIDER_ENV
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation._model_relay import (
+    PARENT_ONLY_KEYS,
+    relayed,
+    upstream_options,
+)
+from agentcell.protocol import AgentSpec
+from agentcell.worker import known_secrets, secret_digests
+from agentcell.worker.models import ModelError, resolve_model
+
+
+def route_model(spec: AgentSpec, settings: Settings, backend: str | None, *, custom: bool) -> None:
+    """Send ``spec``'s model requests through the parent where they can go that way
+    (``backend``: the definition's, else the settings')."""
+    backend = backend or settings.backend
+    through = backend == "local" or (backend == "ray" and settings.ray.model_route != "node")
+    if custom or not through or not relayed(spec.model):
+        return
+    try:
+        upstream = resolve_model(spec.model, upstream_options(settings, spec.model))
+    except ModelError:
+        return  # bad options: the child reports them like before, on the direct route
+    spec.model_via_parent = True
+    spec.model_permits = False  # the parent takes the permit where it sends
+    options = {k: v for k, v in spec.model_options.items() if k not in PARENT_ONLY_KEYS}
+    options["base_url"] = getattr(upstream, "base_url", "")
+    spec.model_options = options
+    if spec.env is not None:
+        for name in PROVIDER_ENV.get(spec.model.partition(":")[0], ()):
+            spec.env.pop(name, None)
+        held = spec.env.values()
+        # The keys it no longer holds, so that it still redacts them from its records.
+        spec.redactions = secret_digests(v for v in known_secrets().values() if v not in held)
