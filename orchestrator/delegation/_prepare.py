@@ -130,10 +130,7 @@ class Preparer:
         max_depth = min(
             d for d in (settings.max_depth, scope.max_depth, definition.max_depth) if d is not None
         )
-        # An agent file may ask for a stricter mode, never a looser one than its parent's.
-        mode = stricter_mode(
-            scope.permission_mode or settings.permission_mode, definition.permission_mode
-        )
+        mode = _permission_mode(scope, settings, definition)
         env, bash_env = self.environments.environments(
             model, bash_gets_credentials=bash_credentials(settings, definition)
         )
@@ -409,6 +406,13 @@ _OPENAI_EFFORT = {
     "high": "high",
     "max": "high",
 }
+
+
+def _permission_mode(scope: Scope, settings: Settings, definition: AgentDefinition) -> str:
+    """An agent file may ask for a stricter mode, never a looser one than its parent's."""
+    return stricter_mode(
+        scope.permission_mode or settings.permission_mode, definition.permission_mode
+    )
 
 
 def _capped(value: float | None, cap: float | None) -> float | None:
