@@ -1,7 +1,7 @@
 # `make demo` installs what the offline demo needs (agentcell alone); every other target
 # adds the dev and Ray extras the tests and lint use.
 PYTHON ?= python3
-VENV := .venv
+VENV ?= .venv
 BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
