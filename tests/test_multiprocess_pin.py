@@ -100,14 +100,18 @@ def test_serve_one_still_does_what_agentcells_copy_of_it_does() -> None:
     assert list(inspect.signature(spawn.get_preparation_data).parameters) == ["name"]
 
 
+def _starting_source(owner: type) -> str:
+    """``ensure_running`` and what it calls to start the process: multiprocess for 3.13
+    moved the resource tracker's start into ``_ensure_running_and_write`` and ``_launch``."""
+    steps = ("ensure_running", "_ensure_running_and_write", "_launch")
+    return "".join(_source(getattr(owner, step)) for step in steps if hasattr(owner, step))
+
+
 def test_fork_servers_are_started_through_the_spawn_agentcell_wraps() -> None:
     from multiprocess import forkserver, resource_tracker, util
 
-    for owner in (
-        forkserver.ForkServer.ensure_running,
-        resource_tracker.ResourceTracker.ensure_running,
-    ):
-        assert "util.spawnv_passfds(exe, args, fds_to_pass)" in _source(owner), owner
+    for owner in (forkserver.ForkServer, resource_tracker.ResourceTracker):
+        assert "util.spawnv_passfds(exe, args, fds_to_pass)" in _starting_source(owner), owner
     assert getattr(util.spawnv_passfds, "__name__", "") == "_spawnv_passfds"  # ours is in
 
 

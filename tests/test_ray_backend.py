@@ -39,6 +39,8 @@ from test_cli import AGENTCELL, cli_env
 from agentcell import AgentDefinition, Orchestrator, Settings
 from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
+pytest.importorskip("ray", reason="the ray extra is not installed (no wheel for this Python?)")
+
 pytestmark = pytest.mark.slow
 
 SUB_AGENT_MARKS = ("agentcell.worker.remote", "SubAgentHost")
