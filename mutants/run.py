@@ -80,7 +80,14 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_trust_table.py tests/test_trust.py",
         120,
     ),
-    "fork-request": ("worker/_fork_request.py", "tests/test_fork_request.py", 120),
+    # The fast unit tests first (-x stops at the first failure), then the real children:
+    # the lean request, and a real sub-agent's attack on the fork server's peer check.
+    "fork-request": (
+        "worker/_fork_request.py",
+        "tests/test_mutation_kills_fork.py tests/test_fork_request.py "
+        "tests/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
+        90,
+    ),
     # The proof that mutants run in the children: only the line of the child's own
     # approval check is mutated, and only a child-side test can kill its mutants.
     "child-approval": (
