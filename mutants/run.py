@@ -49,7 +49,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"{TRUST_KILLS} tests/test_trust_table.py",
+        f"tests/test_mutation_kills_trust.py {TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "trust-table": (
