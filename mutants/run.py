@@ -217,7 +217,7 @@ def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
     dump = subprocess.run(
         [str(BIN / "cosmic-ray"), "dump", str(session)], capture_output=True, text=True, check=True
     ).stdout
-    total, killed, survivors, skipped = 0, 0, [], 0
+    total, killed, survivors, skipped, not_made = 0, 0, [], 0, 0
     for line in dump.splitlines():
         job, result = json.loads(line)
         if result is None:
@@ -226,6 +226,9 @@ def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
             skipped += 1
             continue
         if result["worker_outcome"] == "skipped":
+            continue
+        if result["test_outcome"] == "incompetent":
+            not_made += 1  # cosmic-ray failed to write this mutant (its own error): no test ran
             continue
         total += 1
         if result["test_outcome"] == "survived":
@@ -236,7 +239,13 @@ def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
             )
         else:
             killed += 1
-    return {"mutants": total, "killed": killed, "survivors": survivors, "in_annotations": skipped}
+    return {
+        "mutants": total,
+        "killed": killed,
+        "survivors": survivors,
+        "in_annotations": skipped,
+        "not_made": not_made,
+    }
 
 
 def main() -> None:

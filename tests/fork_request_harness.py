@@ -3,6 +3,7 @@ tests/test_mutation_kills_fork.py: what a fork server's child does with one requ
 what the fork server's peer check accepts. It prints one JSON object.
 
     python fork_request_harness.py serve KIND CWD_AT_ENCODE CWD_BEFORE
+    python fork_request_harness.py serve-process OUT
     python fork_request_harness.py guard
     python fork_request_harness.py check     # every check of the test file, no pytest
 
@@ -113,6 +114,55 @@ def serve(kind: str, cwd_at_encode: str, cwd_before: str) -> dict[str, Any]:
         # Its number may be taken again since (stdin's /dev/null): the pipe itself is gone.
         "request_closed": _closed(child_r) or os.fstat(child_r).st_ino != request_pipe,
     }
+
+
+def inheriting_now() -> bool:
+    """Called while the child unpickles what it is sent (``Probe``'s reduction)."""
+    from multiprocess import process
+
+    return bool(getattr(process.current_process(), "_inheriting", False))
+
+
+class Probe:
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return inheriting_now, ()
+
+
+def report_process(inheriting: bool, out: str) -> None:
+    """A multiprocess ``Process``'s target: what its unpickling saw."""
+    Path(out).write_text(json.dumps({"inheriting": inheriting}))
+
+
+def serve_process(out: str) -> dict[str, Any]:
+    """multiprocess's own request (preparation data, then the pickled ``Process``), served
+    by ``serve_one`` as the fork server's children serve it."""
+    import io
+
+    import multiprocess
+    from multiprocess import context, reduction, spawn
+
+    ctx = multiprocess.get_context("forkserver")
+    started = ctx.Process(target=report_process, args=(Probe(), out), name="agentcell-plain")
+    buffer = io.BytesIO()
+    context.set_spawning_popen(object())  # what Popen does while it pickles the Process
+    try:
+        reduction.dump(spawn.get_preparation_data(started._name), buffer)
+        reduction.dump(started, buffer)
+    finally:
+        context.set_spawning_popen(None)
+    child_r, request_w = os.pipe()
+    os.write(request_w, buffer.getvalue())
+    os.close(request_w)
+    fds = [os.open(os.devnull, os.O_RDONLY) for _ in range(3)]
+    code = _fork_request.serve_one(child_r, fds, [], {})
+    return {"code": code, **json.loads(Path(out).read_text())}
+
+
+def check_process_serving(folder: Path) -> None:
+    """The unpickling of a multiprocess request runs as multiprocess's own does: marked as
+    inheriting (manager proxies are not counted twice, no process starts from it)."""
+    seen = run("serve-process", str(folder / "seen.json"))
+    assert seen == {"code": 0, "inheriting": True}
 
 
 def _peer_check(sock: socket.socket) -> str:
@@ -286,6 +336,7 @@ def check_all() -> None:
         check_serving(low, high)
         check_serving(high, low)  # both orders: the directory changes whichever sorts first
         check_dill_serving(low)
+        check_process_serving(low)
         check_peer_guard()
 
 
@@ -294,4 +345,5 @@ if __name__ == "__main__":
     if mode == "check":
         check_all()
     else:
-        print(json.dumps(serve(*rest) if mode == "serve" else guard()))
+        modes = {"serve": serve, "serve-process": serve_process, "guard": guard}
+        print(json.dumps(modes[mode](*rest)))

@@ -45,6 +45,10 @@ def test_a_dill_request_is_read_by_dill(tmp_path: Path) -> None:
     harness.check_dill_serving(tmp_path)
 
 
+def test_multiprocess_own_request_is_unpickled_as_inheriting(tmp_path: Path) -> None:
+    harness.check_process_serving(tmp_path)
+
+
 def test_the_peer_check_lets_in_its_owner_only_and_wraps_once() -> None:
     harness.check_peer_guard()
 
