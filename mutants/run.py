@@ -11,7 +11,8 @@ file: ``git checkout FILE`` restores it), and each file is checked clean afterwa
     python mutants/run.py --list
 
 Kill rates go to docs/security.md ("Mutation testing") by hand, from the summary
-printed at the end; survivors are listed there with why each is equivalent.
+printed at the end; survivors are listed there with why each is equivalent. The
+sessions are kept (the path is printed) for each survivor's diff and test output.
 """
 
 from __future__ import annotations
@@ -265,10 +266,12 @@ def main() -> None:
                 print(name, count(name, Path(tmp)))
         return
     results = {}
-    with tempfile.TemporaryDirectory(prefix="agentcell-mutants-") as tmp:
-        for name in args.names or list(MODULES):
-            results[name] = run(name, Path(tmp))
-            print(json.dumps({name: results[name]}), flush=True)
+    # Kept: each survivor's diff and test output (``cosmic-ray dump``, ``cr-report``).
+    sessions = Path(tempfile.mkdtemp(prefix="agentcell-mutants-"))
+    for name in args.names or list(MODULES):
+        results[name] = run(name, sessions)
+        print(json.dumps({name: results[name]}), flush=True)
+    print(f"\nsessions kept in {sessions}")
     print("\nmodule            killed / mutants   rate")
     for name, result in results.items():
         total, killed = result["mutants"], result["killed"]
