@@ -11,7 +11,8 @@ file: ``git checkout FILE`` restores it), and each file is checked clean afterwa
     python mutants/run.py --list
 
 Kill rates go to docs/security.md ("Mutation testing") by hand, from the summary
-printed at the end; survivors are listed there with why each is equivalent.
+printed at the end; survivors are listed there with why each is equivalent. The
+sessions are kept (the path is printed) for each survivor's diff and test output.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -48,7 +50,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"{TRUST_KILLS} tests/test_trust_table.py",
+        f"tests/test_mutation_kills_trust.py {TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "trust-table": (
@@ -77,10 +79,17 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "sandbox-policy": (
         "orchestrator/_sandbox_policy.py",
-        "tests/test_trust_table.py tests/test_trust.py",
+        "tests/test_mutation_kills_policy.py tests/test_trust_table.py tests/test_trust.py",
         120,
     ),
-    "fork-request": ("worker/_fork_request.py", "tests/test_fork_request.py", 120),
+    # After the fast checks (FIRST), the real children: the lean request, and a real
+    # sub-agent's attack on the fork server's peer check.
+    "fork-request": (
+        "worker/_fork_request.py",
+        "tests/test_fork_request.py "
+        "tests/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
+        90,
+    ),
     # The proof that mutants run in the children: only the line of the child's own
     # approval check is mutated, and only a child-side test can kill its mutants.
     "child-approval": (
@@ -89,18 +98,24 @@ MODULES: dict[str, tuple[str, str, float]] = {
         120,
     ),
 }
+#: A script run before the module's tests, without pytest's start-up (seconds of CPU per
+#: mutant on a shared machine): the same checks as its unit tests, failing at the first.
+FIRST = {"fork-request": "tests/fork_request_harness.py check"}
 #: Modules mutated on one line only: the line holding this text.
 ONLY_LINE = {"child-approval": "and not frame_is_authentic(frame, key)"}
 
 
 def config(name: str) -> str:
     path, tests, timeout = MODULES[name]
+    command = f"{PYTEST} {tests}"
+    if name in FIRST:
+        command = "sh -c " + shlex.quote(f"{BIN / 'python'} {FIRST[name]} && {command}")
     text = (
         "[cosmic-ray]\n"
         f"module-path = {json.dumps(path)}\n"
         f"timeout = {timeout}\n"
         "excluded-modules = []\n"
-        f"test-command = {json.dumps(f'{PYTEST} {tests}')}\n"
+        f"test-command = {json.dumps(command)}\n"
         '[cosmic-ray.distributor]\nname = "local"\n'
     )
     if name in ONLY_LINE:
@@ -156,17 +171,39 @@ def _in_annotation(mutation: dict[str, object], spots: set[tuple[int, int]]) -> 
     )
 
 
+def skip_annotations(session: Path, spots: set[tuple[int, int]]) -> None:
+    """Mark the mutants inside annotations done before the run: never run, counted apart."""
+    from cosmic_ray.work_db import WorkDB, use_db
+    from cosmic_ray.work_item import WorkerOutcome, WorkResult
+
+    with use_db(str(session), WorkDB.Mode.open) as db:
+        skipped = [
+            item.job_id
+            for item in db.pending_work_items
+            if _in_annotation(
+                {
+                    "start_pos": item.mutations[0].start_pos,
+                    "operator_name": item.mutations[0].operator_name,
+                },
+                spots,
+            )
+        ]
+        db.set_multiple_results(skipped, WorkResult(worker_outcome=WorkerOutcome.SKIPPED))
+
+
 def run(name: str, work: Path) -> dict[str, object]:
     path = MODULES[name][0]
     if not clean(path):
         sys.exit(f"{path} has uncommitted changes: commit or stash them first")
     cfg, session = init(name, work)
+    spots = annotation_spots(path)
+    skip_annotations(session, spots)
     cosmic = str(BIN / "cosmic-ray")
     subprocess.run([cosmic, "baseline", str(cfg)], cwd=ROOT, check=True)
     subprocess.run([cosmic, "exec", str(cfg), str(session)], cwd=ROOT, check=True)
     if not clean(path):
         sys.exit(f"{path} was left mutated: run 'git checkout {path}'")
-    return summary(session, annotation_spots(path))
+    return summary(session, spots)
 
 
 def count(name: str, work: Path) -> int:
@@ -181,13 +218,18 @@ def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
     dump = subprocess.run(
         [str(BIN / "cosmic-ray"), "dump", str(session)], capture_output=True, text=True, check=True
     ).stdout
-    total, killed, survivors, skipped = 0, 0, [], 0
+    total, killed, survivors, skipped, not_made = 0, 0, [], 0, 0
     for line in dump.splitlines():
         job, result = json.loads(line)
-        if result is None or result["worker_outcome"] == "skipped":
+        if result is None:
             continue
         if _in_annotation(job["mutations"][0], spots):
             skipped += 1
+            continue
+        if result["worker_outcome"] == "skipped":
+            continue
+        if result["test_outcome"] == "incompetent":
+            not_made += 1  # cosmic-ray failed to write this mutant (its own error): no test ran
             continue
         total += 1
         if result["test_outcome"] == "survived":
@@ -198,7 +240,13 @@ def summary(session: Path, spots: set[tuple[int, int]]) -> dict[str, object]:
             )
         else:
             killed += 1
-    return {"mutants": total, "killed": killed, "survivors": survivors, "in_annotations": skipped}
+    return {
+        "mutants": total,
+        "killed": killed,
+        "survivors": survivors,
+        "in_annotations": skipped,
+        "not_made": not_made,
+    }
 
 
 def main() -> None:
@@ -209,7 +257,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.list:
         for name, (path, tests, _) in MODULES.items():
-            print(f"{name:16} {path:40} {tests}")
+            first = f"{FIRST[name]}, then " if name in FIRST else ""
+            print(f"{name:16} {path:40} {first}{tests}")
         return
     if args.count:
         with tempfile.TemporaryDirectory(prefix="agentcell-mutants-") as tmp:
@@ -217,10 +266,12 @@ def main() -> None:
                 print(name, count(name, Path(tmp)))
         return
     results = {}
-    with tempfile.TemporaryDirectory(prefix="agentcell-mutants-") as tmp:
-        for name in args.names or list(MODULES):
-            results[name] = run(name, Path(tmp))
-            print(json.dumps({name: results[name]}), flush=True)
+    # Kept: each survivor's diff and test output (``cosmic-ray dump``, ``cr-report``).
+    sessions = Path(tempfile.mkdtemp(prefix="agentcell-mutants-"))
+    for name in args.names or list(MODULES):
+        results[name] = run(name, sessions)
+        print(json.dumps({name: results[name]}), flush=True)
+    print(f"\nsessions kept in {sessions}")
     print("\nmodule            killed / mutants   rate")
     for name, result in results.items():
         total, killed = result["mutants"], result["killed"]

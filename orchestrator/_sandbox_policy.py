@@ -123,7 +123,8 @@ def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str
                 found[key] = entry.why
         elif key == "network" and isinstance(value, list):
             continue  # narrowed above to what the user's own setting allows
-        elif entry.kind == "loosening" and value and value != _DEFAULTS[key]:
+        elif not (entry.tightens or entry.neutral) and value:
+            # Set at all: a loosening key's default is the tight, unset one.
             found[key] = entry.why
     return found
 

@@ -94,8 +94,7 @@ def serve_one(child_r: int, fds: list[int], unused_fds: list[int], handlers: Any
         body = source.read(body_size)
     process.current_process().name = settings["name"]
     sys.path = settings["sys_path"]
-    if os.getcwd() != settings["dir"]:
-        os.chdir(settings["dir"])
+    os.chdir(settings["dir"])
     if sizes[1:2] == _DILL:
         import dill
 
