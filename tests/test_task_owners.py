@@ -20,7 +20,8 @@ from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.cli._chat import Chat, ChatRecord, _converse
 from agentcell.orchestrator.cli._display import ProgressView
-from agentcell.orchestrator.delegation import AgentActivity, SubAgentProcess
+from agentcell.orchestrator.config import HookCommand
+from agentcell.orchestrator.delegation import AgentActivity, HookRunner, SubAgentProcess
 from agentcell.protocol import RunStatus, ToolMessage, ToolStarted
 from agentcell.worker import process as _proc
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
@@ -206,8 +207,7 @@ async def test_a_chat_whose_input_fails_during_a_turn_leaves_no_turn_pending_nor
         if isinstance(event, SubAgentProcess):
             pids.append(event.pid)
         elif isinstance(event, AgentActivity) and isinstance(event.event, ToolStarted):
-            if event.event.name == "bash":  # the sub-agent's (the main agent's is `task`)
-                sleeping.set()
+            sleeping.set() if event.event.name == "bash" else None  # the main agent's is `task`
 
     orch.bus.subscribe(watch)
     console = Console(file=io.StringIO())
@@ -239,3 +239,25 @@ async def test_a_pool_clean_up_that_fails_is_logged_not_lost(
             pool._background(broken_clean_up())
     failures = [r for r in caplog.records if r.getMessage() == "the worker pool: a task failed"]
     assert len(failures) == 1 and "the clean-up broke" in str(failures[0].exc_info)
+
+
+async def test_a_hook_whose_start_fails_is_reported_and_the_run_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A command the OS refuses to start (a NUL byte, from JSON's \\u0000) is a start
+    failure like a missing shell: logged, and the call is not held or failed by it."""
+    hooks = HookRunner(
+        [
+            HookCommand(event="PreToolUse", command="echo a\x00b", origin="the test"),
+            HookCommand(event="PreToolUse", command="echo ok"),
+        ],
+        cwd=str(tmp_path),
+    )
+    with caplog.at_level(logging.WARNING):
+        outcome = await asyncio.wait_for(
+            hooks.run("PreToolUse", {"tool_name": "Bash", "tool_input": {}}, "Bash"), GUARD_S
+        )
+    assert not outcome.blocked
+    (line,) = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
+    assert line.startswith("PreToolUse hook 'echo a\\x00b' (the test) could not start: ")
+    assert "null byte" in line and line.endswith("; the run goes on")
