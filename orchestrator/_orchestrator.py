@@ -9,6 +9,7 @@ async with Orchestrator(model="openai:gpt-4o-mini") as orch:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -288,9 +289,8 @@ class Orchestrator:
         transcript = main_transcript(run_dir, prompt, self.model_name)
         stops: list[Stop] = []
         account = self._account(run_dir, stops)
-        task_tool = await self.background.task_tool(
-            session, lambda: self._main_scope(session, account), keep_background=keep_background
-        )
+        scope = functools.partial(self._main_scope, session, account)
+        task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_main_mcp_servers()
         tools = main_tools(self.custom_tools, servers.tools, task_tool, self.tracker)
         engine = self._main_engine(
