@@ -41,6 +41,13 @@ class TaskNursery:
     def __init__(self, name: str) -> None:
         self.name = name  # says whose tasks these are, in a failure's log line
         self._group: asyncio.TaskGroup | None = None
+        self._running = 0  # members not yet ended (a long-lived owner's table stays flat)
+
+    def __len__(self) -> int:
+        return self._running
+
+    def __bool__(self) -> bool:  # an owner, empty or not (not a container's truth)
+        return True
 
     @property
     def is_open(self) -> bool:
@@ -85,8 +92,13 @@ class TaskNursery:
         task = self._group.create_task(self._contained(work, on_error), name=name)
         # Cancelled before its first step (a close right after the start), the wrapper
         # never awaits ``work``: close it then, so that it is not reported as never awaited.
-        task.add_done_callback(lambda _: work.close())
+        task.add_done_callback(lambda _: self._ended(work))
+        self._running += 1
         return task
+
+    def _ended(self, work: Coroutine[Any, Any, Any]) -> None:
+        self._running -= 1
+        work.close()
 
     async def _contained(self, work: Coroutine[Any, Any, T], on_error: OnError | None) -> T | None:
         try:

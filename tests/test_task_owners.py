@@ -261,3 +261,15 @@ async def test_a_hook_whose_start_fails_is_reported_and_the_run_goes_on(
     (line,) = [r.getMessage() for r in caplog.records if "could not start" in r.getMessage()]
     assert line.startswith("PreToolUse hook 'echo a\\x00b' (the test) could not start: ")
     assert "null byte" in line and line.endswith("; the run goes on")
+
+
+async def test_the_nursery_counts_only_members_still_running() -> None:
+    go_on = asyncio.Event()
+    async with TaskNursery("test") as nursery:
+        nursery.start(go_on.wait())
+        done = nursery.start(asyncio.sleep(0))
+        assert len(nursery) == 2
+        await done
+        assert len(nursery) == 1  # a long-lived owner's table stays flat
+        go_on.set()
+    assert len(nursery) == 0 and nursery
