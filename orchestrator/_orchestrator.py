@@ -9,6 +9,7 @@ async with Orchestrator(model="openai:gpt-4o-mini") as orch:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator._background import BackgroundRuns
 from agentcell.orchestrator._main_run import (
     RunReport,
     blocked_report,
@@ -33,6 +35,7 @@ from agentcell.orchestrator._main_run import (
 from agentcell.orchestrator._records import new_run_dir
 from agentcell.orchestrator._records_disk import disk_full_report, disk_refusal, finish_record
 from agentcell.orchestrator._sandbox_policy import check_sandbox
+from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings
@@ -164,8 +167,7 @@ class Orchestrator:
         self._engines: set[Engine] = set()
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
-        # keep_background: one task tool per session (kept with it: an id alone may be reused)
-        self._kept_task_tools: dict[int, tuple[Session, TaskTool]] = {}
+        self.background = BackgroundRuns(self._new_task_tool)  # owns every background run
         #: The main agent's MCP servers that failed to start in the last run, one line each.
         self.mcp_problems: list[str] = []
 
@@ -195,6 +197,7 @@ class Orchestrator:
         hold_secrets()
         self._holds_secrets = True
         try:
+            await self.background.open()  # entered here, closed by aclose
             if self._owns_pool:
                 await self.pool.start()
             if self.ray is not None:
@@ -214,9 +217,7 @@ class Orchestrator:
             await self.session_hooks.end()
             if self.ray is not None:
                 await self.ray.close()
-            for _, kept_tool in list(self._kept_task_tools.values()):
-                await kept_tool.shutdown()
-            self._kept_task_tools.clear()
+            await self.background.close()
             if self._owns_pool:
                 await self.pool.close()
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
@@ -290,7 +291,8 @@ class Orchestrator:
         transcript = main_transcript(run_dir, prompt, self.model_name)
         stops: list[Stop] = []
         account = self._account(run_dir, stops)
-        task_tool = await self._task_tool(session, account, keep_background=keep_background)
+        scope = functools.partial(self._main_scope, session, account)
+        task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_main_mcp_servers()
         tools = main_tools(self.custom_tools, servers.tools, task_tool, self.tracker)
         engine = self._main_engine(
@@ -329,26 +331,14 @@ class Orchestrator:
         report = run_report(result, account, started, run_dir)
         return finish_record(report, transcript, prompt=prompt, model=model.name)
 
-    async def _task_tool(
-        self, session: Session, account: RunAccount, *, keep_background: bool
-    ) -> TaskTool:
-        """The main agent's ``task`` tool for this run: a conversation's kept one (its
-        background sub-agents outlive the run), else a new one."""
-        kept = self._kept_task_tools.get(id(session)) if keep_background else None
-        task_tool = kept[1] if kept is not None and kept[0] is session else None
-        if kept is not None and task_tool is None:  # a session gone, its id reused
-            await kept[1].shutdown()
-        if task_tool is not None:  # a kept tool: this run's sub-agents count to this run
-            task_tool.scope = lambda: self._main_scope(session, account)
-        task_tool = task_tool or TaskTool(
+    def _new_task_tool(self, scope: Callable[[], Scope], nursery: TaskNursery) -> TaskTool:
+        return TaskTool(
             registry=self.registry,
             runner=self.runner,
             tracker=self.tracker,
-            scope=lambda: self._main_scope(session, account),
+            scope=scope,
+            nursery=nursery,
         )
-        if keep_background:
-            self._kept_task_tools[id(session)] = (session, task_tool)
-        return task_tool
 
     def _main_engine(
         self,

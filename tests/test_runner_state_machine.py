@@ -173,6 +173,7 @@ class Harness:
             runner=orch.runner,
             tracker=orch.tracker,
             scope=orch._direct_scope,
+            nursery=orch.background.nursery,
         )
         self.wait_tool = TaskWaitTool(orch.tracker)
         self.control_tool = TaskControlTool(orch.tracker)

@@ -14,11 +14,12 @@ import concurrent.futures
 import contextlib
 import itertools
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import multiprocess
 import multiprocess.forkserver
+from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.orchestrator.backends._starters import (
     FORK_SERVERS,
@@ -113,8 +114,11 @@ class WorkerPool:
         self._preload_warned = False
         self._open = False
         self._closed = False
-        self._tasks: set[asyncio.Future[Any]] = set()
-        self._watchdog: asyncio.Task[None] | None = None
+        # Its own tasks, each owned by a group it enters in start and closes in close:
+        # process starts (waited for first), then the watchdog and the clean-ups.
+        self._spawns = TaskNursery("the worker pool's process starts")
+        self._tasks = TaskNursery("the worker pool")
+        self._watchdog: asyncio.Task[None | None] | None = None
         self._spawner: concurrent.futures.ThreadPoolExecutor | None = None
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
@@ -129,8 +133,10 @@ class WorkerPool:
         self._loop = asyncio.get_running_loop()
         self._spawner = concurrent.futures.ThreadPoolExecutor(self.starters, "agentcell-spawn")
         await self._loop.run_in_executor(self._spawner, self._ensure_forkserver)
+        await self._spawns.open()
+        await self._tasks.open()
         self._open = True
-        self._watchdog = asyncio.create_task(self._watch())
+        self._watchdog = self._tasks.start(self._watch(), name="pool watchdog")
         self._replenish()
         return self
 
@@ -172,14 +178,14 @@ class WorkerPool:
             self._watchdog.cancel()
         # Spawns in flight finish first (each kills its child on seeing the pool closed),
         # so that no process appears after the kill below.
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._spawns.aclose(cancel=False)
         workers = list(self._workers.values())
         table = await asyncio.to_thread(proc.process_table)  # one scan for all, off the loop
         for worker in workers:
             worker.kill(OutcomeKind.KILLED, "the pool was closed", table)
         if workers:
             await asyncio.wait([w.dead for w in workers], timeout=30)
+        await self._tasks.aclose()  # what a death or a kill still had going
         assert self._spawner is not None
         self._spawner.shutdown(wait=True)
         await self._loop.run_in_executor(None, self._release_forkserver)
@@ -293,18 +299,22 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return list(self._workers)
 
-    def _background(self, work: Any) -> None:
-        """Run ``work`` as a task the pool waits for on close."""
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _background(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` as a task of the pool's group: its failure is logged, and close
+        cancels and awaits it."""
+        if not self._tasks.is_open:  # a death noticed after close had given up waiting
+            work.close()
+            log.warning("the pool is closed: a clean-up of a dead child did not run")
+            return
+        self._tasks.start(work)
 
     def _sweep_orphans_soon(self) -> None:
         if self._spawner is None or self._closed:
             return
-        future = self._loop.run_in_executor(self._spawner, sweep_orphans)
-        self._tasks.add(future)
-        future.add_done_callback(self._tasks.discard)
+        self._tasks.start(self._sweep_orphans())
+
+    async def _sweep_orphans(self) -> None:
+        await self._loop.run_in_executor(self._spawner, sweep_orphans)
 
     # -- starting ahead (Backend.expect) ------------------------------------------------
     def expect(self, n: int) -> None:
@@ -371,9 +381,7 @@ class WorkerPool:
 
     def _spawn(self) -> None:
         self._spawning += 1
-        future = asyncio.ensure_future(self._launch())
-        self._tasks.add(future)
-        future.add_done_callback(self._tasks.discard)
+        self._spawns.start(self._launch())
 
     async def _launch(self) -> None:
         assert self._spawner is not None

@@ -24,9 +24,10 @@ import secrets
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
+from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
@@ -426,7 +427,9 @@ class RayBackend:
         self._slots = asyncio.Semaphore(max_workers)
         self._owed = 0  # lent slots given back while all were taken: the next ends repay
         self._reported = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
+        # The reader, the watchdog and each run's settling: owned by this group, entered
+        # in start and closed (cancelled and awaited) by close.
+        self._tasks = TaskNursery("the Ray backend")
         self._closed = False
         self._driver_error = ""
         self.driver_log = ""
@@ -470,8 +473,9 @@ class RayBackend:
             error = first.get("error") or "the Ray driver exited"
             raise RayBackendError(f"{error} (address {self.address}; Ray's log: {self.driver_log})")
         self.nodes = int(first.get("nodes", 0))
-        self._reader = asyncio.ensure_future(self._read_driver())
-        self._watchdog = asyncio.ensure_future(self._watch())
+        await self._tasks.open()
+        self._reader = self._tasks.start(self._read_driver(), name="Ray driver reader")
+        self._watchdog = self._tasks.start(self._watch(), name="Ray watchdog")
         return self
 
     async def __aenter__(self) -> RayBackend:
@@ -503,9 +507,7 @@ class RayBackend:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(driver.pid, signal.SIGKILL)
                 await driver.wait()
-        for task in (self._reader, self._watchdog, *self._tasks):
-            if task is not None:
-                task.cancel()
+        await self._tasks.aclose()
         if self._listener is not None:
             await self._listener.aclose()
 
@@ -555,19 +557,26 @@ class RayBackend:
                 "resources": self.resources,
             }
         )
+        refused: list[Exception] = []  # the handshake's failure, raised here as before
         try:
-            async with asyncio.timeout(self.connect_timeout):
-                accepting = asyncio.ensure_future(self._listener.accept(run_id))
+            async with (
+                asyncio.timeout(self.connect_timeout),
+                TaskNursery("a Ray sub-agent's connection") as group,
+            ):
+                accepting = group.start(self._listener.accept(run_id), on_error=refused.append)
                 ended: asyncio.Future[Any] = worker.dead
                 done, _ = await asyncio.wait(
                     {accepting, ended}, return_when=asyncio.FIRST_COMPLETED
                 )
+                if refused:
+                    raise refused[0]
                 if accepting not in done:
-                    accepting.cancel()
-                    raise RayBackendError(
+                    raise RayBackendError(  # leaving the group cancels the accept
                         self.report_error(worker) or "the sub-agent ended before connecting"
                     )
-                worker.attach(accepting.result())
+                channel = accepting.result()
+                assert channel is not None
+                worker.attach(channel)
                 await worker.ready
         except TimeoutError:
             worker.kill(OutcomeKind.KILLED, "never connected")
@@ -635,10 +644,11 @@ class RayBackend:
                         "its node may be gone",
                     )
 
-    def _later(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _later(self, coro: Coroutine[Any, Any, None]) -> None:
+        if not self._tasks.is_open:  # closed: close has settled every worker itself
+            coro.close()
+            return
+        self._tasks.start(coro)
 
     @property
     def live(self) -> int:

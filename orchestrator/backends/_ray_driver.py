@@ -27,6 +27,8 @@ import sys
 import threading
 from typing import Any
 
+from agentcell.orchestrator._tasks import TaskNursery
+
 # Each actor hosts one process and one stop call beside it.
 _ACTOR_THREADS = 2
 
@@ -138,6 +140,8 @@ class Driver:
                 self.ray.kill(actor, no_restart=True)
 
     async def serve(self) -> None:
+        """Answer the parent's lines until it says shutdown (or its pipe ends); every run
+        and stop is a task of this call's group, so none outlives it."""
         loop = asyncio.get_running_loop()
         lines: asyncio.Queue[str | None] = asyncio.Queue()
 
@@ -147,18 +151,20 @@ class Driver:
             loop.call_soon_threadsafe(lines.put_nowait, None)
 
         threading.Thread(target=read, name="driver-stdin", daemon=True).start()
-        while (line := await lines.get()) is not None:
-            message = json.loads(line)
-            op = message.get("op")
-            if op == "start":
-                task = asyncio.ensure_future(self.start(message))
-                self.runs[message["id"]] = task
-                task.add_done_callback(functools.partial(self._forget, message["id"]))
-            elif op == "stop":
-                _background(self.stop(message["id"]))
-            elif op == "shutdown":
-                break
-        await self.shutdown()
+        async with TaskNursery("the Ray driver") as group:
+            while (line := await lines.get()) is not None:
+                message = json.loads(line)
+                op = message.get("op")
+                if op == "start":
+                    task = group.start(self.start(message), name=f"run {message['id']}")
+                    self.runs[message["id"]] = task
+                    task.add_done_callback(functools.partial(self._forget, message["id"]))
+                elif op == "stop":
+                    group.start(self.stop(message["id"]))
+                elif op == "shutdown":
+                    break
+            await self.shutdown()
+            await group.aclose()  # what is left of the runs: cancelled and awaited
 
     def _forget(self, run_id: str, _task: object) -> None:
         self.runs.pop(run_id, None)
@@ -170,15 +176,6 @@ class Driver:
             task.cancel()
         with contextlib.suppress(Exception):
             self.ray.shutdown()
-
-
-_tasks: set[asyncio.Task[None]] = set()
-
-
-def _background(coro: Any) -> None:
-    task = asyncio.ensure_future(coro)
-    _tasks.add(task)
-    task.add_done_callback(_tasks.discard)
 
 
 def main() -> None:

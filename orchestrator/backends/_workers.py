@@ -12,7 +12,7 @@ import enum
 import logging
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any, Protocol
 
 from agentcell.orchestrator.backends._interface import FrameQueue
@@ -48,7 +48,7 @@ class WorkerPool(Protocol):
     _preload_warned: bool
     _memory_watch: bool
 
-    def _background(self, work: Any) -> None: ...
+    def _background(self, work: Coroutine[Any, Any, Any]) -> None: ...
     def _sweep_orphans_soon(self) -> None: ...
     def _on_ready(self, worker: _Worker) -> None: ...
     def _on_dead(self, worker: _Worker) -> None: ...

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator._usage_text import split_counts, usage_split
 from agentcell.orchestrator.cli._chat_turns import (
@@ -191,9 +192,10 @@ class Chat:
         self.view = view
         self.record = record
         self.session = Session()
+        #: The session's turns (and ``@agent`` runs beside one), open while it converses:
+        #: leaving cancels and awaits each, however the session ends.
+        self.turns = TaskNursery("the chat's turns")
         self.turn: asyncio.Task[None] | None = None
-        #: ``@agent`` runs started while a turn ran: each beside it, a direct run of its own.
-        self.beside: set[asyncio.Task[None]] = set()
         self.presses = 0  # Ctrl-C presses since the last line
         self.leaving = False
         self.exit_code = 0
@@ -216,9 +218,7 @@ class Chat:
             self.command(line)
         elif self.busy and line.startswith("@"):
             self.say(f"running {line.partition(' ')[0]} beside this turn; its answer follows")
-            side = asyncio.create_task(self._turn(line))
-            self.beside.add(side)
-            side.add_done_callback(self.beside.discard)
+            self.turns.start(self._turn(line), name="beside")  # a direct run of its own
         elif self.busy:
             self.say(
                 "the main agent is still on your last message: wait, or Ctrl-C to cancel it "
@@ -226,7 +226,7 @@ class Chat:
                 "yellow",
             )
         else:
-            self.turn = asyncio.create_task(self._turn(line))
+            self.turn = self.turns.start(self._turn(line), name="turn")
 
     def on_interrupt(self) -> None:
         """Ctrl-C: cancel the turn; a second press (or one at an idle prompt) leaves."""
@@ -507,25 +507,26 @@ async def _converse(
     prompt_input: PromptInput | None,
     plain_input: PlainInput | None,
 ) -> None:
-    """Read and run lines until the user leaves or the input ends; then the turn still
-    running is finished (the input ended) or cancelled (the user left)."""
-    if prompt_input is not None:
-        with prompt_input:
-            await _loop(chat, prompt_input.read)
-    else:
-        assert plain_input is not None
-        # Piped input is a script: each line waits for the turn before it (a pipe has
-        # nobody to tell "wait", and a /quit after a prompt must not drop its answer).
-        await _loop(chat, plain_input.read, one_turn_at_a_time=True)
-    running = {task for task in (chat.turn, *chat.beside) if task is not None and not task.done()}
-    if running:
-        if not chat.leaving:  # the input ended (a pipe, Ctrl-D): finish the turn
-            await asyncio.wait(running)
-        else:
-            orch.cancel()
-            for task in running:
-                task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+    """Read and run lines until the user leaves or the input ends; then the turns still
+    running are finished (the input ended) or cancelled (the user left, or reading
+    failed) — either way awaited before this returns."""
+    async with chat.turns:
+        finished = False  # the input ended (a pipe, Ctrl-D): the turns still running finish
+        try:
+            if prompt_input is not None:
+                with prompt_input:
+                    await _loop(chat, prompt_input.read)
+            else:
+                assert plain_input is not None
+                # Piped input is a script: each line waits for the turn before it (a pipe
+                # has nobody to tell "wait", and a /quit after a prompt must not drop its
+                # answer).
+                await _loop(chat, plain_input.read, one_turn_at_a_time=True)
+            finished = not chat.leaving
+        finally:
+            if not finished:  # the user left, or reading failed: stop the turns first
+                orch.cancel()  # (a run's engine stops at this, not at a task's cancel)
+                await chat.turns.aclose()
 
 
 async def _loop(chat: Chat, read: Any, *, one_turn_at_a_time: bool = False) -> None:

@@ -232,31 +232,26 @@ class HookRunner:
 
     async def _start(self, hook: HookCommand, data: bytes) -> HookOutcome:
         where = f"{hook.event} hook {hook.command!r}" + (f" ({hook.origin})" if hook.origin else "")
-        starting = asyncio.ensure_future(
-            asyncio.create_subprocess_shell(
-                hook.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self.cwd,
-                env={**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
-                start_new_session=True,  # so a timeout can stop all it started
-            )
-        )
-        try:
-            process = await asyncio.shield(starting)
-        except OSError as exc:
-            log.warning("%s could not start: %s", where, exc)
-            return HookOutcome()
-        except asyncio.CancelledError:
-            # Cancelled while it started: asyncio would wait for its pipes to close, that
-            # is for the hook (and what it started) to end by itself. End its group now.
-            with contextlib.suppress(Exception):
+        # The start is a task of this call's group, shielded from a cancel so that what
+        # it started is always ended and reaped here; it never raises (a failure is its
+        # result), so the group never cancels this call for it.
+        async with asyncio.TaskGroup() as group:
+            starting = group.create_task(self._spawn(hook))
+            try:
+                process = await asyncio.shield(starting)
+            except asyncio.CancelledError:
+                # Cancelled while it started: asyncio would wait for its pipes to close,
+                # that is for the hook (and what it started) to end by itself. End its
+                # group now.
                 started = await starting
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(started.pid, signal.SIGKILL)
-                await started.wait()
-            raise
+                if not isinstance(started, Exception):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(started.pid, signal.SIGKILL)
+                    await started.wait()
+                raise
+        if isinstance(process, Exception):  # OSError, or a command the OS refuses (NUL)
+            log.warning("%s could not start: %s; the run goes on", where, process)
+            return HookOutcome()
         try:
             async with asyncio.timeout(hook.timeout_s):
                 out, err, code = await _talk(process, data)
@@ -275,6 +270,20 @@ class HookRunner:
             log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
             return HookOutcome()
         return _decision(out, where, hook.event)
+
+    async def _spawn(self, hook: HookCommand) -> asyncio.subprocess.Process | Exception:
+        try:
+            return await asyncio.create_subprocess_shell(
+                hook.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=self.cwd,
+                env={**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
+                start_new_session=True,  # so a timeout can stop all it started
+            )
+        except Exception as exc:  # reported by _start, never lost in the group
+            return exc
 
 
 async def _talk(process: asyncio.subprocess.Process, data: bytes) -> tuple[str, str, int]:

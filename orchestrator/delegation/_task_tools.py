@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
+from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.definitions import AgentRegistry
 from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
@@ -44,12 +45,16 @@ class TaskTool(Tool):
         runner: Runner,
         tracker: TaskTracker,
         scope: Callable[[], Scope],
+        nursery: TaskNursery,
     ) -> None:
         self.registry = registry
         self.runner = runner
         self.tracker = tracker
         self.scope = scope
-        self._background: set[asyncio.Task[None]] = set()
+        # The owner of this tool's background runs (the orchestrator's, open while it is);
+        # the list is only which of its members are this tool's, for shutdown to wait on.
+        self.nursery = nursery
+        self._background: list[asyncio.Task[None]] = []
         self._handles: set[RunHandle] = set()  # this tool's runs in flight, both kinds
 
     def spec(self) -> ToolSpec:
@@ -68,6 +73,11 @@ class TaskTool(Tool):
             )
         if request.background is None:  # the call did not say: the definition decides
             request.background = definition.background
+        if request.background and not self.nursery.is_open:
+            return ToolOutput(
+                "a background sub-agent needs an open orchestrator (async with Orchestrator(...))",
+                True,
+            )
         handle = RunHandle()
         if not request.background:
             self._handles.add(handle)
@@ -82,9 +92,15 @@ class TaskTool(Tool):
         record = self.tracker.start(
             request.agent_type, request.description, handle, task_id=agent_id
         )
-        task = asyncio.create_task(self._run_in_background(record, request, handle))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        try:
+            task = self.nursery.start(
+                self._run_in_background(record, request, handle), name=f"task {agent_id}"
+            )
+        except NurseryClosed as exc:  # closed after the check above
+            self._handles.discard(handle)
+            self.tracker.finish(agent_id, _background_result(request, agent_id, str(exc)))
+            return ToolOutput(str(exc), True)
+        self._background = [t for t in self._background if not t.done()] + [task]
         return ToolOutput(
             f"[running] task {record.task_id} started in the background "
             f"({request.agent_type}). Its result will be delivered to you when it ends; "
@@ -100,6 +116,10 @@ class TaskTool(Tool):
             result = await self.runner.run(
                 request, self.scope(), handle=handle, agent_id=agent_id, task_id=record.task_id
             )
+        except Exception as exc:  # the parent failed this run (not the runner's): its result
+            error = f"the parent could not run this sub-agent: {type(exc).__name__}: {exc}"
+            result = _background_result(request, agent_id, error, RunStatus.ERROR)
+            raise  # and the nursery logs it with its traceback
         finally:
             self._handles.discard(handle)
             # Whatever happened, the task ends in exactly one recorded state: a record left
@@ -108,14 +128,7 @@ class TaskTool(Tool):
                 record.task_id,
                 result
                 or handle.result
-                or SubAgentResult(
-                    agent_id=agent_id,
-                    agent_type=request.agent_type,
-                    description=request.description,
-                    status=RunStatus.CANCELLED,
-                    error="cancelled before it ended",
-                    background=True,
-                ),
+                or _background_result(request, agent_id, "cancelled before it ended"),
             )
 
     def cancel_all(self, reason: str, status: RunStatus) -> None:
@@ -130,6 +143,23 @@ class TaskTool(Tool):
                 record.controls.cancel()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+
+
+def _background_result(
+    request: DelegationRequest,
+    agent_id: str,
+    error: str,
+    status: RunStatus = RunStatus.CANCELLED,
+) -> SubAgentResult:
+    return SubAgentResult(
+        agent_id=agent_id,
+        agent_type=request.agent_type,
+        description=request.description,
+        status=status,
+        error=error,
+        background=True,
+    )
 
 
 def render_records(records: list[TaskRecord], *, with_results: bool) -> str:
