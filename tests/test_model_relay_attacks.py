@@ -1,0 +1,146 @@
+"""Attacks on the parent's model relay from a real, compromised sub-agent process (its
+tools in tests/attack_tools.py run inside it), against the loopback model server: the
+parent is the process that holds the key, so what it sends on a child's behalf, and what
+it hands back, is the attack surface."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attack_tools
+import model_servers
+import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.protocol import ModelCall, RunStatus
+from agentcell.worker.models._transport import RELAYED_HEADERS
+from conftest import SpawnRecorder
+from model_servers import Call, ModelServer, Reply
+
+KEY = "sk-attack-test-key-7731"
+
+
+def orchestrator(workdir: Path, tool: Any) -> Orchestrator:
+    worker = AgentDefinition(
+        name="hostile", description="hostile", tools=[tool.name], model="openai:test", source="t"
+    )
+    return Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=workdir,
+        agents=[worker],
+        tools=[tool],
+        load_agent_files=False,
+        record=False,
+    )
+
+
+def tool_then_done(tool: str) -> Any:
+    """A responder: a request with no tool output calls ``tool``; any other says done."""
+
+    def respond(body: dict[str, Any], api: str) -> Reply | str:
+        if any(m["role"] == "tool" for m in body["messages"]):
+            return "done"
+        return Reply(tool_calls=[Call(tool, {})])
+
+    return respond
+
+
+@pytest.fixture
+def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    yield model_server
+
+
+@pytest.fixture
+def raw_bodies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every request body the model server received, byte for byte."""
+    bodies: list[bytes] = []
+    original = model_servers._Handler._read_body
+
+    def recording(self: Any) -> bytes:
+        bodies.append(original(self))
+        return bodies[-1]
+
+    monkeypatch.setattr(model_servers._Handler, "_read_body", recording)
+    return bodies
+
+
+@pytest.fixture
+def relayed_ids(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The id of every ModelCall that reached the parent's relay."""
+    ids: list[int] = []
+    original = ModelRelay.on_call
+
+    def recording(self: ModelRelay, frame: ModelCall) -> None:
+        ids.append(frame.id)
+        original(self, frame)
+
+    monkeypatch.setattr(ModelRelay, "on_call", recording)
+    return ids
+
+
+async def test_model_calls_without_the_runs_signature_are_dropped(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, relayed_ids: list[int]
+) -> None:
+    # What a process holding a stolen copy of the child's socket writes: ModelCalls with
+    # no MAC, a MAC of the right length that is wrong, and one under another key. The
+    # parent would send each with its own key; it must drop them before its relay.
+    served.responder = tool_then_done("forge")
+    orch = orchestrator(tmp_path, attack_tools.forge)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    # The forged frames came before the child's second call on the same socket: by the
+    # run's end the relay has seen every one it was handed.
+    assert relayed_ids == [1, 2]
+    assert not any(attack_tools.MARKER in json.dumps(r.body) for r in served.requests)
+
+
+async def test_the_parent_sends_the_one_model_it_checked(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, raw_bodies: list[bytes]
+) -> None:
+    # {"model": "gpt-5-pro", "model": "test"}: the parent's decoder keeps the last one, a
+    # server's parser may keep the first. Whatever it sends must name one model, its own.
+    served.responder = tool_then_done("twice")
+    orch = orchestrator(tmp_path, attack_tools.twice)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert raw_bodies
+    for raw in raw_bodies:
+        models = [v for k, v in json.loads(raw, object_pairs_hook=list) if k == "model"]
+        assert models == ["test"], raw[:200]
+
+
+async def test_neither_the_parents_headers_nor_a_servers_others_reach_the_child(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    hostile = {
+        "authorization": f"Bearer {KEY}",
+        "x-api-key": KEY,
+        "set-cookie": f"session={KEY}",
+        "x-echo-request-headers": f"authorization: Bearer {KEY}",
+    }
+    served.add(
+        Reply(tool_calls=[Call("headers", {})]),
+        Reply(raw=b"data: [DONE]\n\n", headers=hostile),
+        "done",
+    )
+    orch = orchestrator(tmp_path, attack_tools.headers)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    seen = json.loads(bytes.fromhex(tool_output))
+    assert seen["status"] == 200 and seen["body"] == "data: [DONE]\n\n"
+    assert set(seen["headers"]) <= set(RELAYED_HEADERS), seen["headers"]
+    assert KEY not in json.dumps(seen)
+    # The parent did send the key upstream: what it holds back is its own.
+    assert served.requests[1].headers["authorization"] == f"Bearer {KEY}"
