@@ -20,12 +20,12 @@ MARKER = "FORGED-BY-A-SOCKET-THIEF"
 FORGED_IDS = (1001, 1002, 1003)
 
 
-class _ForgedCall(msgspec.Struct, tag="model_call", tag_field="t"):
+class _ForgedCall(msgspec.Struct, tag="model_call", tag_field="t", omit_defaults=True):
     """A ``ModelCall`` as a thief encodes it (its own struct: it holds no key to sign)."""
 
     id: int
     body: bytes
-    mac: bytes | None = None
+    mac: bytes = b""  # (none: the field is left out)
 
 
 def _transport() -> object:
@@ -42,7 +42,7 @@ def forge_unsigned_calls() -> str:
         {"model": "test", "messages": [{"role": "user", "content": MARKER}], "stream": True}
     ).encode()
     fd = _transport()._link.channel._fd  # type: ignore[attr-defined]
-    macs = (None, bytes(16), os.urandom(16))
+    macs = (b"", bytes(16), os.urandom(16))
     for call_id, mac in zip(FORGED_IDS, macs, strict=True):
         frame = msgspec.msgpack.encode(_ForgedCall(id=call_id, body=body, mac=mac))
         os.write(fd, struct.pack("!i", len(frame)) + frame)

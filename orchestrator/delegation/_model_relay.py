@@ -224,7 +224,11 @@ class ModelRelay:
         elif why := check_call(self._spec, frame.body):
             self._refuse(frame.id, why)
         else:
-            task = self._start(self._serve(frame))
+            # What goes upstream is the object checked, re-encoded: a key given twice
+            # ({"model": "a", "model": "b"}) would mean the last one to this check and
+            # maybe the first to the server's parser.
+            body = msgspec.json.encode(_decode_top(frame.body))
+            task = self._start(self._serve(msgspec.structs.replace(frame, body=body)))
             self._calls[frame.id] = task
             task.add_done_callback(functools.partial(self._ended, frame.id))
 
