@@ -7,10 +7,10 @@ anywhere else; the frames that decide something — the child's ``Result`` and
 ``Failure``, the parent's ``ApprovalReply``, the child's ``SpanBatch`` (what a trace
 says it did) and its ``ModelCall`` (the parent sends it with the provider's key) —
 carry an HMAC under that key, and an unsigned or wrongly signed one is dropped. A thief
-holding the socket but not the key
-(it arrived after ``Start`` was read, or holds the parent's end, which never carries
-``Start`` back) cannot forge them; one that reads ``Start`` before the child does has
-also stolen the child's whole run, which then never starts.
+holding the socket but not the key (it arrived after ``Start`` was read, or holds the
+parent's end, which never carries ``Start`` back) cannot forge them; one that reads
+``Start`` before the child does has also stolen the child's whole run, which then never
+starts.
 """
 
 from __future__ import annotations

@@ -5,10 +5,13 @@ another to a server, and a look at every response header the parent hands it."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import select
 import struct
+from typing import Any
 
 import msgspec
 from agentcell.worker.models import ModelError
@@ -89,3 +92,34 @@ async def show_response_headers() -> str:
 forge = function_tool(forge_unsigned_calls, name="forge")
 twice = function_tool(send_model_twice, name="twice")
 headers = function_tool(show_response_headers, name="headers")
+
+
+_LONG_KEYS = ",".join(f'"{c * 70}":1' for c in "abcd")
+#: Floods of calls the parent must refuse: how many, each with which body, and about how
+#: many bytes of refusals they would have queued for the child unbounded.
+FLOODS: dict[str, tuple[int, bytes, int]] = {
+    "long names": (32, b'{"model":"' + b"m" * (4 << 20) + b'"}', 32 * (4 << 20)),
+    "many calls": (100_000, b'{"model":"test",' + _LONG_KEYS.encode() + b"}", 100_000 * 330),
+}
+
+
+async def flood_refused_calls(gate: str, flood: str) -> str:
+    """Writes the ``flood`` of FLOODS as properly signed ModelCalls, then, its event loop
+    blocked, reads nothing until ``gate`` (a FIFO) is opened by the test: a compromised
+    child that asks and never reads the answers."""
+    from agentcell.protocol import ModelCall, encode_frame, sign_frame
+
+    transport: Any = _transport()
+    key, fd = transport._link.start.frame_key, transport._link.channel._fd
+    calls, body, _ = FLOODS[flood]
+    for n in range(calls):
+        data = memoryview(encode_frame(sign_frame(ModelCall(id=1_000_000 + n, body=body), key)))
+        while data:
+            select.select([], [fd], [])
+            with contextlib.suppress(BlockingIOError):
+                data = data[os.write(fd, data) :]
+    os.close(os.open(gate, os.O_RDONLY))  # blocks this whole process until the test opens it
+    return "flooded"
+
+
+flood = function_tool(flood_refused_calls, name="flood")

@@ -6,13 +6,16 @@ it hands back, is the attack surface."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import attack_tools
 import model_servers
+import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
@@ -38,13 +41,13 @@ def orchestrator(workdir: Path, tool: Any) -> Orchestrator:
     )
 
 
-def tool_then_done(tool: str) -> Any:
+def tool_then_done(tool: str, arguments: dict[str, Any] | None = None) -> Any:
     """A responder: a request with no tool output calls ``tool``; any other says done."""
 
     def respond(body: dict[str, Any], api: str) -> Reply | str:
         if any(m["role"] == "tool" for m in body["messages"]):
             return "done"
-        return Reply(tool_calls=[Call(tool, {})])
+        return Reply(tool_calls=[Call(tool, arguments or {})])
 
     return respond
 
@@ -144,3 +147,48 @@ async def test_neither_the_parents_headers_nor_a_servers_others_reach_the_child(
     assert KEY not in json.dumps(seen)
     # The parent did send the key upstream: what it holds back is its own.
     assert served.requests[1].headers["authorization"] == f"Bearer {KEY}"
+
+
+@pytest.mark.parametrize("flood", list(attack_tools.FLOODS))
+async def test_refusals_to_a_child_that_never_reads_keep_the_parents_memory_bounded(
+    flood: str,
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The child asks and asks (a 4 MiB model name, or 100 000 times four unknown keys) and
+    # reads nothing: each refusal is queued for it without backpressure, so what one
+    # refusal may carry, and how many are answered, is what bounds the parent's memory.
+    calls, _, unbounded = attack_tools.FLOODS[flood]
+    refused = 0
+    all_refused = asyncio.Event()
+    original = ModelRelay._refuse
+
+    def counting(self: ModelRelay, call_id: int, why: str) -> None:
+        nonlocal refused
+        original(self, call_id, why)
+        refused += 1
+        if refused == calls:
+            all_refused.set()
+
+    monkeypatch.setattr(ModelRelay, "_refuse", counting)
+    gate = tmp_path / "gate"
+    os.mkfifo(gate)
+    served.responder = tool_then_done("flood", {"gate": str(gate), "flood": flood})
+    orch = orchestrator(tmp_path, attack_tools.flood)
+    parent = psutil.Process()
+    async with orch:
+        run = asyncio.create_task(orch.delegate("hostile", "go"))
+        try:
+            await asyncio.wait_for(all_refused.wait(), 120)
+            gc.collect()
+            held = parent.memory_info().rss
+        finally:
+            await asyncio.to_thread(lambda: os.close(os.open(gate, os.O_WRONLY)))
+        result = await asyncio.wait_for(run, 120)
+        after = parent.memory_info().rss
+    assert result.status is RunStatus.COMPLETED, result.error
+    # What the refusals left queued while the child read nothing, seen as the memory
+    # released once it read again: a fraction of the flood, not the flood itself.
+    assert held - after < unbounded // 4, (held, after)

@@ -103,6 +103,11 @@ ALLOWED_KEYS: dict[str, frozenset[str]] = {
 MAX_CALL_BYTES = 8 * 1024 * 1024
 #: Model calls one child may have in flight (its engine sends one at a time).
 MAX_CALLS_PER_CHILD = 4
+#: Refusals one child is answered (a refusal ends a genuine child's run; a compromised one
+#: asking on and reading nothing would have them queued for it without bound).
+MAX_REFUSALS = 64
+#: The characters of a child's string a refusal repeats.
+SHOWN_CHARS = 60
 #: The most body bytes in one ``ModelData`` frame: well under the frame limit.
 MAX_DATA_BYTES = 256 * 1024
 #: Model options the parent uses to reach the provider: where, with which key, how long.
@@ -124,6 +129,11 @@ def upstream_options(settings: Settings, model: str) -> dict[str, Any]:
     return {key: given[key] for key in UPSTREAM_KEYS if key in given}
 
 
+def _shown(text: str) -> str:
+    """``text`` as a refusal repeats it: quoted, cut (the child chose its length)."""
+    return repr(text[:SHOWN_CHARS]) + ("…" if len(text) > SHOWN_CHARS else "")
+
+
 def check_call(spec: AgentSpec, body: bytes) -> str:
     """Why the parent will not send ``body`` for this child ("" if it will)."""
     provider, _, name = spec.model.partition(":")
@@ -137,10 +147,11 @@ def check_call(spec: AgentSpec, body: bytes) -> str:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return "the request body is not a JSON object with a string 'model'"
     if model != name:
-        return f"the request names model {model!r}, but this sub-agent runs on {name!r}"
+        return f"the request names model {_shown(model)}, but this sub-agent runs on {name!r}"
     unknown = sorted(set(top) - ALLOWED_KEYS[provider])
     if unknown:
-        return f"the request sets {', '.join(map(repr, unknown))}, not allowed for {provider}"
+        shown = ", ".join(map(_shown, unknown[:4])) + (", …" if len(unknown) > 4 else "")
+        return f"the request sets {shown}, not allowed for {provider}"
     return ""
 
 
@@ -202,6 +213,7 @@ class ModelRelay:
         self._upstream: HttpxTransport | None = None
         self._shard = pools.next_shard()
         self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
+        self._refusals = 0
 
     def counted_usage(self, reported: Usage) -> Usage:
         """The usage of the child's next ``UsageUpdate``: the tokens the servers reported
@@ -252,6 +264,13 @@ class ModelRelay:
         self._calls.clear()
 
     def _refuse(self, call_id: int, why: str) -> None:
+        self._refusals += 1
+        if self._refusals > MAX_REFUSALS:
+            if self._refusals == MAX_REFUSALS + 1:
+                log.warning(
+                    "%s: model requests refused unanswered from now on", self._spec.agent_id
+                )
+            return
         log.warning("%s: model request refused: %s", self._spec.agent_id, why)
         with contextlib.suppress(ChannelClosed):
             self._send_nowait(ModelEnd(id=call_id, error_kind="refused", message=why))
