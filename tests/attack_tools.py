@@ -55,9 +55,9 @@ def forge_unsigned_calls() -> str:
 #: Bodies whose top-level ``model`` appears twice (once written with a JSON escape).
 TWICE: dict[str, bytes] = {
     "plain": b'{"model":"gpt-5-pro","model":"test","messages":[{"role":"user","content":"x"}],'
-    b'"stream":true}',
+    b'"stream":true,"stream_options":{"include_usage":true}}',
     "escaped": b'{"mod\\u0065l":"gpt-5-pro","model":"test","messages":'
-    b'[{"role":"user","content":"x"}],"stream":true}',
+    b'[{"role":"user","content":"x"}],"stream":true,"stream_options":{"include_usage":true}}',
 }
 
 
@@ -81,7 +81,14 @@ async def send_model_twice() -> str:
 async def show_response_headers() -> str:
     """One genuine call; returns (hex-encoded, past any redaction) the response headers
     the parent handed this process and every byte of the body."""
-    body = json.dumps({"model": "test", "messages": [{"role": "user", "content": "x"}]})
+    body = json.dumps(
+        {
+            "model": "test",
+            "messages": [{"role": "user", "content": "x"}],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+    )
     response = await _transport().open(body.encode())  # type: ignore[attr-defined]
     data = b"".join([raw async for raw in response.chunks()])
     await response.aclose()
@@ -123,3 +130,32 @@ async def flood_refused_calls(gate: str, flood: str) -> str:
 
 
 flood = function_tool(flood_refused_calls, name="flood")
+
+
+#: Calls whose answer carries no usage the parent can read: not streamed, or streamed
+#: without OpenAI's usage chunk. The child's engine never made them, so it reports none.
+UNPAID: dict[str, bytes] = {
+    "not streamed": b'{"model":"test","messages":[{"role":"user","content":"unpaid"}]}',
+    "no usage chunk": b'{"model":"test","messages":[{"role":"user","content":"unpaid"}],'
+    b'"stream":true}',
+}
+
+
+async def make_unpaid_calls() -> str:
+    """Sends each body of UNPAID through this process's own link; reports what happened."""
+    transport: Any = _transport()
+    lines = []
+    for name, body in UNPAID.items():
+        try:
+            response = await transport.open(body)
+        except ModelError as exc:
+            lines.append(f"{name}: {exc}")
+            continue
+        async for _ in response.chunks():
+            pass
+        await response.aclose()
+        lines.append(f"{name}: SENT, HTTP {response.status}")
+    return "\n".join(lines)
+
+
+unpaid = function_tool(make_unpaid_calls, name="unpaid")

@@ -19,7 +19,7 @@ import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
-from agentcell.protocol import ModelCall, RunStatus
+from agentcell.protocol import ModelCall, RunStatus, Usage
 from agentcell.worker.models._transport import RELAYED_HEADERS
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -114,7 +114,12 @@ async def test_the_parent_sends_the_one_model_it_checked(
     async with orch:
         result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result.error
-    assert raw_bodies
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    # Both went upstream (the model the parent checked is the spec's), so both must show.
+    assert tool_output == "plain: SENT, HTTP 200\nescaped: SENT, HTTP 200", tool_output
+    assert len(raw_bodies) == 4
     for raw in raw_bodies:
         models = [v for k, v in json.loads(raw, object_pairs_hook=list) if k == "model"]
         assert models == ["test"], raw[:200]
@@ -192,3 +197,32 @@ async def test_refusals_to_a_child_that_never_reads_keep_the_parents_memory_boun
     # What the refusals left queued while the child read nothing, seen as the memory
     # released once it read again: a fraction of the flood, not the flood itself.
     assert held - after < unbounded // 4, (held, after)
+
+
+async def test_every_answer_the_parent_relays_is_charged_what_the_server_reported(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # The parent charges a relayed child what the server reported in the stream, not what
+    # the child says; a call whose answer reports no usage it can read (not streamed, or
+    # without OpenAI's usage chunk) would cost the child nothing at all.
+    answered = Usage()
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        nonlocal answered
+        unpaid = body["messages"][-1]["content"] == "unpaid"
+        usage = Usage(input_tokens=1000 if unpaid else 10, output_tokens=100 if unpaid else 1)
+        answered = answered + usage
+        if unpaid or any(m["role"] == "tool" for m in body["messages"]):
+            return Reply(text="done", usage=usage)
+        return Reply(tool_calls=[Call("unpaid", {})], usage=usage)
+
+    served.responder = respond
+    orch = orchestrator(tmp_path, attack_tools.unpaid)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+        total = orch.total_usage
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert (total.input_tokens, total.output_tokens) == (
+        answered.input_tokens,
+        answered.output_tokens,
+    ), result.text

@@ -152,6 +152,21 @@ def check_call(spec: AgentSpec, body: bytes) -> str:
     if unknown:
         shown = ", ".join(map(_shown, unknown[:4])) + (", …" if len(unknown) > 4 else "")
         return f"the request sets {shown}, not allowed for {provider}"
+    if why := _unpriced(spec, provider, top):
+        return why
+    return ""
+
+
+def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> str:
+    """Why the parent could not read what this call costs from its answer ("" if it can):
+    the child's report of a call its engine never made would say nothing."""
+    if "stream" not in top or msgspec.json.decode(top["stream"]) is not True:
+        return "the request is not streamed (the orchestrator reads its cost from the stream)"
+    if provider != "openai" or spec.model_options.get("stream_usage", True) is False:
+        return ""  # Anthropic's stream always reports usage; a server without it, none
+    options = msgspec.json.decode(top["stream_options"]) if "stream_options" in top else None
+    if not isinstance(options, dict) or options.get("include_usage") is not True:
+        return "the request does not ask for the usage chunk (stream_options.include_usage)"
     return ""
 
 
