@@ -159,3 +159,49 @@ async def make_unpaid_calls() -> str:
 
 
 unpaid = function_tool(make_unpaid_calls, name="unpaid")
+
+
+def _call(**fields: object) -> bytes:
+    base = {"model": "test", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    return json.dumps(base | {"stream_options": {"include_usage": True}} | fields).encode()
+
+
+_SMUGGLED = {
+    "headers": {"x-injected": "1\r\nx-evil: 1"},
+    "url": "http://127.0.0.1:1/steal",
+}
+#: Bodies the parent must refuse (near-miss models, routing keys at the top level) and
+#: one it may send (the same keys nested in metadata: only ever body bytes upstream).
+NEAR_MISSES: dict[str, bytes] = {
+    "case": _call(model="Test"),
+    "whitespace": _call(model="test "),
+    "fullwidth": _call(model="\uff54\uff45\uff53\uff54"),
+    "nul": _call(model="test\u0000"),
+    "extra_headers": _call(extra_headers={"authorization": "Bearer mine"}),
+    "extra_body": _call(extra_body={"n": 64}),
+    "api_key": _call(api_key="sk-mine"),
+    "base_url": _call(base_url="http://127.0.0.1:1/v1"),
+    "url": _call(url="http://127.0.0.1:1/steal"),
+    "headers": _call(headers=_SMUGGLED["headers"]),
+    "nested": _call(metadata=_SMUGGLED),
+}
+
+
+async def send_near_misses() -> str:
+    """Sends each body of NEAR_MISSES through this process's own link to the parent."""
+    transport: Any = _transport()
+    lines = []
+    for name, body in NEAR_MISSES.items():
+        try:
+            response = await transport.open(body)
+        except ModelError as exc:
+            lines.append(f"{name}: {exc}")
+            continue
+        async for _ in response.chunks():
+            pass
+        await response.aclose()
+        lines.append(f"{name}: SENT, HTTP {response.status}")
+    return "\n".join(lines)
+
+
+near = function_tool(send_near_misses, name="near")

@@ -226,3 +226,27 @@ async def test_every_answer_the_parent_relays_is_charged_what_the_server_reporte
         answered.input_tokens,
         answered.output_tokens,
     ), result.text
+
+
+async def test_near_miss_models_and_smuggled_routing_keys_are_refused(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.responder = tool_then_done("near")
+    orch = orchestrator(tmp_path, attack_tools.near)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    lines = dict(line.split(": ", 1) for line in tool_output.splitlines())
+    assert set(lines) == set(attack_tools.NEAR_MISSES)
+    sent = {name for name, line in lines.items() if line.startswith("SENT")}
+    assert sent == {"nested"}, lines
+    assert all("the orchestrator refused" in lines[name] for name in set(lines) - sent)
+    # The nested keys went as body bytes only: same path, no header of the child's.
+    (nested,) = [r for r in served.requests if "metadata" in (r.body or {})]
+    assert nested.path == "/v1/chat/completions"
+    assert "x-injected" not in nested.headers and "x-evil" not in nested.headers
+    assert nested.headers["authorization"] == f"Bearer {KEY}"
+    assert len(served.requests) == 3  # the agent's two turns and the nested call
