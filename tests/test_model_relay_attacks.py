@@ -250,3 +250,19 @@ async def test_near_miss_models_and_smuggled_routing_keys_are_refused(
     assert "x-injected" not in nested.headers and "x-evil" not in nested.headers
     assert nested.headers["authorization"] == f"Bearer {KEY}"
     assert len(served.requests) == 3  # the agent's two turns and the nested call
+
+
+async def test_a_key_with_a_stray_character_is_not_spelled_out_to_the_child(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A key pasted with a carriage return cannot go in a header; the parent's failure is
+    # the child's error (a ModelEnd message), so its words must not quote the header.
+    monkeypatch.setenv("OPENAI_API_KEY", KEY + "\r")
+    served.responder = tool_then_done("near")
+    orch = orchestrator(tmp_path, attack_tools.near)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.ERROR, result
+    assert "check OPENAI_API_KEY" in (result.error or ""), result.error
+    assert KEY not in (result.error or "") and KEY[:12] not in (result.error or ""), result.error
+    assert served.requests == []
