@@ -4,12 +4,13 @@ A socket can be stolen: a same-user process with ptrace rights over a child (or 
 parent) takes a duplicate of its end with ``pidfd_getfd`` and writes frames of its own
 into it. The parent makes a fresh key for each child and sends it in ``Start``, never
 anywhere else; the frames that decide something — the child's ``Result`` and
-``Failure``, the parent's ``ApprovalReply``, and the child's ``SpanBatch`` (what a trace
-says it did) — carry an HMAC under that key, and an
-unsigned or wrongly signed one is dropped. A thief holding the socket but not the key
-(it arrived after ``Start`` was read, or holds the parent's end, which never carries
-``Start`` back) cannot forge them; one that reads ``Start`` before the child does has
-also stolen the child's whole run, which then never starts.
+``Failure``, the parent's ``ApprovalReply``, the child's ``SpanBatch`` (what a trace
+says it did) and its ``ModelCall`` (the parent sends it with the provider's key) —
+carry an HMAC under that key, and an unsigned or wrongly signed one is dropped. A thief
+holding the socket but not the key (it arrived after ``Start`` was read, or holds the
+parent's end, which never carries ``Start`` back) cannot forge them; one that reads
+``Start`` before the child does has also stolen the child's whole run, which then never
+starts.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ import secrets
 from typing import Any, TypeVar
 
 import msgspec
-from agentcell.protocol._frames import ApprovalReply, Failure, Result, SpanBatch
+from agentcell.protocol._frames import ApprovalReply, Failure, ModelCall, Result, SpanBatch
 
 #: The frames that carry a MAC.
-SignedFrame = ApprovalReply | Result | Failure | SpanBatch
-_F = TypeVar("_F", ApprovalReply, Result, Failure, SpanBatch)
+SignedFrame = ApprovalReply | Result | Failure | SpanBatch | ModelCall
+_F = TypeVar("_F", ApprovalReply, Result, Failure, SpanBatch, ModelCall)
 _encode = msgspec.msgpack.Encoder().encode
 _MAC_BYTES = 16
 

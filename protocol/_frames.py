@@ -253,6 +253,7 @@ class ModelCall(msgspec.Struct, tag="model_call", tag_field="t", kw_only=True):
 
     id: int
     body: bytes
+    mac: bytes = b""  # signed with the run's frame key: the parent sends it with its key
 
 
 class ModelCancel(msgspec.Struct, tag="model_cancel", tag_field="t", kw_only=True):

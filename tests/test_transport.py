@@ -200,7 +200,15 @@ def spec(**fields: Any) -> AgentSpec:
 
 
 def test_the_parent_checks_a_call_against_the_childs_definition() -> None:
-    good = json.dumps({"model": "m", "messages": [], "stream": True, "tools": []}).encode()
+    good = json.dumps(
+        {
+            "model": "m",
+            "messages": [],
+            "stream": True,
+            "tools": [],
+            "stream_options": {"include_usage": True},
+        }
+    ).encode()
     assert check_call(spec(), good) == ""
     assert "not reached through" in check_call(
         AgentSpec(agent_id="a", agent_type="t", prompt="p", model="openai:m"), good
@@ -232,7 +240,9 @@ async def test_a_child_may_have_only_so_many_calls_in_flight_and_cancel_only_its
         send_nowait=sent.append,
         start=start,
     )
-    body = b'{"model": "m", "messages": []}'
+    body = (
+        b'{"model": "m", "messages": [], "stream": true, "stream_options": {"include_usage": true}}'
+    )
     for n in range(1, 6):
         relay.on_call(ModelCall(id=n, body=body))
     relay.on_call(ModelCall(id=1, body=body))  # a duplicate of one in flight
@@ -290,7 +300,8 @@ async def test_a_relayed_call_without_a_key_for_the_official_api_says_so(
     relay = ModelRelay(
         spec(), Settings(), ProviderLimiter({}), pools, send, send_nowait=sent.append, start=start
     )
-    relay.on_call(ModelCall(id=1, body=b'{"model": "m", "messages": []}'))
+    streamed = b'{"model": "m", "messages": [], "stream": true, '
+    relay.on_call(ModelCall(id=1, body=streamed + b'"stream_options": {"include_usage": true}}'))
     await asyncio.gather(*tasks)
     await pools.aclose()
     (end,) = sent

@@ -230,7 +230,8 @@ def _own_model(spec: AgentSpec, link: ChildLink) -> Model:
         return resolve_model(spec.model, spec.model_options)
     from agentcell.worker._model_link import LinkTransport
 
-    return resolve_model(spec.model, {**spec.model_options, "transport": LinkTransport(link)})
+    transport = LinkTransport(link, link.start.frame_key)
+    return resolve_model(spec.model, {**spec.model_options, "transport": transport})
 
 
 def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:

@@ -20,7 +20,15 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from agentcell.protocol import ChannelClosed, ModelCall, ModelCancel, ModelData, ModelEnd, ModelHead
+from agentcell.protocol import (
+    ChannelClosed,
+    ModelCall,
+    ModelCancel,
+    ModelData,
+    ModelEnd,
+    ModelHead,
+    sign_frame,
+)
 from agentcell.worker.models import ModelError, ModelErrorKind
 from agentcell.worker.models._transport import Retry
 
@@ -39,8 +47,9 @@ class Link(Protocol):
 class LinkTransport:
     """A ``ModelTransport`` over the child's link to its parent."""
 
-    def __init__(self, link: Link) -> None:
+    def __init__(self, link: Link, key: bytes = b"") -> None:
         self._link = link
+        self._key = key  # the run's frame key: the parent drops an unsigned call
         self._calls: dict[int, LinkResponse] = {}
         self._next_id = 0
         self._lost: str | None = None
@@ -53,7 +62,7 @@ class LinkTransport:
         call = LinkResponse(self, self._next_id)
         self._calls[call.id] = call
         try:
-            await self._link.channel.send(ModelCall(id=call.id, body=body))
+            await self._link.channel.send(sign_frame(ModelCall(id=call.id, body=body), self._key))
             await call.head
         except ChannelClosed as exc:
             await call.aclose()

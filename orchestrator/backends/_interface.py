@@ -14,7 +14,15 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from agentcell.orchestrator.backends._outcome import ChildOutcome
-from agentcell.protocol import Frame, Hello, SpanBatch, Start, frame_is_authentic, seal_for_child
+from agentcell.protocol import (
+    Frame,
+    Hello,
+    ModelCall,
+    SpanBatch,
+    Start,
+    frame_is_authentic,
+    seal_for_child,
+)
 
 
 class WorkerLease(Protocol):
@@ -99,8 +107,8 @@ class FrameQueue:
         return sealed
 
     def _deliver(self, frame: Frame | None) -> None:
-        if isinstance(frame, SpanBatch) and not self._signed(frame):
-            return  # spans without this run's signature are not the child's: dropped
+        if isinstance(frame, SpanBatch | ModelCall) and not self._signed(frame):
+            return  # spans or model calls without this run's signature: not the child's
         if frame is None:
             self._ended = True
         else:
@@ -110,7 +118,7 @@ class FrameQueue:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _signed(self, frame: SpanBatch) -> bool:
+    def _signed(self, frame: SpanBatch | ModelCall) -> bool:
         worker = self._sealing()
         return bool(worker.frame_key) and frame_is_authentic(frame, worker.frame_key)
 

@@ -103,6 +103,11 @@ ALLOWED_KEYS: dict[str, frozenset[str]] = {
 MAX_CALL_BYTES = 8 * 1024 * 1024
 #: Model calls one child may have in flight (its engine sends one at a time).
 MAX_CALLS_PER_CHILD = 4
+#: Refusals one child is answered (a refusal ends a genuine child's run; a compromised one
+#: asking on and reading nothing would have them queued for it without bound).
+MAX_REFUSALS = 64
+#: The characters of a child's string a refusal repeats.
+SHOWN_CHARS = 60
 #: The most body bytes in one ``ModelData`` frame: well under the frame limit.
 MAX_DATA_BYTES = 256 * 1024
 #: Model options the parent uses to reach the provider: where, with which key, how long.
@@ -124,6 +129,11 @@ def upstream_options(settings: Settings, model: str) -> dict[str, Any]:
     return {key: given[key] for key in UPSTREAM_KEYS if key in given}
 
 
+def _shown(text: str) -> str:
+    """``text`` as a refusal repeats it: quoted, cut (the child chose its length)."""
+    return repr(text[:SHOWN_CHARS]) + ("…" if len(text) > SHOWN_CHARS else "")
+
+
 def check_call(spec: AgentSpec, body: bytes) -> str:
     """Why the parent will not send ``body`` for this child ("" if it will)."""
     provider, _, name = spec.model.partition(":")
@@ -137,10 +147,26 @@ def check_call(spec: AgentSpec, body: bytes) -> str:
     except (msgspec.DecodeError, msgspec.ValidationError):
         return "the request body is not a JSON object with a string 'model'"
     if model != name:
-        return f"the request names model {model!r}, but this sub-agent runs on {name!r}"
+        return f"the request names model {_shown(model)}, but this sub-agent runs on {name!r}"
     unknown = sorted(set(top) - ALLOWED_KEYS[provider])
     if unknown:
-        return f"the request sets {', '.join(map(repr, unknown))}, not allowed for {provider}"
+        shown = ", ".join(map(_shown, unknown[:4])) + (", …" if len(unknown) > 4 else "")
+        return f"the request sets {shown}, not allowed for {provider}"
+    if why := _unpriced(spec, provider, top):
+        return why
+    return ""
+
+
+def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> str:
+    """Why the parent could not read what this call costs from its answer ("" if it can):
+    the child's report of a call its engine never made would say nothing."""
+    if "stream" not in top or msgspec.json.decode(top["stream"]) is not True:
+        return "the request is not streamed (the orchestrator reads its cost from the stream)"
+    if provider != "openai" or spec.model_options.get("stream_usage", True) is False:
+        return ""  # Anthropic's stream always reports usage; a server without it, none
+    options = msgspec.json.decode(top["stream_options"]) if "stream_options" in top else None
+    if not isinstance(options, dict) or options.get("include_usage") is not True:
+        return "the request does not ask for the usage chunk (stream_options.include_usage)"
     return ""
 
 
@@ -202,6 +228,7 @@ class ModelRelay:
         self._upstream: HttpxTransport | None = None
         self._shard = pools.next_shard()
         self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
+        self._refusals = 0
 
     def counted_usage(self, reported: Usage) -> Usage:
         """The usage of the child's next ``UsageUpdate``: the tokens the servers reported
@@ -224,7 +251,11 @@ class ModelRelay:
         elif why := check_call(self._spec, frame.body):
             self._refuse(frame.id, why)
         else:
-            task = self._start(self._serve(frame))
+            # What goes upstream is the object checked, re-encoded: a key given twice
+            # ({"model": "a", "model": "b"}) would mean the last one to this check and
+            # maybe the first to the server's parser.
+            body = msgspec.json.encode(_decode_top(frame.body))
+            task = self._start(self._serve(msgspec.structs.replace(frame, body=body)))
             self._calls[frame.id] = task
             task.add_done_callback(functools.partial(self._ended, frame.id))
 
@@ -248,6 +279,13 @@ class ModelRelay:
         self._calls.clear()
 
     def _refuse(self, call_id: int, why: str) -> None:
+        self._refusals += 1
+        if self._refusals > MAX_REFUSALS:
+            if self._refusals == MAX_REFUSALS + 1:
+                log.warning(
+                    "%s: model requests refused unanswered from now on", self._spec.agent_id
+                )
+            return
         log.warning("%s: model request refused: %s", self._spec.agent_id, why)
         with contextlib.suppress(ChannelClosed):
             self._send_nowait(ModelEnd(id=call_id, error_kind="refused", message=why))

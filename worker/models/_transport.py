@@ -166,7 +166,9 @@ def transport_failure(exc: httpx.HTTPError, where: Endpoint) -> Exception:
     if isinstance(exc, httpx.LocalProtocolError):
         return ModelError(
             ModelErrorKind.CONFIG,
-            f"{p}: the request could not be sent ({exc}): check {where.key_env} "
+            # (not httpx's words: they quote the header, the key with it)
+            f"{p}: the request could not be sent (an illegal character in a header or the "
+            f"URL): check {where.key_env} "
             f"and {where.base_env} for stray characters",
         )
     if isinstance(exc, httpx.DecodingError):
