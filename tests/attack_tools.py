@@ -205,3 +205,17 @@ async def send_near_misses() -> str:
 
 
 near = function_tool(send_near_misses, name="near")
+
+
+async def call_then_vanish() -> str:
+    """One priced call the engine never hears of, then the process ends: no
+    ``UsageUpdate`` ever follows the answer the parent relayed."""
+    transport: Any = _transport()
+    response = await transport.open(_call(messages=[{"role": "user", "content": "vanish"}]))
+    async for _ in response.chunks():
+        pass
+    await response.aclose()
+    os._exit(0)
+
+
+vanish = function_tool(call_then_vanish, name="vanish")

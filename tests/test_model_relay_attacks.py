@@ -228,6 +228,32 @@ async def test_every_answer_the_parent_relays_is_charged_what_the_server_reporte
     ), result.text
 
 
+async def test_an_answer_relayed_to_a_child_that_then_vanishes_is_still_charged(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # The servers' counts reach the ledger with the child's next UsageUpdate; a child that
+    # ends straight after a relayed answer sends none, and must not get that answer free.
+    answered = Usage()
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        nonlocal answered
+        vanishing = body["messages"][-1]["content"] == "vanish"
+        usage = Usage(input_tokens=1000 if vanishing else 10, output_tokens=100 if vanishing else 1)
+        answered = answered + usage
+        if vanishing:
+            return Reply(text="gone", usage=usage)
+        return Reply(tool_calls=[Call("vanish", {})], usage=usage)
+
+    served.responder = respond
+    orch = orchestrator(tmp_path, attack_tools.vanish)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+        total = orch.total_usage
+    assert result.status is not RunStatus.COMPLETED  # it left without a result
+    assert answered == Usage(input_tokens=1010, output_tokens=101)
+    assert (total.input_tokens, total.output_tokens) == (1010, 101)
+
+
 async def test_near_miss_models_and_smuggled_routing_keys_are_refused(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:

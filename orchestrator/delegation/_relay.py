@@ -133,6 +133,7 @@ class Relay:
                     # The child is gone (or we are): questions it asked are moot now, and
                     # what it held of the provider's limits goes back to its siblings.
                     await models.close()  # its model requests are cancelled upstream
+                    self._charge_uncollected(models)
                     await permits.close()
                     for task in self._open:
                         task.cancel()
@@ -140,6 +141,15 @@ class Relay:
             raise _first(errors) from errors
         finally:
             self._group = None
+
+    def _charge_uncollected(self, models: ModelRelay) -> None:
+        """What the servers reported for answers the child never reported usage after
+        (it ended first, or a compromised one made calls its engine never counted):
+        charged all the same, as if its last ``UsageUpdate`` had said it."""
+        usage = models.counted_usage(Usage())
+        if usage.input_tokens or usage.output_tokens:
+            update = UsageUpdate(usage=usage, model=self.child.spec.model)
+            self._on_event(Event(event=update))
 
     def _model_relay(self, group: asyncio.TaskGroup) -> ModelRelay:
         parent, lease = self.parent, self.child.lease
