@@ -143,9 +143,15 @@ UNPAID: dict[str, bytes] = {
 
 async def make_unpaid_calls() -> str:
     """Sends each body of UNPAID through this process's own link; reports what happened."""
+    return await _send_each(UNPAID)
+
+
+async def _send_each(bodies: dict[str, bytes]) -> str:
+    """Each body through this process's own link to the parent: a line per body saying
+    whether it was sent (and the status) or refused (and why)."""
     transport: Any = _transport()
     lines = []
-    for name, body in UNPAID.items():
+    for name, body in bodies.items():
         try:
             response = await transport.open(body)
         except ModelError as exc:
@@ -189,19 +195,7 @@ NEAR_MISSES: dict[str, bytes] = {
 
 async def send_near_misses() -> str:
     """Sends each body of NEAR_MISSES through this process's own link to the parent."""
-    transport: Any = _transport()
-    lines = []
-    for name, body in NEAR_MISSES.items():
-        try:
-            response = await transport.open(body)
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        async for _ in response.chunks():
-            pass
-        await response.aclose()
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-    return "\n".join(lines)
+    return await _send_each(NEAR_MISSES)
 
 
 near = function_tool(send_near_misses, name="near")

@@ -15,7 +15,7 @@ from typing import Any
 
 import child_models
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.cli._chat import Chat, ChatRecord, _converse
@@ -27,20 +27,7 @@ from agentcell.worker import process as _proc
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
 from rich.console import Console
-
-#: A guard, not a synchronisation: a run that never ends fails here, not the suite.
-GUARD_S = 120
-
-
-def agent(name: str, tools: list[str]) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=f"{name} test agent",
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model=f"function:{name}",
-        source="test",
-    )
+from test_task_groups import GUARD_S, agent
 
 
 # -- the nursery itself ------------------------------------------------------------------
