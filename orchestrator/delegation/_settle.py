@@ -152,6 +152,11 @@ def unstarted(results: list[SubAgentResult]) -> str:
     )
 
 
+#: The reason ``task_control cancel`` gives: the main agent chose to end the sub-agent, so
+#: one still queued is ``cancelled``, not a run that could not get it a process.
+BY_MAIN_AGENT = "cancelled by the main agent (task_control)"
+
+
 def with_cancel_reason(
     result: SubAgentResult, status: RunStatus, reason: str, *, cancelled: bool
 ) -> SubAgentResult:
@@ -163,6 +168,10 @@ def with_cancel_reason(
     if cancelled and reason and result.no_process and status is not RunStatus.CANCELLED:
         # Stopped in the queue by a budget: that is why it never ran.
         return msgspec.structs.replace(result, status=status, error=reason, no_process=False)
+    if cancelled and reason == BY_MAIN_AGENT and result.no_process:
+        return msgspec.structs.replace(
+            result, status=RunStatus.CANCELLED, error=reason, no_process=False
+        )
     if cancelled and reason and result.no_process:  # it stays an error; the reason is kept
         return msgspec.structs.replace(result, error=f"{result.error} ({reason})")
     if cancelled and reason and replaced:

@@ -18,6 +18,7 @@ from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner
+from agentcell.orchestrator.delegation._settle import BY_MAIN_AGENT
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,
     parse_task_arguments,
@@ -291,6 +292,8 @@ class TaskControlTool(Tool):
             if not args.text.strip():
                 return ToolOutput("steer needs a text", True)
             record.controls.steer(args.text)
+        elif args.action == "cancel":
+            record.controls.cancel(BY_MAIN_AGENT)
         else:
             getattr(record.controls, args.action)()
         return ToolOutput(f"{args.action} sent to task {args.task_id}")
