@@ -62,7 +62,7 @@ class FakeControls:
         self.finish_on_cancel = finish_on_cancel
         self.calls: list[tuple[str, str]] = []
 
-    def cancel(self) -> None:
+    def cancel(self, reason: str = "") -> None:
         self.calls.append(("cancel", ""))
         if self.finish_on_cancel:
             self.machine.finish_in_model(self.task_id, RunStatus.CANCELLED, expect_first=True)
