@@ -177,8 +177,11 @@ def _without_routing(options: Mapping[str, Any]) -> tuple[dict[str, Any], list[s
 def narrow_network(value: list[str], user: bool | list[str]) -> tuple[list[str], list[str]]:
     """An untrusted ``network:`` list narrowed to the user's own: (kept, dropped). Under
     the user's ``true`` all of it is kept; under a list only its entries; else none."""
-    if user is True:
+    if isinstance(user, list):
+        allowed = {entry.strip().lower() for entry in user}
+    elif user:
         return list(value), []
-    allowed = {entry.strip().lower() for entry in user} if isinstance(user, list) else set()
+    else:
+        allowed = set()
     kept = [entry for entry in value if entry.strip().lower() in allowed]
     return kept, [entry for entry in value if entry not in kept]
