@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
-from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary
+from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary_or_say
 from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator._usage_text import split_counts, usage_split
@@ -164,7 +164,7 @@ class ChatRecord:
 
     def write(self, orch: Orchestrator) -> None:
         last = self.turns[-1] if self.turns else {}
-        write_summary(
+        write_summary_or_say(
             self.run_dir,
             {
                 "kind": "chat",
