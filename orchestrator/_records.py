@@ -118,9 +118,9 @@ def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
 
 
 def write_summary_or_say(run_dir: Path, summary: dict[str, Any]) -> None:
-    """``write_summary`` for a ``delegate``, a ``map`` or a chat turn, whose results reach the caller
-    whatever the disk: a full one is one logged line (the previous summary, if any,
-    kept), never an exception that would lose them."""
+    """``write_summary`` for a ``delegate``, a ``map`` or a chat turn, whose results reach
+    the caller whatever the disk: a full one is one logged line (the previous summary, if
+    any, kept), never an exception that would lose them."""
     try:
         write_summary(run_dir, summary)
     except OSError as exc:
