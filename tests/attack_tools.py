@@ -63,19 +63,7 @@ TWICE: dict[str, bytes] = {
 
 async def send_model_twice() -> str:
     """Sends each body of TWICE through this process's own link to the parent."""
-    transport = _transport()
-    lines = []
-    for name, body in TWICE.items():
-        try:
-            response = await transport.open(body)  # type: ignore[attr-defined]
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        async for _ in response.chunks():
-            pass
-        await response.aclose()
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-    return "\n".join(lines)
+    return await _send_each(TWICE)
 
 
 async def show_response_headers() -> str:
