@@ -51,6 +51,8 @@ SLEEPER = ["sleep", "600"]
 def head() -> Iterator[RayHead]:
     with local_ray_head() as cluster:
         yield cluster
+    assert not cluster.processes(), "a process of the head outlived local_ray_head"
+    assert not Path(cluster.home).exists(), "local_ray_head left its temp folder behind"
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 ``with local_ray_head() as head:`` runs ``ray start --head --block`` in a session of its
 own, with every setting that keeps Ray off any address but 127.0.0.1 (the one helper all
-of them use), and kills it, session and all, on leaving. ``processes()`` lists what it
-runs, so a test can check sockets and leftovers.
+of them use), and kills it, session and all, on leaving, and removes its temp folder.
+``processes()`` lists what it runs, so a test can check sockets and leftovers.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,8 +115,12 @@ def _wait_until_serving(head: subprocess.Popen[bytes], port: int, home: str) -> 
         time.sleep(0.2)  # another program's start-up: polled, with a deadline
 
 
-def stop_ray_head(head: RayHead, grace_s: float = 20) -> None:
-    """End the head's session and every Ray process it started; wait until they are gone."""
+def stop_ray_head(head: RayHead, grace_s: float = 2) -> None:
+    """End the head's session and every Ray process it started; wait until they are gone.
+
+    The grace is short on purpose: Ray's own shutdown on SIGTERM drains for ~10 s per
+    process (raylet, then the GCS), and nothing of a throwaway head needs it — its state
+    is its private temp folder, which the caller removes."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(head.leader, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -123,9 +128,11 @@ def stop_ray_head(head: RayHead, grace_s: float = 20) -> None:
         time.sleep(0.1)  # Ray's own shutdown: polled, with a deadline
     with contextlib.suppress(ProcessLookupError):
         os.killpg(head.leader, signal.SIGKILL)
-    for proc in head.processes():
+    left = head.processes()  # Ray workers: the head's session, process groups of their own
+    for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+    psutil.wait_procs(left, timeout=10)
 
 
 @contextlib.contextmanager
@@ -136,3 +143,4 @@ def local_ray_head(num_cpus: int = 8) -> Iterator[RayHead]:
     finally:
         stop_ray_head(head)
         process.wait()
+        shutil.rmtree(head.home, ignore_errors=True)
