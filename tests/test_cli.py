@@ -196,6 +196,16 @@ def test_unreachable_model_is_a_failed_run_not_a_crash(project: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_quiet_drops_progress_but_still_says_why_a_run_failed(project: Path) -> None:
+    env = cli_env(project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-test")
+    done = agentcell("run", "--quiet", "--model", "openai:gpt-test", "hi", cwd=project, env=env)
+    assert done.returncode == 1
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("agentcell: error: ") and "cannot reach http://127.0.0.1:9/v1" in line
+    quiet_ok = agentcell("run", "--quiet", "--model", "scripted:echo", "hi", cwd=project, env=env)
+    assert quiet_ok.returncode == 0 and quiet_ok.stderr == "", quiet_ok.stderr
+
+
 def test_debug_shows_the_traceback(project: Path) -> None:
     done = agentcell("run", "--debug", "hi", cwd=project, env=cli_env(project))
     assert done.returncode != 0 and "Traceback" in done.stderr

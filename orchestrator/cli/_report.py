@@ -33,6 +33,10 @@ def emit_report(
         click.echo(redact(json.dumps(shown, indent=2)))
     elif report.final_text and not answer_shown:
         click.echo(visible(redact(report.final_text)))
+    if quiet and not as_json and not report.ok:
+        # --quiet drops progress, not the reason a run failed (JSON carries it already)
+        failed = f"agentcell: {report.status.value}: {redact(report.error or 'no answer')}"
+        console.print(literal(failed, style="red"), highlight=False)
     if not quiet:
         if report.subagents:
             console.print()
