@@ -33,7 +33,12 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._records import new_run_dir
-from agentcell.orchestrator._records_disk import disk_full_report, disk_refusal, finish_record
+from agentcell.orchestrator._records_disk import (
+    disk_full_report,
+    disk_full_result,
+    disk_refusal,
+    finish_record,
+)
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
@@ -412,6 +417,8 @@ class Orchestrator:
         transcript and output); ``settings.budgets`` apply to this call.
         """
         started = time.perf_counter()
+        if refusal := disk_refusal(self.workdir, self.settings, self.record):
+            return disk_full_result(refusal, agent, description)  # before any work or record
         run_dir = self._call_run_dir()
         account, handles = self._direct_account(run_dir)
         returned: list[SubAgentResult] = []
@@ -447,6 +454,11 @@ class Orchestrator:
             raise ValueError("concurrency must be at least 1")
         items = list(prompts)
         started = time.perf_counter()
+        if refusal := disk_refusal(self.workdir, self.settings, self.record):
+            return [
+                disk_full_result(refusal, agent, description or f"item {i}")
+                for i in range(len(items))
+            ]
         run_dir = self._call_run_dir()
         account, handles = self._direct_account(run_dir)
         gate = asyncio.Semaphore(concurrency)

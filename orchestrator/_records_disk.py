@@ -20,6 +20,7 @@ from pathlib import Path
 from agentcell.orchestrator._main_run import RunReport, report_json
 from agentcell.orchestrator._records import RUNS_DIR, write_summary
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation import SubAgentResult
 from agentcell.protocol import RunResult, RunStatus, Usage
 from agentcell.worker import Transcript
 
@@ -108,6 +109,14 @@ def disk_full_report(reason: str, started: float) -> RunReport:
         run_dir="",
         subagents=[],
         main=RunResult(status=RunStatus.ERROR, error=reason),
+    )
+
+
+def disk_full_result(reason: str, agent: str, description: str = "") -> SubAgentResult:
+    """The result of a direct call (``delegate``, an item of ``map``) that did not start:
+    its disk is full (``reason``, one line). No process, no record."""
+    return SubAgentResult(
+        agent_id="", agent_type=agent, description=description, status=RunStatus.ERROR, error=reason
     )
 
 

@@ -333,3 +333,31 @@ async def test_delegate_on_a_disk_its_sub_agent_filled_still_returns_the_result(
     finally:
         (disk / "fill.bin").unlink(missing_ok=True)
         _unmount(disk)
+
+
+async def test_delegate_and_map_refuse_to_start_on_a_full_disk_as_run_does(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    from agentcell.orchestrator import AgentDefinition
+
+    worker = AgentDefinition(
+        name="worker", description="-", system_prompt="-", model="scripted:echo", source="t"
+    )
+    # A floor no disk has: every call's start check refuses.
+    orch = Orchestrator(
+        model="scripted:echo",
+        agents=[worker],
+        settings=Settings(approval="allow", min_free_mb=2**30, warm_spares=0),
+        load_agent_files=False,
+        workdir=tmp_path,
+    )
+    async with orch:
+        one = await orch.delegate("worker", "hi")
+        many = await orch.map("worker", ["a", "b", "c"])
+    for result in (one, *many):
+        assert result.status is RunStatus.ERROR and result.agent_type == "worker"
+        assert result.error.startswith(f"the disk holding {tmp_path}"), result.error
+        assert "min_free_mb" in result.error and "\n" not in result.error
+    assert [r.description for r in many] == ["item 0", "item 1", "item 2"]
+    assert not (tmp_path / ".agentcell" / "runs").exists()  # no record begun
+    assert spawned.pids == set(), "no sub-agent process may start"
