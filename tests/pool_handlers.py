@@ -106,6 +106,11 @@ def child_with_wrong_version(conn: object, boot: object) -> None:
     conn.recv_bytes()  # type: ignore[attr-defined]  # until the parent kills us
 
 
+def child_that_never_greets(conn: object, boot: object) -> None:
+    """A process target that never sends its Hello (a start that hangs)."""
+    conn.recv_bytes()  # type: ignore[attr-defined]  # until the parent kills us
+
+
 async def agent_then_modules(start: Start, link: ChildLink) -> RunResult:
     """Run the real agent handler, then report what this child imported by itself."""
     from agentcell.worker import _child

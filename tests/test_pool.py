@@ -263,6 +263,18 @@ async def test_parent_refuses_a_child_of_another_protocol_version(
             await asyncio.wait_for(pool.acquire(), 30)
 
 
+async def test_children_that_never_greet_fail_the_caller_instead_of_retrying_for_ever(
+    spawned: SpawnRecorder,
+) -> None:
+    from pool_handlers import child_that_never_greets
+
+    async with WorkerPool(
+        max_workers=1, warm=0, target=child_that_never_greets, start_timeout=0.5
+    ) as pool:
+        with pytest.raises(WorkerStartError, match="3 children in a row failed to start; last: "):
+            await asyncio.wait_for(pool.acquire(), 60)
+
+
 async def test_unknown_handler_is_a_reported_failure(pool: WorkerPool) -> None:
     async with pool.lease() as lease:
         s = start("echo")

@@ -491,7 +491,10 @@ class WorkerPool:
                         "the child was killed",
                     )
                 elif worker.state is WorkerState.STARTING and silent > self.start_timeout:
-                    worker.kill(OutcomeKind.KILLED, f"no handshake within {self.start_timeout:g} s")
+                    detail = f"no handshake within {self.start_timeout:g} s"
+                    worker.kill(OutcomeKind.KILLED, detail)
+                    # a start that hangs is a failed start: counted, or it retries for ever
+                    self._start_failed(f"a child was killed: {detail}")
 
 
 def _minimal_environment() -> dict[str, str]:
