@@ -9,6 +9,8 @@ import json
 import os
 import socket
 import sys
+import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,6 +161,39 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
         f"mcp__good__{tool}"
         for tool in ("echo", "add", "fail", "picture", "read_outside", "whoami")
     ]
+
+
+async def test_without_a_run_folder_only_a_failed_servers_temp_log_is_kept(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    tag = uuid.uuid4().hex[:8]  # this test's servers' logs, whatever else runs beside it
+    good, quits = f"good{tag}", f"quits{tag}"
+    served.responder = calls_then_report([(f"mcp__{good}__echo", {"text": "tidy"})])
+    agent = AgentDefinition(
+        name="helper",
+        description="uses MCP",
+        mcp_servers=[
+            {good: stdio()},
+            {quits: {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}},
+        ],
+        model="openai:test",
+        source="programmatic",
+    )
+    async with orchestrator(tmp_path, [agent]) as orch:
+        result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
+    temp = Path(tempfile.gettempdir())
+    kept = list(temp.glob(f"agentcell-mcp-{quits}-*.log"))
+    try:
+        assert result.status is RunStatus.COMPLETED, result
+        assert result.text == "echo from MCP: tidy"
+        # The started server's log went while the sub-agent could still remove it (its
+        # walls leave it no right to, later); the failed one's is named in its line.
+        assert list(temp.glob(f"agentcell-mcp-{good}-*.log")) == []
+        [line] = result.warnings
+        assert len(kept) == 1 and f"its output is in {kept[0]}" in line, (kept, line)
+    finally:
+        for log in kept:
+            log.unlink()
 
 
 async def test_a_child_gets_only_the_servers_and_tools_its_definition_names(

@@ -162,6 +162,7 @@ class McpServers:
         # empty), never to the user's terminal: some print pages of tracebacks.
         self.log_prefix = log_prefix
         self.logs: dict[str, str] = {}
+        self._temporary_logs: set[str] = set()  # the servers whose log is a temp file
         self.servers = list(servers)
         self.workdir = workdir
         self.tools: list[Tool] = []
@@ -187,6 +188,15 @@ class McpServers:
             else:
                 self.started.append(server.name)
                 self.tools += tools
+                self._drop_temporary_log(server.name)
+
+    def _drop_temporary_log(self, name: str) -> None:
+        """A started server's temp log is named nowhere: unlink it now, while it still can
+        be (a sub-agent's walls, up next, leave it no right to remove a file in /tmp); the
+        server writes on into the open file. A failed server's log stays: its line names it."""
+        if name in self._temporary_logs:
+            with contextlib.suppress(OSError):
+                os.unlink(self.logs.pop(name))
 
     async def _start_one(self, server: McpServer) -> tuple[list[Tool], str]:
         ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
@@ -238,6 +248,7 @@ class McpServers:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         else:
             fd, path = tempfile.mkstemp(prefix=f"agentcell-mcp-{name}-", suffix=".log")
+            self._temporary_logs.add(server.name)
         log = stack.enter_context(os.fdopen(fd, "a", encoding="utf-8", errors="replace"))
         self.logs[server.name] = path
         return log
