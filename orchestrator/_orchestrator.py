@@ -120,6 +120,7 @@ class Orchestrator:
         self.workdir = Path(workdir).resolve()
         self.run_dir = Path(run_dir).resolve() if run_dir is not None else None
         self.record = record
+        self.call_summaries = True  # False: the caller keeps summary.json (chat's turns)
         self.model_objects: dict[str, Model] = dict(models or {})
         if isinstance(model, str) or model is None:
             self.model_name = model or self.settings.model
@@ -334,7 +335,9 @@ class Orchestrator:
             if transcript is not None:
                 transcript.messages(session.messages)
         report = run_report(result, account, started, run_dir)
-        return finish_record(report, transcript, prompt=prompt, model=model.name)
+        return finish_record(
+            report, transcript, prompt=prompt, model=model.name, summary=self.call_summaries
+        )
 
     def _new_task_tool(self, scope: Callable[[], Scope], nursery: TaskNursery) -> TaskTool:
         return TaskTool(
@@ -578,7 +581,7 @@ class Orchestrator:
         agent: str,
         kind: str,
     ) -> None:
-        if run_dir is not None:
+        if run_dir is not None and self.call_summaries:
             write_call_summary(
                 run_dir,
                 account,

@@ -121,11 +121,16 @@ def disk_full_result(reason: str, agent: str, description: str = "") -> SubAgent
 
 
 def finish_record(
-    report: RunReport, transcript: Transcript | None, *, prompt: str, model: str
+    report: RunReport,
+    transcript: Transcript | None,
+    *,
+    prompt: str,
+    model: str,
+    summary: bool = True,
 ) -> RunReport:
-    """The end of a main-agent run's record: its result line and ``summary.json``. What a
-    full disk kept out is said in the report (status ``error``, one line), which still
-    carries the answer; nothing already recorded is lost."""
+    """The end of a main-agent run's record: its result line and (``summary``) its
+    ``summary.json``. What a full disk kept out is said in the report (status ``error``,
+    one line), which still carries the answer; nothing already recorded is lost."""
     if transcript is None:
         return report
     transcript.result(report.main)
@@ -138,6 +143,8 @@ def finish_record(
     if missing:
         line = f"the disk is full: the run's record in {run_dir} is incomplete"
         report = _failed(report, f"{line} ({'; '.join(missing)})")
+    if not summary:
+        return report
     try:
         write_summary(run_dir, report_json(report, prompt=prompt, model=model))
     except OSError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.cli import cli as cli_main
+from agentcell.orchestrator.cli._resumed import pin_run_dir
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import FunctionModel, last_user_text
 from click.testing import CliRunner
@@ -85,3 +86,24 @@ async def test_a_failed_map_item_makes_the_record_partial(
     (record,) = run_dirs(tmp_path)
     summary = json.loads((record / "summary.json").read_text())
     assert summary["status"] == "partial" and summary["error"] == "2 of 2 failed"
+
+
+async def test_calls_leave_a_summary_kept_by_their_caller_alone(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    # A chat session keeps its run folder's summary.json itself: its turns' run,
+    # delegate and map calls record their transcripts there but never replace it.
+    run_dir = tmp_path / "session"
+    run_dir.mkdir()
+    kept = '{"kind": "chat", "turns": ["all of them"]}\n'
+    (run_dir / "summary.json").write_text(kept)
+    orch = orchestrator(tmp_path)
+    pin_run_dir(orch, run_dir)
+    orch.call_summaries = False
+    async with orch:
+        report = await orch.run("main turn")
+        one = await orch.delegate("chatty", "a direct one")
+        many = await orch.map("chatty", ["x", "y"])
+    assert report.ok and one.ok and all(r.ok for r in many)
+    assert (run_dir / "summary.json").read_text() == kept
+    assert (run_dir / "main.jsonl").is_file() and (run_dir / f"{one.agent_id}.jsonl").is_file()

@@ -471,7 +471,9 @@ def _greet(chat: Chat, settings: Settings, workdir: Path, resumed_from: str | No
 def _open_record(
     orch: Orchestrator, workdir: Path, resumed_from: str | None, session: Session | None
 ) -> ChatRecord:
-    """The session's run folder, made once setup has passed: a resume's marked as one."""
+    """The session's run folder, made once setup has passed: a resume's marked as one.
+    Its summary.json is the session's: the turns' own calls write none."""
+    orch.call_summaries = False
     if resumed_from and session is not None:
         run_dir = begin_resumed_run(orch, workdir, resumed_from, session)
     else:
