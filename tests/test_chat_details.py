@@ -263,6 +263,19 @@ def test_a_piped_script_keeps_every_answer_up_to_its_quit(tmp_path: Path) -> Non
     ]
 
 
+def test_piped_input_is_written_after_its_prompt_so_output_starts_on_its_own_line(
+    tmp_path: Path,
+) -> None:
+    work = _project(tmp_path)
+    chat = _piped_chat(work, cli_env(work), "hello\n@Explore look \x1b[31maround\n/quit\n")
+    assert chat.returncode == 0, chat.stderr
+    lines = chat.stdout.splitlines()
+    assert "you> hello" in lines and "you> /quit" in lines, chat.stdout
+    # Written out as it came, a control character shown, never sent to the terminal.
+    assert "you> @Explore look \\e[31maround" in lines and "\x1b" not in chat.stdout
+    assert not [line for line in lines if line.startswith("you> ") and "[" in line[5:9]]
+
+
 def test_a_failed_turn_shows_no_answer(tmp_path: Path, model_server: ModelServer) -> None:
     work = _project(tmp_path)
     model_server.add(Reply(text="the first answer"), Reply(status=400, error_message="nope"))

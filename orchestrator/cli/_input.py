@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
+from agentcell.orchestrator._text import visible
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
@@ -81,7 +82,12 @@ class PlainInput:
         if line is None:
             self._lines.put_nowait(None)  # stay at EOF for later readers
             raise EOFError
-        return line.decode(errors="replace").rstrip("\r")
+        text = line.decode(errors="replace").rstrip("\r")
+        # No terminal echoes piped input: write the line after its prompt, so what
+        # follows (progress, the answer) starts on a line of its own.
+        self.out.write(visible(text) + "\n")
+        self.out.flush()
+        return text
 
     async def read(self, prompt: str = "you> ") -> str:
         """The next line for the conversation; open questions take theirs first."""
