@@ -7,7 +7,9 @@ asks like any tool (so a background agent is refused unless approvals bubble). R
 are followed by hand and checked at every hop: one to a host that would need asking is
 not followed (the model is told where it leads and may fetch that with a new call, which
 asks), and no hop may reach a name that resolves to a private or loopback address unless
-an entry names that address itself. HTML comes back as markdown (``markdownify``), capped.
+an entry names that address itself; the connection goes to the address the check
+resolved (``_pinned_http``), so a rebinding name cannot answer the check and the
+connection differently. HTML comes back as markdown (``markdownify``), capped.
 Without a small model configured for it, ``prompt`` is passed back with the page for the
 agent's own model to apply.
 """
@@ -25,6 +27,7 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, normalize_tool_names
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.delegation._egress import EgressProxy, HostRule, Refused, parse_rules
+from agentcell.orchestrator.delegation._pinned_http import PinnedBackend, PinnedTransport
 from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool
 
 NAME = "web_fetch"
@@ -168,7 +171,9 @@ _SUMMARIZER = (
 
 
 async def _follow(url: str, checker: EgressProxy, ask: Ask) -> tuple[httpx.Response | str, str]:
-    async with httpx.AsyncClient(follow_redirects=False, trust_env=False) as client:
+    backend = PinnedBackend()  # each hop connects to the address its check gave
+    transport = PinnedTransport(backend)
+    async with httpx.AsyncClient(transport=transport, follow_redirects=False) as client:
         for hop in range(MAX_REDIRECTS + 1):
             host, port = _host_port(url)
             if not _allowed(checker.rules, host, port):
@@ -178,7 +183,7 @@ async def _follow(url: str, checker: EgressProxy, ask: Ask) -> tuple[httpx.Respo
                     raise Refused("the user did not allow it (it is not in the network: list)")
                 checker.rules = [*checker.rules, HostRule(host, port)]
             try:
-                await checker.check(host, port)  # private addresses, for every hop
+                backend.pins[(host, port)] = await checker.check(host, port)  # every hop
             except Refused as exc:
                 raise Refused(f"{url} is refused: {exc}" if hop else str(exc)) from None
             response = await _get(client, url)
