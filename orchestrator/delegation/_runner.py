@@ -67,9 +67,9 @@ from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
     Worktree,
     WorktreeError,
-    create_worktree,
     finish_worktree,
 )
+from agentcell.orchestrator.delegation._worktree_steps import WorktreeSteps
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     ChannelClosed,
@@ -225,6 +225,7 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
+        self.worktrees = WorktreeSteps()  # git for isolation: worktree, owned past a cancel
         self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
 
     def new_agent_id(self) -> str:
@@ -541,8 +542,14 @@ class Runner:
             return lease
         raise AssertionError("unreachable")
 
+    async def open(self) -> None:
+        """Before the first run: the owner of the worktree steps."""
+        await self.worktrees.open()
+
     async def close_shared(self) -> None:
-        """At the run's end: the limiter's pending charges, the relay's model pools."""
+        """At the end: the worktree steps (let finish), the limiter's debt, the relay's
+        model pools."""
+        await self.worktrees.aclose()
         self.limiter.close()
         await self._parent.pools.aclose()
 
@@ -568,16 +575,9 @@ class Runner:
         else:  # no run record: a name of its own, so sessions never collide
             run = f"session-{self._session}"
             root = Path(self.workdir) / ".agentcell" / "worktrees" / run
-        making = asyncio.ensure_future(
-            create_worktree(Path(self.workdir), root, agent_id, f"agentcell/{run}/{agent_id}")
-        )
-        try:
-            return await asyncio.shield(making)
-        except asyncio.CancelledError:
-            # git goes on regardless: let it finish, then take the (unchanged) tree away.
-            with contextlib.suppress(Exception):
-                await finish_worktree(await making)
-            raise
+        # git goes on after a cancel (the steps' owner is the runner, not this run).
+        branch = f"agentcell/{run}/{agent_id}"
+        return await self.worktrees.create(Path(self.workdir), root, agent_id, branch)
 
     # -- settle ----------------------------------------------------------------------------
     async def _settle(
