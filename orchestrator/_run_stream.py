@@ -12,7 +12,7 @@ stream's: the last item raises it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from typing import Any
 
 from agentcell.orchestrator._main_run import RunReport
@@ -22,7 +22,7 @@ from agentcell.orchestrator.delegation import EventStream, OrchestratorEvent
 
 async def stream_run(
     owner: TaskNursery, events: EventStream, run: Coroutine[Any, Any, RunReport]
-) -> AsyncIterator[OrchestratorEvent | RunReport]:
+) -> AsyncGenerator[OrchestratorEvent | RunReport, None]:
     """Yield ``events`` while ``run`` runs in ``owner``, then its report (see the module)."""
     failed: list[Exception] = []
     try:

@@ -103,14 +103,15 @@ async def test_a_failure_before_the_child_starts_is_that_runs_result(
 #: Where the parent may start a task outside a TaskGroup: nowhere. Every task it starts
 #: is a member of a ``TaskNursery`` (``orchestrator/_tasks.py``) or a ``TaskGroup`` of its
 #: owner: the pool, the Ray backend and driver, background sub-agents, streamed runs
-#: (``_run_stream.py``), worktree steps (``_worktree_steps.py``), the chat's turns, hook
-#: starts. The provider limiter's token debt is a number the next request pays, not a
-#: task. A new exception needs its reason here and an owner that cancels and awaits it.
+#: (``_run_stream.py``), the runner's steps that outlive a cancel (``_finishing.py``:
+#: releases, egress proxies, worktree git), the chat's turns, hook starts. The provider
+#: limiter's token debt is a number the next request pays, not a task. A new exception
+#: needs its reason here and an owner that cancels and awaits it.
 KNOWN_BARE_TASKS: dict[tuple[str, str], str] = {}
 
 
 def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
-    """(file, enclosing function) of each create_task/ensure_future not on a TaskGroup."""
+    """(file, enclosing function) of each task started outside a TaskGroup."""
     found: set[tuple[str, str]] = set()
 
     def walk(node: ast.AST, where: list[str]) -> None:
@@ -118,11 +119,17 @@ def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
             inner = where
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 inner = [*where, child.name]
-            # A call, or a reference handed on as a task starter (``start=...``).
+            # A call, or a reference handed on as a task starter (``start=...``); and
+            # ``asyncio.shield(<a call>)``, which wraps a coroutine in a task of nobody's.
             if (
                 isinstance(child, ast.Attribute)
                 and child.attr in ("create_task", "ensure_future")
                 and not ast.unparse(child.value).endswith("group")
+            ) or (
+                isinstance(child, ast.Call)
+                and ast.unparse(child.func) == "asyncio.shield"
+                and child.args
+                and isinstance(child.args[0], ast.Call)
             ):
                 found.add((str(path.relative_to(ROOT)), ".".join(where)))
             walk(child, inner)

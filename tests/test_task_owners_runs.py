@@ -2,9 +2,10 @@
 
 - A streamed run (``run_stream``) is a member of the orchestrator's nursery: a stream its
   consumer drops without closing is cancelled and awaited when the orchestrator closes.
-- A worktree's git step is a member of the runner's nursery: a run cancelled (by its
-  caller, then by its handle) while git works leaves the step, and the take-away of its
-  tree, to the runner, whose close lets both finish: nothing pending, no tree left.
+- A worktree's git step is a member of the runner's nursery (its finishing steps): a run
+  cancelled (by its caller, then by its handle) while git works leaves the step, and the
+  take-away of its tree, to the runner, whose close lets both finish: nothing pending,
+  no tree left.
 - The provider limiter's token debt is a number the next request pays, not a task.
 """
 
@@ -18,12 +19,14 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, RunReport, Settings
+from agentcell.orchestrator.backends._workers import Lease
 from agentcell.orchestrator.config import ProviderLimits
-from agentcell.orchestrator.delegation import _worktree_steps
+from agentcell.orchestrator.delegation import _finishing
 from agentcell.orchestrator.delegation._limiter import ModelLimiter
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from agentcell.worker.tools import function_tool
 from conftest import SpawnRecorder
+from delegation_util import gate
 from test_isolation import branches, git, git_repo
 
 #: A guard, not a synchronisation: each wait below is for a state, never for time.
@@ -113,7 +116,7 @@ async def test_a_worktree_step_outlives_its_cancelled_run_and_its_tree_is_taken_
     repo = git_repo(tmp_path / "repo")
     arrived, release = asyncio.Event(), asyncio.Event()
     made: list[Path] = []
-    real = _worktree_steps.create_worktree
+    real = _finishing.create_worktree
 
     async def held_git(*args: Any) -> Any:  # git in flight until the test lets it go on
         arrived.set()
@@ -122,7 +125,7 @@ async def test_a_worktree_step_outlives_its_cancelled_run_and_its_tree_is_taken_
         made.append(tree.path)
         return tree
 
-    monkeypatch.setattr(_worktree_steps, "create_worktree", held_git)
+    monkeypatch.setattr(_finishing, "create_worktree", held_git)
     orch = Orchestrator(
         model=FunctionModel(lambda m, t: "unused", name="function:main"),
         agents=[
@@ -145,7 +148,7 @@ async def test_a_worktree_step_outlives_its_cancelled_run_and_its_tree_is_taken_
     )
     before = asyncio.all_tasks()
     async with orch:
-        steps = orch.runner.worktrees
+        steps = orch.runner.finishing
         caller = asyncio.create_task(orch.delegate("isolated", "hi"))
         await asyncio.wait_for(arrived.wait(), GUARD_S)
         caller.cancel()
@@ -184,3 +187,55 @@ async def test_a_low_estimate_is_a_debt_the_next_request_pays_and_no_task() -> N
     second.release(tokens=300)
     limiter.close()
     assert limiter._debt == 0 and others(before) == set()
+
+
+# -- a process's release -------------------------------------------------------------------
+async def test_a_cancelled_runs_release_is_owned_by_the_runner_until_it_ends(
+    spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The release of a run's process (its outcome read, the process reaped) goes on
+    after a second cancel of the run, as a step of the runner, which waits for it."""
+    releasing, go_on = asyncio.Event(), asyncio.Event()
+    released: list[Any] = []
+    real = Lease.release
+
+    async def held_release(self: Lease) -> Any:
+        releasing.set()
+        await go_on.wait()
+        outcome = await real(self)
+        released.append(outcome)
+        return outcome
+
+    monkeypatch.setattr(Lease, "release", held_release)
+    async with gate() as door:
+        orch = Orchestrator(
+            model=FunctionModel(lambda m, t: "unused", name="function:main"),
+            agents=[
+                AgentDefinition(
+                    name="slow", description="d", tools=["wait_at_gate"], model="function:slow"
+                )
+            ],
+            models={
+                "function:slow": FunctionModel(child_models.gate_then_answer, name="function:slow")
+            },
+            tools=[door.tool()],
+            settings=Settings(approval="allow", max_workers=1, warm_spares=0),
+            load_agent_files=False,
+            record=False,
+            workdir=tmp_path,
+        )
+        before = asyncio.all_tasks()
+        async with orch:
+            steps = orch.runner.finishing
+            caller = asyncio.create_task(orch.delegate("slow", "hi"))
+            await asyncio.wait_for(door.wait_arrivals(1), GUARD_S)  # the child is mid-run
+            caller.cancel()  # the child is stopped, then its process released ...
+            await asyncio.wait_for(releasing.wait(), GUARD_S)
+            orch.cancel()  # ... and the run cancelled again while the release is held
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+            assert len(steps) == 1 and not released  # the release goes on, in the runner
+            go_on.set()
+        assert len(steps) == 0 and len(released) == 1  # the close waited for it
+        # Pending now: only the test's own gate, whose server the child still holds.
+        assert {t for t in others(before) if "Gate._serve" not in repr(t.get_coro())} == set()

@@ -44,6 +44,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._finishing import FinishingSteps
 from agentcell.orchestrator.delegation._hooks import (
     HookRunner,
     SubagentStopHooks,
@@ -69,7 +70,6 @@ from agentcell.orchestrator.delegation._worktree import (
     WorktreeError,
     finish_worktree,
 )
-from agentcell.orchestrator.delegation._worktree_steps import WorktreeSteps
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     ChannelClosed,
@@ -225,7 +225,8 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
-        self.worktrees = WorktreeSteps()  # git for isolation: worktree, owned past a cancel
+        # What must finish after its run is cancelled (releases, git): owned here.
+        self.finishing = FinishingSteps()
         self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
 
     def new_agent_id(self) -> str:
@@ -474,7 +475,7 @@ class Runner:
                 # Politely first: the child stops at once and reports what it has; the
                 # escalation (SIGTERM, then SIGKILL) bounds the wait.
                 lease.cancel("cancelled by the parent")
-                await asyncio.shield(lease.wait())
+                await self.finishing.shielded(lease.wait(), f"{start.run_id}: its end")
         except Exception as exc:  # a bug or an environment problem: this run fails, not the parent
             if lease is None:  # no process could be had: one line, the result says it all
                 log.warning("sub-agent %s never got a process: %s", start.run_id, exc)
@@ -482,13 +483,16 @@ class Runner:
                 log.exception("sub-agent %s failed in the parent", start.run_id)
             ended.failure = f"{type(exc).__name__}: {exc}"
         finally:
-            ended.outcome = await asyncio.shield(lease.release()) if lease is not None else None
+            if lease is not None:
+                release = lease.release()
+                ended.outcome = await self.finishing.shielded(release, f"{start.run_id}: release")
             if lease is not None and not lease.node:
                 # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
                 # does this on its own node).
                 release_sandbox(lease.pid)
             if admitted.egress is not None:
-                await asyncio.shield(admitted.egress.close())
+                closing = admitted.egress.close()
+                await self.finishing.shielded(closing, f"{start.run_id}: its egress proxy")
         return ended
 
     def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
@@ -532,24 +536,24 @@ class Runner:
             try:
                 await lease.send(start)
             except ChannelClosed:
-                await asyncio.shield(lease.release())
+                await self.finishing.shielded(lease.release(), "a dead spare's release")
                 if attempt == _START_ATTEMPTS - 1:
                     raise
                 continue
             except BaseException:  # cancelled while sending: the process is ours to end
-                await asyncio.shield(lease.release())
+                await self.finishing.shielded(lease.release(), "a cancelled start's release")
                 raise
             return lease
         raise AssertionError("unreachable")
 
     async def open(self) -> None:
-        """Before the first run: the owner of the worktree steps."""
-        await self.worktrees.open()
+        """Before the first run: the owner of the steps that outlive a cancel."""
+        await self.finishing.open()
 
     async def close_shared(self) -> None:
-        """At the end: the worktree steps (let finish), the limiter's debt, the relay's
+        """At the end: the finishing steps (let finish), the limiter's debt, the relay's
         model pools."""
-        await self.worktrees.aclose()
+        await self.finishing.aclose()
         self.limiter.close()
         await self._parent.pools.aclose()
 
@@ -577,7 +581,7 @@ class Runner:
             root = Path(self.workdir) / ".agentcell" / "worktrees" / run
         # git goes on after a cancel (the steps' owner is the runner, not this run).
         branch = f"agentcell/{run}/{agent_id}"
-        return await self.worktrees.create(Path(self.workdir), root, agent_id, branch)
+        return await self.finishing.worktree(Path(self.workdir), root, agent_id, branch)
 
     # -- settle ----------------------------------------------------------------------------
     async def _settle(
@@ -609,7 +613,8 @@ class Runner:
             result = msgspec.structs.replace(result, network_log=list(admitted.egress.log))
         if admitted.tree is not None:  # what it changed is kept, however it ended
             prompt = admitted.request.prompt
-            result = await asyncio.shield(settle_worktree(admitted.tree, result, prompt))
+            settling = settle_worktree(admitted.tree, result, prompt)
+            result = await self.finishing.shielded(settling, f"{base['agent_id']}: its worktree")
         handle.result = result
         self.recorded.ended(base["agent_id"])
         # Once per run: unless the child's last stop was already put to the hooks (it
