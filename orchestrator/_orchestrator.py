@@ -394,7 +394,8 @@ class Orchestrator:
             async for item in orch.run_stream("..."):
                 if isinstance(item, RunReport): ...  # always last, exactly once
 
-        Leaving the loop early cancels the run (its sub-agents included).
+        Leaving the loop early cancels the run (its sub-agents included); so does closing
+        the orchestrator, after which the stream ends with a ``RuntimeError`` saying so.
         """
         run = self.run(prompt, session=session, timeout_s=timeout_s)
         # Closed with this generator (its finally cancels and awaits the run), not at GC.
