@@ -141,7 +141,7 @@ def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
 def test_the_parent_starts_tasks_in_task_groups_but_for_known_owners() -> None:
     """The runner, the relay (approvals, hooks, nested tasks, provider permits), the
     pool, the Ray backend and driver, background sub-agents, the chat and everything new
-    start tasks in a group; the few exceptions are listed above, each with its reason."""
+    start tasks in a group; exceptions (none today) are listed above, each with its reason."""
     found = set().union(*(_bare_task_starts(p) for p in (ROOT / "orchestrator").rglob("*.py")))
     for (path, function), reason in sorted(KNOWN_BARE_TASKS.items()):
         print(f"bare task in {path} {function}: {reason}")
