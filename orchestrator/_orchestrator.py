@@ -9,6 +9,7 @@ async with Orchestrator(model="openai:gpt-4o-mini") as orch:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -39,6 +40,7 @@ from agentcell.orchestrator._records_disk import (
     disk_refusal,
     finish_record,
 )
+from agentcell.orchestrator._run_stream import stream_run
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
@@ -174,6 +176,7 @@ class Orchestrator:
         self._handles: set[RunHandle] = set()
         self._main_tools: list[str] = []
         self.background = BackgroundRuns(self._new_task_tool)  # owns every background run
+        self._streamed = TaskNursery("streamed runs")  # owns run_stream's runs
         #: The main agent's MCP servers that failed to start in the last run, one line each.
         self.mcp_problems: list[str] = []
 
@@ -204,6 +207,8 @@ class Orchestrator:
         self._holds_secrets = True
         try:
             await self.background.open()  # entered here, closed by aclose
+            await self._streamed.open()
+            await self.runner.open()
             if self._owns_pool:
                 await self.pool.start()
             if self.ray is not None:
@@ -220,6 +225,7 @@ class Orchestrator:
         for handle in list(self._handles):
             handle.cancel()
         try:
+            await self._streamed.aclose()  # a stream its consumer dropped: its run ends
             await self.session_hooks.end()
             if self.ray is not None:
                 await self.ray.close()
@@ -396,20 +402,14 @@ class Orchestrator:
             async for item in orch.run_stream("..."):
                 if isinstance(item, RunReport): ...  # always last, exactly once
 
-        Leaving the loop early cancels the run (its sub-agents included).
+        Leaving the loop early cancels the run (its sub-agents included); so does closing
+        the orchestrator, after which the stream ends with a ``RuntimeError`` saying so.
         """
-        stream = self.events()
-        running = asyncio.ensure_future(self.run(prompt, session=session, timeout_s=timeout_s))
-        running.add_done_callback(lambda _: stream.close())
-        try:
-            async for event in stream:
-                yield event
-            yield await running
-        finally:
-            stream.close()
-            if not running.done():
-                running.cancel()
-                await asyncio.wait({running})
+        run = self.run(prompt, session=session, timeout_s=timeout_s)
+        # Closed with this generator (its finally cancels and awaits the run), not at GC.
+        async with contextlib.aclosing(stream_run(self._streamed, self.events(), run)) as items:
+            async for item in items:
+                yield item
 
     async def delegate(
         self, agent: str, prompt: str, *, description: str = "", background: bool = False

@@ -11,6 +11,11 @@ Rates use aiolimiter's leaky bucket. Requests per minute are enforced per second
 way providers quantise them (600/min admits 10 at once, then 10 more each second, not
 600 in one burst); tokens per minute over the minute. A ``Retry-After`` reported with a
 permit pauses every request to that model until then.
+
+A request that used more tokens than it was admitted with leaves the rest as a debt,
+which the next request to the model pays into the bucket before its own tokens: the
+release stays synchronous and starts no task, so nothing of the limiter is left
+pending when a run is cancelled or the orchestrator closes.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ class ModelLimiter:
         tpm = limits.tokens_per_minute
         self._tokens = AsyncLimiter(tpm, 60) if tpm is not None else None
         self._resume_at = 0.0  # loop time before which nothing is granted
-        self._debts: set[asyncio.Task[None]] = set()
+        self._debt = 0  # tokens used beyond the estimates, not yet in the bucket
 
     async def acquire(self, tokens: int = 0) -> ModelPermit:
         loop = asyncio.get_running_loop()
@@ -74,6 +79,7 @@ class ModelLimiter:
                 if self._requests is not None:
                     await self._requests.acquire()
                 if self._tokens is not None:
+                    await self._pay_debt()
                     await self._tokens.acquire(self._clamp(tokens))
                 # A 429 may have come in while this one queued: nothing goes out in a pause.
                 await self._pause(loop)
@@ -107,12 +113,25 @@ class ModelLimiter:
             self.pause(retry_after)
         self.stats.in_flight -= 1
         if self._tokens is not None and tokens > estimate:
-            # The estimate was low: the rest is charged now, so later requests wait for it.
-            debt = asyncio.ensure_future(self._tokens.acquire(self._clamp(tokens - estimate)))
-            self._debts.add(debt)
-            debt.add_done_callback(self._debts.discard)
+            # The estimate was low: the next request pays the rest first, so it and every
+            # later one wait for it.
+            self._debt += tokens - estimate
         if self._slots is not None:
             self._slots.release()
+
+    async def _pay_debt(self) -> None:
+        # Taken whole before the wait, so two requests never pay the same debt; a wait
+        # cancelled before the bucket took it (aiolimiter charges all or nothing) gives
+        # it back for the next request.
+        assert self._tokens is not None
+        debt, self._debt = self._debt, 0
+        if debt <= 0:
+            return
+        try:
+            await self._tokens.acquire(self._clamp(debt))
+        except BaseException:
+            self._debt += debt
+            raise
 
     def _clamp(self, tokens: int) -> float:
         # One request larger than a whole minute's allowance still goes (alone) rather
@@ -126,8 +145,8 @@ class ModelLimiter:
             await asyncio.sleep(left)
 
     def close(self) -> None:
-        for debt in list(self._debts):
-            debt.cancel()
+        """Forget the unpaid debt (no request will come to pay it); nothing runs to stop."""
+        self._debt = 0
 
 
 class ModelPermit:
@@ -194,11 +213,11 @@ class ChildPermits:
         limiter: ProviderLimiter,
         send: Callable[[Frame], None],
         *,
-        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] = asyncio.ensure_future,
+        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:
         self._limiter = limiter
         self._send = send
-        self._start = start  # the relay's TaskGroup owns the waits (create_task)
+        self._start = start  # its owner's TaskGroup.create_task: the group owns the waits
         self._waiting: dict[int, asyncio.Task[None]] = {}
         self._held: dict[int, ModelPermit] = {}
 

@@ -44,6 +44,7 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._finishing import FinishingSteps
 from agentcell.orchestrator.delegation._hooks import (
     HookRunner,
     SubagentStopHooks,
@@ -67,7 +68,6 @@ from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.delegation._worktree import (
     Worktree,
     WorktreeError,
-    create_worktree,
     finish_worktree,
 )
 from agentcell.protocol import (
@@ -225,6 +225,8 @@ class Runner:
         self._ids = itertools.count(1)
         self._session = secrets.token_hex(3)
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
+        # What must finish after its run is cancelled (releases, git): owned here.
+        self.finishing = FinishingSteps()
         self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
 
     def new_agent_id(self) -> str:
@@ -473,7 +475,7 @@ class Runner:
                 # Politely first: the child stops at once and reports what it has; the
                 # escalation (SIGTERM, then SIGKILL) bounds the wait.
                 lease.cancel("cancelled by the parent")
-                await asyncio.shield(lease.wait())
+                await self.finishing.shielded(lease.wait(), f"{start.run_id}: its end")
         except Exception as exc:  # a bug or an environment problem: this run fails, not the parent
             if lease is None:  # no process could be had: one line, the result says it all
                 log.warning("sub-agent %s never got a process: %s", start.run_id, exc)
@@ -481,13 +483,16 @@ class Runner:
                 log.exception("sub-agent %s failed in the parent", start.run_id)
             ended.failure = f"{type(exc).__name__}: {exc}"
         finally:
-            ended.outcome = await asyncio.shield(lease.release()) if lease is not None else None
+            if lease is not None:
+                release = lease.release()
+                ended.outcome = await self.finishing.shielded(release, f"{start.run_id}: release")
             if lease is not None and not lease.node:
                 # Its cgroup and temp folder, now it is gone (a remote sub-agent's guardian
                 # does this on its own node).
                 release_sandbox(lease.pid)
             if admitted.egress is not None:
-                await asyncio.shield(admitted.egress.close())
+                closing = admitted.egress.close()
+                await self.finishing.shielded(closing, f"{start.run_id}: its egress proxy")
         return ended
 
     def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
@@ -531,18 +536,24 @@ class Runner:
             try:
                 await lease.send(start)
             except ChannelClosed:
-                await asyncio.shield(lease.release())
+                await self.finishing.shielded(lease.release(), "a dead spare's release")
                 if attempt == _START_ATTEMPTS - 1:
                     raise
                 continue
             except BaseException:  # cancelled while sending: the process is ours to end
-                await asyncio.shield(lease.release())
+                await self.finishing.shielded(lease.release(), "a cancelled start's release")
                 raise
             return lease
         raise AssertionError("unreachable")
 
+    async def open(self) -> None:
+        """Before the first run: the owner of the steps that outlive a cancel."""
+        await self.finishing.open()
+
     async def close_shared(self) -> None:
-        """At the run's end: the limiter's pending charges, the relay's model pools."""
+        """At the end: the finishing steps (let finish), the limiter's debt, the relay's
+        model pools."""
+        await self.finishing.aclose()
         self.limiter.close()
         await self._parent.pools.aclose()
 
@@ -568,16 +579,9 @@ class Runner:
         else:  # no run record: a name of its own, so sessions never collide
             run = f"session-{self._session}"
             root = Path(self.workdir) / ".agentcell" / "worktrees" / run
-        making = asyncio.ensure_future(
-            create_worktree(Path(self.workdir), root, agent_id, f"agentcell/{run}/{agent_id}")
-        )
-        try:
-            return await asyncio.shield(making)
-        except asyncio.CancelledError:
-            # git goes on regardless: let it finish, then take the (unchanged) tree away.
-            with contextlib.suppress(Exception):
-                await finish_worktree(await making)
-            raise
+        # git goes on after a cancel (the steps' owner is the runner, not this run).
+        branch = f"agentcell/{run}/{agent_id}"
+        return await self.finishing.worktree(Path(self.workdir), root, agent_id, branch)
 
     # -- settle ----------------------------------------------------------------------------
     async def _settle(
@@ -609,7 +613,8 @@ class Runner:
             result = msgspec.structs.replace(result, network_log=list(admitted.egress.log))
         if admitted.tree is not None:  # what it changed is kept, however it ended
             prompt = admitted.request.prompt
-            result = await asyncio.shield(settle_worktree(admitted.tree, result, prompt))
+            settling = settle_worktree(admitted.tree, result, prompt)
+            result = await self.finishing.shielded(settling, f"{base['agent_id']}: its worktree")
         handle.result = result
         self.recorded.ended(base["agent_id"])
         # Once per run: unless the child's last stop was already put to the hooks (it
