@@ -42,7 +42,7 @@ from agentcell.orchestrator._records_disk import (
 )
 from agentcell.orchestrator._run_stream import stream_run
 from agentcell.orchestrator._sandbox_policy import check_sandbox
-from agentcell.orchestrator._tasks import TaskNursery
+from agentcell.orchestrator._tasks import TaskNursery, gather_owned
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings
@@ -479,7 +479,7 @@ class Orchestrator:
 
         returned: list[SubAgentResult] = []
         try:
-            returned += await asyncio.gather(*(one(i, p) for i, p in enumerate(items)))
+            returned += await gather_owned(*(one(i, p) for i, p in enumerate(items)))
             return list(returned)
         finally:
             self._write_call_summary(

@@ -124,3 +124,18 @@ class TaskNursery:
             await group.__aexit__(_Closing, _Closing(), None)
         except* _Closing:
             pass
+
+
+async def gather_owned(*work: Coroutine[Any, Any, T]) -> list[T]:
+    """``asyncio.gather`` whose tasks never outlive it: the results in order, or the first
+    exception — raised as itself, as ``gather`` does — once every sibling is cancelled and
+    ended (``gather`` leaves them running when one raises)."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(w) for w in work]
+    except BaseExceptionGroup as group_error:
+        first = group_error.exceptions[0]
+        while isinstance(first, BaseExceptionGroup):
+            first = first.exceptions[0]
+        raise first from None
+    return [task.result() for task in tasks]

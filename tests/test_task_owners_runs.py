@@ -239,3 +239,27 @@ async def test_a_cancelled_runs_release_is_owned_by_the_runner_until_it_ends(
         assert len(steps) == 0 and len(released) == 1  # the close waited for it
         # Pending now: only the test's own gate, whose server the child still holds.
         assert {t for t in others(before) if "Gate._serve" not in repr(t.get_coro())} == set()
+
+
+async def test_gather_owned_ends_every_sibling_before_the_first_error_goes_on() -> None:
+    from agentcell.orchestrator._tasks import gather_owned
+
+    ended: list[str] = []
+    started = asyncio.Event()
+
+    async def sibling() -> str:
+        try:
+            started.set()
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            ended.append("sibling")
+        return "never"
+
+    async def failing() -> str:
+        await started.wait()
+        raise ValueError("the first error")
+
+    with pytest.raises(ValueError, match="the first error"):  # itself, not a group
+        await gather_owned(sibling(), failing())
+    assert ended == ["sibling"]  # asyncio.gather leaves it running
+    assert await gather_owned(asyncio.sleep(0, "a"), asyncio.sleep(0, "b")) == ["a", "b"]

@@ -28,6 +28,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from agentcell.orchestrator._tasks import gather_owned
+
 _HEAD_LIMIT = 16 * 1024
 _HEAD_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 15.0
@@ -196,7 +198,7 @@ class EgressProxy:
         self._note(f"reached {host}:{port}")
         up_writer.write(forwarded)
         try:
-            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            await gather_owned(_copy(reader, up_writer), _copy(up_reader, writer))
         finally:
             up_writer.close()
 

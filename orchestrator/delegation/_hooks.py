@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator._tasks import gather_owned
 from agentcell.orchestrator.config import HookCommand, parse_hooks
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation._approvals import ApprovalQuery
@@ -223,7 +224,7 @@ class HookRunner:
             **payload,
         }
         data = json.dumps(document).encode()
-        outcomes = await asyncio.gather(*(self._one(c, data) for c in commands))
+        outcomes = await gather_owned(*(self._one(c, data) for c in commands))
         return _combined(outcomes)
 
     async def _one(self, hook: HookCommand, data: bytes) -> HookOutcome:
@@ -289,13 +290,14 @@ class HookRunner:
 async def _talk(process: asyncio.subprocess.Process, data: bytes) -> tuple[str, str, int]:
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
 
-    async def feed() -> None:
+    async def feed() -> str:  # (a str, as the two reads beside it give)
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             process.stdin.write(data)  # type: ignore[union-attr]
             await process.stdin.drain()  # type: ignore[union-attr]
         process.stdin.close()  # type: ignore[union-attr]
+        return ""
 
-    out, err, _ = await asyncio.gather(
+    out, err, _ = await gather_owned(
         _read_capped(process.stdout), _read_capped(process.stderr), feed()
     )
     code = await process.wait()
