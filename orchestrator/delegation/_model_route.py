@@ -12,6 +12,8 @@ parent like a local child's cross its pipe.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from agentcell.orchestrator.backends import PROVIDER_ENV
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._model_relay import (
@@ -38,7 +40,7 @@ def route_model(spec: AgentSpec, settings: Settings, backend: str | None, *, cus
     spec.model_via_parent = True
     spec.model_permits = False  # the parent takes the permit where it sends
     options = {k: v for k, v in spec.model_options.items() if k not in PARENT_ONLY_KEYS}
-    options["base_url"] = getattr(upstream, "base_url", "")
+    options["base_url"] = without_credentials(getattr(upstream, "base_url", ""))
     spec.model_options = options
     if spec.env is not None:
         for name in PROVIDER_ENV.get(spec.model.partition(":")[0], ()):
@@ -46,3 +48,15 @@ def route_model(spec: AgentSpec, settings: Settings, backend: str | None, *, cus
         held = spec.env.values()
         # The keys it no longer holds, so that it still redacts them from its records.
         spec.redactions = secret_digests(v for v in known_secrets().values() if v not in held)
+
+
+def without_credentials(url: str) -> str:
+    """``url`` as a child may hold it: no ``user:password@``, no query, no fragment (a
+    base URL can carry a proxy's password; the child only words its errors with it and
+    picks a request shape by host and path)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 address goes back in brackets
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))

@@ -1,0 +1,57 @@
+"""What a child may hold of its model's base URL: no user or password, no query."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from agentcell.orchestrator.delegation import _prepare
+from agentcell.orchestrator.delegation._model_route import without_credentials
+from agentcell.protocol import RunStatus, Start
+from conftest import SpawnRecorder
+from model_servers import ModelServer, Reply
+from test_model_relay import KEY, agent, orchestrator
+
+
+@pytest.mark.parametrize(
+    ("url", "kept"),
+    [
+        ("https://user:pw@api.example.com/v1?key=abc#x", "https://api.example.com/v1"),
+        ("http://127.0.0.1:8080/v1", "http://127.0.0.1:8080/v1"),
+        ("https://:pw@[::1]:9/v1", "https://[::1]:9/v1"),
+        ("https://api.example.com", "https://api.example.com"),
+    ],
+)
+def test_a_base_url_loses_its_credentials_and_query(url: str, kept: str) -> None:
+    assert without_credentials(url) == kept
+
+
+async def test_a_relayed_childs_start_holds_no_password_or_token_of_the_base_url(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    base = f"http://proxy-user:s3cret-pw@127.0.0.1:{model_server.port}/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", base)
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    starts: list[Start] = []
+    original = _prepare.Preparer.start
+
+    def recording(self: _prepare.Preparer, prepared: Any) -> Start:
+        starts.append(original(self, prepared))
+        return starts[-1]
+
+    monkeypatch.setattr(_prepare.Preparer, "start", recording)
+    model_server.add(Reply(text="through the parent"))
+    async with orchestrator(tmp_path, agent("worker", [])) as orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    (start,) = starts
+    assert start.spec is not None and start.spec.model_via_parent
+    encoded = msgspec.msgpack.encode(start)
+    assert b"s3cret-pw" not in encoded and b"proxy-user" not in encoded
+    assert start.spec.model_options["base_url"] == f"http://127.0.0.1:{model_server.port}/v1"
