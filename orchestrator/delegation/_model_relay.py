@@ -172,10 +172,12 @@ def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> st
 
 class ModelPools:
     """The parent's httpx clients for relayed requests: ``SHARDS`` small pools per
-    endpoint (one big pool rescans every connection per request), each child on one."""
+    endpoint, each child on one. Small, because httpcore rescans every connection of a
+    pool each time a request starts or ends (and counts its idle ones once per
+    connection: quadratic in the pool's size); 128 children then share a pool by four."""
 
-    SHARDS = 8
-    CONNECTIONS_PER_SHARD = 16
+    SHARDS = 32
+    CONNECTIONS_PER_SHARD = 8
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, float, int], httpx.AsyncClient] = {}
