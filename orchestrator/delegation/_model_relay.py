@@ -29,6 +29,7 @@ import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
+from agentcell.orchestrator.delegation._model_batch import relay_chunks
 from agentcell.orchestrator.delegation._model_usage import UsageScan
 from agentcell.protocol import (
     AgentSpec,
@@ -108,7 +109,8 @@ MAX_CALLS_PER_CHILD = 4
 MAX_REFUSALS = 64
 #: The characters of a child's string a refusal repeats.
 SHOWN_CHARS = 60
-#: The most body bytes in one ``ModelData`` frame: well under the frame limit.
+#: The most body bytes in one ``ModelData`` frame: well under the frame limit (the
+#: batches ``relay_chunks`` joins stay under it as a rule; a bigger one is split).
 MAX_DATA_BYTES = 256 * 1024
 #: Model options the parent uses to reach the provider: where, with which key, how long.
 UPSTREAM_KEYS = ("base_url", "api_key", "timeout", "max_connections")
@@ -317,11 +319,9 @@ class ModelRelay:
             try:
                 await self._send(ModelHead(id=cid, status=status, headers=headers))
                 counting = status == 200 and not headers.get("content-encoding")
-                async for raw in response.chunks():
-                    if counting:
-                        scan.feed(raw)
-                    for at in range(0, len(raw), MAX_DATA_BYTES):
-                        await self._send(ModelData(id=cid, data=raw[at : at + MAX_DATA_BYTES]))
+                await relay_chunks(
+                    response.chunks(), *self._senders(cid, scan if counting else None)
+                )
             finally:
                 await response.aclose()
             scan.finish()
@@ -344,6 +344,27 @@ class ModelRelay:
             _release(permit, scan.tokens, status, headers)
         with contextlib.suppress(ChannelClosed):
             await self._send(end)
+
+    def _senders(
+        self, cid: int, scan: UsageScan | None
+    ) -> tuple[Callable[[bytes], Coroutine[Any, Any, None]], Callable[[bytes], None]]:
+        """How call ``cid``'s body bytes go to the child: awaiting its pipe, or not (a
+        channel that closed meanwhile is found by the next awaited send)."""
+
+        async def send(data: bytes) -> None:
+            if scan is not None:
+                scan.feed(data)
+            for at in range(0, len(data), MAX_DATA_BYTES):
+                await self._send(ModelData(id=cid, data=data[at : at + MAX_DATA_BYTES]))
+
+        def send_nowait(data: bytes) -> None:
+            if scan is not None:
+                scan.feed(data)
+            with contextlib.suppress(ChannelClosed):
+                for at in range(0, len(data), MAX_DATA_BYTES):
+                    self._send_nowait(ModelData(id=cid, data=data[at : at + MAX_DATA_BYTES]))
+
+        return send, send_nowait
 
 
 def _release(permit: ModelPermit, tokens: int, status: int, headers: dict[str, str]) -> None:
