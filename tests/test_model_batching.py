@@ -20,7 +20,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_batch import relay_chunks
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
-from agentcell.protocol import Frame, ModelData, RunStatus, TextDelta
+from agentcell.protocol import Frame, ModelData, ModelEnd, ModelHead, RunStatus, TextDelta
 from conftest import SpawnRecorder
 from model_servers import Reply, _openai_events
 
@@ -35,6 +35,7 @@ class BurstServer:
     more write. Every connection is closed after its answer."""
 
     def __init__(self) -> None:
+        self.whole = False  # the whole answer in one write, with the head
         self.gate = threading.Event()
         self.events: list[bytes] = []
         self._sock = socket.create_server(("127.0.0.1", 0))
@@ -88,6 +89,9 @@ class BurstServer:
                 b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
                 b"transfer-encoding: chunked\r\nconnection: close\r\n\r\n"
             )
+            if self.whole:
+                conn.sendall(head + _chunked(self.events) + b"0\r\n\r\n")
+                return
             conn.sendall(head + _chunked(self.events[:FIRST]))
             while not self.gate.wait(0.05):
                 if self._stop.is_set():
@@ -128,28 +132,41 @@ def burst(monkeypatch: pytest.MonkeyPatch) -> Iterator[BurstServer]:
         yield server
 
 
-def recorded_data(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """The body bytes of every ``ModelData`` frame the parent's relay sends, in order."""
-    sent: list[bytes] = []
+def recorded_frames(monkeypatch: pytest.MonkeyPatch) -> list[Frame]:
+    """Every frame of a model answer the parent's relay sends, in order."""
+    sent: list[Frame] = []
     original = ModelRelay.__init__
 
     def recording(self: ModelRelay, *args: Any, **kwargs: Any) -> None:
-        send, send_nowait = args[4], kwargs["send_nowait"]
+        send = args[4]
 
         async def counted(frame: Frame) -> None:
-            if isinstance(frame, ModelData):
-                sent.append(frame.data)
+            if isinstance(frame, ModelHead | ModelData | ModelEnd):
+                sent.append(frame)
             await send(frame)
 
-        def counted_nowait(frame: Frame) -> None:
-            if isinstance(frame, ModelData):
-                sent.append(frame.data)
-            send_nowait(frame)
-
-        original(self, *args[:4], counted, **(kwargs | {"send_nowait": counted_nowait}))
+        original(self, *args[:4], counted, **kwargs)
 
     monkeypatch.setattr(ModelRelay, "__init__", recording)
     return sent
+
+
+def body_of(frames: list[Frame]) -> list[bytes]:
+    """The body bytes of the frames that carry some."""
+    return [f.data for f in frames if isinstance(f, ModelHead | ModelData) and f.data]
+
+
+def talker(tmp_path: Path) -> Orchestrator:
+    worker = AgentDefinition(
+        name="talker", description="talker", tools=[], model="openai:test", source="test"
+    )
+    return Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=tmp_path,
+        agents=[worker],
+        load_agent_files=False,
+        record=False,
+    )
 
 
 async def test_a_burst_crosses_as_one_frame_and_is_not_held_for_the_rest(
@@ -158,17 +175,8 @@ async def test_a_burst_crosses_as_one_frame_and_is_not_held_for_the_rest(
     burst: BurstServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    sent = recorded_data(monkeypatch)
-    worker = AgentDefinition(
-        name="talker", description="talker", tools=[], model="openai:test", source="test"
-    )
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=tmp_path,
-        agents=[worker],
-        load_agent_files=False,
-        record=False,
-    )
+    frames = recorded_frames(monkeypatch)
+    orch = talker(tmp_path)
     first_text = TEXT[: 2 * (FIRST - 1)]
     async with orch:
         events = orch.events()
@@ -183,53 +191,70 @@ async def test_a_burst_crosses_as_one_frame_and_is_not_held_for_the_rest(
                         break
         # The first burst reached the child while the server still held the rest ...
         assert not burst.gate.is_set()
-        # ... as one frame (a read split by the kernel could make it two), not 25.
+        # ... as one frame, with the head (a read split by the kernel could make it two),
+        # not 26 (a head, then an event each).
+        sent = body_of(frames)
         frames_of_first = len(sent)
         assert 1 <= frames_of_first <= 2, [len(data) for data in sent]
         burst.gate.set()
         result = await asyncio.wait_for(run, 60)
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.text == TEXT
-    # The same bytes, in order, in far fewer frames than the server's events.
+    # The same bytes, in order, in far fewer frames than the server's events (the rest
+    # in one more, with the end).
+    sent = body_of(frames)
     assert b"".join(sent) == b"".join(burst.events)
     assert len(sent) - frames_of_first <= 2, [len(data) for data in sent]
     assert len(burst.events) > 30
 
 
-class Recorder:
-    """``relay_chunks``'s two ways out, recorded in order."""
+async def test_a_short_answer_read_in_one_go_is_one_frame(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    burst: BurstServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    burst.whole = True
+    frames = recorded_frames(monkeypatch)
+    async with talker(tmp_path) as orch:
+        result = await asyncio.wait_for(orch.delegate("talker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.text == TEXT
+    # Head, body and end in one frame (not a head, 40 events and an end).
+    (frame,) = frames
+    assert isinstance(frame, ModelHead) and frame.status == 200
+    assert frame.data == b"".join(burst.events)
+    assert frame.end is not None and not frame.end.error_kind
 
-    def __init__(self) -> None:
-        self.sends: list[tuple[str, bytes]] = []
 
-    async def send(self, data: bytes) -> None:
-        self.sends.append(("send", data))
+async def network() -> None:
+    """A wait on a future, resolved in the next loop round (what a socket read does)."""
+    future = asyncio.get_running_loop().create_future()
+    asyncio.get_running_loop().call_soon(future.set_result, None)
+    await future
 
-    def send_nowait(self, data: bytes) -> None:
-        self.sends.append(("nowait", data))
 
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.sends]
-
-    def joined(self) -> bytes:
-        return b"".join(data for _, data in self.sends)
+async def loop_turns(count: int) -> None:
+    """Let the event loop run ``count`` rounds (deterministic: no clock involved)."""
+    for _ in range(count):
+        await asyncio.sleep(0)
 
 
 async def test_a_lone_chunk_goes_on_before_the_source_has_more() -> None:
     more = asyncio.Event()
-    out = Recorder()
+    sent: list[bytes] = []
 
     async def source() -> AsyncIterator[bytes]:
         yield b"alone"
         await more.wait()  # the next chunk comes only once the first one was passed on
-        yield b"next"
+        yield b"last"
 
-    def send_nowait(data: bytes) -> None:
-        out.send_nowait(data)
+    async def send(data: bytes) -> None:
+        sent.append(data)
         more.set()
 
-    await asyncio.wait_for(relay_chunks(source(), out.send, send_nowait), 10)
-    assert out.sends == [("nowait", b"alone"), ("send", b"next")]
+    rest = await asyncio.wait_for(relay_chunks(source(), send), 10)
+    assert (sent, rest) == ([b"alone"], b"last")  # the last bytes go with the end
 
 
 async def test_ready_chunks_are_joined_up_to_the_bound() -> None:
@@ -237,30 +262,60 @@ async def test_ready_chunks_are_joined_up_to_the_bound() -> None:
         for i in range(100):
             yield bytes([i]) * 1024  # all ready: nothing awaited between them
 
-    out = Recorder()
-    await relay_chunks(source(), out.send, out.send_nowait, limit=16 * 1024)
-    assert out.joined() == b"".join(bytes([i]) * 1024 for i in range(100))
-    # Six full batches at the bound (each waiting for the peer), then the last 4 KiB.
-    assert [len(data) for _, data in out.sends] == [16 * 1024] * 6 + [4 * 1024]
-    assert set(out.kinds()) == {"send"}
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    rest = await relay_chunks(source(), send, limit=16 * 1024)
+    assert b"".join(sent) + rest == b"".join(bytes([i]) * 1024 for i in range(100))
+    # Six full batches at the bound, then the last 4 KiB with the end.
+    assert [len(data) for data in sent] == [16 * 1024] * 6 and len(rest) == 4 * 1024
 
 
-async def test_the_peer_is_waited_for_after_every_wait_of_the_source() -> None:
+async def test_no_read_starts_upstream_while_the_childs_pipe_is_full() -> None:
+    reads: list[int] = []
+    pipe_free = asyncio.Event()
+    sent: list[bytes] = []
+
     async def source() -> AsyncIterator[bytes]:
-        for i in range(5):
-            await asyncio.sleep(0)  # each chunk comes after a wait
+        for i in range(3):
+            reads.append(i)
+            await network()  # each chunk comes after a wait for the network
             yield b"%d" % i
 
-    out = Recorder()
-    await relay_chunks(source(), out.send, out.send_nowait)
-    # Every chunk after a wait is sent with the backpressure wait: a child that stops
-    # reading stops the relay's reads upstream.
-    assert out.sends == [("send", b"%d" % i) for i in range(5)]
+    async def send(data: bytes) -> None:
+        sent.append(data)
+        if data == b"0":
+            await pipe_free.wait()  # the child stopped reading after the first chunk
+
+    task = asyncio.create_task(relay_chunks(source(), send))
+    await loop_turns(20)
+    # The read already open when b"0" went could finish; no other one started.
+    assert (reads, sent, task.done()) == ([0, 1], [b"", b"0"], False)
+    pipe_free.set()
+    assert await asyncio.wait_for(task, 10) == b"2"
+    assert (reads, sent) == ([0, 1, 2], [b"", b"0", b"1"])
+
+
+async def test_a_checkpoint_of_the_source_is_not_a_wait() -> None:
+    async def source() -> AsyncIterator[bytes]:
+        yield b"a"
+        await asyncio.sleep(0)  # what anyio's lock takes on the way out: one loop round
+        yield b"b"
+
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    assert (await relay_chunks(source(), send), sent) == (b"ab", [])
 
 
 async def test_a_cancel_reaches_the_read_the_source_is_waiting_on() -> None:
     reading = asyncio.Event()
     ended: list[BaseException] = []
+    sent: list[bytes] = []
 
     async def source() -> AsyncIterator[bytes]:
         yield b"first"
@@ -272,11 +327,28 @@ async def test_a_cancel_reaches_the_read_the_source_is_waiting_on() -> None:
             raise
         yield b"never"
 
-    out = Recorder()
-    task = asyncio.create_task(relay_chunks(source(), out.send, out.send_nowait))
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    task = asyncio.create_task(relay_chunks(source(), send))
     await asyncio.wait_for(reading.wait(), 10)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert [type(exc) for exc in ended] == [asyncio.CancelledError]
-    assert out.sends == [("nowait", b"first")]
+    assert sent == [b"first"]
+
+
+async def test_a_source_that_fails_has_its_ready_bytes_sent_first() -> None:
+    async def source() -> AsyncIterator[bytes]:
+        yield b"shown"
+        raise ConnectionResetError("upstream dropped")
+
+    sent: list[bytes] = []
+
+    async def send(data: bytes) -> None:
+        sent.append(data)
+
+    with pytest.raises(ConnectionResetError):
+        await relay_chunks(source(), send)
+    assert sent == [b"shown"]  # before the error's end, as the child would have seen it

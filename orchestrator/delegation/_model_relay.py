@@ -7,9 +7,10 @@ against what the child's definition allows — the body's ``model`` is the spec'
 top-level keys come from the provider's allow-list, its size and the calls in flight are
 capped — then adds the URL, headers and key from the parent's own configuration, takes a
 permit from the provider limiter, sends it from the parent's connection pools
-(``ModelPools``: a few small httpx clients, each child on one) and streams the raw body
-back in ``ModelData`` frames, waiting on the channel's writability (a slow child is
-never buffered without bound). The child parses the answer (a hostile server's bytes are
+(``ModelPools``: small httpx clients, each child on one) and streams the raw body back
+in batched frames (``_model_batch``: what the upstream had ready, joined; a short
+answer in one frame), waiting on the channel's writability (a slow child is never
+buffered without bound). The child parses the answer (a hostile server's bytes are
 parsed in the sandbox); the relay reads only the usage the server reports in it, for the
 limiter. A ``ModelCancel``, the child's end and the run's end cancel the upstream request.
 """
@@ -29,7 +30,10 @@ import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
-from agentcell.orchestrator.delegation._model_batch import relay_chunks
+from agentcell.orchestrator.delegation._model_batch import (
+    CallFrames,
+    relay_chunks,
+)
 from agentcell.orchestrator.delegation._model_usage import UsageScan
 from agentcell.protocol import (
     AgentSpec,
@@ -37,7 +41,6 @@ from agentcell.protocol import (
     Frame,
     ModelCall,
     ModelCancel,
-    ModelData,
     ModelEnd,
     ModelHead,
     Usage,
@@ -109,9 +112,6 @@ MAX_CALLS_PER_CHILD = 4
 MAX_REFUSALS = 64
 #: The characters of a child's string a refusal repeats.
 SHOWN_CHARS = 60
-#: The most body bytes in one ``ModelData`` frame: well under the frame limit (the
-#: batches ``relay_chunks`` joins stay under it as a rule; a bigger one is split).
-MAX_DATA_BYTES = 256 * 1024
 #: Model options the parent uses to reach the provider: where, with which key, how long.
 UPSTREAM_KEYS = ("base_url", "api_key", "timeout", "max_connections")
 #: Options the child's copy of the model never gets.
@@ -313,15 +313,15 @@ class ModelRelay:
         permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
         scan = UsageScan(self._spec.model.partition(":")[0])
         status, headers = 0, {}
+        frames: CallFrames | None = None
         try:
             response = await self._transport().open(frame.body)
             status, headers = response.status, response.headers
+            counting = status == 200 and not headers.get("content-encoding")
+            head = ModelHead(id=cid, status=status, headers=headers)
+            frames = CallFrames(self._send, head, scan.feed if counting else None)
             try:
-                await self._send(ModelHead(id=cid, status=status, headers=headers))
-                counting = status == 200 and not headers.get("content-encoding")
-                await relay_chunks(
-                    response.chunks(), *self._senders(cid, scan if counting else None)
-                )
+                frames.hold(await relay_chunks(response.chunks(), frames.send))
             finally:
                 await response.aclose()
             scan.finish()
@@ -343,28 +343,7 @@ class ModelRelay:
         finally:
             _release(permit, scan.tokens, status, headers)
         with contextlib.suppress(ChannelClosed):
-            await self._send(end)
-
-    def _senders(
-        self, cid: int, scan: UsageScan | None
-    ) -> tuple[Callable[[bytes], Coroutine[Any, Any, None]], Callable[[bytes], None]]:
-        """How call ``cid``'s body bytes go to the child: awaiting its pipe, or not (a
-        channel that closed meanwhile is found by the next awaited send)."""
-
-        async def send(data: bytes) -> None:
-            if scan is not None:
-                scan.feed(data)
-            for at in range(0, len(data), MAX_DATA_BYTES):
-                await self._send(ModelData(id=cid, data=data[at : at + MAX_DATA_BYTES]))
-
-        def send_nowait(data: bytes) -> None:
-            if scan is not None:
-                scan.feed(data)
-            with contextlib.suppress(ChannelClosed):
-                for at in range(0, len(data), MAX_DATA_BYTES):
-                    self._send_nowait(ModelData(id=cid, data=data[at : at + MAX_DATA_BYTES]))
-
-        return send, send_nowait
+            await (self._send(end) if frames is None else frames.end(end))
 
 
 def _release(permit: ModelPermit, tokens: int, status: int, headers: dict[str, str]) -> None:
