@@ -20,7 +20,17 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_batch import relay_chunks
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
-from agentcell.protocol import Frame, ModelData, ModelEnd, ModelHead, RunStatus, TextDelta
+from agentcell.protocol import (
+    Frame,
+    ModelCall,
+    ModelData,
+    ModelEnd,
+    ModelHead,
+    RunStatus,
+    TextDelta,
+)
+from agentcell.worker._model_link import LinkTransport
+from agentcell.worker.models._transport import Retry
 from conftest import SpawnRecorder
 from model_servers import Reply, _openai_events
 
@@ -352,3 +362,62 @@ async def test_a_source_that_fails_has_its_ready_bytes_sent_first() -> None:
     with pytest.raises(ConnectionResetError):
         await relay_chunks(source(), send)
     assert sent == [b"shown"]  # before the error's end, as the child would have seen it
+
+
+class FakeLink:
+    """A child's link as ``LinkTransport`` needs it: frames sent are recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[Frame] = []
+        self.channel = self
+        self.model_link: Any = None
+
+    async def send(self, frame: Frame) -> None:
+        self.sent.append(frame)
+
+    def send_nowait(self, frame: Frame) -> None:
+        self.sent.append(frame)
+
+
+async def body(response: Any) -> bytes:
+    return b"".join([chunk async for chunk in response.chunks()])
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [ModelHead(id=1, status=200, data=b"all", end=ModelEnd(id=1))],
+        [
+            ModelHead(id=1, status=200, data=b"a"),
+            ModelData(id=1, data=b"l"),
+            ModelData(id=1, data=b"l", end=ModelEnd(id=1)),
+        ],
+        [ModelHead(id=1, status=200), ModelData(id=1, data=b"all"), ModelEnd(id=1)],
+    ],
+    ids=["one frame", "end on the last bytes", "a frame each"],
+)
+async def test_the_child_reads_an_answer_however_its_frames_are_joined(
+    frames: list[Frame],
+) -> None:
+    link = FakeLink()
+    transport = LinkTransport(link)
+    opening = asyncio.create_task(transport.open(b"{}"))
+    await loop_turns(2)
+    for frame in frames:
+        transport.dispatch(frame)  # type: ignore[arg-type]
+    response = await asyncio.wait_for(opening, 10)
+    assert response.status == 200 and await asyncio.wait_for(body(response), 10) == b"all"
+    await response.aclose()
+    # The call ended with its frames: closing it sends no ModelCancel.
+    assert [type(frame) for frame in link.sent] == [ModelCall]
+
+
+async def test_an_error_end_on_the_head_fails_the_read_not_the_open() -> None:
+    transport = LinkTransport(FakeLink())
+    opening = asyncio.create_task(transport.open(b"{}"))
+    await loop_turns(2)
+    end = ModelEnd(id=1, error_kind="connection", message="dropped", retry=True)
+    transport.dispatch(ModelHead(id=1, status=200, data=b"data: {}\n\n", end=end))
+    response = await asyncio.wait_for(opening, 10)
+    with pytest.raises(Retry, match="dropped"):
+        await body(response)
