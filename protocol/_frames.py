@@ -262,21 +262,6 @@ class ModelCancel(msgspec.Struct, tag="model_cancel", tag_field="t", kw_only=Tru
     id: int
 
 
-class ModelHead(msgspec.Struct, tag="model_head", tag_field="t", kw_only=True):
-    """parent → child: call ``id``'s response status and its allow-listed headers."""
-
-    id: int
-    status: int
-    headers: dict[str, str] = msgspec.field(default_factory=dict)
-
-
-class ModelData(msgspec.Struct, tag="model_data", tag_field="t", kw_only=True):
-    """parent → child: the next raw bytes of call ``id``'s response body (batched)."""
-
-    id: int
-    data: bytes
-
-
 class ModelEnd(msgspec.Struct, tag="model_end", tag_field="t", kw_only=True, omit_defaults=True):
     """parent → child: call ``id`` is over. No ``error_kind``: the body is complete.
     Otherwise the ``ModelErrorKind`` (or "refused": the parent's check said no) and
@@ -288,6 +273,27 @@ class ModelEnd(msgspec.Struct, tag="model_end", tag_field="t", kw_only=True, omi
     message: str = ""
     retry: bool = False
     midstream: str = ""
+
+
+class ModelHead(msgspec.Struct, tag="model_head", tag_field="t", kw_only=True, omit_defaults=True):
+    """parent → child: call ``id``'s response status and its allow-listed headers; with
+    the body's first bytes when they came with the head, and its ``end`` when the whole
+    answer did (a short answer is one frame)."""
+
+    id: int
+    status: int
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    data: bytes = b""
+    end: ModelEnd | None = None
+
+
+class ModelData(msgspec.Struct, tag="model_data", tag_field="t", kw_only=True, omit_defaults=True):
+    """parent → child: the next raw bytes of call ``id``'s response body — what the
+    upstream had ready, joined — and the call's ``end`` when they are its last."""
+
+    id: int
+    data: bytes
+    end: ModelEnd | None = None
 
 
 class ControlAction(enum.StrEnum):

@@ -4,9 +4,10 @@ A child whose spec says ``model_via_parent`` builds its provider as usual (the s
 classes the parent uses) over this transport instead of an httpx pool: each attempt's
 JSON body goes to the parent as a ``ModelCall``; the parent checks it, adds the URL,
 headers and key, sends it from its own pools, and streams the answer back as
-``ModelHead``, ``ModelData``… and one ``ModelEnd``. The child still parses the answer
-(a hostile server's bytes are parsed inside the sandbox), and never holds a key or a
-connection to a model server.
+``ModelHead``, ``ModelData``… and the end (a ``ModelEnd`` of its own, or riding on the
+last bytes: a short answer is a single ``ModelHead`` with its body and end). The child
+still parses the answer (a hostile server's bytes are parsed inside the sandbox), and
+never holds a key or a connection to a model server.
 
 Calls are told apart by id (one link serves every call of the run); closing a call that
 has not ended sends ``ModelCancel``, and the parent cancels the request upstream.
@@ -109,21 +110,32 @@ class LinkResponse:
         self._ended = False  # the parent sent ModelEnd (or we closed it)
 
     def take(self, frame: ModelHead | ModelData | ModelEnd) -> None:
+        """A frame of this call: a head (maybe with the first bytes, maybe with the end
+        too), the next bytes (maybe the last, with the end), or the end alone."""
         if self._ended:
             return
-        if isinstance(frame, ModelHead):
-            if not self.head.done():
-                self.status, self.headers = frame.status, dict(frame.headers)
-                self.head.set_result(None)
-            return
         if isinstance(frame, ModelEnd):
-            self._ended = True
-            self._transport._forget(self, cancel=False)
-            if not self.head.done():
-                self.head.set_exception(end_error(frame) or _headless())
-                self.head.exception()  # retrieved: nobody may wait on it any more
-                return
-        self._items.append(frame.data if isinstance(frame, ModelData) else frame)
+            self._end(frame)
+            return
+        if isinstance(frame, ModelHead):
+            if self.head.done():
+                return  # a second head: ignored
+            self.status, self.headers = frame.status, dict(frame.headers)
+            self.head.set_result(None)
+        if frame.data:
+            self._items.append(frame.data)
+            self._arrived.set()
+        if frame.end is not None:
+            self._end(frame.end)
+
+    def _end(self, end: ModelEnd) -> None:
+        self._ended = True
+        self._transport._forget(self, cancel=False)
+        if not self.head.done():
+            self.head.set_exception(end_error(end) or _headless())
+            self.head.exception()  # retrieved: nobody may wait on it any more
+            return
+        self._items.append(end)
         self._arrived.set()
 
     async def chunks(self) -> AsyncIterator[bytes]:

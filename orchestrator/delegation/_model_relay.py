@@ -7,9 +7,10 @@ against what the child's definition allows — the body's ``model`` is the spec'
 top-level keys come from the provider's allow-list, its size and the calls in flight are
 capped — then adds the URL, headers and key from the parent's own configuration, takes a
 permit from the provider limiter, sends it from the parent's connection pools
-(``ModelPools``: a few small httpx clients, each child on one) and streams the raw body
-back in ``ModelData`` frames, waiting on the channel's writability (a slow child is
-never buffered without bound). The child parses the answer (a hostile server's bytes are
+(``ModelPools``: small httpx clients, each child on one) and streams the raw body back
+in batched frames (``_model_batch``: what the upstream had ready, joined; a short
+answer in one frame), waiting on the channel's writability (a slow child is never
+buffered without bound). The child parses the answer (a hostile server's bytes are
 parsed in the sandbox); the relay reads only the usage the server reports in it, for the
 limiter. A ``ModelCancel``, the child's end and the run's end cancel the upstream request.
 """
@@ -29,6 +30,10 @@ import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
+from agentcell.orchestrator.delegation._model_batch import (
+    CallFrames,
+    relay_chunks,
+)
 from agentcell.orchestrator.delegation._model_usage import UsageScan
 from agentcell.protocol import (
     AgentSpec,
@@ -36,7 +41,6 @@ from agentcell.protocol import (
     Frame,
     ModelCall,
     ModelCancel,
-    ModelData,
     ModelEnd,
     ModelHead,
     Usage,
@@ -108,8 +112,6 @@ MAX_CALLS_PER_CHILD = 4
 MAX_REFUSALS = 64
 #: The characters of a child's string a refusal repeats.
 SHOWN_CHARS = 60
-#: The most body bytes in one ``ModelData`` frame: well under the frame limit.
-MAX_DATA_BYTES = 256 * 1024
 #: Model options the parent uses to reach the provider: where, with which key, how long.
 UPSTREAM_KEYS = ("base_url", "api_key", "timeout", "max_connections")
 #: Options the child's copy of the model never gets.
@@ -172,10 +174,12 @@ def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> st
 
 class ModelPools:
     """The parent's httpx clients for relayed requests: ``SHARDS`` small pools per
-    endpoint (one big pool rescans every connection per request), each child on one."""
+    endpoint, each child on one. Small, because httpcore rescans every connection of a
+    pool each time a request starts or ends (and counts its idle ones once per
+    connection: quadratic in the pool's size); 128 children then share a pool by four."""
 
-    SHARDS = 8
-    CONNECTIONS_PER_SHARD = 16
+    SHARDS = 32
+    CONNECTIONS_PER_SHARD = 8
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, float, int], httpx.AsyncClient] = {}
@@ -309,17 +313,15 @@ class ModelRelay:
         permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
         scan = UsageScan(self._spec.model.partition(":")[0])
         status, headers = 0, {}
+        frames: CallFrames | None = None
         try:
             response = await self._transport().open(frame.body)
             status, headers = response.status, response.headers
+            counting = status == 200 and not headers.get("content-encoding")
+            head = ModelHead(id=cid, status=status, headers=headers)
+            frames = CallFrames(self._send, head, scan.feed if counting else None)
             try:
-                await self._send(ModelHead(id=cid, status=status, headers=headers))
-                counting = status == 200 and not headers.get("content-encoding")
-                async for raw in response.chunks():
-                    if counting:
-                        scan.feed(raw)
-                    for at in range(0, len(raw), MAX_DATA_BYTES):
-                        await self._send(ModelData(id=cid, data=raw[at : at + MAX_DATA_BYTES]))
+                frames.hold(await relay_chunks(response.chunks(), frames.send))
             finally:
                 await response.aclose()
             scan.finish()
@@ -341,7 +343,7 @@ class ModelRelay:
         finally:
             _release(permit, scan.tokens, status, headers)
         with contextlib.suppress(ChannelClosed):
-            await self._send(end)
+            await (self._send(end) if frames is None else frames.end(end))
 
 
 def _release(permit: ModelPermit, tokens: int, status: int, headers: dict[str, str]) -> None:
