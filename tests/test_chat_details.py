@@ -92,9 +92,20 @@ class Scripted:
         return Reply(text=f"{prompt}: {delivered} delivered")
 
 
+def _table(term: Screen, after: str, rows: int) -> list[str]:
+    """The agent ids of the sub-agents table printed after the line ``after``, once it
+    has ``rows`` rows: the answer line comes first, the table in a later write."""
+    screen = term.wait(lambda text: len(_table_rows(text, after)) >= rows, f"{rows} rows")
+    return _table_rows(screen, after)
+
+
 def _table_rows(screen: str, after: str) -> list[str]:
-    """The agent ids in the first sub-agents table after the line ``after``."""
+    """The agent ids in the first sub-agents table after the line ``after`` (none yet: [])."""
+    if after not in screen:
+        return []
     lines = screen[screen.index(after) :].splitlines()
+    if "sub-agents" not in lines:
+        return []
     start = lines.index("sub-agents") + 2
     rows = []
     for line in lines[start:]:
@@ -127,7 +138,7 @@ def test_a_background_result_belongs_to_the_turn_that_got_it(
         script.held["fg"].set()
         screen = term.expect("agent> run fg: 1 delivered")
         assert "next message" not in _note(screen, "a1"), _note(screen, "a1")
-        assert _table_rows(screen, "agent> run fg") == ["a2", "a1 bg"]
+        assert _table(term, "agent> run fg", 2) == ["a2", "a1 bg"]
 
         # It ends between turns: the next message takes it, as the note says.
         term.send("start bg2\n")
@@ -137,7 +148,7 @@ def test_a_background_result_belongs_to_the_turn_that_got_it(
         term.expect("the main agent gets its result with your next message")
         term.send("idle\n")
         screen = term.expect("agent> idle: 2 delivered")
-        assert _table_rows(screen, "agent> idle") == ["a3 bg"]
+        assert _table(term, "agent> idle", 1) == ["a3 bg"]
 
         # It ends during the turn's last model call: too late for it, so the next one.
         term.send("start bg3\n")
@@ -152,7 +163,7 @@ def test_a_background_result_belongs_to_the_turn_that_got_it(
         assert "sub-agents" not in screen[screen.index("agent> slow done") :]
         term.send("last\n")
         screen = term.expect("agent> last: 3 delivered")
-        assert _table_rows(screen, "agent> last") == ["a4 bg"]
+        assert _table(term, "agent> last", 1) == ["a4 bg"]
         term.send("/quit\n")
         term.expect("bye")
         assert term.close() == 0
