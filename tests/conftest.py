@@ -37,19 +37,37 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class SpawnRecorder:
-    """Records every child pid a pool starts, so teardown can prove they are all gone."""
+    """Records every child pid a pool starts, so teardown can prove they are all gone.
+
+    A pid is the child's only while its start time is the one recorded: after thousands
+    of children the kernel hands their pids to other processes, which a test never
+    touches. (A session or group id is not reused while a process holds it, so members
+    of a session named for a dead child are that child's.)"""
 
     def __init__(self) -> None:
         self.pids: set[int] = set()
+        self.started: dict[int, int] = {}
         self.forkservers: set[int] = set()
+
+    def add(self, pid: int) -> None:
+        self.pids.add(pid)
+        self.started[pid] = _start_time(pid)
+
+    def _others(self, table: dict[int, _proc.ProcInfo]) -> set[int]:
+        """Recorded pids that are now another process's (alive, another start time)."""
+        return {pid for pid in self.pids if pid in table and _start_time(pid) != self.started[pid]}
 
     def leftovers(self) -> list[str]:
         found = []
         table = _proc.process_table()  # one scan for every child (a test may start thousands)
-        for pid in sorted(self.pids):
-            if _proc.is_alive(pid):
+        others = self._others(table)
+        sessions: dict[int, list[int]] = {}
+        for info in table.values():
+            sessions.setdefault(info.sid, []).append(info.pid)
+        for pid in sorted(self.pids - others):
+            if pid in table:
                 found.append(f"child {pid} is alive")
-            for member in _proc.session_members(pid, table):
+            for member in sessions.get(pid, ()):
                 if member != pid:
                     found.append(f"process {member} of child {pid}'s session is alive")
         for pid in self.forkservers:
@@ -65,8 +83,22 @@ class SpawnRecorder:
         return found
 
     def kill_all(self) -> None:
-        for pid in self.pids:
-            _proc.kill_session(pid, signal.SIGKILL)
+        table = _proc.process_table()
+        others = self._others(table)
+        sids = {info.sid for info in table.values()}
+        for pid in self.pids - others:
+            if pid in table or pid in sids:  # the child, or what its session still holds
+                _proc.kill_session(pid, signal.SIGKILL, table)
+
+
+def _start_time(pid: int) -> int:
+    """When ``pid`` started (clock ticks since boot; -1 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return -1
+    return int(stat[stat.rindex(b")") + 2 :].split()[19])
 
 
 @pytest.fixture
@@ -77,7 +109,7 @@ def spawned(monkeypatch: pytest.MonkeyPatch) -> Iterator[SpawnRecorder]:
 
     def recording_init(self: _pool._Worker, *args: object, **kwargs: object) -> None:
         original(self, *args, **kwargs)  # type: ignore[arg-type]
-        recorder.pids.add(self.pid)
+        recorder.add(self.pid)
         recorder.forkservers.update(forkserver_pids())
 
     monkeypatch.setattr(_pool._Worker, "__init__", recording_init)

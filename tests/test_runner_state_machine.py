@@ -308,7 +308,7 @@ class RunnerMachine(RuleBasedStateMachine):
 
         def recording_init(worker: _pool._Worker, *args: Any, **kwargs: Any) -> None:
             original(worker, *args, **kwargs)
-            recorder.pids.add(worker.pid)
+            recorder.add(worker.pid)
             fs = worker.forkserver
             if fs is not None:
                 recorder.forkservers.add(fs)
