@@ -61,6 +61,8 @@ _ETC_SECRETS = frozenset(
 _SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys")
 #: No tty device (``/dev/tty``, ``/dev/pts``): the user's terminal is never in the walls.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+_DEVICE = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV  # their rights
+_ETC_ENTRY = _landlock.READ_FILE | _landlock.READ_DIR  # an /etc entry's
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 
@@ -367,16 +369,16 @@ def launcher_seccomp(mode: str) -> str:
 
 
 def _install_seccomp(box: Sandbox, *, bash_unix_sockets: bool) -> None:
-    """The second wall, last: after the process's own set-up, on every thread."""
-    reason = _seccomp.unavailable()
-    process_filter = _seccomp.process_filter()
-    if reason is not None or process_filter is None:
-        box.missing.append(f"seccomp filter ({reason})")
+    """The second wall, last: after the process's own set-up, on every thread. Both
+    filters were built in the fork server (``_seccomp.prepared``): here they are loaded."""
+    ready = _seccomp.prepared()
+    if ready.reason is not None or ready.process is None:
+        box.missing.append(f"seccomp filter ({ready.reason})")
         return
-    process_filter.install()
+    ready.process.install()
     box.seccomp = True
-    if not bash_unix_sockets:  # built now: bash's preexec only loads it
-        box._bash_filter = _seccomp.bash_filter()
+    if not bash_unix_sockets:  # bash's preexec only loads it
+        box._bash_filter = ready.bash
 
 
 def _restrict_process(
@@ -399,9 +401,8 @@ def _restrict_process(
         etc_key = _etc_key()
         _allow(ruleset, _read_paths(workdir, read_paths), _landlock.READ, etc_key)
         _allow(ruleset, ["/etc"], _landlock.READ_DIR, etc_key)  # listing only: files one by one
-        _allow(ruleset, _etc_paths(etc_key), _landlock.READ_FILE | _landlock.READ_DIR, etc_key)
-        device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
-        _allow(ruleset, _DEVICES, device, etc_key)
+        _allow(ruleset, _etc_paths(etc_key), _ETC_ENTRY, etc_key)
+        _allow(ruleset, _DEVICES, _DEVICE, etc_key)
         _grant_folders(
             box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
         )
@@ -420,11 +421,14 @@ def _restrict_process(
 
 def _allow(ruleset: Ruleset, paths: Iterable[str], rights: int, etc_key: tuple[int, ...]) -> None:
     """A rule for each path: from the fork server's descriptor where it holds one
-    (``_landlock_held``), else opened here."""
+    (``_landlock_held``; the rule itself built there too where it could be), else
+    opened here."""
     for path in paths:
         held = _landlock_held.lookup(path, etc_key)
         if held is None:
             ruleset.allow_path(path, rights)
+        elif (prepared := held.rule(rights, ruleset.fs)) is not None:
+            ruleset.add_prepared(prepared, path)
         else:
             ruleset.allow_fd(held.fd, rights, path, is_dir=held.is_dir)
 
@@ -570,17 +574,24 @@ def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str | 
     """The version managers' trees present here, resolved, read-only (never written: no
     write right is given). Never the home itself or a folder holding it or the workdir
     (a ``CONDA_PREFIX=$HOME`` would open all of ``~/.ssh``)."""
+    named = tuple(environ.get(name, "") for name in _MANAGER_VARIABLES)
+    trees = _manager_trees(home, named)
+    return [real for real in trees if workdir is None or not _contains(real, workdir)]
+
+
+@functools.lru_cache(maxsize=8)  # worked out in the fork server (warm_path_cache)
+def _manager_trees(home: str, named: tuple[str, ...]) -> tuple[str, ...]:
     candidates = [os.path.join(home, tree) for tree in _MANAGER_TREES]
-    candidates += [environ[name] for name in _MANAGER_VARIABLES if environ.get(name)]
+    candidates += [value for value in named if value]
     found: list[str] = []
     for candidate in candidates:
         real = os.path.realpath(os.path.expanduser(candidate))
         if real in ("/", "") or not os.path.isdir(real) or real in found:
             continue
-        if _contains(real, home) or (workdir is not None and _contains(real, workdir)):
+        if _contains(real, home):
             continue
         found.append(real)
-    return found
+    return tuple(found)
 
 
 def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
@@ -600,6 +611,13 @@ def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
     stable = [*_SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
     _landlock_held.hold([*stable, "/etc", *_DEVICES])
     _landlock_held.hold_etc(_etc_paths(key), key)
+    abi = _landlock.abi_version()
+    if abi >= 1:  # each child's rules from those descriptors, as _restrict_process adds them
+        handled = _landlock.fs_rights(abi)
+        _landlock_held.prepare_rules(stable, _landlock.READ, handled)
+        _landlock_held.prepare_rules(["/etc"], _landlock.READ_DIR, handled)
+        _landlock_held.prepare_rules(_etc_paths(key), _ETC_ENTRY, handled)
+        _landlock_held.prepare_rules(_DEVICES, _DEVICE, handled)
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:
