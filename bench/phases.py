@@ -31,7 +31,11 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("build the engine (registry, hooks)", "agentcell.worker._agent", "build_engine"),
     ("enter the sandbox (all)", "agentcell.worker._agent", "enter_sandbox"),
     ("  cgroup pids cap", "agentcell.worker._cgroup", "ProcessCap.create"),
-    ("  Landlock ruleset (all, with the mounts below)", "agentcell.worker._sandbox", "_restrict_process"),
+    (
+        "  Landlock ruleset (with the mounts below)",
+        "agentcell.worker._sandbox",
+        "_restrict_process",
+    ),
     ("    grants opened (workdir, tmp, run, memory)", "agentcell.worker._grants", "open_grants"),
     ("    mount namespace + read-only binds", "agentcell.worker._mountns", "protect"),
     ("    tmp cap (tmpfs)", "agentcell.worker._tmpcap", "cap"),

@@ -23,7 +23,6 @@ import functools
 import glob
 import io
 import json
-import os
 import pstats
 import shutil
 import statistics
