@@ -25,9 +25,11 @@ from typing import Any
 import multiprocess
 from agentcell.orchestrator import WorkerPool
 
-from bench.wall_probe import VARIANTS, wall_forks
+from bench.wall_probe import SECTIONS, VARIANTS, wall_forks
 
 OUT = Path(__file__).resolve().parent / "out"
+#: The variant whose set-up is shown part by part.
+_INSIDE = "+ Landlock + seccomp (read-only)"
 _NAME = "agentcell-child-probe"  # named like the pool's children: no re-run of __main__
 
 
@@ -37,12 +39,16 @@ def variant_row(workdir: str, variant: str, n: int) -> dict[str, float]:
     p = ctx.Process(target=wall_forks, args=(b, workdir, variant, n), name=_NAME)
     p.start()
     b.close()
-    lives: list[tuple[int, int, int]] | str = a.recv()
+    answer: Any = a.recv()
     p.join()
     a.close()
-    if isinstance(lives, str):
-        raise SystemExit(lives)
+    if isinstance(answer, str):
+        raise SystemExit(answer)
+    lives: list[tuple[int, int, int]] = answer[0]
+    sections = {f"{label} ms": ms for label, (ms, _) in answer[1].items()}
+    sections |= {f"{label} faults": faults for label, (_, faults) in answer[1].items()}
     return {
+        **sections,
         "life_cpu_ms": statistics.fmean(u + s for u, s, _ in lives) / 1e3,
         "life_user_ms": statistics.fmean(u for u, _, _ in lives) / 1e3,
         "life_system_ms": statistics.fmean(s for _, s, _ in lives) / 1e3,
@@ -57,7 +63,10 @@ async def amain(workdir: str, n: int, rounds: int) -> dict[str, dict[str, float]
         for _ in range(rounds):
             for name in VARIANTS:  # interleaved: load changes hit every row alike
                 rows[name].append(variant_row(workdir, name, n))
-    return {k: {m: statistics.median(r[m] for r in v) for m in v[0]} for k, v in rows.items()}
+    return {
+        name: {key: statistics.median(r[key] for r in runs if key in r) for key in runs[0]}
+        for name, runs in rows.items()
+    }
 
 
 def render(result: dict[str, dict[str, float]], n: int, rounds: int) -> str:
@@ -77,6 +86,19 @@ def render(result: dict[str, dict[str, float]], n: int, rounds: int) -> str:
             f"| {row['life_faults']:.0f} |"
         )
         previous = row["life_cpu_ms"]
+    inside = result.get(_INSIDE, {})
+    lines += [
+        "",
+        f"inside _sandbox.apply, {_INSIDE} (median of the rounds' means; nested rows indented):",
+        "",
+        "| part | CPU ms | minor faults |",
+        "|---|---|---|",
+    ]
+    for _attr, label in SECTIONS:
+        if f"{label} ms" in inside:
+            lines.append(
+                f"| {label} | {inside[f'{label} ms']:.3f} | {inside[f'{label} faults']:.0f} |"
+            )
     return "\n".join(lines)
 
 

@@ -1,12 +1,11 @@
 """A sub-agent process target that records how its walls went up (test_walls_prepared).
 
 Given to ``WorkerPool(target=...)``: it wraps agentcell's own ``child_main`` and writes,
-through a descriptor opened before the sandbox, one JSON line: how many Landlock rules
-came ready from the fork server (``Ruleset.add_prepared``) and how many were built here,
-whether the seccomp availability was probed again here, the filter state the kernel
-reports for this process once the walls are up, and how many descriptors the terminal
-check asked about. With ``use_prepared`` false (the control) the fork server's prepared
-rules, filters and O_PATH list are dropped first: every wall is built here, as before.
+through a descriptor opened before the sandbox, one JSON line: whether the seccomp
+availability was probed again here, the filter state the kernel reports for this
+process once the walls are up, and how many descriptors the terminal check asked about.
+With ``use_prepared`` false (the control) the fork server's prepared filters and its
+list of held O_PATH descriptors are dropped first: all is worked out here, as before.
 """
 
 from __future__ import annotations
@@ -25,15 +24,13 @@ def _status(*names: str) -> dict[str, str]:
 
 
 def recording_child(report: str, use_prepared: bool, conn: Any, *args: Any) -> None:
-    from agentcell.worker import _landlock, _landlock_held, _sandbox, _seccomp
+    from agentcell.worker import _landlock_held, _sandbox, _seccomp
 
     if not use_prepared:
-        for held in _landlock_held._held.values():
-            held.rules.clear()
         _seccomp._prepared = None
         _landlock_held._opened.clear()
     out = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-    counts = {"prepared": 0, "built": 0, "probed": 0, "isatty": 0}
+    counts = {"probed": 0, "isatty": 0}
 
     def counting(name: str, func: Any) -> Any:
         def call(*a: Any, **k: Any) -> Any:
@@ -42,10 +39,6 @@ def recording_child(report: str, use_prepared: bool, conn: Any, *args: Any) -> N
 
         return call
 
-    ruleset = _landlock.Ruleset
-    ruleset.add_prepared = counting("prepared", ruleset.add_prepared)  # type: ignore[method-assign]
-    ruleset.allow_fd = counting("built", ruleset.allow_fd)  # type: ignore[method-assign]
-    ruleset.allow_path = counting("built", ruleset.allow_path)  # type: ignore[method-assign]
     _seccomp.unavailable = counting("probed", _seccomp.unavailable)
     os.isatty = counting("isatty", os.isatty)
     install = _sandbox._install_seccomp

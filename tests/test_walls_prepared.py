@@ -1,11 +1,10 @@
 """Walls prepared once in the fork server, put up in every child (issue 23, child CPU).
 
-The fork server builds, once, what every sub-agent process installs: the Landlock rules
-for the paths it holds (``_landlock_held.prepare_rules``: a child adds each with one
-system call), both seccomp filters and the check that the kernel has them
-(``_seccomp.prepared``), and the list of its ``O_PATH`` descriptors, which the child's
-terminal check need not ask about. A real sub-agent (``workspace`` sandbox, scripted
-model, bash) must come out with the same walls as one that builds everything itself:
+The fork server builds, once, what every sub-agent process installs: both seccomp
+filters and the check that the kernel has them (``_seccomp.prepared``), and the list of
+its held ``O_PATH`` descriptors, which the child's terminal check need not ask about. A
+real sub-agent (``workspace`` sandbox, scripted model, bash) must come out with the same
+walls as one that works everything out itself:
 its process under the filter, bash refused keyctl, an AF_UNIX socket and TIOCSTI with
 EPERM, ``/etc/shadow`` unreadable, ``/usr`` unwritable, the runtime runnable.
 """
@@ -15,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -114,36 +111,9 @@ async def test_walls_prepared_in_the_fork_server_hold_in_a_real_sub_agent(
 ) -> None:
     child = await _run_child(tmp_path, served, use_prepared=True)
     _walls_hold(child)
-    # Its shared rules came ready; it built only its own (workdir, grants, home files).
-    assert child["prepared"] >= 100, child
-    assert child["built"] <= 20, child
     assert child["probed"] == 0, "the child probed seccomp again instead of the fork server"
     assert child["isatty"] <= 30, child  # the held O_PATH descriptors were not asked
 
     control = await _run_child(tmp_path, served, use_prepared=False)
     _walls_hold(control)
-    assert control["prepared"] == 0 and control["built"] >= 100, control
     assert control["probed"] >= 1 and control["isatty"] >= 100, control
-
-
-_RULES_CHECK = """
-from agentcell.worker import _landlock, _landlock_held, _sandbox
-handled = _landlock.fs_rights(_landlock.abi_version())
-_sandbox.warm_path_cache()
-for path in ["/usr", "/etc", "/etc/passwd", "/dev/null"]:
-    held = _landlock_held.lookup(path, _sandbox._etc_key())
-    assert held is not None and held.rules, path
-    for (rights, in_ruleset), rule in held.rules.items():
-        expected = (rights if held.is_dir else rights & _landlock.FILE_RIGHTS) & handled
-        assert in_ruleset == handled and rule.rights == expected, (path, rule.rights)
-        assert rule._attr.parent_fd == held.fd and rule._attr.allowed_access == expected
-print("checked")
-"""
-
-
-def test_a_prepared_rule_grants_what_a_built_one_does() -> None:
-    # In a process of its own: warming holds ~160 descriptors for that process's life.
-    done = subprocess.run(
-        [sys.executable, "-c", _RULES_CHECK], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0 and done.stdout.strip() == "checked", done.stderr

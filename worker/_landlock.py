@@ -163,12 +163,6 @@ class Ruleset:
             f"landlock_add_rule({what or fd})",
         )
 
-    def add_prepared(self, rule: PreparedRule, what: str) -> None:
-        """Add a rule built beforehand (``prepare_rule``: in the fork server, for every
-        child): one system call on ready arguments, no struct or string made per rule."""
-        if _syscall(_SYS_ADD_RULE, self.fd, _RULE_PATH_BENEATH, rule.ref, 0) < 0:
-            _check(-1, f"landlock_add_rule({what})")
-
     def allow_paths(self, paths: Iterable[str], rights: int) -> None:
         for path in paths:
             self.allow_path(path, rights)
@@ -197,19 +191,6 @@ class Ruleset:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-
-
-class PreparedRule:
-    """A path-beneath rule's arguments, ready for ``Ruleset.add_prepared``: the rights
-    (already narrowed to a file's where ``fd`` is not a folder, and to ``handled``) and the
-    descriptor, in the kernel's struct, with the reference ``landlock_add_rule`` takes."""
-
-    __slots__ = ("_attr", "ref", "rights")
-
-    def __init__(self, fd: int, rights: int, handled: int, *, is_dir: bool) -> None:
-        self.rights = (rights if is_dir else rights & FILE_RIGHTS) & handled
-        self._attr = _PathBeneathAttr(self.rights, fd)
-        self.ref = ctypes.byref(self._attr)
 
 
 def set_no_new_privs() -> None:

@@ -39,19 +39,12 @@ import resource
 import stat
 from collections.abc import Iterable
 
-from agentcell.worker._landlock import PreparedRule
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HeldPath:
     fd: int
     is_dir: bool
     etc: bool  # valid only while the /etc key is the one it was opened under
-    #: Rules built in the fork server from this descriptor, by (rights, handled rights).
-    rules: dict[tuple[int, int], PreparedRule] = dataclasses.field(default_factory=dict)
-
-    def rule(self, rights: int, handled: int) -> PreparedRule | None:
-        return self.rules.get((rights, handled))
 
 
 _held: dict[str, HeldPath] = {}
@@ -118,18 +111,6 @@ def lookup(path: str, etc_key: tuple[int, ...] | None) -> HeldPath | None:
     if held is None or (held.etc and (etc_key is None or etc_key != _etc_key)):
         return None
     return held
-
-
-def prepare_rules(paths: Iterable[str], rights: int, handled: int) -> None:
-    """Build, for each held path of ``paths``, its rule granting ``rights`` in a ruleset
-    that handles ``handled`` (the fork server, once: each child then adds the rule with
-    one system call, ``Ruleset.add_prepared``)."""
-    for path in paths:
-        held = _held.get(path)
-        if held is not None and (rights, handled) not in held.rules:
-            held.rules[(rights, handled)] = PreparedRule(
-                held.fd, rights, handled, is_dir=held.is_dir
-            )
 
 
 def path_only_fds() -> frozenset[int]:

@@ -61,8 +61,6 @@ _ETC_SECRETS = frozenset(
 _SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys")
 #: No tty device (``/dev/tty``, ``/dev/pts``): the user's terminal is never in the walls.
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
-_DEVICE = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV  # their rights
-_ETC_ENTRY = _landlock.READ_FILE | _landlock.READ_DIR  # an /etc entry's
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 
@@ -401,8 +399,9 @@ def _restrict_process(
         etc_key = _etc_key()
         _allow(ruleset, _read_paths(workdir, read_paths), _landlock.READ, etc_key)
         _allow(ruleset, ["/etc"], _landlock.READ_DIR, etc_key)  # listing only: files one by one
-        _allow(ruleset, _etc_paths(etc_key), _ETC_ENTRY, etc_key)
-        _allow(ruleset, _DEVICES, _DEVICE, etc_key)
+        _allow(ruleset, _etc_paths(etc_key), _landlock.READ_FILE | _landlock.READ_DIR, etc_key)
+        device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
+        _allow(ruleset, _DEVICES, device, etc_key)
         _grant_folders(
             box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
         )
@@ -421,14 +420,11 @@ def _restrict_process(
 
 def _allow(ruleset: Ruleset, paths: Iterable[str], rights: int, etc_key: tuple[int, ...]) -> None:
     """A rule for each path: from the fork server's descriptor where it holds one
-    (``_landlock_held``; the rule itself built there too where it could be), else
-    opened here."""
+    (``_landlock_held``), else opened here."""
     for path in paths:
         held = _landlock_held.lookup(path, etc_key)
         if held is None:
             ruleset.allow_path(path, rights)
-        elif (prepared := held.rule(rights, ruleset.fs)) is not None:
-            ruleset.add_prepared(prepared, path)
         else:
             ruleset.allow_fd(held.fd, rights, path, is_dir=held.is_dir)
 
@@ -611,13 +607,6 @@ def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
     stable = [*_SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
     _landlock_held.hold([*stable, "/etc", *_DEVICES])
     _landlock_held.hold_etc(_etc_paths(key), key)
-    abi = _landlock.abi_version()
-    if abi >= 1:  # each child's rules from those descriptors, as _restrict_process adds them
-        handled = _landlock.fs_rights(abi)
-        _landlock_held.prepare_rules(stable, _landlock.READ, handled)
-        _landlock_held.prepare_rules(["/etc"], _landlock.READ_DIR, handled)
-        _landlock_held.prepare_rules(_etc_paths(key), _ETC_ENTRY, handled)
-        _landlock_held.prepare_rules(_DEVICES, _DEVICE, handled)
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:
