@@ -577,6 +577,9 @@ def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str | 
 
 @functools.lru_cache(maxsize=8)  # worked out in the fork server (warm_path_cache)
 def _manager_trees(home: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    """The trees present for ``home`` and the variables' values ``named``: looked up
+    once per fork server, like ``_runtime_paths`` (a tree installed later is granted to
+    the children of the next one)."""
     candidates = [os.path.join(home, tree) for tree in _MANAGER_TREES]
     candidates += [value for value in named if value]
     found: list[str] = []
