@@ -51,7 +51,7 @@ print("tiocsti", errname(libc.ioctl(0, termios.TIOCSTI, ctypes.c_char_p(b"x"))))
 
 COMMANDS = [
     "python3 probe.py",
-    "grep -E '^(Seccomp|Seccomp_filters):' /proc/$PPID/status",
+    "grep -H '^Seccomp_filters:' /proc/self/status /proc/$PPID/status",
     "cat /etc/shadow && echo SHADOW-READ",
     "echo x > /usr/agentcell-prepared-test && echo USR-WRITTEN",
     "echo work > inside.txt && cat inside.txt",
@@ -99,8 +99,11 @@ def _walls_hold(child: dict[str, Any]) -> None:
     assert len(out) == len(COMMANDS), out
     seen = dict(line.split() for line in out[0].splitlines())
     assert seen == {"keyctl": "EPERM", "unix": "EPERM", "tiocsti": "EPERM"}, out[0]
-    # bash's commands: the process filter inherited, bash's own stacked on it.
-    assert "Seccomp:\t2" in out[1] and "Seccomp_filters:\t1" in out[1], out[1]
+    # bash's commands: the process filter inherited, bash's own stacked on it; the
+    # sub-agent process (bash's parent) under its one filter.
+    mine, parent = out[1].splitlines()
+    assert mine == "/proc/self/status:Seccomp_filters:\t2", out[1]
+    assert parent.endswith("/status:Seccomp_filters:\t1"), out[1]
     assert "SHADOW-READ" not in out[2] and "Permission denied" in out[2], out[2]
     assert "USR-WRITTEN" not in out[3] and "Permission denied" in out[3], out[3]
     assert out[4].strip() == "work", out[4]
