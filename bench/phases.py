@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import resource
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,14 +31,29 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("build the engine (registry, hooks)", "agentcell.worker._agent", "build_engine"),
     ("enter the sandbox (all)", "agentcell.worker._agent", "enter_sandbox"),
     ("  cgroup pids cap", "agentcell.worker._cgroup", "ProcessCap.create"),
-    ("  Landlock ruleset", "agentcell.worker._sandbox", "_restrict_process"),
+    (
+        "  Landlock ruleset (with the mounts below)",
+        "agentcell.worker._sandbox",
+        "_restrict_process",
+    ),
+    ("    grants opened (workdir, tmp, run, memory)", "agentcell.worker._grants", "open_grants"),
+    ("    mount namespace + read-only binds", "agentcell.worker._mountns", "protect"),
+    ("    tmp cap (tmpfs)", "agentcell.worker._tmpcap", "cap"),
+    ("    landlock_restrict_self", "agentcell.worker._landlock", "Ruleset.restrict_self"),
+    ("  bash's network namespace + relay", "agentcell.worker._sandbox", "_prepare_egress"),
     ("  bash wall prepared", "agentcell.worker._sandbox", "_prepare_bash_wall"),
+    ("  seccomp filter (check + install)", "agentcell.worker._sandbox", "_install_seccomp"),
     ("engine.run (3 model turns + tools)", "agentcell.worker._engine", "Engine.run"),
     ("  model request #1", "agentcell.worker.models._http", "SSEClient.stream#1"),
     ("  model requests #2+", "agentcell.worker.models._http", "SSEClient.stream#2+"),
     ("model.aclose", "agentcell.worker.models._chat_model", "HttpChatModel.aclose"),
     ("reap descendants at exit", "agentcell.worker._child", "_reap_descendants"),
 )
+
+
+def _faults() -> int:
+    """Minor page faults of this process so far (first touches and copies on write)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def _resolve(module: str, path: str) -> tuple[Any, str]:
@@ -49,8 +65,8 @@ def _resolve(module: str, path: str) -> tuple[Any, str]:
 
 
 def instrument() -> dict[str, list[float]]:
-    """Wrap every phase's function; returns {phase: [cpu_s, wall_s, calls]}, filled as
-    the child runs."""
+    """Wrap every phase's function; returns {phase: [cpu_s, wall_s, calls, faults]},
+    filled as the child runs."""
     totals: dict[str, list[float]] = {}
     by_target: dict[tuple[str, str], list[tuple[str, str]]] = {}
     for label, module, path in PHASES:
@@ -81,23 +97,24 @@ def _wrap(
                 return label
         return labels[0][0]
 
-    def add(label: str, cpu0: float, wall0: float) -> None:
-        row = totals.setdefault(label, [0.0, 0.0, 0])
+    def add(label: str, cpu0: float, wall0: float, faults0: int) -> None:
+        row = totals.setdefault(label, [0.0, 0.0, 0, 0])
         row[0] += time.process_time() - cpu0
         row[1] += time.perf_counter() - wall0
         row[2] += 1
+        row[3] += _faults() - faults0
 
     if inspect.isasyncgenfunction(func):
 
         @functools.wraps(func)
         async def agen(*args: Any, **kwargs: Any) -> Any:
             label = label_now()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
+            cpu0, wall0, faults0 = time.process_time(), time.perf_counter(), _faults()
             try:
                 async for item in func(*args, **kwargs):
                     yield item
             finally:
-                add(label, cpu0, wall0)
+                add(label, cpu0, wall0, faults0)
 
         return agen
     if inspect.iscoroutinefunction(func):
@@ -105,21 +122,21 @@ def _wrap(
         @functools.wraps(func)
         async def coro(*args: Any, **kwargs: Any) -> Any:
             label = label_now()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
+            cpu0, wall0, faults0 = time.process_time(), time.perf_counter(), _faults()
             try:
                 return await func(*args, **kwargs)
             finally:
-                add(label, cpu0, wall0)
+                add(label, cpu0, wall0, faults0)
 
         return coro
 
     @functools.wraps(func)
     def plain(*args: Any, **kwargs: Any) -> Any:
         label = label_now()
-        cpu0, wall0 = time.process_time(), time.perf_counter()
+        cpu0, wall0, faults0 = time.process_time(), time.perf_counter(), _faults()
         try:
             return func(*args, **kwargs)
         finally:
-            add(label, cpu0, wall0)
+            add(label, cpu0, wall0, faults0)
 
     return plain

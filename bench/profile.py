@@ -23,7 +23,6 @@ import functools
 import glob
 import io
 import json
-import os
 import pstats
 import shutil
 import statistics
@@ -112,8 +111,9 @@ async def profile_run(
         target=functools.partial(profiled_child, str(child_dir), children_profiled, phases=phases),
         # The wrapper is a child's own code: imported once, like agentcell's modules.
         preload=["bench.profiled_child", "bench.phases"],
-        # As the Orchestrator's own pool: spares connect to the model endpoint first.
-        boot=ChildBoot(prepare_url=os.environ["OPENAI_BASE_URL"]),
+        # As the Orchestrator's own pool: no connection ahead (the parent sends the
+        # children's model requests).
+        boot=ChildBoot(),
     )
     parent = cProfile.Profile()
     try:
@@ -204,6 +204,7 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
         faults = statistics.fmean(
             a["faults_before_target"] + a["faults_in_target"] for a in accounts
         )
+        faults_before = statistics.fmean(a["faults_before_target"] for a in accounts)
         run["children"] = {
             "count": len(accounts),
             "profiled": bool(child_profiles),
@@ -211,16 +212,23 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
             "user_in_target_ms": median_ms("user_in_target_s"),
             "system_in_target_ms": median_ms("system_in_target_s"),
             "page_faults": faults,
+            "page_faults_before_target": faults_before,
             "life_cpu_ms": run["children_life_cpu_s"] / run["n"] * 1e3,
         }
         c = run["children"]
+        # What the kernel spends after the child's last own instruction (os._exit): its
+        # address space, descriptors and namespaces torn down, the reaping.
+        c["exit_cpu_ms"] = c["life_cpu_ms"] - (
+            c["cpu_before_target_ms"] + c["user_in_target_ms"] + c["system_in_target_ms"]
+        )
         lines += [
             f"children: {len(accounts)}; CPU per child (mean): "
             f"{c['cpu_before_target_ms']:.1f} ms before the target ran (fork server → child "
             f"start-up), then {c['user_in_target_ms']:.1f} ms user + "
             f"{c['system_in_target_ms']:.1f} ms system"
             + (" (under cProfile, which inflates user time)" if child_profiles else "")
-            + f"; minor page faults per child: {faults:.0f}; whole life (the fork server's "
+            + f"; minor page faults per child: {faults:.0f} ({faults_before:.0f} of them "
+            "before the target ran); whole life (the fork server's "
             f"reaped-children CPU ÷ N, exit included): {c['life_cpu_ms']:.1f} ms",
         ]
         imported = sorted({m for a in accounts for m in a.get("imported_in_target", [])})
@@ -235,13 +243,17 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
             lines += [
                 "",
                 "phases of a child's life (mean per child; inclusive, nested rows indented):",
-                "| phase | CPU ms | wall ms | calls |",
-                "|---|---|---|---|",
+                "| phase | CPU ms | wall ms | calls | page faults |",
+                "|---|---|---|---|---|",
             ]
             lines += [
-                f"| {label} | {cpu:.2f} | {wall:.2f} | {calls:.1f} |"
-                for label, cpu, wall, calls in phase_rows
+                f"| {label} | {cpu:.2f} | {wall:.2f} | {calls:.1f} | {faults:.0f} |"
+                for label, cpu, wall, calls, faults in phase_rows
             ]
+            lines.append(
+                f"| exit and reaping (whole life − fork server start-up − target) | "
+                f"{c['exit_cpu_ms']:.2f} | — | — | — |"
+            )
     if child_profiles:
         children = pstats.Stats(*child_profiles)
         children.dump_stats(str(out / "children.prof"))
@@ -255,7 +267,9 @@ def summarize(out: Path, run: dict[str, Any], count: int) -> str:
     return "\n".join(lines)
 
 
-def _phase_table(accounts: list[dict[str, Any]]) -> list[tuple[str, float, float, float]]:
+def _phase_table(
+    accounts: list[dict[str, Any]],
+) -> list[tuple[str, float, float, float, float]]:
     from bench.phases import PHASES
 
     rows = []
@@ -269,6 +283,7 @@ def _phase_table(accounts: list[dict[str, Any]]) -> list[tuple[str, float, float
                 statistics.fmean(f[0] for f in found) * 1e3,
                 statistics.fmean(f[1] for f in found) * 1e3,
                 statistics.fmean(f[2] for f in found),
+                statistics.fmean(f[3] if len(f) > 3 else 0 for f in found),
             )
         )
     return rows

@@ -77,6 +77,7 @@ class ProcessCap:
     def __init__(self, path: Path, limit: int) -> None:
         self.path = path
         self.limit = limit
+        self._events_fd = -1  # pids.events, opened at the first read and kept (polled)
 
     @classmethod
     def create(cls, limit: int) -> ProcessCap | None:
@@ -125,11 +126,15 @@ class ProcessCap:
         return True
 
     def times_hit(self) -> int:
-        """How often a fork was refused because the tree was at the cap."""
+        """How often a fork was refused because the tree was at the cap. Read every
+        ``CAP_CHECK_S`` for the run's whole life: one ``pread`` of a descriptor kept open
+        (``O_CLOEXEC``: nothing it executes has it), not an open, read and close."""
         try:
-            for line in (self.path / "pids.events").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "max":
+            if self._events_fd < 0:
+                self._events_fd = os.open(self.path / "pids.events", os.O_RDONLY | os.O_CLOEXEC)
+            for line in os.pread(self._events_fd, 4096, 0).splitlines():
+                key, _, value = line.partition(b" ")
+                if key == b"max":
                     return int(value)
         except (OSError, ValueError):
             pass

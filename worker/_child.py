@@ -59,7 +59,7 @@ from agentcell.protocol import (
     frame_is_authentic,
     sign_frame,
 )
-from agentcell.worker import _cgroup, _proc, _sandbox
+from agentcell.worker import _cgroup, _landlock_held, _proc, _sandbox
 from agentcell.worker._answer_cap import capped_answer, fitted_events
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
@@ -392,7 +392,8 @@ def _harden(boot: ChildBoot) -> None:
     _proc.set_child_subreaper()
     _proc.raise_oom_score(boot.oom_score_adj)
     _release_multiprocess_fds()
-    _proc.detach_terminal()  # the user's terminal is never a sub-agent's (docs/security.md)
+    # The user's terminal is never a sub-agent's (docs/security.md).
+    _proc.detach_terminal(_landlock_held.path_only_fds())
     if boot.stdio_path is not None:
         fd = os.open(boot.stdio_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(fd, 1)

@@ -48,6 +48,9 @@ class HeldPath:
 
 
 _held: dict[str, HeldPath] = {}
+#: Every descriptor this module opened (all ``O_PATH``: no I/O or ioctl can go through
+#: one); kept after ``forget``, since the descriptors stay open.
+_opened: set[int] = set()
 _etc_key: tuple[int, ...] | None = None
 _room: int | None = None  # descriptors this process may still hold (None: not counted yet)
 
@@ -97,6 +100,7 @@ def _open(path: str, *, etc: bool) -> None:
     except OSError:
         return  # missing here: a child that names it tries itself
     _held[path] = HeldPath(fd, stat.S_ISDIR(os.fstat(fd).st_mode), etc)
+    _opened.add(fd)
     _room -= 1
 
 
@@ -107,6 +111,11 @@ def lookup(path: str, etc_key: tuple[int, ...] | None) -> HeldPath | None:
     if held is None or (held.etc and (etc_key is None or etc_key != _etc_key)):
         return None
     return held
+
+
+def path_only_fds() -> frozenset[int]:
+    """The held descriptors, all ``O_PATH`` (a child's terminal check skips them)."""
+    return frozenset(_opened)
 
 
 def held_paths() -> list[str]:

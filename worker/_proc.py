@@ -13,6 +13,7 @@ import dataclasses
 import errno
 import os
 import signal
+from collections.abc import Collection
 
 PR_SET_PDEATHSIG = 1
 PR_GET_DUMPABLE = 3
@@ -228,13 +229,17 @@ def is_alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 : stat.rindex(b")") + 3] != b"Z"
 
 
-def detach_terminal() -> None:
+def detach_terminal(path_only: Collection[int] = ()) -> None:
     """Leave no descriptor of a terminal in this process: standard input, output and
     error that are one become ``/dev/null``, any other is closed. A sub-agent is in a
     session of its own with no controlling terminal, and no tty device is in its walls;
-    an inherited descriptor is what Landlock would not check (it checks opens only)."""
+    an inherited descriptor is what Landlock would not check (it checks opens only).
+    ``path_only``: descriptors known to be ``O_PATH`` (the fork server's held Landlock
+    paths), which no read, write or ioctl can use: not asked one by one."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
+        if fd in path_only:
+            continue
         with contextlib.suppress(OSError):
             if not os.isatty(fd):
                 continue

@@ -367,16 +367,16 @@ def launcher_seccomp(mode: str) -> str:
 
 
 def _install_seccomp(box: Sandbox, *, bash_unix_sockets: bool) -> None:
-    """The second wall, last: after the process's own set-up, on every thread."""
-    reason = _seccomp.unavailable()
-    process_filter = _seccomp.process_filter()
-    if reason is not None or process_filter is None:
-        box.missing.append(f"seccomp filter ({reason})")
+    """The second wall, last: after the process's own set-up, on every thread. Both
+    filters were built in the fork server (``_seccomp.prepared``): here they are loaded."""
+    ready = _seccomp.prepared()
+    if ready.reason is not None or ready.process is None:
+        box.missing.append(f"seccomp filter ({ready.reason})")
         return
-    process_filter.install()
+    ready.process.install()
     box.seccomp = True
-    if not bash_unix_sockets:  # built now: bash's preexec only loads it
-        box._bash_filter = _seccomp.bash_filter()
+    if not bash_unix_sockets:  # bash's preexec only loads it
+        box._bash_filter = ready.bash
 
 
 def _restrict_process(
@@ -570,17 +570,27 @@ def version_manager_paths(home: str, environ: Mapping[str, str], workdir: str | 
     """The version managers' trees present here, resolved, read-only (never written: no
     write right is given). Never the home itself or a folder holding it or the workdir
     (a ``CONDA_PREFIX=$HOME`` would open all of ``~/.ssh``)."""
+    named = tuple(environ.get(name, "") for name in _MANAGER_VARIABLES)
+    trees = _manager_trees(home, named)
+    return [real for real in trees if workdir is None or not _contains(real, workdir)]
+
+
+@functools.lru_cache(maxsize=8)  # worked out in the fork server (warm_path_cache)
+def _manager_trees(home: str, named: tuple[str, ...]) -> tuple[str, ...]:
+    """The trees present for ``home`` and the variables' values ``named``: looked up
+    once per fork server, like ``_runtime_paths`` (a tree installed later is granted to
+    the children of the next one)."""
     candidates = [os.path.join(home, tree) for tree in _MANAGER_TREES]
-    candidates += [environ[name] for name in _MANAGER_VARIABLES if environ.get(name)]
+    candidates += [value for value in named if value]
     found: list[str] = []
     for candidate in candidates:
         real = os.path.realpath(os.path.expanduser(candidate))
         if real in ("/", "") or not os.path.isdir(real) or real in found:
             continue
-        if _contains(real, home) or (workdir is not None and _contains(real, workdir)):
+        if _contains(real, home):
             continue
         found.append(real)
-    return found
+    return tuple(found)
 
 
 def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:

@@ -265,12 +265,32 @@ def bash_filter() -> Filter | None:
     return None if machine is None else Filter(machine, refuse_unix_sockets=True)
 
 
+class Prepared:
+    """What a sub-agent process installs, worked out once in the fork server (``warm``):
+    whether filters can be had here and, if so, both filters ready to load (the program,
+    its buffer and ``sock_fprog``). A child then makes two system calls for its own
+    filter; the kernel and the architecture do not change under a running fork server."""
+
+    def __init__(self) -> None:
+        self.reason = unavailable()
+        ready = self.reason is None
+        self.process = process_filter() if ready else None
+        self.bash = bash_filter() if ready else None
+
+
+_prepared: Prepared | None = None  # set by ``warm`` only: a fork server's, inherited
+
+
+def prepared() -> Prepared:
+    """The fork server's ``Prepared`` (inherited), or one made now where there is none
+    (a process not forked from a warmed fork server checks the kernel each time)."""
+    return _prepared if _prepared is not None else Prepared()
+
+
 def warm() -> None:
-    """Build both programs now (the fork server calls this: its children inherit them)."""
-    machine = arch()
-    if machine is not None:
-        for unix in (False, True):
-            build(machine, refuse_unix_sockets=unix)
+    """Build both filters now (the fork server calls this: its children inherit them)."""
+    global _prepared
+    _prepared = Prepared()
 
 
 # -- what it refuses on this machine, tried in a throwaway child -------------------------
