@@ -341,6 +341,11 @@ HEADLINE_KEYS = (
     "total_cpu_x_inprocess_io_128",
     "fork_server_cpu_ms_io_128",
     "ratelimit_429s_fewest_peer",
+    # The lowest "÷ fastest peer" any system could reach: the workload's ideal wall (its
+    # model latency alone, nothing else costing anything) ÷ the fastest peer's.
+    "io_32_ideal_x_fastest_peer",
+    "https_io_32_ideal_x_fastest_peer",
+    "analysis_32_ideal_x_fastest_peer",
 )
 
 
@@ -377,6 +382,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return float(a / b)
 
 
+def _ideal_s(results: dict[str, Any], workload: str, n: int) -> float | None:
+    entry = next((w for w in results["workloads"] if w["name"] == workload), None)
+    ideal = {int(k): v for k, v in entry.get("ideal_s", {}).items()} if entry else {}
+    return ideal.get(n)
+
+
 def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
     """The "headline" object of results.json: floats from this run, None where a figure
     was not measured (its workload or system did not run, or failed)."""
@@ -398,6 +409,9 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
         mine, peer = _agg(results, workload, "agentcell", 32), _fastest_peer(results, workload, 32)
         if mine is not None and peer is not None:
             figures[key] = _ratio(mine["wall_s"], peer["wall_s"])
+        if peer is not None:
+            ideal = _ideal_s(results, workload, 32)
+            figures[key.replace("_x_", "_ideal_x_")] = _ratio(ideal, peer["wall_s"])
     floor = results.get("raw_floor", {}).get("p50_s")
     for n in (1, 8):
         warm = _agg(results, "dispatch", "agentcell", n, "warm spares")

@@ -91,4 +91,22 @@ def table(headline: dict[str, Any]) -> str:
         "|---|---|---|---|",
     ]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in body]
-    return "\n".join(lines)
+    return "\n".join(lines + floors(headline))
+
+
+def floors(headline: dict[str, Any]) -> list[str]:
+    """Below the table: the lowest "÷ fastest peer" any system could reach in this run."""
+    found = []
+    for target in TARGETS:
+        ideal = _number(headline.get(target.key.replace("_x_", "_ideal_x_")))
+        if target.key.endswith("_x_fastest_peer") and ideal is not None:
+            found.append(f"{target.what.split(':')[0]} {ideal:.2f}")
+    if not found:
+        return []
+    return [
+        "",
+        'The lowest "÷ fastest peer" any system could reach in this run (the workload\'s '
+        "ideal wall — its model latency alone — ÷ the fastest peer's wall): "
+        + "; ".join(found)
+        + ".",
+    ]

@@ -227,6 +227,9 @@ def test_the_new_headline_figures() -> None:
     assert figures["total_cpu_x_inprocess_io_128"] == pytest.approx((2.56 + 0.3) / 0.64)
     assert figures["ratelimit_429s_fewest_peer"] == 10.0
     assert figures["ratelimit_429s_agentcell"] == 0.0
+    # The lowest ratio any system could reach: the ideal 1.2 s ÷ openai-agents' 3.0 s.
+    assert figures["analysis_32_ideal_x_fastest_peer"] == pytest.approx(0.4)
+    assert figures["io_32_ideal_x_fastest_peer"] is None  # no peer ran io at N=32
 
 
 def test_the_targets_table_says_which_are_met() -> None:
@@ -238,6 +241,8 @@ def test_the_targets_table_says_which_are_met() -> None:
     assert rows["io, N=128: children's CPU ÷ in-process engine's"][3] == "**no**"  # 3.6
     total = next(r for k, r in rows.items() if k.startswith("io, N=128: total CPU"))
     assert total[1:] == ("4.47", "≤ 4.00", "**no**")  # (2.56 + 0.3) ÷ 0.64
+    assert "could reach in this run" in targets.table(figures)
+    assert targets.table(figures).endswith("analysis, N=32 0.40.")
     ratelimit = next(r for k, r in rows.items() if k.startswith("ratelimit"))
     assert ratelimit[1:] == ("0", "< 10 (fewest of a peer)", "yes")
     # Not measured is said so, never counted as met or missed.

@@ -177,6 +177,9 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "total_cpu_x_inprocess_io_128",
         "fork_server_cpu_ms_io_128",
         "ratelimit_429s_fewest_peer",
+        "io_32_ideal_x_fastest_peer",
+        "https_io_32_ideal_x_fastest_peer",
+        "analysis_32_ideal_x_fastest_peer",
     ]
     assert figures["io_128_x_ideal"] == 2.0
     assert figures["io_128_x_inprocess"] == 1.25
