@@ -68,7 +68,8 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "shell": (
         "worker/_shell.py",
-        f"tests/test_allow_rules.py {EXEC}test_a_line_that_runs_another_program_is_never_"
+        "tests/test_mutation_kills_shell.py tests/test_allow_rules.py "
+        f"{EXEC}test_a_line_that_runs_another_program_is_never_"
         f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
         120,
     ),
