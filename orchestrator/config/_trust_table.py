@@ -247,7 +247,7 @@ def setting_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
         yield from setting_paths(nested, path + below)
 
 
-_BELOW = {dict: ".*."}
+_BELOW: dict[Any, str] = {dict: ".*."}
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
