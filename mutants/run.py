@@ -37,6 +37,8 @@ TRUST_KILLS = (
     f"{KILLS}test_a_trusted_folder_covers_only_the_folder_and_what_is_beneath_it"
 )
 
+TABLE_KILLS = "tests/test_mutation_kills_trust_table.py"
+
 #: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
 MODULES: dict[str, tuple[str, str, float]] = {
     "frame-mac": (
@@ -50,12 +52,12 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"tests/test_mutation_kills_trust.py {TRUST_KILLS} tests/test_trust_table.py",
+        f"tests/test_mutation_kills_trust.py {TABLE_KILLS} {TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "trust-table": (
         "orchestrator/config/_trust_table.py",
-        f"{TRUST_KILLS} tests/test_trust_table.py",
+        f"{TABLE_KILLS} {TRUST_KILLS} tests/test_trust_table.py",
         120,
     ),
     "allow-rules": (
@@ -66,7 +68,8 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     "shell": (
         "worker/_shell.py",
-        f"tests/test_allow_rules.py {EXEC}test_a_line_that_runs_another_program_is_never_"
+        "tests/test_mutation_kills_shell.py tests/test_allow_rules.py "
+        f"{EXEC}test_a_line_that_runs_another_program_is_never_"
         f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
         120,
     ),

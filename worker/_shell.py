@@ -87,34 +87,49 @@ def plain_commands(line: str) -> list[list[str]] | None:
 
 
 def _walk(node: Any, out: list[list[str]]) -> None:
-    kind = node.kind
-    if kind in ("list", "pipeline"):
-        for part in node.parts:
+    step = _STEPS.get(node.kind)
+    if step is None:  # if/for/while/case/functions, reserved words out of place: not proved
+        raise _NotPlain(node.kind)
+    step(node, out)
+
+
+def _each_part(node: Any, out: list[list[str]]) -> None:  # a list or a pipeline
+    for part in node.parts:
+        _walk(part, out)
+
+
+def _grouped(node: Any, out: list[list[str]]) -> None:
+    """( … ) and { …; }: what runs is between the reserved words that group it."""
+    for part in node.list:
+        if getattr(part, "word", None) not in _GROUPING:
             _walk(part, out)
-    elif kind == "compound":  # only grouping: ( … ) and { …; }
-        for part in node.list:
-            if part.kind == "reservedword" and part.word in _GROUPING:
-                continue
-            _walk(part, out)
-    elif kind == "command":
-        out.append(_simple(node))
-    elif kind in ("operator", "pipe"):
-        return  # ; && || & | |&: what runs is in the commands around them
-    else:  # if/for/while/case/functions, reserved words out of place: not proved
-        raise _NotPlain(kind)
+
+
+def _command(node: Any, out: list[list[str]]) -> None:
+    out.append(_simple(node))
+
+
+def _between(node: Any, out: list[list[str]]) -> None:
+    """; && || & | |&: what runs is in the commands around them."""
+
+
+_STEPS = {
+    "list": _each_part,
+    "pipeline": _each_part,
+    "compound": _grouped,
+    "command": _command,
+    "operator": _between,
+    "pipe": _between,
+}
 
 
 def _simple(node: Any) -> list[str]:
     words: list[str] = []
     for part in node.parts:
-        if part.kind == "assignment":
-            raise _NotPlain("assignment")
-        if part.kind == "redirect":
-            _check_redirect(part)
-            continue
-        if part.kind != "word" or _expands(part):
+        take = _PARTS.get(part.kind)
+        if take is None:  # an assignment (GIT_SSH_COMMAND=… git): not proved
             raise _NotPlain(part.kind)
-        words.append(part.word)
+        take(part, words)
     if not words:
         raise _NotPlain("no program")
     program = words[0]
@@ -126,9 +141,25 @@ def _simple(node: Any) -> list[str]:
     return words
 
 
-def _expands(word: Any) -> bool:
-    """A word with a parameter expansion or substitution in it (a ``~`` is allowed)."""
-    return any(part.kind != "tilde" for part in getattr(word, "parts", []) or [])
+def _word(node: Any, words: list[str]) -> None:
+    words.append(_text(node))
+
+
+def _redirect(node: Any, words: list[str]) -> None:
+    _check_redirect(node)
+
+
+_PARTS = {"word": _word, "redirect": _redirect}
+#: The one part a word may hold and still mean what it shows (where a ``~`` leads, a
+#: redirection's check sees it).
+_AS_WRITTEN = frozenset({"tilde"})
+
+
+def _text(word: Any) -> str:
+    """What a word says, if it has no parameter expansion or substitution in it."""
+    if any(part.kind not in _AS_WRITTEN for part in getattr(word, "parts", []) or []):
+        raise _NotPlain("expansion")
+    return str(word.word)
 
 
 def _check_redirect(node: Any) -> None:
@@ -137,9 +168,7 @@ def _check_redirect(node: Any) -> None:
     target = node.output
     if isinstance(target, int):  # 2>&1: onto another descriptor
         return
-    if target.kind != "word" or _expands(target):
-        raise _NotPlain("redirect target")
-    path = target.word
+    path = _text(target)  # else a word: bashlex gives no other kind of target
     if path in _OUTPUT_DEVICES:
         return
     if path.startswith(("/", "~")) or ".." in posixpath.normpath(path).split("/"):

@@ -115,7 +115,8 @@ def _judge_table(
             kept[key] = value  # an unknown key: validation names it
         elif path == ("bash_credentials",):
             notes.append(f"{origin}: bash_credentials ignored: only your own config may set it")
-        elif entry.tightens and isinstance(value, list):  # rules: added to the user's
+        elif entry.tightens and isinstance(value, list) and isinstance(now, list):
+            # Rules: added to the user's. (A list for a limit is validation's to name.)
             kept[key] = [*now, *(rule for rule in value if rule not in now)]
         elif entry.tightens:
             if (entry.as_tight or at_most)(value, now):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 from agentcell.worker import PermissionMode
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 Kind = Literal["tightening", "loosening", "neutral"]
 
@@ -33,7 +33,7 @@ PERMISSION_LOOSENESS = ["plan", "default", "accept_edits", "bypass"]
 SANDBOX_LOOSENESS = ["read-only", "required", "workspace", "off"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)
 class TrustEntry:
     """One key's kind, why, and (for a tightening key) whether a value is as tight as
     another: ``as_tight(value, current)``."""
@@ -73,17 +73,38 @@ def stricter_or_same_mode(value: Any, current: Any) -> bool:
 
 
 def at_most(value: Any, current: Any) -> bool:
-    """A limit (None: unlimited) no higher than the current one."""
+    """A limit (None: unlimited) no higher than the current one, each read as validation
+    will read it: to it ``"64"`` and ``true`` are numbers."""
     if value is None:
         return current is None
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return True  # not a number: validation names it
-    return current is None or value <= current
+    number = _number(value)
+    if number is None:
+        return True  # not a number to validation either: it names it
+    limit = _number(current)
+    return limit is None or number <= limit
 
 
 def not_on(value: Any, current: Any) -> bool:
-    """A switch that loosens when on."""
-    return value is not True or current is True
+    """A switch that loosens when on (as validation reads it: ``1`` and ``"yes"`` are on)."""
+    return not _switched_on(value) or _switched_on(current)
+
+
+_NUMBER = TypeAdapter(float)
+_SWITCH = TypeAdapter(bool)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return _NUMBER.validate_python(value)
+    except ValidationError:
+        return None
+
+
+def _switched_on(value: Any) -> bool:
+    try:
+        return _SWITCH.validate_python(value)
+    except ValidationError:
+        return False  # not a switch (a list of hosts, a typo validation names)
 
 
 def _tight(why: str, as_tight: Callable[[Any, Any], bool] = at_most) -> TrustEntry:
@@ -203,16 +224,14 @@ AGENT_FILE_TRUST: dict[str, TrustEntry] = {
 
 def covering(table: dict[str, TrustEntry], path: tuple[str, ...]) -> TrustEntry | None:
     """The row for the key at ``path``: its own (``*`` in a row matches any one key), or
-    that of a table above it (``prices`` covers ``prices.openai.input``)."""
-    for length in range(len(path), 0, -1):
-        for row, entry in table.items():
-            parts = row.split(".")
-            head = path[:length]
-            if len(parts) == length and all(
-                r in ("*", p) for r, p in zip(parts, head, strict=True)
-            ):
-                return entry
-    return None
+    that of the nearest table above it (``prices`` covers ``prices.openai.input``)."""
+    found: list[tuple[int, TrustEntry]] = []
+    for row, entry in table.items():
+        parts = row.split(".")
+        pairs = zip(parts, path, strict=False)  # a row names the path's first keys
+        if len(parts) <= len(path) and all(r in ("*", p) for r, p in pairs):
+            found.append((len(parts), entry))
+    return max(found, key=lambda match: match[0])[1] if found else None
 
 
 def setting_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
@@ -223,11 +242,12 @@ def setting_paths(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
         if nested is None:
             yield path
             continue
-        origin = typing.get_origin(field.annotation)
-        if origin is dict:
-            yield from setting_paths(nested, path + ".*.")
-        else:
-            yield from setting_paths(nested, path + ".")
+        # A table of tables (``limits``) is keyed by any name: ``limits.*.max_concurrent``.
+        below = _BELOW.get(typing.get_origin(field.annotation), ".")
+        yield from setting_paths(nested, path + below)
+
+
+_BELOW: dict[Any, str] = {dict: ".*."}
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
