@@ -27,6 +27,8 @@ from agentcell.worker import PermissionMode
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 Kind = Literal["tightening", "loosening", "neutral"]
+_TIGHTENING: frozenset[str] = frozenset({"tightening"})
+_NEUTRAL: frozenset[str] = frozenset({"neutral"})
 
 APPROVAL_LOOSENESS = ["deny", "ask", "bubble", "allow"]
 PERMISSION_LOOSENESS = ["plan", "default", "accept_edits", "bypass"]
@@ -42,13 +44,15 @@ class TrustEntry:
     why: str
     as_tight: Callable[[Any, Any], bool] | None = None
 
+    # Membership, not ``==``: the kinds sort "loosening" < "neutral" < "tightening", so
+    # ``kind >= "tightening"`` would read the same (an equivalent mutant, never killed).
     @property
     def tightens(self) -> bool:
-        return self.kind == "tightening"
+        return self.kind in _TIGHTENING
 
     @property
     def neutral(self) -> bool:
-        return self.kind == "neutral"
+        return self.kind in _NEUTRAL
 
 
 def on_scale(scale: list[str]) -> Callable[[Any, Any], bool]:
