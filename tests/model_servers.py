@@ -161,6 +161,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: Any
     client_port: int = 0  # the client's end of the connection it came on
+    query: str = ""  # what followed "?" in the request target
 
 
 Responder = Callable[[dict[str, Any], str], "Reply | str"]
@@ -404,7 +405,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         headers = {k.lower(): v for k, v in self.headers.items()}
-        n = owner._record(RecordedRequest(api, "POST", path, headers, body, self.client_address[1]))
+        query = self.path.partition("?")[2]
+        recorded = RecordedRequest(api, "POST", path, headers, body, self.client_address[1], query)
+        n = owner._record(recorded)
         if not api:
             self._error("openai", Reply(status=404, error_message=f"no route {path}"))
             return

@@ -12,7 +12,7 @@ from agentcell.orchestrator.delegation import _prepare
 from agentcell.orchestrator.delegation._model_route import without_credentials
 from agentcell.protocol import RunStatus, Start
 from conftest import SpawnRecorder
-from model_servers import ModelServer, Reply
+from model_servers import Call, ModelServer, Reply
 from test_model_relay import KEY, agent, orchestrator
 
 
@@ -55,3 +55,27 @@ async def test_a_relayed_childs_start_holds_no_password_or_token_of_the_base_url
     encoded = msgspec.msgpack.encode(start)
     assert b"s3cret-pw" not in encoded and b"proxy-user" not in encoded
     assert start.spec.model_options["base_url"] == f"http://127.0.0.1:{model_server.port}/v1"
+
+
+async def test_a_base_url_with_a_query_keeps_it_after_the_endpoint_on_both_routes(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    model_server: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A gateway's ?api-version=… in the base URL: the main agent's requests (the direct
+    # route) and a sub-agent's (relayed by the parent) both go to the endpoint with it.
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{model_server.openai_base_url}?api-version=2024-06")
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    model_server.add(
+        Reply(tool_calls=[Call("task", {"subagent_type": "worker", "prompt": "go"})]),
+        Reply(text="from the sub-agent"),
+        Reply(text="done"),
+    )
+    async with orchestrator(tmp_path, agent("worker", [])) as orch:
+        report = await asyncio.wait_for(orch.run("delegate it"), 60)
+    assert report.ok, report.error
+    assert [r.status for r in report.subagents] == [RunStatus.COMPLETED]
+    assert [(r.path, r.query) for r in model_server.requests] == [
+        ("/v1/chat/completions", "api-version=2024-06")
+    ] * 3

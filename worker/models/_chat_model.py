@@ -46,7 +46,7 @@ class HttpChatModel:
         self.base_url = base
         self._official = base == self.official_url
         self._api_key = api_key if api_key is not None else secret(self.key_env)
-        self._url = f"{base}{self.endpoint}"
+        self._url = endpoint_url(base, self.endpoint)
         self._http = SSEClient(
             provider=self.provider,
             model_name=model_name,
@@ -124,3 +124,10 @@ class HttpChatModel:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def endpoint_url(base: str, endpoint: str) -> str:
+    """``endpoint``'s URL under ``base``, whose query (a gateway's ``?api-version=…``)
+    stays at the end: ``base + endpoint`` put the path inside the query."""
+    head, mark, query = base.partition("?")
+    return f"{head.rstrip('/')}{endpoint}{mark}{query}"
