@@ -326,16 +326,28 @@ class RunnerMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             # What the end of a main-agent run does: cancel the rest, wait for each.
+            queued = set(self.running_ids(QUEUED))
             for expected in self.model.values():
                 if expected.expect is TaskState.RUNNING:
                     expected.expect = TaskState.CANCELLED
             self.run(self.h.task_tool.shutdown())
+            for task_id in queued:  # whether it got a process first is a race of the pool's
+                self._ended_in_the_queue(task_id)
             self.observe()
             self.drain()
             for task_id, expected in self.model.items():
                 assert expected.delivered == 1, f"{task_id} delivered {expected.delivered}x"
         finally:
             self._cleanup()
+
+    def _ended_in_the_queue(self, task_id: str) -> None:
+        """A task still queued when the run ends: "never got a process" (an error, issue
+        27) if it was cancelled in the queue; cancelled if a freed process reached it first."""
+        record = self.h.tracker.get(task_id)
+        assert record is not None and record.result is not None
+        if record.result.no_process:
+            assert record.result.error.startswith("never got a process: "), record.result
+            self.model[task_id].expect = TaskState.FAILED
 
     def _cleanup(self) -> None:
         try:
