@@ -66,6 +66,8 @@ class BurstServer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self.gate.set()
+        with contextlib.suppress(OSError):  # wakes the accept (close alone does not)
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         for conn in list(self._conns):
             with contextlib.suppress(OSError):
