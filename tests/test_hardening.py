@@ -183,6 +183,8 @@ class HostileServer:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
+        with contextlib.suppress(OSError):  # wakes an accept no client came to
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(10)
 
