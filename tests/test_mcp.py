@@ -163,18 +163,22 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
     ]
 
 
+SAYS_WHY_AND_QUITS = "import sys; print('no config found', file=sys.stderr); sys.exit(3)"
+
+
 async def test_without_a_run_folder_only_a_failed_servers_temp_log_is_kept(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
     tag = uuid.uuid4().hex[:8]  # this test's servers' logs, whatever else runs beside it
-    good, quits = f"good{tag}", f"quits{tag}"
+    good, quits, mute = f"good{tag}", f"quits{tag}", f"mute{tag}"
     served.responder = calls_then_report([(f"mcp__{good}__echo", {"text": "tidy"})])
     agent = AgentDefinition(
         name="helper",
         description="uses MCP",
         mcp_servers=[
             {good: stdio()},
-            {quits: {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}},
+            {quits: {"command": sys.executable, "args": ["-c", SAYS_WHY_AND_QUITS]}},
+            {mute: {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}},
         ],
         model="openai:test",
         source="programmatic",
@@ -189,8 +193,12 @@ async def test_without_a_run_folder_only_a_failed_servers_temp_log_is_kept(
         # The started server's log went while the sub-agent could still remove it (its
         # walls leave it no right to, later); the failed one's is named in its line.
         assert list(temp.glob(f"agentcell-mcp-{good}-*.log")) == []
-        [line] = result.warnings
-        assert len(kept) == 1 and f"its output is in {kept[0]}" in line, (kept, line)
+        said, silent = result.warnings
+        assert len(kept) == 1 and f"its output is in {kept[0]}" in said, (kept, said)
+        assert "no config found" in kept[0].read_text()
+        # A failed server that wrote nothing: its empty log is neither named nor left.
+        assert "its output is in" not in silent, silent
+        assert list(temp.glob(f"agentcell-mcp-{mute}-*.log")) == []
     finally:
         for log in kept:
             log.unlink()

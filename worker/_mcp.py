@@ -236,6 +236,10 @@ class McpServers:
 
     def _log_hint(self, name: str) -> str:
         log = self.logs.get(name)
+        if log and name in self._temporary_logs and _empty(log):
+            # An empty temp log names nothing worth reading: gone now, while it can be.
+            self._drop_temporary_log(name)
+            return ""
         return f"; its output is in {log}" if log else ""
 
     def _open_log(self, server: McpServer, stack: contextlib.AsyncExitStack) -> TextIO | None:
@@ -344,3 +348,10 @@ def _reason(exc: BaseException) -> str:
         exc = exc.exceptions[0]
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _empty(path: str) -> bool:
+    try:
+        return os.stat(path).st_size == 0
+    except OSError:
+        return False
