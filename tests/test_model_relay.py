@@ -63,6 +63,19 @@ def tool_then_text(tool: str, arguments: dict[str, Any]) -> Any:
     return respond
 
 
+def recorded_starts(monkeypatch: pytest.MonkeyPatch) -> list[Start]:
+    """Every Start the parent makes from now on (what a child is handed), in order."""
+    starts: list[Start] = []
+    original = _prepare.Preparer.start
+
+    def recording(self: _prepare.Preparer, prepared: Any) -> Start:
+        starts.append(original(self, prepared))
+        return starts[-1]
+
+    monkeypatch.setattr(_prepare.Preparer, "start", recording)
+    return starts
+
+
 def own_ports(to_port: int) -> set[int]:
     """The local ports of this (the parent's) process's TCP connections to ``to_port``."""
     return {
@@ -86,14 +99,7 @@ async def test_a_child_holds_no_key_and_every_model_connection_is_the_parents(
     served: ModelServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    starts: list[Start] = []
-    original = _prepare.Preparer.start
-
-    def recording(self: _prepare.Preparer, prepared: Any) -> Start:
-        starts.append(original(self, prepared))
-        return starts[-1]
-
-    monkeypatch.setattr(_prepare.Preparer, "start", recording)
+    starts = recorded_starts(monkeypatch)
     # Under network: true, python in bash runs in the child's own Landlock domain: what
     # it may connect to is what the sub-agent process itself may.
     probe = (

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
-from agentcell.orchestrator.delegation import _prepare
 from agentcell.orchestrator.delegation._model_route import without_credentials
-from agentcell.protocol import RunStatus, Start
+from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
-from test_model_relay import KEY, agent, orchestrator
+from test_model_relay import KEY, agent, orchestrator, recorded_starts
 
 
 @pytest.mark.parametrize(
@@ -38,14 +36,7 @@ async def test_a_relayed_childs_start_holds_no_password_or_token_of_the_base_url
     base = f"http://proxy-user:s3cret-pw@127.0.0.1:{model_server.port}/v1"
     monkeypatch.setenv("OPENAI_BASE_URL", base)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    starts: list[Start] = []
-    original = _prepare.Preparer.start
-
-    def recording(self: _prepare.Preparer, prepared: Any) -> Start:
-        starts.append(original(self, prepared))
-        return starts[-1]
-
-    monkeypatch.setattr(_prepare.Preparer, "start", recording)
+    starts = recorded_starts(monkeypatch)
     model_server.add(Reply(text="through the parent"))
     async with orchestrator(tmp_path, agent("worker", [])) as orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
