@@ -55,13 +55,8 @@ COMMANDS = [
 ]
 
 
-async def _run_child(tmp_path: Path, served: ModelServer, use_held: bool) -> dict[str, Any]:
-    """One sub-agent's bash run; what its ruleset set-up opened, and its outputs."""
-    work = tmp_path / ("held" if use_held else "control")
-    work.mkdir()
-    report = tmp_path / f"report-{use_held}.json"
-    served.responder = bash_script(COMMANDS)
-    target = functools.partial(held_paths_child.counting_child, str(report), use_held)
+async def delegate_bash_on(work: Path, target: Any) -> Any:
+    """One bash sub-agent's run in ``work`` on a pool whose children run ``target``."""
     settings = Settings(model="openai:test", approval="allow", warm_spares=0, max_workers=2)
     async with WorkerPool(max_workers=2, warm=0, target=target) as pool:
         orch = Orchestrator(
@@ -73,7 +68,17 @@ async def _run_child(tmp_path: Path, served: ModelServer, use_held: bool) -> dic
             pool=pool,
         )
         async with orch:
-            result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+            return await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+
+
+async def _run_child(tmp_path: Path, served: ModelServer, use_held: bool) -> dict[str, Any]:
+    """One sub-agent's bash run; what its ruleset set-up opened, and its outputs."""
+    work = tmp_path / ("held" if use_held else "control")
+    work.mkdir()
+    report = tmp_path / f"report-{use_held}.json"
+    served.responder = bash_script(COMMANDS)
+    target = functools.partial(held_paths_child.counting_child, str(report), use_held)
+    result = await delegate_bash_on(work, target)
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.sandbox.startswith("workspace, landlock abi"), result.sandbox
     (line,) = report.read_text().splitlines()

@@ -11,7 +11,6 @@ EPERM, ``/etc/shadow`` unreadable, ``/usr`` unwritable, the runtime runnable.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 from collections.abc import Iterator
@@ -20,12 +19,12 @@ from typing import Any
 
 import prepared_walls_child
 import pytest
-from agentcell.orchestrator import Orchestrator, Settings, WorkerPool
 from agentcell.protocol import RunStatus
 from agentcell.worker import _seccomp, probe_sandbox
 from conftest import SpawnRecorder
 from model_servers import ModelServer
-from test_sandbox import SEP, agent, bash_script
+from test_held_descriptors import delegate_bash_on
+from test_sandbox import SEP, bash_script
 
 CAPS = probe_sandbox()
 _NR = {"x86_64": (250, 41), "aarch64": (219, 198)}  # keyctl, socket
@@ -73,18 +72,7 @@ async def _run_child(tmp_path: Path, served: ModelServer, use_prepared: bool) ->
     report = tmp_path / f"report-{use_prepared}.json"
     served.responder = bash_script(COMMANDS)
     target = functools.partial(prepared_walls_child.recording_child, str(report), use_prepared)
-    settings = Settings(model="openai:test", approval="allow", warm_spares=0, max_workers=2)
-    async with WorkerPool(max_workers=2, warm=0, target=target) as pool:
-        orch = Orchestrator(
-            settings=settings,
-            workdir=work,
-            agents=[agent("worker", ["bash"])],
-            load_agent_files=False,
-            record=False,
-            pool=pool,
-        )
-        async with orch:
-            result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    result = await delegate_bash_on(work, target)
     assert result.status is RunStatus.COMPLETED, result.error
     assert "seccomp, bash no unix sockets" in result.sandbox, result.sandbox
     (line,) = report.read_text().splitlines()
