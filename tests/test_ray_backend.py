@@ -27,7 +27,7 @@ from agentcell.orchestrator import (
     RunHandle,
     Scope,
 )
-from agentcell.orchestrator.backends import RayHead, local_ray_head
+from agentcell.orchestrator.backends import RayBackend, RayBackendError, RayHead, local_ray_head
 from agentcell.orchestrator.delegation import DelegationRequest
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
@@ -371,6 +371,28 @@ def test_killing_the_orchestrator_leaves_no_actor_or_sub_agent_behind(
         p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", "600"]
     ]
     assert not [p for p in sleepers if p.status() != psutil.STATUS_ZOMBIE]
+
+
+async def test_the_driver_log_is_kept_only_when_an_error_names_it(ray_env: RayHead) -> None:
+    # Every backend start made one; none was ever removed (246 empty ones in a session's
+    # temp folder): a long-lived parent that starts backends would fill it.
+    backend = await RayBackend(address=ray_env.address).start()
+    log = Path(backend.driver_log)
+    assert log.is_file()
+    await backend.close()
+    assert not log.exists(), "a cleanly closed backend left its driver log behind"
+
+    failed = RayBackend(address="127.0.0.1:9", connect_timeout=5)
+    with pytest.raises(RayBackendError) as caught:
+        await failed.start()
+    try:
+        assert failed.driver_log in str(caught.value)
+        assert Path(failed.driver_log).is_file(), "the error names a log that is gone"
+        # Stuck in Ray's connect, it reads no shutdown: killed, not left running.
+        assert failed._driver is not None
+        assert failed._driver.returncode == -signal.SIGKILL
+    finally:
+        Path(failed.driver_log).unlink(missing_ok=True)
 
 
 def test_the_cluster_talks_to_loopback_only(head: RayHead) -> None:

@@ -433,6 +433,10 @@ class RayBackend:
         self._closed = False
         self._driver_error = ""
         self.driver_log = ""
+        # Kept at close only when an error has named it to the user: otherwise every
+        # backend started by a long-lived parent would leave a file in the temp folder.
+        self._driver_log_named = False
+        self._driver_ready = False
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> RayBackend:
@@ -463,16 +467,19 @@ class RayBackend:
             async with asyncio.timeout(self.connect_timeout):
                 first = json.loads(await self._driver.stdout.readline() or b"{}")
         except TimeoutError:
+            self._driver_log_named = True
             await self.close()
             raise RayBackendError(
                 f"the Ray cluster at {self.address} did not answer within "
                 f"{self.connect_timeout:g} s (check --ray-address; Ray's log: {self.driver_log})"
             ) from None
         if first.get("op") != "ready":
+            self._driver_log_named = True
             await self.close()
             error = first.get("error") or "the Ray driver exited"
             raise RayBackendError(f"{error} (address {self.address}; Ray's log: {self.driver_log})")
         self.nodes = int(first.get("nodes", 0))
+        self._driver_ready = True
         await self._tasks.open()
         self._reader = self._tasks.start(self._read_driver(), name="Ray driver reader")
         self._watchdog = self._tasks.start(self._watch(), name="Ray watchdog")
@@ -501,7 +508,9 @@ class RayBackend:
                 driver.stdin.write(b'{"op": "shutdown"}\n')
                 driver.stdin.close()
             try:
-                async with asyncio.timeout(15):
+                # A driver that never said ready is stuck in Ray's connect and reads no
+                # shutdown: waiting for it would add 15 s to every failed start.
+                async with asyncio.timeout(15 if self._driver_ready else 0):
                     await driver.wait()
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
@@ -510,6 +519,9 @@ class RayBackend:
         await self._tasks.aclose()
         if self._listener is not None:
             await self._listener.aclose()
+        if self.driver_log and not self._driver_log_named:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.driver_log)
 
     # -- leasing -------------------------------------------------------------------------
     def expect(self, n: int) -> None:
