@@ -20,9 +20,22 @@ from provider_util import server, sleeps  # noqa: F401  (fixtures of the provide
 # fork server starts, so every child process inherits it too.
 os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
 # The run records' key (see orchestrator/_records_key.py) is made in a folder of the test
-# session's own, never in the home of whoever runs the tests.
-_STATE = tempfile.TemporaryDirectory(prefix="agentcell-test-state-")
-os.environ["XDG_STATE_HOME"] = _STATE.name
+# session's own, never in the home of whoever runs the tests. Made by pytest's own process
+# only: Ray workers and other processes that import a test module import this one too,
+# and each left an empty folder in /tmp when it was killed (279 of them in one day).
+_STATE: tempfile.TemporaryDirectory[str] | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _STATE
+    _STATE = tempfile.TemporaryDirectory(prefix="agentcell-test-state-")
+    os.environ["XDG_STATE_HOME"] = _STATE.name
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATE is not None:
+        _STATE.cleanup()
+
 
 # CI is deterministic: the same examples every run. HYPOTHESIS_PROFILE=dev explores.
 settings.register_profile(

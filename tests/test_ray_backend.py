@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -373,26 +374,29 @@ def test_killing_the_orchestrator_leaves_no_actor_or_sub_agent_behind(
     assert not [p for p in sleepers if p.status() != psutil.STATUS_ZOMBIE]
 
 
-async def test_the_driver_log_is_kept_only_when_an_error_names_it(ray_env: RayHead) -> None:
-    # Every backend start made one; none was ever removed (246 empty ones in a session's
-    # temp folder): a long-lived parent that starts backends would fill it.
+async def test_the_driver_log_gets_a_name_only_when_an_error_names_it(
+    ray_env: RayHead, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every backend start left a named file in the temp folder, never removed (246 there,
+    # some from parents that were killed): now it is unnamed while the backend runs.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     backend = await RayBackend(address=ray_env.address).start()
-    log = Path(backend.driver_log)
-    assert log.is_file()
-    await backend.close()
-    assert not log.exists(), "a cleanly closed backend left its driver log behind"
+    try:
+        assert backend.nodes >= 1
+        assert not list(tmp_path.iterdir()), "a running backend's log has a name"
+    finally:
+        await backend.close()
+    assert not list(tmp_path.iterdir())
 
     failed = RayBackend(address="127.0.0.1:9", connect_timeout=5)
     with pytest.raises(RayBackendError) as caught:
         await failed.start()
-    try:
-        assert failed.driver_log in str(caught.value)
-        assert Path(failed.driver_log).is_file(), "the error names a log that is gone"
-        # Stuck in Ray's connect, it reads no shutdown: killed, not left running.
-        assert failed._driver is not None
-        assert failed._driver.returncode == -signal.SIGKILL
-    finally:
-        Path(failed.driver_log).unlink(missing_ok=True)
+    named = list(tmp_path.iterdir())
+    assert [str(p) for p in named] == [failed.driver_log]
+    assert failed.driver_log in str(caught.value)
+    # Stuck in Ray's connect, it reads no shutdown: killed, not left running.
+    assert failed._driver is not None
+    assert failed._driver.returncode == -signal.SIGKILL
 
 
 def test_the_cluster_talks_to_loopback_only(head: RayHead) -> None:

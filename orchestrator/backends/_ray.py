@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 import tempfile
@@ -432,10 +433,11 @@ class RayBackend:
         self._tasks = TaskNursery("the Ray backend")
         self._closed = False
         self._driver_error = ""
+        # Ray's own output goes to an unnamed file: it gets a name (this path) only when
+        # an error asks the user to read it, so no backend leaves a file in the temp
+        # folder, not even one whose parent was killed.
         self.driver_log = ""
-        # Kept at close only when an error has named it to the user: otherwise every
-        # backend started by a long-lived parent would leave a file in the temp folder.
-        self._driver_log_named = False
+        self._driver_log_fd = -1
         self._driver_ready = False
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -447,7 +449,9 @@ class RayBackend:
         env.update(LOOPBACK_ENV)
         # Ray's own logging (its C++ core writes straight to fd 2) goes to a file, not
         # over the user's terminal; errors below point at it.
-        fd, self.driver_log = tempfile.mkstemp(prefix="agentcell-ray-driver-", suffix=".log")
+        fd, unnamed = tempfile.mkstemp(prefix="agentcell-ray-driver-", suffix=".log")
+        os.unlink(unnamed)
+        self._driver_log_fd = fd
         self._driver = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -459,7 +463,6 @@ class RayBackend:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        os.close(fd)
         config = {"address": self.address, "node_ip_address": self.node_ip_address}
         assert self._driver.stdin is not None and self._driver.stdout is not None
         self._driver.stdin.write(json.dumps(config).encode() + b"\n")
@@ -467,14 +470,14 @@ class RayBackend:
             async with asyncio.timeout(self.connect_timeout):
                 first = json.loads(await self._driver.stdout.readline() or b"{}")
         except TimeoutError:
-            self._driver_log_named = True
+            self._name_driver_log()
             await self.close()
             raise RayBackendError(
                 f"the Ray cluster at {self.address} did not answer within "
                 f"{self.connect_timeout:g} s (check --ray-address; Ray's log: {self.driver_log})"
             ) from None
         if first.get("op") != "ready":
-            self._driver_log_named = True
+            self._name_driver_log()
             await self.close()
             error = first.get("error") or "the Ray driver exited"
             raise RayBackendError(f"{error} (address {self.address}; Ray's log: {self.driver_log})")
@@ -519,9 +522,16 @@ class RayBackend:
         await self._tasks.aclose()
         if self._listener is not None:
             await self._listener.aclose()
-        if self.driver_log and not self._driver_log_named:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.driver_log)
+        if self._driver_log_fd >= 0:
+            os.close(self._driver_log_fd)
+            self._driver_log_fd = -1
+
+    def _name_driver_log(self) -> None:
+        """Give the driver's output a file the user can read (after a failed start)."""
+        fd, self.driver_log = tempfile.mkstemp(prefix="agentcell-ray-driver-", suffix=".log")
+        with open(fd, "wb") as named, open(self._driver_log_fd, "rb", closefd=False) as out:
+            out.seek(0)
+            shutil.copyfileobj(out, named)
 
     # -- leasing -------------------------------------------------------------------------
     def expect(self, n: int) -> None:
