@@ -14,6 +14,7 @@ import functools
 import importlib
 import inspect
 import resource
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,7 +57,14 @@ def _faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+#: Instrumented only where the child has imported them itself: importing the direct
+#: HTTP route here would load httpx (~12 MiB) into a child that never uses it.
+_ONLY_IF_LOADED = frozenset({"agentcell.worker.models._client"})
+
+
 def _resolve(module: str, path: str) -> tuple[Any, str]:
+    if module in _ONLY_IF_LOADED and module not in sys.modules:
+        raise ImportError(module)
     owner: Any = importlib.import_module(module)
     *parents, name = path.split(".")
     for parent in parents:

@@ -59,3 +59,19 @@ def under_report_usage() -> str:
 
 
 lie = function_tool(under_report_usage, name="lie")
+
+
+#: The HTTP client stack a sub-agent's process has no use for: its requests go through
+#: the parent (and the fork server's template leaves it out, ~12 MiB lighter).
+HTTP_STACK = ("httpx", "httpcore", "h11", "h2", "anyio", "idna", "certifi")
+
+
+def http_stack_modules() -> str:
+    """The modules of the HTTP client stack this process has imported, one per line."""
+    import sys
+
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] in HTTP_STACK)
+    return "\n".join(loaded) or "none"
+
+
+http_stack = function_tool(http_stack_modules, name="http_stack")

@@ -296,6 +296,8 @@ def _env(root: Path) -> dict[str, str]:
         "GIT_COMMITTER_EMAIL": "t@example.com",
         "EVILCMD": "evil",
         "LANG": "C",
+        # filter-branch otherwise sleeps 10 s after its deprecation notice.
+        "FILTER_BRANCH_SQUELCH_WARNING": "1",
     }
 
 

@@ -125,6 +125,20 @@ async def test_a_child_holds_no_key_and_every_model_connection_is_the_parents(
     assert start.spec.env is not None and "OPENAI_BASE_URL" not in start.spec.env
 
 
+async def test_a_relayed_sub_agents_process_never_imports_an_http_client(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # Its requests go through the parent: the ~12 MiB of httpx, httpcore, h11, h2, anyio
+    # and idna in the fork server's template cost every fork and exit about 1 ms.
+    served.responder = tool_then_text("http_stack", {})
+    orch = orchestrator(tmp_path, agent("plain", ["http_stack"]), tools=[relay_tools.http_stack])
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("plain", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.text == "none"
+    assert served.requests  # answered through the parent, from its own httpx pool
+
+
 async def test_forged_model_calls_from_a_real_child_are_refused_and_never_sent(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:

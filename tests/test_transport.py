@@ -28,7 +28,8 @@ from agentcell.worker.models import (
 )
 from agentcell.worker.models._client import make_client
 from agentcell.worker.models._http import BodyDecoder
-from agentcell.worker.models._transport import Endpoint, HttpxTransport
+from agentcell.worker.models._httpx_transport import HttpxTransport
+from agentcell.worker.models._transport import Endpoint
 from model_servers import ModelServer, Reply
 
 REQUEST = ModelRequest(messages=[UserMessage(content="hi")])

@@ -236,14 +236,14 @@ def _own_model(spec: AgentSpec, link: ChildLink) -> Model:
 
 def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:
     """The TCP ports the model client connects to: its base URL's, or its proxy's."""
-    import httpx
-
     urls = [getattr(model, "base_url", None)]
     urls += [env.get(name) for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy")]
     ports: set[int] = set()
     for url in urls:
         if not url:
             continue
+        import httpx  # only here: a model with no URL (scripted, say) needs none
+
         try:
             parsed = httpx.URL(str(url))
         except (httpx.InvalidURL, TypeError):
@@ -255,12 +255,12 @@ def model_ports(model: Model, env: dict[str, str] | Any) -> list[int]:
 
 def mcp_ports(spec: AgentSpec) -> list[int]:
     """The TCP ports of the run's http MCP servers."""
-    import httpx
-
     ports = []
     for server in spec.mcp_servers:
         if server.type != "http":
             continue
+        import httpx  # only here: every child asks, few have an http server
+
         try:
             url = httpx.URL(server.url)
         except httpx.InvalidURL:

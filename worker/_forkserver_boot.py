@@ -40,7 +40,7 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
-    The CA bundle for https models, the paths every sandbox allows, the built-in tools'
+    The paths every sandbox allows, the built-in tools'
     schemas and decoders, and one rehearsed agent run — engine, hooks, file tools, the
     OpenAI client over the link transport a child uses (its model calls answered as
     frames, SSE), frames: CPython specialises bytecode as it first runs, and a child
@@ -50,10 +50,8 @@ def _warm() -> None:
     import tempfile
 
     from agentcell.worker import _sandbox
-    from agentcell.worker.models._client import _shared_ssl_context
     from agentcell.worker.tools import builtin_tools
 
-    _shared_ssl_context()
     _sandbox.warm_path_cache(PARENT_PATH)  # the path its children will have
     for tool in builtin_tools():
         tool.spec()

@@ -25,11 +25,11 @@ PRELOAD_MODULES: list[str] = [
     "multiprocess.popen_forkserver",
     "agentcell.protocol",
     "psutil",
-    "httpx",
-    "httpcore",
-    "h11",
-    "anyio",
-    "anyio._backends._asyncio",
+    # Not httpx and its stack (httpcore, h11, h2, anyio, idna): a sub-agent's model
+    # requests go through the parent, and the ~12 MiB they add to the template cost every
+    # fork and exit ~1 ms (bench/README.md). A child that sends directly (a model object
+    # of the caller's, a Ray node's route, an http MCP server) imports them itself;
+    # the ``preload`` setting can put them back.
     "agentcell.worker._proc",
     "agentcell.worker._child",
     "agentcell.worker._agent",

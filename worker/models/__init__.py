@@ -2,7 +2,13 @@
 
 Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
 this ``__all__`` is what other layers of agentcell may import, and may change.
+
+``HttpxTransport`` and ``make_client`` (the direct route) are imported when first asked
+for: they import httpx, which a sub-agent's process, whose requests go through the
+parent, never needs (the fork server's template is ~12 MiB smaller without it).
 """
+
+from typing import TYPE_CHECKING, Any
 
 from agentcell.worker.models._anthropic import (
     THINKING_BUDGETS,
@@ -23,18 +29,34 @@ from agentcell.worker.models._base import (
     ToolSpec,
     complete,
 )
-from agentcell.worker.models._client import make_client
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 from agentcell.worker.models._http import SSEDecoder, parse_retry_after
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
 from agentcell.worker.models._transport import (
     RELAYED_HEADERS,
-    HttpxTransport,
     ModelTransport,
     Retry,
     TransportResponse,
 )
+
+if TYPE_CHECKING:
+    from agentcell.worker.models._client import make_client
+    from agentcell.worker.models._httpx_transport import HttpxTransport
+
+_DIRECT_ROUTE = {
+    "HttpxTransport": "agentcell.worker.models._httpx_transport",
+    "make_client": "agentcell.worker.models._client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DIRECT_ROUTE:
+        import importlib
+
+        return getattr(importlib.import_module(_DIRECT_ROUTE[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "RELAYED_HEADERS",

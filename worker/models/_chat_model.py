@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import httpx
 from agentcell.worker._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
-from agentcell.worker.models._transport import HttpxTransport, ModelTransport
+from agentcell.worker.models._transport import ModelTransport
+
+if TYPE_CHECKING:  # the direct route only: a sub-agent's process never imports httpx
+    import httpx
+    from agentcell.worker.models._httpx_transport import HttpxTransport
 
 
 class HttpChatModel:
@@ -69,6 +72,8 @@ class HttpChatModel:
         """This model's requests (its URL, headers and key) sent from the client that
         ``client(base_url, timeout)`` gives: how the parent relays a sub-agent's requests
         from its own pools."""
+        from agentcell.worker.models._httpx_transport import HttpxTransport
+
         base, timeout = self.base_url, self._http.timeout
         return HttpxTransport(
             lambda: client(base, timeout), self._url, self._headers, self._http.endpoint

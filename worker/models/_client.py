@@ -1,8 +1,9 @@
 """The httpx client a model instance talks through: the block guard, proxies, TLS, and
-connections a spare process opens before its run (``prepare_connection``), and what
-an error response says.
+connections a spare process opens before its run (``prepare_connection``).
 
-Split from ``_http`` (the request loop and SSE parsing), which re-exports these names.
+Split from ``_http`` (the request loop and SSE parsing), which imports it only when a
+model sends directly: a sub-agent's process, whose requests go through the parent,
+never imports httpx.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import ssl
 import urllib.request
 
 import httpx
-import msgspec
 from agentcell.worker.models._base import ModelError, ModelErrorKind
 
 #: Set to "1" to make every request to a non-loopback host fail before it is sent.
@@ -191,44 +191,6 @@ def _adopt_prepared(
         return None  # kept for a model that is made the same way
     del _prepared[base_url]
     return client
-
-
-# -- what a server's error says ---------------------------------------------------------
-def error_message(body: bytes) -> str:
-    """The server's own error text from an error body (OpenAI, Anthropic, FastAPI, text)."""
-    text = ""
-    try:
-        doc = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        doc = None
-        stripped = body.strip()
-        if stripped and not stripped.startswith(b"<"):  # skip HTML error pages
-            text = stripped.decode("utf-8", "replace")
-    if isinstance(doc, dict):
-        err = doc.get("error", doc)
-        if isinstance(err, dict):
-            found = err.get("message") or err.get("detail") or err.get("msg")
-            text = found if isinstance(found, str) else msgspec.json.encode(found).decode()
-        elif isinstance(err, str):
-            text = err
-        if not text and "detail" in doc:  # FastAPI-style 422 from vLLM and friends
-            detail = doc["detail"]
-            text = detail if isinstance(detail, str) else msgspec.json.encode(detail).decode()
-    elif isinstance(doc, str):
-        text = doc
-    text = " ".join(text.split())
-    return text[:500] + "..." if len(text) > 500 else text
-
-
-def _error_code(body: bytes) -> str:
-    try:
-        doc = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        return ""
-    err = doc.get("error") if isinstance(doc, dict) else None
-    if isinstance(err, dict):
-        return f"{err.get('code') or ''} {err.get('type') or ''}"
-    return ""
 
 
 def _connect_cause(exc: BaseException) -> str:

@@ -23,9 +23,8 @@ import random
 import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
 from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
@@ -34,20 +33,18 @@ from agentcell.worker.models._base import (
     TextPart,
     ToolCallStart,
 )
-from agentcell.worker.models._client import (
-    _adopt_prepared,
-    _error_code,
-    error_message,
-    make_client,
-)
+from agentcell.worker.models._error_body import error_code, error_message
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 from agentcell.worker.models._transport import (
     Endpoint,
-    HttpxTransport,
     ModelTransport,
     Retry,
     TransportResponse,
 )
+
+if TYPE_CHECKING:  # imported where a model sends directly (never in a sub-agent's process)
+    import httpx
+    from agentcell.worker.models._httpx_transport import HttpxTransport
 
 #: Awaited between attempts. Tests replace it to observe the delays without waiting.
 sleep: Callable[[float], Any] = asyncio.sleep
@@ -375,6 +372,8 @@ class SSEClient:
             )
         pid = os.getpid()
         if self._client is None or self._pid != pid:
+            from agentcell.worker.models._client import _adopt_prepared, make_client
+
             self._client = _adopt_prepared(
                 self.base_url, self.timeout, self.max_connections
             ) or make_client(
@@ -399,6 +398,8 @@ class SSEClient:
 
     def http_transport(self, url: str, headers: Mapping[str, str]) -> HttpxTransport:
         """The direct route: POST ``url`` from this model's own pool (``client``)."""
+        from agentcell.worker.models._httpx_transport import HttpxTransport
+
         return HttpxTransport(lambda: self.client, url, headers, self.endpoint)
 
     async def aclose(self) -> None:
@@ -560,7 +561,7 @@ class SSEClient:
         p = self.provider
         if status in _RETRY_STATUS or status >= 500:
             if status == 429:
-                if "insufficient_quota" in _error_code(body):
+                if "insufficient_quota" in error_code(body):
                     return ModelError(
                         ModelErrorKind.RATE_LIMIT,
                         f"{p}: the account's quota is used up (HTTP 429): check the plan and "
