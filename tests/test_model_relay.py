@@ -18,7 +18,7 @@ import pytest
 import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation import _prepare
-from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay
 from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta, Usage
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
@@ -137,6 +137,29 @@ async def test_a_relayed_sub_agents_process_never_imports_an_http_client(
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.text == "none"
     assert served.requests  # answered through the parent, from its own httpx pool
+
+
+async def test_sub_agents_one_after_another_reuse_the_parents_open_connection(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # Each took the next of 32 pools in turn: a new client and a new connection for every
+    # sub-agent's first request (~1 ms on a dispatch), though the last one's sat idle.
+    served.responder = tool_then_text("glob", {"pattern": "*"})
+    orch = orchestrator(tmp_path, agent("plain", ["glob"]))
+    async with orch:
+        for job in range(3):
+            result = await asyncio.wait_for(orch.delegate("plain", f"job {job}"), 60)
+            assert result.status is RunStatus.COMPLETED, result.error
+    assert len(served.requests) == 6
+    assert len(served.accepted) == 1, served.accepted
+
+
+def test_concurrent_children_spread_over_the_pools_and_give_their_place_back() -> None:
+    pools = ModelPools()
+    taken = [pools.take_shard() for _ in range(2 * ModelPools.SHARDS)]
+    assert sorted(taken) == sorted(list(range(ModelPools.SHARDS)) * 2)
+    pools.leave_shard(taken[5])
+    assert pools.take_shard() == taken[5]
 
 
 async def test_forged_model_calls_from_a_real_child_are_refused_and_never_sent(

@@ -48,6 +48,10 @@ class Agentcell(System):
             max_workers=max(1, n),
             max_turns=8,
             subagent_max_turns=16,
+            # The bench's own tool module, imported once in the fork server instead of in
+            # every child (README "Preloading your tools' modules"): what a user with
+            # custom tools is told to do.
+            preload=["bench.tools"],
         )
         if options.warm is not None:
             settings.warm_spares = options.warm

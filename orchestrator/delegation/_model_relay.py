@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import functools
 import importlib.util
-import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -176,18 +175,26 @@ class ModelPools:
     """The parent's httpx clients for relayed requests: ``SHARDS`` small pools per
     endpoint, each child on one. Small, because httpcore rescans every connection of a
     pool each time a request starts or ends (and counts its idle ones once per
-    connection: quadratic in the pool's size); 128 children then share a pool by four."""
+    connection: quadratic in the pool's size); 128 children then share a pool by four.
+    A child takes the shard with the fewest children on it, the first such: sub-agents
+    one after another reuse one pool's open connections (turn by turn, each new child
+    made a new client and opened a new connection for its first request, 32 times)."""
 
     SHARDS = 32
     CONNECTIONS_PER_SHARD = 8
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, float, int], httpx.AsyncClient] = {}
-        self._turns = itertools.count()
+        self._children = [0] * self.SHARDS  # children on each shard now
         self._http2 = importlib.util.find_spec("h2") is not None
 
-    def next_shard(self) -> int:
-        return next(self._turns) % self.SHARDS
+    def take_shard(self) -> int:
+        shard = self._children.index(min(self._children))
+        self._children[shard] += 1
+        return shard
+
+    def leave_shard(self, shard: int) -> None:
+        self._children[shard] -= 1
 
     def client(self, base_url: str, timeout: float, shard: int) -> httpx.AsyncClient:
         key = (base_url, timeout, shard)
@@ -230,7 +237,8 @@ class ModelRelay:
         self._start = start
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._upstream: HttpxTransport | None = None
-        self._shard = pools.next_shard()
+        self._shard = pools.take_shard()
+        self._on_shard = True
         self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
         self._refusals = 0
 
@@ -275,6 +283,9 @@ class ModelRelay:
 
     async def close(self) -> None:
         """The child is gone: every call it had in flight is cancelled upstream."""
+        if self._on_shard:  # first: a cancelled close still gives its place back
+            self._on_shard = False
+            self._pools.leave_shard(self._shard)
         tasks = list(self._calls.values())
         for task in tasks:
             task.cancel()
