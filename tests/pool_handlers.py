@@ -94,7 +94,10 @@ async def run(start: Start, link: ChildLink) -> RunResult:
         fresh = sorted(
             m for m in sys.modules if m not in _child.INHERITED_MODULES and m != __name__
         )
-        return RunResult(status=RunStatus.COMPLETED, data={"imported": fresh})
+        inherited = sorted(m for m in ("bashlex", "httpx") if m in _child.INHERITED_MODULES)
+        return RunResult(
+            status=RunStatus.COMPLETED, data={"imported": fresh, "inherited": inherited}
+        )
     raise ValueError(f"unknown op {op!r}")
 
 

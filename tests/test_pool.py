@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
 import sys
 
 import psutil
@@ -293,6 +294,16 @@ async def test_children_import_nothing_the_forkserver_did_not_preload(
     assert outcome.result is not None
     imported = outcome.result.data["imported"]
     assert imported == [], f"imported in the child, not preloaded: {imported}"
+    # The shell parser is imported lazily (a command-line start does not need its ~120 ms
+    # of table building) but is in the template; the HTTP client stack is not.
+    assert outcome.result.data["inherited"] == ["bashlex"]
+
+
+def test_a_command_line_start_does_not_build_the_shell_parsers_tables() -> None:
+    code = "import sys, agentcell.orchestrator.cli; print('bashlex' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_forkserver_boot_module_is_never_imported_in_the_parent() -> None:

@@ -18,7 +18,6 @@ import posixpath
 import re
 from typing import Any
 
-import bashlex
 from agentcell.worker._exec_args import runs_another
 
 #: Programs whose job is to run another program given in their arguments.
@@ -73,6 +72,10 @@ def plain_commands(line: str) -> list[list[str]] | None:
     """The words of every simple command of ``line``, or None if it is not provably plain."""
     if not line.strip() or len(line) > MAX_LINE or _OPAQUE.search(line):
         return None
+    # Imported at first use: bashlex builds its LR tables at import (~120 ms), which
+    # every command-line start paid (the fork server preloads it for the children).
+    import bashlex
+
     try:
         trees = bashlex.parse(line)
     except Exception:  # bashlex raises several kinds: anything it cannot read is not plain
