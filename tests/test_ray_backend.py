@@ -388,7 +388,7 @@ async def test_the_driver_log_gets_a_name_only_when_an_error_names_it(
         await backend.close()
     assert not list(tmp_path.iterdir())
 
-    failed = RayBackend(address="127.0.0.1:9", connect_timeout=5)
+    failed = RayBackend(address="127.0.0.1:9", connect_timeout=1)
     with pytest.raises(RayBackendError) as caught:
         await failed.start()
     named = list(tmp_path.iterdir())
