@@ -76,6 +76,19 @@ def recorded_starts(monkeypatch: pytest.MonkeyPatch) -> list[Start]:
     return starts
 
 
+async def run_a_tool_in_a_child(
+    tmp_path: Path, served: ModelServer, tool: Any, agent_name: str = "plain"
+) -> Any:
+    """One sub-agent with ``tool`` (a custom tool object) that calls it and answers with
+    its output; the completed result."""
+    served.responder = tool_then_text(tool.name, {})
+    orch = orchestrator(tmp_path, agent(agent_name, [tool.name]), tools=[tool])
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate(agent_name, "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    return result
+
+
 def own_ports(to_port: int) -> set[int]:
     """The local ports of this (the parent's) process's TCP connections to ``to_port``."""
     return {
@@ -130,11 +143,7 @@ async def test_a_relayed_sub_agents_process_never_imports_an_http_client(
 ) -> None:
     # Its requests go through the parent: the ~12 MiB of httpx, httpcore, h11, h2, anyio
     # and idna in the fork server's template cost every fork and exit about 1 ms.
-    served.responder = tool_then_text("http_stack", {})
-    orch = orchestrator(tmp_path, agent("plain", ["http_stack"]), tools=[relay_tools.http_stack])
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("plain", "go"), 60)
-    assert result.status is RunStatus.COMPLETED, result.error
+    result = await run_a_tool_in_a_child(tmp_path, served, relay_tools.http_stack)
     assert result.text == "none"
     assert served.requests  # answered through the parent, from its own httpx pool
 
@@ -165,11 +174,7 @@ def test_concurrent_children_spread_over_the_pools_and_give_their_place_back() -
 async def test_forged_model_calls_from_a_real_child_are_refused_and_never_sent(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
-    served.responder = tool_then_text("forge", {})
-    orch = orchestrator(tmp_path, agent("hostile", ["forge"]), tools=[relay_tools.forge])
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
-    assert result.status is RunStatus.COMPLETED, result.error
+    result = await run_a_tool_in_a_child(tmp_path, served, relay_tools.forge, "hostile")
     lines = dict(line.split(": ", 1) for line in result.text.splitlines())
     assert set(lines) == set(relay_tools.FORGED)
     assert all(
