@@ -85,6 +85,18 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_mutation_kills_policy.py tests/test_trust_table.py tests/test_trust.py",
         120,
     ),
+    # web_fetch connects to the address it checked, never one the name resolves to later.
+    "pinned-http": (
+        "orchestrator/delegation/_pinned_http.py",
+        "tests/test_web_fetch_rebinding.py tests/test_mutation_kills_pinned.py",
+        120,
+    ),
+    # A relayed child's copy of the base URL: no password, token or query.
+    "model-route": (
+        "orchestrator/delegation/_model_route.py",
+        "tests/test_model_route.py tests/test_model_relay.py",
+        120,
+    ),
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (
