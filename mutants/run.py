@@ -94,7 +94,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # A relayed child's copy of the base URL: no password, token or query.
     "model-route": (
         "orchestrator/delegation/_model_route.py",
-        "tests/test_model_route.py tests/test_model_relay.py",
+        "tests/test_mutation_kills_route.py tests/test_model_route.py tests/test_model_relay.py",
         120,
     ),
     # After the fast checks (FIRST), the real children: the lean request, and a real

@@ -103,13 +103,19 @@ async def test_a_body_cut_short_is_httpxs_error_not_httpcores() -> None:
             await client.get(f"http://{NAME}:{page.port}/")
 
 
-async def test_a_streamed_body_is_closed_with_the_response() -> None:
-    async with Page(b"x" * 100_000) as page, pinned_client(page.port) as client:
+async def test_a_body_left_unread_gives_its_connection_back_when_closed() -> None:
+    backend = PinnedBackend()
+    transport = PinnedTransport(backend)
+    async with Page(b"x" * 100_000) as page, httpx.AsyncClient(transport=transport) as client:
+        backend.pins[(NAME, page.port)] = "127.0.0.1"
         async with client.stream("GET", f"http://{NAME}:{page.port}/") as response:
             chunks: AsyncIterator[bytes] = response.aiter_raw()
-            first = await chunks.__anext__()
-            assert first
-        assert response.is_closed
+            assert await chunks.__anext__()
+            busy = [c for c in transport._pool.connections if not c.is_idle()]
+            assert busy  # the response holds its connection while it is read
+        # Closed early: httpcore's own stream is closed too, so the pool no longer
+        # counts its connection as in use (else every early close would leak one).
+        assert all(c.is_idle() or c.is_closed() for c in transport._pool.connections)
 
 
 @pytest.mark.parametrize(

@@ -25,13 +25,16 @@ from agentcell.protocol import AgentSpec
 from agentcell.worker import known_secrets, secret_digests
 from agentcell.worker.models import ModelError, resolve_model
 
+#: (backend, ``ray.model_route``) pairs whose children send their own requests: only a Ray
+#: child the user sends the node's way. Asked by membership: the pairs have no order.
+_DIRECT = frozenset({("ray", "node")})
+
 
 def route_model(spec: AgentSpec, settings: Settings, backend: str | None, *, custom: bool) -> None:
     """Send ``spec``'s model requests through the parent where they can go that way
     (``backend``: the definition's, else the settings')."""
-    backend = backend or settings.backend
-    through = backend == "local" or (backend == "ray" and settings.ray.model_route != "node")
-    if custom or not through or not relayed(spec.model):
+    route = (backend or settings.backend, settings.ray.model_route)
+    if custom or route in _DIRECT or not relayed(spec.model):
         return
     try:
         upstream = resolve_model(spec.model, upstream_options(settings, spec.model))
