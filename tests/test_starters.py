@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -13,6 +16,7 @@ from agentcell.orchestrator.backends import (
     MAX_STARTERS,
     OutcomeKind,
     WorkerPool,
+    _starters,
     default_starters,
     forkserver_pids,
     wait_gone,
@@ -121,3 +125,22 @@ def test_the_default_is_one_starter_per_four_cores_from_one_to_four(
     assert found == {1: 1, 2: 1, 7: 1, 8: 2, 16: 4, 64: 4}
     with pytest.raises(ValueError, match=f"from 1 to {MAX_STARTERS}"):
         WorkerPool(starters=MAX_STARTERS + 1)
+
+
+def test_a_process_started_with_its_own_environment_is_left_to_multiprocess() -> None:
+    # Its Popen was kept in a module list for ever (one more for every fork server ever
+    # started), and each still-running one warned at exit: 661 warnings in one suite run.
+    read, write = os.pipe()
+    code = "import os, sys; os.read(int(sys.argv[1]), 1)"
+    try:
+        with _starters._with_environment({"PATH": os.environ.get("PATH", "")}):
+            pid = _starters._spawnv_passfds(
+                sys.executable, [sys.executable, "-c", code, str(read)], [read]
+            )
+        gc.collect()  # a ResourceWarning here would fail the test (warnings are errors)
+        assert not [o for o in gc.get_objects() if isinstance(o, subprocess.Popen) and o.pid == pid]
+    finally:
+        os.close(write)  # the child reads EOF and exits
+        os.close(read)
+    # Nothing reaped it behind multiprocess's back: its status is still there to collect.
+    assert os.waitpid(pid, 0) == (pid, 0)
