@@ -7,16 +7,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends import RayHead, local_ray_head
-from agentcell.orchestrator.delegation import _prepare
-from agentcell.protocol import RunStatus, Start
+from agentcell.protocol import RunStatus
 from model_servers import ModelServer, Reply
+from test_model_relay import recorded_starts
 
 pytestmark = pytest.mark.slow
 KEY = "sk-ray-relay-key-0077"
@@ -53,14 +52,7 @@ async def test_a_ray_sub_agents_model_route(
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    starts: list[Start] = []
-    original = _prepare.Preparer.start
-
-    def recording(self: _prepare.Preparer, prepared: Any) -> Start:
-        starts.append(original(self, prepared))
-        return starts[-1]
-
-    monkeypatch.setattr(_prepare.Preparer, "start", recording)
+    starts = recorded_starts(monkeypatch)
     model_server.responder = lambda body, api: Reply(text="from the cluster")
     async with orchestrator(head, tmp_path, route) as orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 180)
