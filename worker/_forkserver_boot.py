@@ -40,12 +40,12 @@ signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 def _warm() -> None:
     """Pay once, here, the first-use costs every child would otherwise pay again.
 
-    The paths every sandbox allows, the built-in tools'
-    schemas and decoders, and one rehearsed agent run — engine, hooks, file tools, the
-    OpenAI client over the link transport a child uses (its model calls answered as
-    frames, SSE), frames: CPython specialises bytecode as it first runs, and a child
-    forked from a cold fork server would write those specialisations into pages it must
-    first copy (measured: about a tenth of a child's CPU under fan-out).
+    The paths every sandbox allows, the built-in tools' schemas and decoders, and one
+    rehearsed agent run — engine, hooks, file tools, the OpenAI client over the link
+    transport a child uses (its model calls answered as frames, SSE), frames: CPython
+    specialises bytecode as it first runs, and a child forked from a cold fork server
+    would write those specialisations into pages it must first copy (measured: about a
+    tenth of a child's CPU under fan-out).
     """
     import tempfile
 

@@ -30,7 +30,9 @@ PRELOAD_MODULES: list[str] = [
     # fork and exit ~1 ms (bench/README.md). A child that sends directly (a model object
     # of the caller's, a Ray node's route, an http MCP server) imports them itself;
     # the ``preload`` setting can put them back.
-    # Imported lazily by the allow rules' shell parser; it builds its tables at import.
+    #
+    # The allow rules' shell parser, imported at its first use (it builds its parse
+    # tables at import, ~120 ms): here so that no child builds them again.
     "bashlex",
     "agentcell.worker._proc",
     "agentcell.worker._child",
