@@ -338,3 +338,24 @@ def test_a_sentinel_past_descriptor_1024_still_reports_the_exit() -> None:
         with contextlib.suppress(OSError):
             os.close(high)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_sentinel_closed_without_a_code_is_the_fork_server_dying() -> None:
+    """Only the fork server's own death closes a child's sentinel with no exit code on
+    it, and that, not ``/proc``, is what says so: a SIGKILLed server closes its
+    descriptors before ``/proc`` shows it a zombie, and a check there raced the kernel
+    (the pool called a killed server alive and reported a plain exit 255)."""
+    import multiprocess.forkserver
+    from agentcell.orchestrator.backends._starters import ForkedChild
+
+    for written, code, died in ((None, 255, True), (255, 255, False), (0, 0, False)):
+        read_end, write_end = os.pipe()
+        child = ForkedChild(pid=0, sentinel=read_end, forkserver=None)
+        if written is not None:  # the server reports the child's own exit code
+            multiprocess.forkserver.write_signed(write_end, written)
+        os.close(write_end)
+        try:
+            assert child.poll() == code
+            assert child.server_died is died, written
+        finally:
+            child.close()

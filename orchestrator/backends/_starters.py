@@ -125,6 +125,10 @@ class ForkedChild:
         self.sentinel = sentinel
         self.forkserver = forkserver
         self.returncode: int | None = None
+        # The sentinel closed with no exit code on it: only the server's own death does
+        # that. This, not /proc, is the proof: a killed process closes its descriptors
+        # before /proc shows it a zombie, so a check there races the kernel's exit.
+        self.server_died = False
 
     def poll(self) -> int | None:
         """The exit code once the child has exited, else None (never blocks)."""
@@ -138,6 +142,7 @@ class ForkedChild:
                 self.returncode = multiprocess.forkserver.read_signed(self.sentinel)
             except (OSError, EOFError):
                 self.returncode = 255  # the fork server itself died (as multiprocess says)
+                self.server_died = True
         return self.returncode
 
     def close(self) -> None:

@@ -324,7 +324,7 @@ class _Worker:
             detail = f"{self.failure.error_type}: {self.failure.message}"
             return ChildOutcome(kind=OutcomeKind.FAILURE, detail=detail, **common)  # type: ignore[arg-type]
         kind = OutcomeKind.SIGNALED if sig is not None else OutcomeKind.EXITED
-        if self.forkserver is not None and not proc.is_alive(self.forkserver):
+        if self.process.server_died:
             exit_text = (
                 "its fork server died (killed from outside?), and the child with it; "
                 "the pool starts a new fork server for the next runs"
