@@ -23,6 +23,11 @@ from typing import Any
 PHASES: tuple[tuple[str, str, str], ...] = (
     ("harden (setsid, prctl, oom, fds, faulthandler)", "agentcell.worker._child", "_harden"),
     ("spare's cgroup, made before its Hello", "agentcell.worker._cgroup", "ProcessCap.prepare"),
+    (
+        "spare's temp folder and common Landlock rules, before its Hello",
+        "agentcell.worker._sandbox_spare",
+        "prepare",
+    ),
     ("pre-connect to the model endpoint", "agentcell.worker.models._client", "prepare_connection"),
     ("open the pipe", "agentcell.protocol", "PipeChannel.open"),
     ("Hello → Start → run → Result (all of _serve)", "agentcell.worker._child", "_serve"),

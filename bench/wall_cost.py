@@ -94,7 +94,7 @@ def render(result: dict[str, dict[str, float]], n: int, rounds: int) -> str:
         "| part | CPU ms | minor faults |",
         "|---|---|---|",
     ]
-    for _attr, label in SECTIONS:
+    for _module, _attr, label in SECTIONS:
         if f"{label} ms" in inside:
             lines.append(
                 f"| {label} | {inside[f'{label} ms']:.3f} | {inside[f'{label} faults']:.0f} |"

@@ -32,14 +32,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-#: The parts of ``_sandbox.apply`` timed inside each child (module attribute, label).
+#: The parts of ``_sandbox.apply`` timed inside each child (module, attribute, label).
+#: These children are forked here, not spares: nothing is made before the walls
+#: (``_sandbox_spare.prepare``), so every part is on the clock.
 SECTIONS = (
-    ("apply", "_sandbox.apply (all)"),
-    ("_restrict_process", "  Landlock ruleset (with the mounts)"),
-    ("_read_paths", "    read paths worked out"),
-    ("_allow", "    rules from held descriptors (~165)"),
-    ("_grant_folders", "    grants (+ mount namespace, tmp cap)"),
-    ("_install_seccomp", "  seccomp filter (check + install)"),
+    ("_sandbox", "apply", "_sandbox.apply (all)"),
+    ("_sandbox", "_restrict_process", "  Landlock ruleset (with the mounts)"),
+    ("_sandbox", "_read_paths", "    read paths worked out"),
+    ("_common_rules", "allow", "    rules from held descriptors (~165)"),
+    ("_sandbox", "_grant_folders", "    grants (+ mount namespace, tmp cap)"),
+    ("_sandbox", "_install_seccomp", "  seccomp filter (check + install)"),
 )
 
 
@@ -49,12 +51,13 @@ def _usage() -> tuple[float, int]:
 
 
 def _timed(sections: dict[str, list[float]]) -> None:
-    """Wrap each of ``SECTIONS`` in ``_sandbox`` (in this child only) to add up into
-    ``sections`` its CPU seconds and minor faults."""
-    from agentcell.worker import _sandbox
+    """Wrap each of ``SECTIONS`` (in this child only) to add up into ``sections`` its
+    CPU seconds and minor faults."""
+    import importlib
 
-    for attr, label in SECTIONS:
-        func = getattr(_sandbox, attr)
+    for module_name, attr, label in SECTIONS:
+        module = importlib.import_module(f"agentcell.worker.{module_name}")
+        func = getattr(module, attr)
 
         def timed(*a: Any, _func: Any = func, _label: str = label, **k: Any) -> Any:
             cpu0, faults0 = _usage()
@@ -66,7 +69,7 @@ def _timed(sections: dict[str, list[float]]) -> None:
                 row[0] += cpu1 - cpu0
                 row[1] += faults1 - faults0
 
-        setattr(_sandbox, attr, timed)
+        setattr(module, attr, timed)
 
 
 def wall_forks(conn: Any, workdir: str, variant: str, n: int) -> None:

@@ -1,7 +1,8 @@
 """A sub-agent process target that records which paths its Landlock set-up opened.
 
 Given to ``WorkerPool(target=...)``: it wraps agentcell's own ``child_main``, counts
-every ``os.open`` with ``O_PATH`` made while the child builds its ruleset, and writes
+every ``os.open`` with ``O_PATH`` made while the child builds its ruleset (before its
+Hello, ``_sandbox_spare.prepare``, and at the sandbox's entry), and writes
 the list (JSON, one line) to ``report`` through a descriptor opened before the sandbox.
 """
 
@@ -16,7 +17,7 @@ from agentcell.worker.process import child_main
 
 
 def counting_child(report: str, use_held: bool, conn: Any, *args: Any) -> None:
-    from agentcell.worker import _landlock_held, _sandbox
+    from agentcell.worker import _landlock_held, _sandbox, _sandbox_spare
 
     if not use_held:
         _landlock_held.forget()  # the control: every path opened here, as before
@@ -45,5 +46,14 @@ def counting_child(report: str, use_held: bool, conn: Any, *args: Any) -> None:
             }
             os.write(out, json.dumps(report).encode() + b"\n")
 
+    def counted_prepare() -> None:  # a spare adds the shared rules before its Hello
+        os.open = counting_open  # type: ignore[assignment]
+        try:
+            prepare()
+        finally:
+            os.open = real_open  # type: ignore[assignment]
+
+    prepare = _sandbox_spare.prepare
+    _sandbox_spare.prepare = counted_prepare  # type: ignore[assignment]
     _sandbox._restrict_process = counted_restrict  # type: ignore[assignment]
     child_main(conn, *args)

@@ -382,7 +382,7 @@ async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
 def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fork server lists /etc once and its children reuse the answer; an entry added
     # to (or removed from) /etc changes its mtime, and the next sandbox lists it again.
-    from agentcell.worker import _sandbox
+    from agentcell.worker import _common_rules
 
     stamp = [1]
     listed: list[str] = []
@@ -392,16 +392,16 @@ def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyP
         listed.append(path)
         return list(names) if path == "/etc" else []
 
-    monkeypatch.setattr(_sandbox, "_mtime_ns", lambda path: stamp[0])
-    monkeypatch.setattr(_sandbox.os, "listdir", listdir)
-    monkeypatch.setattr(_sandbox, "_etc_cache", {})
-    first = _sandbox._etc_paths()
+    monkeypatch.setattr(_common_rules, "_mtime_ns", lambda path: stamp[0])
+    monkeypatch.setattr(_common_rules.os, "listdir", listdir)
+    monkeypatch.setattr(_common_rules, "_etc_cache", {})
+    first = _common_rules.etc_paths()
     assert "/etc/hosts" in first and "/etc/shadow" not in first
     calls = len(listed)
-    assert _sandbox._etc_paths() == first and len(listed) == calls  # reused
+    assert _common_rules.etc_paths() == first and len(listed) == calls  # reused
     names.append("added.conf")
     stamp[0] = 2  # what adding the file did to /etc's mtime
-    assert "/etc/added.conf" in _sandbox._etc_paths() and len(listed) > calls
+    assert "/etc/added.conf" in _common_rules.etc_paths() and len(listed) > calls
 
 
 async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_removes_it(

@@ -59,7 +59,7 @@ from agentcell.protocol import (
     frame_is_authentic,
     sign_frame,
 )
-from agentcell.worker import _cgroup, _landlock_held, _proc, _sandbox
+from agentcell.worker import _cgroup, _landlock_held, _proc, _sandbox, _sandbox_spare
 from agentcell.worker._answer_cap import capped_answer, fitted_events
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
@@ -82,6 +82,9 @@ class ChildBoot:
     # Make the process's cgroup (the sub-agent's process cap) before the Hello: moving
     # into a cgroup waits on kernel locks, ~10 ms and more when many processes start.
     prepare_process_cap: bool = True
+    # Make the private temp folder and a Landlock ruleset with the rules every sandbox
+    # has before the Hello too (``_sandbox_spare.prepare``): ~1 ms off a run's path.
+    prepare_sandbox: bool = True
 
 
 #: The modules this process had when it started (inherited from the fork server).
@@ -284,6 +287,8 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
     _harden(boot)
     if boot.prepare_process_cap:
         _cgroup.ProcessCap.prepare()
+    if boot.prepare_sandbox:
+        _sandbox_spare.prepare()
 
     async def pipe() -> ChildChannel:
         if boot.prepare_url:  # before the Hello: a ready spare is a connected one

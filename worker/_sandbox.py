@@ -41,26 +41,24 @@ from typing import Any
 
 from agentcell.worker import (
     _cgroup,
+    _common_rules,
     _egress_relay,
     _grants,
     _landlock,
     _landlock_held,
     _mountns,
+    _sandbox_spare,
     _seccomp,
     _tmpcap,
 )
 from agentcell.worker._landlock import Ruleset
+from agentcell.worker._sandbox_spare import private_tmp
+
+__all__ = ["private_tmp"]  # where the parent and the tests have always found it
 
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
 DEFAULT_MAX_PROCESSES = 512
 
-#: Files of /etc that hold secrets: never readable inside the sandbox.
-_ETC_SECRETS = frozenset(
-    {"shadow", "shadow-", "gshadow", "gshadow-", "sudoers", "sudoers.d", "security", "ssl"}
-)
-_SYSTEM_READ = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/sys")
-#: No tty device (``/dev/tty``, ``/dev/pts``): the user's terminal is never in the walls.
-_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWNET = 0x40000000
 
@@ -248,12 +246,6 @@ class Sandbox:
                         os.unlink(entry.path)
 
 
-def private_tmp(pid: int) -> Path:
-    """The private temp folder of sub-agent process ``pid`` (it cannot remove it itself:
-    that takes a right on the folder above, which it does not have)."""
-    return Path(tempfile.gettempdir()) / f"agentcell-sandbox-{os.getuid()}" / str(pid)
-
-
 def remove_stale_tmps() -> list[int]:
     """Remove the private temp folders of sub-agent processes that are gone (a SIGKILLed
     orchestrator never released them: 201 MiB in one case); returns their pids.
@@ -310,18 +302,11 @@ def apply(
     box.tmp_size_mb = tmp_size_mb
     CURRENT = box
     if box.mode == "off":
+        _sandbox_spare.drop_spare_ruleset()
         return box
     caps_abi = _landlock.abi_version()
     box.abi = caps_abi
-    private = private_tmp(os.getpid())
-    private.parent.mkdir(mode=0o700, exist_ok=True)
-    if private.parent.is_symlink() or private.parent.stat().st_uid != os.getuid():
-        raise OSError(f"{private.parent} is not this user's own folder: remove it")
-    # A folder under our pid is a leftover of an earlier process that had the same pid
-    # (pids are reused; one whose parent died before cleaning up leaves it): it is stale.
-    shutil.rmtree(private, ignore_errors=True)
-    private.mkdir(mode=0o700)
-    box.tmpdir = str(private)
+    box.tmpdir = str(_sandbox_spare.spare_tmp() or _sandbox_spare.make_private_tmp())
     os.environ["TMPDIR"] = box.tmpdir
     tempfile.tempdir = box.tmpdir
     if env is not None:
@@ -391,17 +376,19 @@ def _restrict_process(
 ) -> None:
     # Writable never includes making device nodes: as root, ``mknod`` of the terminal's
     # (or a disk's) numbers in the workdir would open what the walls keep out.
-    handled = _landlock.fs_rights(abi)
-    everything = handled & ~(_landlock.MAKE_CHAR | _landlock.MAKE_BLOCK)
-    net = _landlock.net_rights(abi) if model_ports is not None else 0
-    ruleset = Ruleset(fs=handled, net=net, scoped=_landlock.scopes(abi))
+    everything = _landlock.fs_rights(abi) & ~(_landlock.MAKE_CHAR | _landlock.MAKE_BLOCK)
+    etc_key = _common_rules.etc_key_now()
+    wall_tcp = model_ports is not None
+    ruleset = _sandbox_spare.spare_ruleset(abi, wall_tcp=wall_tcp, etc_key=etc_key)
+    if ruleset is None:
+        ruleset = _common_rules.new_ruleset(abi, wall_tcp=wall_tcp)
+        try:
+            _common_rules.allow_common(ruleset, etc_key)
+        except BaseException:
+            ruleset.close()
+            raise
     try:
-        etc_key = _etc_key()
-        _allow(ruleset, _read_paths(workdir, read_paths), _landlock.READ, etc_key)
-        _allow(ruleset, ["/etc"], _landlock.READ_DIR, etc_key)  # listing only: files one by one
-        _allow(ruleset, _etc_paths(etc_key), _landlock.READ_FILE | _landlock.READ_DIR, etc_key)
-        device = _landlock.READ_FILE | _landlock.WRITE_FILE | _landlock.IOCTL_DEV
-        _allow(ruleset, _DEVICES, device, etc_key)
+        _common_rules.allow(ruleset, _read_paths(workdir, read_paths), _landlock.READ, etc_key)
         _grant_folders(
             box, ruleset, everything, workdir=workdir, run_dir=run_dir, memory_dir=memory_dir
         )
@@ -416,17 +403,6 @@ def _restrict_process(
         ruleset.close()
     if abi < 6:
         box.missing.append("signal scoping (Landlock ABI 6)")
-
-
-def _allow(ruleset: Ruleset, paths: Iterable[str], rights: int, etc_key: tuple[int, ...]) -> None:
-    """A rule for each path: from the fork server's descriptor where it holds one
-    (``_landlock_held``), else opened here."""
-    for path in paths:
-        held = _landlock_held.lookup(path, etc_key)
-        if held is None:
-            ruleset.allow_path(path, rights)
-        else:
-            ruleset.allow_fd(held.fd, rights, path, is_dir=held.is_dir)
 
 
 def _grant_folders(
@@ -501,9 +477,11 @@ def _ports(port: int | None) -> list[int]:
 
 
 def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
-    """System folders and the Python runtime this process runs (with its source checkout)."""
+    """The Python runtime this process runs (with its source checkout), git's and the
+    version managers' folders, and ``extra``: what is read-only besides the system
+    folders (``_allow_common``), and depends on the workdir."""
     home = os.path.realpath(os.path.expanduser("~"))
-    paths = list(_SYSTEM_READ)
+    paths: list[str] = []
     runtime = _runtime_paths(
         home,
         tuple(sys.path),
@@ -604,12 +582,12 @@ def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
         (sys.prefix, sys.base_prefix, sys.exec_prefix),
         sys.executable,
     )
-    key = _etc_key()
-    _etc_paths(key)
+    key = _common_rules.etc_key_now()
+    _common_rules.etc_paths(key)
     _seccomp.warm()
-    stable = [*_SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
-    _landlock_held.hold([*stable, "/etc", *_DEVICES])
-    _landlock_held.hold_etc(_etc_paths(key), key)
+    stable = [*_common_rules.SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
+    _landlock_held.hold([*stable, "/etc", *_common_rules.DEVICES])
+    _landlock_held.hold_etc(_common_rules.etc_paths(key), key)
 
 
 def _git_admin(workdir: str) -> list[tuple[str, bool]]:
@@ -634,54 +612,3 @@ def _git_admin(workdir: str) -> list[tuple[str, bool]]:
 
 def _contains(folder: str, path: str) -> bool:
     return os.path.realpath(path).startswith(folder.rstrip("/") + "/") or folder == path
-
-
-def _etc_key() -> tuple[int, ...]:
-    """The modification times of the folders ``_etc_paths`` lists (an entry added,
-    removed, renamed or replaced in one changes its time)."""
-    return (_mtime_ns("/etc"), _mtime_ns("/etc/ssh"), _mtime_ns("/etc/ssl"))
-
-
-def _etc_paths(key: tuple[int, ...] | None = None) -> list[str]:
-    """``/etc`` entry by entry, without the secrets (Landlock rules can only allow).
-
-    Cached while ``/etc``, ``/etc/ssh`` and ``/etc/ssl`` keep their modification times
-    (``_etc_key``), so a fork server's children reuse its listing."""
-    key = _etc_key() if key is None else key
-    cached = _etc_cache.get(key)
-    if cached is None:
-        cached = list(_list_etc())
-        _etc_cache.clear()
-        _etc_cache[key] = cached
-    return cached
-
-
-_etc_cache: dict[tuple[int, ...], list[str]] = {}
-
-
-def _mtime_ns(path: str) -> int:
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return -1
-
-
-def _list_etc() -> Iterable[str]:
-    try:
-        names = os.listdir("/etc")
-    except OSError:
-        return
-    for name in sorted(names):
-        if name in _ETC_SECRETS:
-            continue
-        path = f"/etc/{name}"
-        if name == "ssh":  # host keys: only the public halves and the configuration
-            with contextlib.suppress(OSError):
-                for inner in os.listdir(path):
-                    if not inner.endswith("_key"):
-                        yield f"{path}/{inner}"
-            continue
-        yield path
-    yield "/etc/ssl/certs"
-    for name in ("openssl.cnf", "cert.pem"):
-        yield f"/etc/ssl/{name}"
