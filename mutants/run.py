@@ -105,6 +105,12 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
         90,
     ),
+    # What a spare made before its Hello is used only where it still fits.
+    "sandbox-spare": (
+        "worker/_sandbox_spare.py",
+        "tests/test_sandbox_spare.py",
+        90,
+    ),
     # The proof that mutants run in the children: only the line of the child's own
     # approval check is mutated, and only a child-side test can kill its mutants.
     "child-approval": (
