@@ -171,3 +171,150 @@ def test_a_process_forked_from_a_spare_does_not_use_its_ruleset(
     prepared_here.pid -= 1
     assert _sandbox_spare.spare_ruleset(abi, wall_tcp=True, etc_key=(0,)) is None  # /etc changed
     assert prepared_here.ruleset is None  # closed: it did not fit
+
+
+def test_a_spare_of_a_lower_pid_is_not_this_process(prepared_here: _sandbox_spare.Spare) -> None:
+    prepared_here.pid -= 1
+    try:
+        assert _sandbox_spare.own_spare() is None
+    finally:
+        prepared_here.pid += 1
+    assert _sandbox_spare.own_spare() is prepared_here
+
+
+@pytest.mark.parametrize("shift", [-1, 1])
+def test_a_folder_of_another_inode_either_way_is_not_used(
+    prepared_here: _sandbox_spare.Spare, shift: int
+) -> None:
+    device, inode = prepared_here.tmp_identity
+    prepared_here.tmp_identity = (device, inode + shift)
+    assert _sandbox_spare.spare_tmp() is None
+
+
+def test_a_spares_folder_removed_meanwhile_is_not_used(
+    prepared_here: _sandbox_spare.Spare,
+) -> None:
+    assert prepared_here.tmpdir is not None
+    prepared_here.tmpdir.rmdir()
+    assert _sandbox_spare.spare_tmp() is None
+
+
+@pytest.mark.parametrize("etc_key", [(0,), (2**62, 2**62, 2**62)])
+def test_a_ruleset_from_another_etc_either_way_is_not_used(
+    prepared_here: _sandbox_spare.Spare, etc_key: tuple[int, ...]
+) -> None:
+    ruleset = prepared_here.ruleset
+    assert ruleset is not None
+    found = _sandbox_spare.spare_ruleset(prepared_here.abi, wall_tcp=True, etc_key=etc_key)
+    assert found is None and ruleset.fd == -1  # closed
+
+
+def test_a_ruleset_of_other_tcp_handling_is_not_used(prepared_here: _sandbox_spare.Spare) -> None:
+    ruleset = prepared_here.ruleset
+    assert ruleset is not None
+    key = prepared_here.etc_key
+    assert _sandbox_spare.spare_ruleset(prepared_here.abi, wall_tcp=False, etc_key=key) is None
+    assert ruleset.fd == -1
+
+
+def test_the_ruleset_that_fits_is_handed_over_once(prepared_here: _sandbox_spare.Spare) -> None:
+    abi, key = prepared_here.abi, prepared_here.etc_key
+    ruleset = _sandbox_spare.spare_ruleset(abi, wall_tcp=True, etc_key=key)
+    assert ruleset is not None and ruleset.fd >= 0
+    try:
+        assert _sandbox_spare.spare_ruleset(abi, wall_tcp=True, etc_key=key) is None
+    finally:
+        ruleset.close()
+
+
+def test_a_run_without_walls_closes_the_spares_ruleset(
+    prepared_here: _sandbox_spare.Spare,
+) -> None:
+    ruleset = prepared_here.ruleset
+    assert ruleset is not None
+    _sandbox_spare.drop_spare_ruleset()
+    assert ruleset.fd == -1 and prepared_here.ruleset is None
+    _sandbox_spare.drop_spare_ruleset()  # nothing left: nothing to do
+    _sandbox_spare._spare = None
+    _sandbox_spare.drop_spare_ruleset()
+
+
+@pytest.mark.parametrize("abi", [0, 1])
+def test_a_ruleset_is_made_before_the_hello_exactly_where_landlock_is(
+    monkeypatch: pytest.MonkeyPatch, abi: int
+) -> None:
+    from agentcell.worker import _landlock
+
+    monkeypatch.setattr(_landlock, "abi_version", lambda: abi)
+    _sandbox_spare.prepare()
+    spare = _sandbox_spare._spare
+    assert spare is not None
+    try:
+        assert (spare.ruleset is not None) is (abi >= 1)
+        assert spare.abi == abi
+    finally:
+        if spare.ruleset is not None:
+            spare.ruleset.close()
+        _sandbox_spare._spare = None
+        shutil.rmtree(_sandbox_spare.private_tmp(os.getpid()), ignore_errors=True)
+
+
+def test_a_ruleset_that_could_not_be_filled_is_closed_and_left_to_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentcell.worker import _common_rules
+
+    made: list[Any] = []
+    new_ruleset = _common_rules.new_ruleset
+
+    def recorded(*args: Any, **kwargs: Any) -> Any:
+        made.append(new_ruleset(*args, **kwargs))
+        return made[-1]
+
+    def refused(*args: Any) -> None:
+        raise OSError("landlock_add_rule: refused")
+
+    monkeypatch.setattr(_common_rules, "new_ruleset", recorded)
+    monkeypatch.setattr(_common_rules, "allow_common", refused)
+    _sandbox_spare.prepare()
+    spare = _sandbox_spare._spare
+    try:
+        assert spare is not None and spare.ruleset is None
+        assert len(made) == 1 and made[0].fd == -1  # not left open
+    finally:
+        _sandbox_spare._spare = None
+        shutil.rmtree(_sandbox_spare.private_tmp(os.getpid()), ignore_errors=True)
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A temp root of this test's own (``tempfile.tempdir``): the folder above every
+    sub-agent's private one is made, checked and tampered with there."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return _sandbox_spare.private_tmp(os.getpid()).parent
+
+
+def test_the_private_folders_are_the_users_alone(own_tmp: Path) -> None:
+    private = _sandbox_spare.make_private_tmp()
+    assert private.parent == own_tmp
+    assert own_tmp.stat().st_mode & 0o777 == 0o700
+    assert private.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_folder_above_that_is_a_link_is_refused(own_tmp: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    own_tmp.symlink_to(elsewhere)
+    with pytest.raises(OSError, match="not this user's own folder"):
+        _sandbox_spare.make_private_tmp()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="only root can give a folder to another user")
+@pytest.mark.parametrize("owner", [1, 65534])
+def test_a_folder_above_of_another_user_is_refused(own_tmp: Path, owner: int) -> None:
+    own_tmp.mkdir(mode=0o700)
+    os.chown(own_tmp, owner, owner)
+    with pytest.raises(OSError, match="not this user's own folder"):
+        _sandbox_spare.make_private_tmp()
