@@ -9,6 +9,7 @@ process was restricted with; unreadable, that a new one was made.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import socket
 from pathlib import Path
@@ -27,6 +28,15 @@ def _is_ruleset(fd: int) -> bool:
 def _can_read(path: str) -> bool:
     try:
         Path(path).read_bytes()
+    except OSError:
+        return False
+    return True
+
+
+def _can_write(path: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write("x")
     except OSError:
         return False
     return True
@@ -76,15 +86,4 @@ async def run(start: Start, link: ChildLink) -> RunResult:
         "devnull": _can_write("/dev/null"),
         "tcp": _tcp(int(args["port"])),
     }
-    import json
-
     return RunResult(status=RunStatus.COMPLETED, text=json.dumps(report))
-
-
-def _can_write(path: str) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write("x")
-    except OSError:
-        return False
-    return True

@@ -479,7 +479,7 @@ def _ports(port: int | None) -> list[int]:
 def _read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
     """The Python runtime this process runs (with its source checkout), git's and the
     version managers' folders, and ``extra``: what is read-only besides the system
-    folders (``_allow_common``), and depends on the workdir."""
+    folders (``_common_rules.allow_common``), and depends on the workdir."""
     home = os.path.realpath(os.path.expanduser("~"))
     paths: list[str] = []
     runtime = _runtime_paths(
