@@ -97,6 +97,13 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_mutation_kills_route.py tests/test_model_route.py tests/test_model_relay.py",
         120,
     ),
+    # The parent's plain-HTTP route: the block guard, reuse only of finished answers,
+    # the pool's bound and wait, and failures in the httpx route's words.
+    "h11-route": (
+        "worker/models/_h11_transport.py",
+        "tests/test_h11_transport.py",
+        60,
+    ),
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (

@@ -196,6 +196,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "agentcell.worker.models": [
         "AnthropicModel",
+        "Endpoint",
+        "H11Pool",
         "HttpxTransport",
         "Model",
         "ModelError",
@@ -218,6 +220,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "TransportResponse",
         "complete",
         "estimate_tokens",
+        "h11_route",
         "make_client",
         "parse_retry_after",
         "request_gate",

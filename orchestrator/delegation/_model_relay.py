@@ -22,7 +22,7 @@ import contextlib
 import functools
 import importlib.util
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
@@ -46,11 +46,15 @@ from agentcell.protocol import (
 )
 from agentcell.worker.models import (
     AnthropicModel,
+    Endpoint,
+    H11Pool,
     HttpxTransport,
     ModelError,
+    ModelTransport,
     OpenAIChatModel,
     Retry,
     estimate_tokens,
+    h11_route,
     make_client,
     parse_retry_after,
     resolve_model,
@@ -137,25 +141,31 @@ def _shown(text: str) -> str:
 
 def check_call(spec: AgentSpec, body: bytes) -> str:
     """Why the parent will not send ``body`` for this child ("" if it will)."""
+    return _checked(spec, body)[0]
+
+
+def _checked(spec: AgentSpec, body: bytes) -> tuple[str, dict[str, msgspec.Raw]]:
+    """``check_call``'s answer, and the body's top level as it was checked (what goes
+    upstream, re-encoded: decoded once per call)."""
     provider, _, name = spec.model.partition(":")
     if not spec.model_via_parent or provider not in ALLOWED_KEYS:
-        return f"this sub-agent's model {spec.model!r} is not reached through the orchestrator"
+        why = f"this sub-agent's model {spec.model!r} is not reached through the orchestrator"
+        return why, {}
     if len(body) > MAX_CALL_BYTES:
-        return f"the request body has {len(body)} bytes, more than the {MAX_CALL_BYTES} allowed"
+        return f"the request body has {len(body)} bytes, more than the {MAX_CALL_BYTES} allowed", {}
     try:
         top = _decode_top(body)
         model = _decode_model(top["model"]) if "model" in top else ""
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return "the request body is not a JSON object with a string 'model'"
+        return "the request body is not a JSON object with a string 'model'", {}
     if model != name:
-        return f"the request names model {_shown(model)}, but this sub-agent runs on {name!r}"
+        why = f"the request names model {_shown(model)}, but this sub-agent runs on {name!r}"
+        return why, top
     unknown = sorted(set(top) - ALLOWED_KEYS[provider])
     if unknown:
         shown = ", ".join(map(_shown, unknown[:4])) + (", …" if len(unknown) > 4 else "")
-        return f"the request sets {shown}, not allowed for {provider}"
-    if why := _unpriced(spec, provider, top):
-        return why
-    return ""
+        return f"the request sets {shown}, not allowed for {provider}", top
+    return _unpriced(spec, provider, top), top
 
 
 def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> str:
@@ -172,19 +182,24 @@ def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> st
 
 
 class ModelPools:
-    """The parent's httpx clients for relayed requests: ``SHARDS`` small pools per
-    endpoint, each child on one. Small, because httpcore rescans every connection of a
-    pool each time a request starts or ends (and counts its idle ones once per
-    connection: quadratic in the pool's size); 128 children then share a pool by four.
-    A child takes the shard with the fewest children on it, the first such: sub-agents
-    one after another reuse one pool's open connections (turn by turn, each new child
-    made a new client and opened a new connection for its first request, 32 times)."""
+    """The parent's connection pools for relayed requests: ``SHARDS`` small pools per
+    endpoint, each child on one. For a plain-HTTP server, h11 connections of our own
+    (``H11Pool``: a third of httpx's CPU per request, on the parent's serial path); for
+    HTTPS (HTTP/2 offered) and through a proxy, httpx clients. Small, because httpcore
+    rescans every connection of a pool each time a request starts or ends (and counts
+    its idle ones once per connection: quadratic in the pool's size); 128 children then
+    share a pool by four. A child takes the shard with the fewest children on it, the
+    first such: sub-agents one after another reuse one pool's open connections (turn by
+    turn, each new child made a new client and opened a new connection for its first
+    request, 32 times)."""
 
     SHARDS = 32
     CONNECTIONS_PER_SHARD = 8
 
     def __init__(self) -> None:
         self._clients: dict[tuple[str, float, int], httpx.AsyncClient] = {}
+        self._h11_pools: dict[tuple[str, float, int], H11Pool] = {}
+        self._h11_route: dict[str, bool] = {}  # by base URL (proxy look-ups are not free)
         self._children = [0] * self.SHARDS  # children on each shard now
         self._http2 = importlib.util.find_spec("h2") is not None
 
@@ -195,6 +210,25 @@ class ModelPools:
 
     def leave_shard(self, shard: int) -> None:
         self._children[shard] -= 1
+
+    def transport(
+        self, url: str, headers: Mapping[str, str], endpoint: Endpoint, shard: int
+    ) -> ModelTransport:
+        """A model's requests (its URL and headers, the key among them) sent from
+        ``shard``'s pool for the model's endpoint."""
+        base, timeout = endpoint.base_url, endpoint.timeout
+        plain = self._h11_route.get(base)
+        if plain is None:
+            plain = self._h11_route[base] = h11_route(base)
+        if not plain:
+            return HttpxTransport(lambda: self.client(base, timeout, shard), url, headers, endpoint)
+        key = (base, timeout, shard)
+        pool = self._h11_pools.get(key)
+        if pool is None:
+            pool = self._h11_pools[key] = H11Pool(
+                base, endpoint, max_connections=self.CONNECTIONS_PER_SHARD
+            )
+        return pool.transport(url, headers)
 
     def client(self, base_url: str, timeout: float, shard: int) -> httpx.AsyncClient:
         key = (base_url, timeout, shard)
@@ -210,6 +244,9 @@ class ModelPools:
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
+        h11_pools, self._h11_pools = list(self._h11_pools.values()), {}
+        for pool in h11_pools:
+            await pool.aclose()
         for client in clients:
             await client.aclose()
 
@@ -236,7 +273,7 @@ class ModelRelay:
         self._send_nowait = send_nowait
         self._start = start
         self._calls: dict[int, asyncio.Task[None]] = {}
-        self._upstream: HttpxTransport | None = None
+        self._upstream: ModelTransport | None = None
         self._shard = pools.take_shard()
         self._on_shard = True
         self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
@@ -260,13 +297,13 @@ class ModelRelay:
             self._refuse(frame.id, f"call id {frame.id} is already in flight")
         elif len(self._calls) >= MAX_CALLS_PER_CHILD:
             self._refuse(frame.id, f"more than {MAX_CALLS_PER_CHILD} model calls in flight")
-        elif why := check_call(self._spec, frame.body):
-            self._refuse(frame.id, why)
+        elif (checked := _checked(self._spec, frame.body))[0]:
+            self._refuse(frame.id, checked[0])
         else:
             # What goes upstream is the object checked, re-encoded: a key given twice
             # ({"model": "a", "model": "b"}) would mean the last one to this check and
             # maybe the first to the server's parser.
-            body = msgspec.json.encode(_decode_top(frame.body))
+            body = msgspec.json.encode(checked[1])
             task = self._start(self._serve(msgspec.structs.replace(frame, body=body)))
             self._calls[frame.id] = task
             task.add_done_callback(functools.partial(self._ended, frame.id))
@@ -305,7 +342,7 @@ class ModelRelay:
         with contextlib.suppress(ChannelClosed):
             self._send_nowait(ModelEnd(id=call_id, error_kind="refused", message=why))
 
-    def _transport(self) -> HttpxTransport:
+    def _transport(self) -> ModelTransport:
         """The parent's copy of the child's model, sending from this child's shard."""
         if self._upstream is None:
             model = resolve_model(
@@ -315,7 +352,7 @@ class ModelRelay:
             model.check_ready()  # no key for the official API: the child says so, in words
             shard, pools = self._shard, self._pools
             self._upstream = model.transport_over(
-                lambda base, timeout: pools.client(base, timeout, shard)
+                lambda url, headers, endpoint: pools.transport(url, headers, endpoint, shard)
             )
         return self._upstream
 

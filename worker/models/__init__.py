@@ -3,9 +3,10 @@
 Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
 this ``__all__`` is what other layers of agentcell may import, and may change.
 
-``HttpxTransport`` and ``make_client`` (the direct route) are imported when first asked
-for: they import httpx, which a sub-agent's process, whose requests go through the
-parent, never needs (the fork server's template is ~12 MiB smaller without it).
+``HttpxTransport`` and ``make_client`` (the direct route) and ``H11Pool`` (the parent
+relay's plain-HTTP route) are imported when first asked for: they import httpx, which a
+sub-agent's process, whose requests go through the parent, never needs (the fork
+server's template is ~12 MiB smaller without it).
 """
 
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
 from agentcell.worker.models._transport import (
     RELAYED_HEADERS,
+    Endpoint,
     ModelTransport,
     Retry,
     TransportResponse,
@@ -42,11 +44,14 @@ from agentcell.worker.models._transport import (
 
 if TYPE_CHECKING:
     from agentcell.worker.models._client import make_client
+    from agentcell.worker.models._h11_transport import H11Pool, h11_route
     from agentcell.worker.models._httpx_transport import HttpxTransport
 
 _DIRECT_ROUTE = {
     "HttpxTransport": "agentcell.worker.models._httpx_transport",
     "make_client": "agentcell.worker.models._client",
+    "H11Pool": "agentcell.worker.models._h11_transport",
+    "h11_route": "agentcell.worker.models._h11_transport",
 }
 
 
@@ -62,6 +67,8 @@ __all__ = [
     "RELAYED_HEADERS",
     "THINKING_BUDGETS",
     "AnthropicModel",
+    "Endpoint",
+    "H11Pool",
     "HttpxTransport",
     "OpenAIChatModel",
     "Model",
@@ -82,6 +89,7 @@ __all__ = [
     "TransportResponse",
     "complete",
     "estimate_tokens",
+    "h11_route",
     "make_client",
     "parse_retry_after",
     "request_gate",

@@ -5,17 +5,13 @@ to authenticate, how to build a request body, and how to parse its stream."""
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, ClassVar
 
 from agentcell.worker._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
-from agentcell.worker.models._transport import ModelTransport
-
-if TYPE_CHECKING:  # the direct route only: a sub-agent's process never imports httpx
-    import httpx
-    from agentcell.worker.models._httpx_transport import HttpxTransport
+from agentcell.worker.models._transport import Endpoint, ModelTransport
 
 
 class HttpChatModel:
@@ -68,16 +64,13 @@ class HttpChatModel:
         headers.update(self._headers_for(self._api_key))
         self._headers = headers
 
-    def transport_over(self, client: Callable[[str, float], httpx.AsyncClient]) -> HttpxTransport:
-        """This model's requests (its URL, headers and key) sent from the client that
-        ``client(base_url, timeout)`` gives: how the parent relays a sub-agent's requests
-        from its own pools."""
-        from agentcell.worker.models._httpx_transport import HttpxTransport
-
-        base, timeout = self.base_url, self._http.timeout
-        return HttpxTransport(
-            lambda: client(base, timeout), self._url, self._headers, self._http.endpoint
-        )
+    def transport_over(
+        self, make: Callable[[str, Mapping[str, str], Endpoint], ModelTransport]
+    ) -> ModelTransport:
+        """This model's requests sent by the transport ``make(url, headers, endpoint)``
+        builds — its URL, its headers (the key among them) and where it sends: how the
+        parent relays a sub-agent's requests from its own pools."""
+        return make(self._url, self._headers, self._http.endpoint)
 
     def _headers_for(self, api_key: str | None) -> dict[str, str]:
         """Authentication (and version) headers; none without a key."""
