@@ -92,6 +92,16 @@ async def read_all(response: object) -> bytes:
     return b"".join([piece async for piece in chunks])
 
 
+async def seen_closed(pool: H11Pool) -> None:
+    """Until the pool's idle connections have had the server's FIN (a reuse racing it
+    would fail as any dropped connection does, a ``Retry``)."""
+    for _ in range(500):
+        if all(connection.reader.at_eof() for connection in pool._idle):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the server's close never reached the client")
+
+
 async def answer_each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Keep-alive: answer every request on the connection with its own body, streamed."""
     while True:
@@ -176,7 +186,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None
         await read_all(response)
         await response.aclose()
         await asyncio.wait_for(server.closed_by_client.wait(), 5)
-        await asyncio.sleep(0)  # the client's side of the close is seen
+        await seen_closed(pool)
         response = await post(pool)
         assert await read_all(response) == b"data: ok\n\n"
         await response.aclose()
