@@ -5,14 +5,13 @@ the direct route."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import RayHead, local_ray_head
+from agentcell.orchestrator.backends import RayHead
 from agentcell.protocol import RunStatus
 from model_servers import ModelServer, Reply
 from test_model_relay import recorded_starts
@@ -21,10 +20,9 @@ pytestmark = pytest.mark.slow
 KEY = "sk-ray-relay-key-0077"
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with local_ray_head() as cluster:
-        yield cluster
+@pytest.fixture
+def head(ray_head: RayHead) -> RayHead:
+    return ray_head  # the session's one head (conftest.py)
 
 
 def orchestrator(head: RayHead, workdir: Path, route: str) -> Orchestrator:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import RayHead, local_ray_head
+from agentcell.orchestrator.backends import RayHead
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import reply, tool_call, tool_results
 from test_otel import by_name, delegating_main, parent_of
@@ -29,10 +28,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with local_ray_head() as cluster:
-        yield cluster
+@pytest.fixture
+def head(ray_head: RayHead) -> RayHead:
+    return ray_head  # the session's one head (conftest.py)
 
 
 async def test_a_ray_sub_agents_spans_nest_under_the_task_span(

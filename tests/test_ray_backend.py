@@ -16,7 +16,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from agentcell.orchestrator import (
     RunHandle,
     Scope,
 )
-from agentcell.orchestrator.backends import RayBackend, RayBackendError, RayHead, local_ray_head
+from agentcell.orchestrator.backends import RayBackend, RayBackendError, RayHead
 from agentcell.orchestrator.delegation import DelegationRequest
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
@@ -48,12 +47,9 @@ SUB_AGENT_MARKS = ("agentcell.worker.remote", "SubAgentHost")
 SLEEPER = ["sleep", "600"]
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with local_ray_head() as cluster:
-        yield cluster
-    assert not cluster.processes(), "a process of the head outlived local_ray_head"
-    assert not Path(cluster.home).exists(), "local_ray_head left its temp folder behind"
+@pytest.fixture
+def head(ray_head: RayHead) -> RayHead:
+    return ray_head  # the session's one head (conftest.py), checked gone at its end
 
 
 @pytest.fixture

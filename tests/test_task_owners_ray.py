@@ -5,20 +5,18 @@ Needs a local loopback-only Ray head (``local_ray_head``): slow, so only this on
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator.backends import RayHead, local_ray_head
+from agentcell.orchestrator.backends import RayHead
 from agentcell.protocol import RunStatus
 
 from agentcell import AgentDefinition, Orchestrator, Settings
 
 
-@pytest.fixture(scope="module")
-def head() -> Iterator[RayHead]:
-    with local_ray_head() as cluster:
-        yield cluster
+@pytest.fixture
+def head(ray_head: RayHead) -> RayHead:
+    return ray_head  # the session's one head (conftest.py)
 
 
 async def test_closing_the_ray_backend_ends_every_task_it_started(
