@@ -210,6 +210,7 @@ async def test_a_connection_the_server_says_it_closes_is_not_reused() -> None:
             response = await post(pool)
             assert await read_all(response) == b"data: ok\n\n"
             await response.aclose()
+            assert pool.connections_open == 0  # dropped, its place counted back once
         await pool.aclose()
     assert server.accepted == 2
 
@@ -393,6 +394,7 @@ async def test_refused_connections_give_their_place_back() -> None:
         with pytest.raises(Retry) as caught:
             await post(pool)
         assert "connection refused" in caught.value.cause
+        assert pool.connections_open == 0
 
 
 async def test_a_name_that_does_not_resolve_says_so_and_port_80_is_the_default(

@@ -87,6 +87,11 @@ class H11Pool:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self.connections_made = 0
 
+    @property
+    def connections_open(self) -> int:
+        """Connections idle, in use or being made: never more than ``max_connections``."""
+        return self._open
+
     def transport(self, url: str, headers: Mapping[str, str]) -> H11Transport:
         return H11Transport(self, url, headers)
 
