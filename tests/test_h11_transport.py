@@ -79,7 +79,7 @@ class RawServer:
 
 def pool_for(base_url: str, *, timeout: float = 5.0, connections: int = 2) -> H11Pool:
     where = Endpoint("openai", base_url, "OPENAI_BASE_URL", "OPENAI_API_KEY", timeout, 4)
-    return H11Pool(base_url, where, max_connections=connections)
+    return H11Pool(where, max_connections=connections)
 
 
 async def post(pool: H11Pool, body: bytes = b"{}", headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

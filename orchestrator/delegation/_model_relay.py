@@ -226,7 +226,7 @@ class ModelPools:
         pool = self._h11_pools.get(key)
         if pool is None:
             pool = self._h11_pools[key] = H11Pool(
-                base, endpoint, max_connections=self.CONNECTIONS_PER_SHARD
+                endpoint, max_connections=self.CONNECTIONS_PER_SHARD
             )
         return pool.transport(url, headers)
 

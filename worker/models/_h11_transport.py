@@ -26,9 +26,19 @@ from collections.abc import AsyncIterator, Mapping
 
 import h11
 import httpx
-from agentcell.worker.models._base import ModelError, ModelErrorKind
+from agentcell.worker.models._base import ModelError
 from agentcell.worker.models._client import _connect_cause, _env_proxy, check_not_blocked
-from agentcell.worker.models._transport import Endpoint, Retry, relayed_headers
+from agentcell.worker.models._transport import (
+    Endpoint,
+    Retry,
+    cannot_connect,
+    connect_timed_out,
+    connection_failed,
+    illegal_header,
+    no_answer,
+    pool_busy,
+    relayed_headers,
+)
 
 #: The most bytes one read takes from a connection (an answer's burst is one read).
 READ_BYTES = 64 * 1024
@@ -72,11 +82,11 @@ class _Connection:
 
 
 class H11Pool:
-    """Up to ``endpoint.max_connections`` keep-alive connections to one origin, and the
-    requests waiting for one (for at most the timeout, as httpx's pool timeout)."""
+    """Up to ``max_connections`` keep-alive connections to the endpoint's origin, and the
+    requests waiting for one (for at most its timeout, as httpx's pool timeout)."""
 
-    def __init__(self, base_url: str, endpoint: Endpoint, *, max_connections: int) -> None:
-        url = httpx.URL(base_url)
+    def __init__(self, endpoint: Endpoint, *, max_connections: int) -> None:
+        url = httpx.URL(endpoint.base_url)
         self._url = url
         self._host = url.host
         self._port = url.port or 80
@@ -124,10 +134,7 @@ class H11Pool:
                 elif waiter in self._waiters:
                     self._waiters.remove(waiter)
                 if isinstance(exc, TimeoutError):
-                    raise Retry(
-                        ModelErrorKind.TIMEOUT,
-                        f"all {self._max} connections of this model stayed busy for {timeout:g} s",
-                    ) from None
+                    raise pool_busy(self._max, timeout) from None
                 raise
 
     def release(self, connection: _Connection, reusable: bool) -> None:
@@ -149,26 +156,16 @@ class H11Pool:
                 return
 
     async def _connect(self) -> _Connection:
-        where = self.endpoint
-        connect_timeout = min(where.timeout, 30.0)
+        connect_timeout = min(self.endpoint.timeout, 30.0)
         try:
             async with asyncio.timeout(connect_timeout):
                 reader, writer = await asyncio.open_connection(
                     self._host, self._port, limit=BUFFER_LIMIT
                 )
         except TimeoutError:
-            raise Retry(
-                ModelErrorKind.TIMEOUT,
-                f"cannot reach {where.base_url}: connecting timed out after "
-                f"{connect_timeout:g} s; check {where.base_env}",
-            ) from None
+            raise connect_timed_out(self.endpoint, connect_timeout) from None
         except OSError as exc:
-            why = _connect_cause(exc)
-            hint = "is the server running?" if why == "connection refused" else "check"
-            raise Retry(
-                ModelErrorKind.CONNECTION,
-                f"cannot reach {where.base_url}: {why}; {hint} ({where.base_env})",
-            ) from exc
+            raise cannot_connect(self.endpoint, _connect_cause(exc)) from exc
         self.connections_made += 1
         return _Connection(reader, writer)
 
@@ -238,35 +235,16 @@ class H11Transport:
                 )
 
     def _failure(self, exc: Exception) -> Exception:
-        where = self.endpoint
         if isinstance(exc, h11.LocalProtocolError):
-            return ModelError(
-                ModelErrorKind.CONFIG,
-                # (not h11's words: they quote the header, the key with it)
-                f"{where.provider}: the request could not be sent (an illegal character in a "
-                f"header or the URL): check {where.key_env} and {where.base_env} for stray "
-                "characters",
-            )
-        return _read_failure(exc, where)
+            return illegal_header(self.endpoint)
+        return _read_failure(exc, self.endpoint)
 
     async def aclose(self) -> None:
         """The pool belongs to whoever made it: nothing to close here."""
 
 
 def _read_failure(exc: Exception, where: Endpoint) -> Exception:
-    base = where.base_url
-    if isinstance(exc, TimeoutError):
-        return Retry(
-            ModelErrorKind.TIMEOUT,
-            f"no answer from {base} within the {where.timeout:g} s timeout",
-            midstream=f"the stream from {base} stalled mid-stream for {where.timeout:g} s",
-        )
-    detail = str(exc) or type(exc).__name__
-    return Retry(
-        ModelErrorKind.CONNECTION,
-        f"the connection to {base} failed ({detail})",
-        midstream=f"the connection to {base} dropped mid-stream ({detail})",
-    )
+    return no_answer(where) if isinstance(exc, TimeoutError) else connection_failed(where, exc)
 
 
 class _H11Response:

@@ -13,8 +13,13 @@ from agentcell.worker.models._base import ModelError, ModelErrorKind
 from agentcell.worker.models._client import _connect_cause
 from agentcell.worker.models._transport import (
     Endpoint,
-    Retry,
     TransportResponse,
+    cannot_connect,
+    connect_timed_out,
+    connection_failed,
+    illegal_header,
+    no_answer,
+    pool_busy,
     relayed_headers,
 )
 
@@ -77,40 +82,15 @@ def transport_failure(exc: httpx.HTTPError, where: Endpoint) -> Exception:
             f"{p}: the base URL '{base}' is not an http(s) URL: check {where.base_env}",
         )
     if isinstance(exc, httpx.LocalProtocolError):
-        return ModelError(
-            ModelErrorKind.CONFIG,
-            # (not httpx's words: they quote the header, the key with it)
-            f"{p}: the request could not be sent (an illegal character in a header or the "
-            f"URL): check {where.key_env} "
-            f"and {where.base_env} for stray characters",
-        )
+        return illegal_header(where)
     if isinstance(exc, httpx.DecodingError):
         return ModelError(ModelErrorKind.PROTOCOL, f"{p}: undecodable response body ({exc})")
     if isinstance(exc, httpx.ConnectTimeout):
-        cause = f"cannot reach {base}: connecting timed out after {where.timeout:g} s"
-        return Retry(ModelErrorKind.TIMEOUT, f"{cause}; check {where.base_env}")
+        return connect_timed_out(where, where.timeout)
     if isinstance(exc, httpx.PoolTimeout):
-        return Retry(
-            ModelErrorKind.TIMEOUT,
-            f"all {where.max_connections} connections of this model stayed busy for "
-            f"{where.timeout:g} s",
-        )
+        return pool_busy(where.max_connections, where.timeout)
     if isinstance(exc, httpx.TimeoutException):
-        return Retry(
-            ModelErrorKind.TIMEOUT,
-            f"no answer from {base} within the {where.timeout:g} s timeout",
-            midstream=f"the stream from {base} stalled mid-stream for {where.timeout:g} s",
-        )
+        return no_answer(where)
     if isinstance(exc, httpx.ConnectError):
-        why = _connect_cause(exc)
-        hint = "is the server running?" if why == "connection refused" else "check"
-        return Retry(
-            ModelErrorKind.CONNECTION, f"cannot reach {base}: {why}; {hint} ({where.base_env})"
-        )
-    # read/write errors, a peer that closed the connection, proxy failures
-    detail = str(exc) or type(exc).__name__
-    return Retry(
-        ModelErrorKind.CONNECTION,
-        f"the connection to {base} failed ({detail})",
-        midstream=f"the connection to {base} dropped mid-stream ({detail})",
-    )
+        return cannot_connect(where, _connect_cause(exc))
+    return connection_failed(where, exc)  # read/write errors, a closed peer, proxy failures

@@ -25,7 +25,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
 
-from agentcell.worker.models._base import ModelErrorKind
+from agentcell.worker.models._base import ModelError, ModelErrorKind
 
 #: The response headers a transport hands on (lower-case). The client reads no others,
 #: and a relayed answer carries no others to the child.
@@ -104,3 +104,60 @@ class Endpoint:
 def relayed_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """The allow-listed subset of a response's headers."""
     return {name: headers[name] for name in RELAYED_HEADERS if name in headers}
+
+
+# A failure to reach the server in the same words on every route (``HttpxTransport``,
+# the relay's ``H11Pool``): a child cannot tell which one carried its request.
+
+
+def illegal_header(where: Endpoint) -> ModelError:
+    """A header (the key, say) or the URL with a character HTTP forbids. Not the HTTP
+    library's words: they quote the header, the key with it."""
+    return ModelError(
+        ModelErrorKind.CONFIG,
+        f"{where.provider}: the request could not be sent (an illegal character in a header "
+        f"or the URL): check {where.key_env} and {where.base_env} for stray characters",
+    )
+
+
+def connect_timed_out(where: Endpoint, seconds: float) -> Retry:
+    return Retry(
+        ModelErrorKind.TIMEOUT,
+        f"cannot reach {where.base_url}: connecting timed out after {seconds:g} s; "
+        f"check {where.base_env}",
+    )
+
+
+def cannot_connect(where: Endpoint, why: str) -> Retry:
+    """``why``: the cause in words (``_client._connect_cause``)."""
+    hint = "is the server running?" if why == "connection refused" else "check"
+    return Retry(
+        ModelErrorKind.CONNECTION,
+        f"cannot reach {where.base_url}: {why}; {hint} ({where.base_env})",
+    )
+
+
+def pool_busy(connections: int, seconds: float) -> Retry:
+    return Retry(
+        ModelErrorKind.TIMEOUT,
+        f"all {connections} connections of this model stayed busy for {seconds:g} s",
+    )
+
+
+def no_answer(where: Endpoint) -> Retry:
+    base, seconds = where.base_url, where.timeout
+    return Retry(
+        ModelErrorKind.TIMEOUT,
+        f"no answer from {base} within the {seconds:g} s timeout",
+        midstream=f"the stream from {base} stalled mid-stream for {seconds:g} s",
+    )
+
+
+def connection_failed(where: Endpoint, exc: BaseException) -> Retry:
+    """Read and write errors, a peer that closed the connection, broken framing."""
+    base, detail = where.base_url, str(exc) or type(exc).__name__
+    return Retry(
+        ModelErrorKind.CONNECTION,
+        f"the connection to {base} failed ({detail})",
+        midstream=f"the connection to {base} dropped mid-stream ({detail})",
+    )
