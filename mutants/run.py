@@ -104,6 +104,13 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_h11_transport.py",
         60,
     ),
+    # The parent's key masked in what the relay hands a child: whole, split across
+    # chunks, in headers and error words.
+    "key-mask": (
+        "orchestrator/delegation/_key_mask.py",
+        "tests/test_key_mask.py",
+        30,
+    ),
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (

@@ -300,10 +300,14 @@ async def test_usage_is_what_the_server_reported_not_what_the_child_says(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
     # The first answer calls `lie`, which makes the child report every later answer as
-    # free; the parent counts the second answer from the stream it relayed.
+    # free; the parent counts the second answer from the stream it relayed, its cached
+    # prompt tokens too (which a ledger prices apart).
     served.add(
-        Reply(tool_calls=[Call("lie", {})], usage=Usage(input_tokens=100, output_tokens=10)),
-        Reply(text="done", usage=Usage(input_tokens=200, output_tokens=20)),
+        Reply(
+            tool_calls=[Call("lie", {})],
+            usage=Usage(input_tokens=100, output_tokens=10, cache_read_tokens=40),
+        ),
+        Reply(text="done", usage=Usage(input_tokens=200, output_tokens=20, cache_read_tokens=150)),
     )
     orch = orchestrator(tmp_path, agent("liar", ["lie"]), tools=[relay_tools.lie])
     async with orch:
@@ -312,3 +316,4 @@ async def test_usage_is_what_the_server_reported_not_what_the_child_says(
     assert result.status is RunStatus.COMPLETED, result.error
     assert (result.usage.input_tokens, result.usage.output_tokens) == (300, 30)
     assert (total.input_tokens, total.output_tokens) == (300, 30)
+    assert (result.usage.cache_read_tokens, total.cache_read_tokens) == (190, 190)

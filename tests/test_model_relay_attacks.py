@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import json
 import os
 from collections.abc import Iterator
@@ -151,6 +152,40 @@ async def test_neither_the_parents_headers_nor_a_servers_others_reach_the_child(
     assert set(seen["headers"]) <= set(RELAYED_HEADERS), seen["headers"]
     assert KEY not in json.dumps(seen)
     # The parent did send the key upstream: what it holds back is its own.
+    assert served.requests[1].headers["authorization"] == f"Bearer {KEY}"
+
+
+#: Where a server or proxy may echo the key the parent sent: what the child must get
+#: instead, masked (the attack tool shows the child's status, headers and body bytes).
+ECHOES: dict[str, Reply] = {
+    "in the body": Reply(raw=b'data: {"echo": "Bearer ' + KEY.encode() + b'"}\n\n'),
+    "in a relayed header": Reply(
+        raw=b"data: [DONE]\n\n", headers={"x-request-id": f"req-{KEY}", "retry-after": KEY}
+    ),
+    "in an error page": Reply(status=401, error_message=f"Incorrect API key provided: {KEY}"),
+    "compressed anyway": Reply(
+        raw=gzip.compress(b'data: {"echo": "' + KEY.encode() + b'"}\n\n'),
+        headers={"content-encoding": "gzip"},
+    ),
+}
+
+
+@pytest.mark.parametrize("where", list(ECHOES))
+async def test_a_key_the_server_echoes_reaches_the_child_masked(
+    where: str, spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    served.add(Reply(tool_calls=[Call("headers", {})]), ECHOES[where], "done")
+    orch = orchestrator(tmp_path, attack_tools.headers)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    seen = json.loads(bytes.fromhex(tool_output))
+    assert KEY not in json.dumps(seen), seen
+    assert "[REDACTED]" in json.dumps(seen), seen  # the echo arrived, masked
+    assert "content-encoding" not in seen["headers"]  # inflated by the parent
     assert served.requests[1].headers["authorization"] == f"Bearer {KEY}"
 
 

@@ -15,7 +15,7 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay, check_call
 from agentcell.orchestrator.delegation._model_usage import UsageScan
-from agentcell.protocol import AgentSpec, ModelCall, ModelCancel, ModelEnd, UserMessage
+from agentcell.protocol import AgentSpec, ModelCall, ModelCancel, ModelEnd, Usage, UserMessage
 from agentcell.worker._model_link import end_error
 from agentcell.worker.models import (
     ModelError,
@@ -280,6 +280,27 @@ def test_the_usage_scan_reads_what_each_provider_reports_however_it_is_split() -
     )
     anthropic.finish()
     assert (anthropic.input, anthropic.output) == (105, 9) and anthropic.tokens == 114
+    assert anthropic.usage == Usage(input_tokens=105, output_tokens=9, cache_read_tokens=100)
+    # A later event may repeat the counts cumulatively: a value present replaces its own
+    # part alone (the cache write reported late, the uncached prompt kept).
+    late = UsageScan("anthropic")
+    late.feed(
+        b'event: message_start\ndata: {"type": "message_start", "message": {"usage": '
+        b'{"input_tokens": 5, "cache_read_input_tokens": 100, "output_tokens": 1}}}\n\n'
+        b'event: message_delta\ndata: {"type": "message_delta", "usage": '
+        b'{"cache_creation_input_tokens": 30, "output_tokens": 9}}\n\n'
+    )
+    late.finish()
+    assert late.usage == Usage(
+        input_tokens=135, output_tokens=9, cache_read_tokens=100, cache_write_tokens=30
+    )
+    cached = UsageScan("openai")  # OpenAI's cached prompt tokens, in the usage chunk
+    cached.feed(
+        b'data: {"choices": [], "usage": {"prompt_tokens": 70, "completion_tokens": 3, '
+        b'"prompt_tokens_details": {"cached_tokens": 64}}}\n\ndata: [DONE]\n\n'
+    )
+    cached.finish()
+    assert cached.usage == Usage(input_tokens=70, output_tokens=3, cache_read_tokens=64)
 
 
 async def test_a_relayed_call_without_a_key_for_the_official_api_says_so(

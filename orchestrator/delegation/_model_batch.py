@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 import msgspec
+from agentcell.orchestrator.delegation._key_mask import KeyMask
 from agentcell.protocol import Frame, ModelData, ModelEnd, ModelHead
 
 #: The most bytes joined into one batch.
@@ -172,23 +173,28 @@ def _finish(step: Generator[Any, Any, Any], waiting_on: Any) -> Generator[Any, A
 class CallFrames:
     """The frames of one relayed answer: the head waits for the body's first bytes (or
     goes alone when the upstream makes the relay wait first), the last bytes carry the
-    end. ``feed`` sees every body byte, in order (the usage scan)."""
+    end. ``feed`` sees every body byte, in order (the usage scan); ``mask`` rewrites
+    them on their way to the child (the parent's key masked, ``_key_mask``)."""
 
     def __init__(
         self,
         send: Callable[[Frame], Awaitable[None]],
         head: ModelHead,
         feed: Callable[[bytes], None] | None = None,
+        mask: KeyMask | None = None,
     ) -> None:
         self._send = send
         self._head: ModelHead | None = head
         self._id = head.id
         self._feed = feed
+        self._mask = mask if mask else None
         self._tail = b""
 
     async def send(self, data: bytes) -> None:
         if data and self._feed is not None:
             self._feed(data)
+        if self._mask is not None:
+            data = self._mask.stream(data)
         for frame in self._frames(data, None):
             await self._send(frame)
 
@@ -196,9 +202,11 @@ class CallFrames:
         """The answer's last bytes: they go with its end."""
         if data and self._feed is not None:
             self._feed(data)
-        self._tail += data
+        self._tail += self._mask.stream(data) if self._mask is not None else data
 
     async def end(self, end: ModelEnd) -> None:
+        if self._mask is not None:
+            self._tail += self._mask.flush()
         tail, self._tail = self._tail, b""
         for frame in self._frames(tail, end):
             await self._send(frame)

@@ -22,12 +22,13 @@ import contextlib
 import functools
 import importlib.util
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation._key_mask import KeyMask, header_secrets
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
 from agentcell.orchestrator.delegation._model_batch import (
     CallFrames,
@@ -49,6 +50,7 @@ from agentcell.worker.models import (
     Endpoint,
     H11Pool,
     HttpxTransport,
+    Inflater,
     ModelError,
     ModelTransport,
     OpenAIChatModel,
@@ -274,9 +276,10 @@ class ModelRelay:
         self._start = start
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._upstream: ModelTransport | None = None
+        self._secrets: list[bytes] = []  # the key in the upstream headers, to mask
         self._shard = pools.take_shard()
         self._on_shard = True
-        self._counted: list[tuple[int, int]] = []  # (input, output) the servers reported
+        self._counted: list[Usage] = []  # what the servers reported
         self._refusals = 0
 
     def counted_usage(self, reported: Usage) -> Usage:
@@ -286,11 +289,7 @@ class ModelRelay:
         counted, self._counted = self._counted, []
         if not counted:
             return reported
-        return msgspec.structs.replace(
-            reported,
-            input_tokens=sum(c[0] for c in counted),
-            output_tokens=sum(c[1] for c in counted),
-        )
+        return sum(counted[1:], counted[0])
 
     def on_call(self, frame: ModelCall) -> None:
         if frame.id in self._calls:
@@ -351,47 +350,65 @@ class ModelRelay:
             assert isinstance(model, OpenAIChatModel | AnthropicModel)  # check_call's
             model.check_ready()  # no key for the official API: the child says so, in words
             shard, pools = self._shard, self._pools
-            self._upstream = model.transport_over(
-                lambda url, headers, endpoint: pools.transport(url, headers, endpoint, shard)
-            )
+
+            def make(url: str, headers: Mapping[str, str], endpoint: Endpoint) -> ModelTransport:
+                self._secrets = header_secrets(headers)  # what the answers must not echo
+                return pools.transport(url, headers, endpoint, shard)
+
+            self._upstream = model.transport_over(make)
         return self._upstream
 
     async def _serve(self, frame: ModelCall) -> None:
         cid = frame.id
         permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
-        scan = UsageScan(self._spec.model.partition(":")[0])
+        provider = self._spec.model.partition(":")[0]
+        scan = UsageScan(provider)
         status, headers = 0, {}
         frames: CallFrames | None = None
+        mask = KeyMask(())
         try:
-            response = await self._transport().open(frame.body)
+            transport = self._transport()
+            mask = KeyMask(self._secrets)
+            response = await transport.open(frame.body)
             status, headers = response.status, response.headers
-            counting = status == 200 and not headers.get("content-encoding")
-            head = ModelHead(id=cid, status=status, headers=headers)
-            frames = CallFrames(self._send, head, scan.feed if counting else None)
             try:
-                frames.hold(await relay_chunks(response.chunks(), frames.send))
+                # Inflated here, so that the key can be masked and the usage read in it
+                # (we ask for identity; a server or proxy may compress anyway).
+                inflater = Inflater(headers.get("content-encoding", ""), provider)
+                relayed = {k: mask.text(v) for k, v in headers.items() if k != "content-encoding"}
+                head = ModelHead(id=cid, status=status, headers=relayed)
+                frames = CallFrames(self._send, head, scan.feed if status == 200 else None, mask)
+                chunks = _inflated(response.chunks(), inflater)
+                frames.hold(await relay_chunks(chunks, frames.send))
             finally:
                 await response.aclose()
             scan.finish()
             if scan.tokens:
-                self._counted.append((scan.input, scan.output))
+                self._counted.append(scan.usage)
             end = ModelEnd(id=cid)
         except Retry as failure:
             end = ModelEnd(
                 id=cid,
                 error_kind=failure.kind.value,
-                message=failure.cause,
+                message=mask.text(failure.cause),
                 retry=True,
-                midstream=failure.midstream or "",
+                midstream=mask.text(failure.midstream or ""),
             )
         except ModelError as error:
-            end = ModelEnd(id=cid, error_kind=error.kind.value, message=str(error))
+            end = ModelEnd(id=cid, error_kind=error.kind.value, message=mask.text(str(error)))
         except ChannelClosed:
             return  # the child is gone: nobody to answer
         finally:
             _release(permit, scan.tokens, status, headers)
         with contextlib.suppress(ChannelClosed):
             await (self._send(end) if frames is None else frames.end(end))
+
+
+async def _inflated(chunks: AsyncIterator[bytes], inflater: Inflater) -> AsyncIterator[bytes]:
+    """The body's bytes decompressed in bounded steps (as they are, uncompressed)."""
+    async for raw in chunks:
+        for piece in inflater.pieces(raw):
+            yield piece
 
 
 def _release(permit: ModelPermit, tokens: int, status: int, headers: dict[str, str]) -> None:

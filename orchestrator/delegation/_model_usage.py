@@ -14,16 +14,22 @@ from __future__ import annotations
 import collections
 
 import msgspec
+from agentcell.protocol import Usage
 from agentcell.worker.models import ModelError, SSEDecoder
 
 #: The largest event the scan decodes (usage events are small).
 MAX_SCANNED_EVENT = 64 * 1024
 
 
+class _PromptDetails(msgspec.Struct, gc=False):
+    cached_tokens: int | None = None
+
+
 class _Counts(msgspec.Struct, gc=False):
     # OpenAI
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
     # Anthropic
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -59,12 +65,25 @@ class UsageScan:
         self._head = bytearray()
         self._tail: collections.deque[bytes] = collections.deque()
         self._tail_bytes = 0
-        self.input = 0
+        self.input = 0  # every prompt token, cached ones included
         self.output = 0
+        self.cache_read = 0
+        self.cache_write = 0
+        self._uncached = 0  # Anthropic's input_tokens: the prompt beyond the cache
 
     @property
     def tokens(self) -> int:
         return self.input + self.output
+
+    @property
+    def usage(self) -> Usage:
+        """The counts as the child reports them (``Usage``: input includes the cache)."""
+        return Usage(
+            input_tokens=self.input,
+            output_tokens=self.output,
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+        )
 
     def feed(self, raw: bytes) -> None:
         if len(self._head) < self.EDGE:
@@ -100,14 +119,18 @@ class UsageScan:
         if self.provider == "openai":
             self.input = counts.prompt_tokens or self.input
             self.output = counts.completion_tokens or self.output
+            details = counts.prompt_tokens_details
+            if details is not None and details.cached_tokens is not None:
+                self.cache_read = details.cached_tokens
             return
         # Anthropic: input_tokens excludes the cache; a value present replaces the old one
-        parts = (
-            counts.input_tokens,
-            counts.cache_read_input_tokens,
-            counts.cache_creation_input_tokens,
-        )
-        if any(part is not None for part in parts):
-            self.input = sum(part or 0 for part in parts)
+        # (message_start reports all three, a message_delta may repeat them cumulatively)
+        if counts.cache_read_input_tokens is not None:
+            self.cache_read = counts.cache_read_input_tokens
+        if counts.cache_creation_input_tokens is not None:
+            self.cache_write = counts.cache_creation_input_tokens
+        if counts.input_tokens is not None:
+            self._uncached = counts.input_tokens
+        self.input = self._uncached + self.cache_read + self.cache_write
         if counts.output_tokens is not None:
             self.output = counts.output_tokens

@@ -31,7 +31,7 @@ from agentcell.worker.models._base import (
     complete,
 )
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
-from agentcell.worker.models._http import SSEDecoder, parse_retry_after
+from agentcell.worker.models._http import Inflater, SSEDecoder, parse_retry_after
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import resolve_model
 from agentcell.worker.models._transport import (
@@ -70,6 +70,7 @@ __all__ = [
     "Endpoint",
     "H11Pool",
     "HttpxTransport",
+    "Inflater",
     "OpenAIChatModel",
     "Model",
     "ModelError",

@@ -181,7 +181,7 @@ class SSEDecoder:
         return [(self._event, data)]
 
 
-class _Inflater:
+class Inflater:
     """The body's bytes, decompressed in bounded steps (we ask for identity; a server or
     proxy may compress anyway). httpx would inflate a whole chunk at once: a gzip bomb's
     64 KiB chunk becomes gigabytes in one call that blocks the event loop."""
@@ -229,7 +229,7 @@ class BodyDecoder:
         *,
         max_event_bytes: int = MAX_EVENT_BYTES,
     ) -> None:
-        self._inflater = _Inflater(encoding, provider)
+        self._inflater = Inflater(encoding, provider)
         self._too_large = too_large
         self.max_bytes = max_bytes
         self.received = 0
@@ -544,7 +544,7 @@ class SSEClient:
 
     async def _read_head(self, resp: TransportResponse) -> bytes:
         body = b""
-        inflater = _Inflater(resp.headers.get("content-encoding", ""), self.provider)
+        inflater = Inflater(resp.headers.get("content-encoding", ""), self.provider)
         async for raw in resp.chunks():
             for chunk in inflater.pieces(raw):
                 body += chunk

@@ -1,0 +1,93 @@
+"""The parent's key masked in what the relay hands a child (``_key_mask``): whole
+values, split across chunks at every point, in header values and error words."""
+
+from __future__ import annotations
+
+from agentcell.orchestrator.delegation._key_mask import MASK, KeyMask, header_secrets
+from hypothesis import given
+from hypothesis import strategies as st
+
+KEY = b"sk-mask-test-key-5150"
+
+
+def streamed(mask: KeyMask, chunks: list[bytes]) -> bytes:
+    return b"".join(mask.stream(chunk) for chunk in chunks) + mask.flush()
+
+
+def test_the_secrets_are_the_credential_headers_values_and_their_bare_keys() -> None:
+    headers = {
+        "Authorization": "Bearer sk-openai-abcdef",
+        "x-api-key": "sk-ant-123456789",
+        "content-type": "application/json",  # not a credential, however long
+        "api-key": "short",  # too short to mask anywhere
+        "anthropic-version": "2023-06-01",
+    }
+    assert header_secrets(headers) == [
+        b"Bearer sk-openai-abcdef",
+        b"sk-ant-123456789",
+        b"sk-openai-abcdef",
+    ]
+    assert header_secrets({"authorization": "Bearer  "}) == []
+    assert header_secrets({}) == []
+
+
+def test_a_secret_in_one_chunk_is_masked_and_the_rest_passes_unchanged() -> None:
+    mask = KeyMask([KEY])
+    body = b'data: {"echo": "Bearer ' + KEY + b'", "n": 1}\n\n'
+    assert mask.stream(body) == body.replace(KEY, MASK)
+    assert mask.flush() == b""
+    assert mask.stream(b"data: [DONE]\n\n") == b"data: [DONE]\n\n"  # nothing held back
+
+
+def test_the_longest_secret_is_masked_whole() -> None:
+    mask = KeyMask([KEY, b"Bearer " + KEY])
+    assert mask.stream(b"Bearer " + KEY + b" and " + KEY) == MASK + b" and " + MASK
+
+
+def test_a_tail_that_may_begin_the_key_waits_for_the_next_chunk() -> None:
+    mask = KeyMask([KEY])
+    assert mask.stream(b"data: sk-ma") == b"data: "  # "sk-ma" begins the key: held
+    assert mask.stream(b"x-sk-") == b"sk-max-"  # not the key after all; "sk-" may be
+    assert mask.stream(KEY[3:] + b"\n") == MASK + b"\n"
+    assert mask.stream(b"tail s") == b"tail "
+    assert mask.flush() == b"s"  # the stream ended: it begins nothing
+    assert mask.flush() == b""
+
+
+def test_a_key_split_one_byte_per_chunk_never_leaves_whole_or_in_part() -> None:
+    mask = KeyMask([KEY])
+    out = [mask.stream(KEY[i : i + 1]) for i in range(len(KEY))]
+    assert out == [b""] * (len(KEY) - 1) + [MASK]  # held until whole, then masked
+    assert mask.stream(b"!") == b"!"
+
+
+def test_header_values_and_error_words_are_masked() -> None:
+    mask = KeyMask([KEY])
+    assert (
+        mask.text(f"invalid key {KEY.decode()} (check it)") == "invalid key [REDACTED] (check it)"
+    )
+    assert mask.text("nothing to hide") == "nothing to hide"
+
+
+def test_without_secrets_nothing_is_touched_or_held() -> None:
+    for mask in (KeyMask([]), KeyMask([b"short"])):
+        assert not mask
+        assert mask.stream(b"short s") == b"short s"
+        assert mask.text("short") == "short"
+        assert mask.flush() == b""
+
+
+@given(
+    st.lists(st.sampled_from([b"", b"x", b"s", b"sk-", b"\n\n", b"sk-mask", KEY, b"Bearer "])),
+    st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+)
+def test_however_the_stream_is_cut_the_child_gets_the_masked_stream(
+    parts: list[bytes], cuts: list[int]
+) -> None:
+    body = b"".join(parts)
+    points = sorted({min(c, len(body)) for c in cuts})
+    chunks = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+    mask = KeyMask([KEY, b"Bearer " + KEY])
+    out = streamed(mask, chunks)
+    assert out == streamed(KeyMask([KEY, b"Bearer " + KEY]), [body])  # whatever the cuts
+    assert KEY not in out
