@@ -16,9 +16,9 @@ def streamed(mask: KeyMask, chunks: list[bytes]) -> bytes:
 
 def test_the_secrets_are_the_credential_headers_values_and_their_bare_keys() -> None:
     headers = {
+        "content-type": "application/json",  # not a credential, however long
         "Authorization": "Bearer sk-openai-abcdef",
         "x-api-key": "sk-ant-123456789",
-        "content-type": "application/json",  # not a credential, however long
         "api-key": "short",  # too short to mask anywhere
         "anthropic-version": "2023-06-01",
     }
@@ -28,6 +28,10 @@ def test_the_secrets_are_the_credential_headers_values_and_their_bare_keys() -> 
         b"sk-openai-abcdef",
     ]
     assert header_secrets({"authorization": "Bearer  "}) == []
+    assert header_secrets({"x-api-key": "1234567"}) == []  # 7 characters: too short
+    assert header_secrets({"x-api-key": "12345678"}) == [b"12345678"]
+    # Longest first, whatever the letters: the longer value would hold the shorter.
+    assert header_secrets({"api-key": "zz sk-aaaaaaaa"}) == [b"zz sk-aaaaaaaa", b"sk-aaaaaaaa"]
     assert header_secrets({}) == []
 
 
@@ -42,6 +46,13 @@ def test_a_secret_in_one_chunk_is_masked_and_the_rest_passes_unchanged() -> None
 def test_the_longest_secret_is_masked_whole() -> None:
     mask = KeyMask([KEY, b"Bearer " + KEY])
     assert mask.stream(b"Bearer " + KEY + b" and " + KEY) == MASK + b" and " + MASK
+    mask = KeyMask([b"sk-aaaaaaaa", b"zz-sk-aaaaaaaa"])  # the longer sorts last by letters
+    assert mask.text("<zz-sk-aaaaaaaa>") == "<[REDACTED]>"
+
+
+def test_a_secret_of_the_shortest_length_masked_is_masked() -> None:
+    assert KeyMask([b"12345678"]).text("a 12345678 b") == "a [REDACTED] b"
+    assert KeyMask([b"1234567"]).text("a 1234567 b") == "a 1234567 b"
 
 
 def test_a_tail_that_may_begin_the_key_waits_for_the_next_chunk() -> None:
@@ -50,6 +61,7 @@ def test_a_tail_that_may_begin_the_key_waits_for_the_next_chunk() -> None:
     assert mask.stream(b"x-sk-") == b"sk-max-"  # not the key after all; "sk-" may be
     assert mask.stream(KEY[3:] + b"\n") == MASK + b"\n"
     assert mask.stream(b"tail s") == b"tail "
+    assert mask.stream(b"s") == b"s"  # "ss": the second may begin it, the first not
     assert mask.flush() == b"s"  # the stream ended: it begins nothing
     assert mask.flush() == b""
 

@@ -43,13 +43,12 @@ class KeyMask:
     """Masks ``secrets`` in one relayed answer: ``stream`` for its body's chunks, in
     order, then ``flush``; ``text`` for a header value or an error message."""
 
-    __slots__ = ("_held", "_longest", "_secrets")
+    __slots__ = ("_held", "_secrets")
 
     def __init__(self, secrets: Iterable[bytes]) -> None:
         self._secrets = sorted(
             {s for s in secrets if len(s) >= MIN_SECRET_LENGTH}, key=lambda s: (-len(s), s)
         )
-        self._longest = len(self._secrets[0]) if self._secrets else 0
         self._held = b""
 
     def __bool__(self) -> bool:
@@ -90,6 +89,7 @@ class KeyMask:
         best = 0
         for secret in self._secrets:
             first = secret[:1]
+            # A tail as long as the secret would be the secret, masked already.
             start = max(0, len(data) - len(secret) + 1)
             at = data.find(first, start)
             while at != -1:
