@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import thread_attack_tools
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.cli._sandbox_cmd import describe
 from agentcell.protocol import RunStatus
@@ -476,7 +477,7 @@ async def test_every_thread_of_the_sub_agent_is_under_the_filter(
         workdir=work,
         agents=[agent("worker", ["bash"])],
         load_agent_files=False,
-        record=True,  # a run folder: the child's output-drain thread runs before the walls
+        record=True,  # a run folder: the child's output-drain thread
     )
     marker = work / "child.pid"
     async with orch:
@@ -489,8 +490,38 @@ async def test_every_thread_of_the_sub_agent_is_under_the_filter(
         (work / "go").touch()
         result = await asyncio.wait_for(run, 60)
     assert result.status is RunStatus.COMPLETED, result
-    assert len(modes) >= 2, modes  # the drain thread, started before the filter
+    assert len(modes) >= 2, modes  # the drain thread too
     assert set(modes.values()) == {"2"}, modes  # SECCOMP_MODE_FILTER on every one
+
+
+async def test_code_in_the_sub_agent_cannot_read_past_landlock_through_its_drain_thread(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # Landlock covers the thread that restricts itself and the threads it starts later,
+    # not those already running: the output-drain thread must start behind the walls.
+    # The tool (run in the child) hijacks os.read, which that thread calls, and has it
+    # open a file outside them.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("outside the walls")
+    served.add(Reply(tool_calls=[Call("drain_read", {"path": str(secret)})]), "done")
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=work,
+        agents=[agent("worker", ["drain_read"])],
+        tools=[thread_attack_tools.drain_read],
+        load_agent_files=False,
+        record=True,  # a run folder: the child captures its output through the drain thread
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    assert json.loads(tool_output) == {"refused": "Permission denied"}, tool_output
 
 
 def test_where_seccomp_is_missing_it_is_said_and_required_refuses(

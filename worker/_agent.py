@@ -8,7 +8,9 @@ events to the parent. Approvals and parent-side tools travel over the pipe.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import faulthandler
+import fcntl
 import json
 import os
 import sys
@@ -79,7 +81,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if start.trace_context:  # the parent traces: this run's spans go to it as frames
         engine.tracer = _child_tracer(start, link)
     link.on_cancel = engine.cancel
-    drain = _capture_output(spec)
+    drain = _capture_output(spec)  # started once the walls are up (see there)
     transcript = _open_transcript(spec)
     compactor = attach_compactor(spec, engine, link, transcript)
     # Before the walls go up: a server process that already runs keeps its own view of
@@ -90,9 +92,13 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     try:
         box = enter_sandbox(spec, engine, model, objects)
     except OSError as exc:
+        if drain is not None:
+            drain.start()
         if servers is not None:
             await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
+    if drain is not None:
+        drain.start()
     engine.command_preexec = box.bash_preexec()
     if box.egress is not None:  # bash's relay to the parent's proxy (a network: list)
         await box.egress.start_relay()
@@ -295,6 +301,13 @@ def _capture_output(spec: AgentSpec) -> threading.Thread | None:
     discards, so a tool that floods its output neither blocks nor fills the disk, and the
     parent's terminal stays clean. A fatal error's traceback (faulthandler) goes straight
     to the file: a dying process cannot count on the thread.
+
+    The thread is returned unstarted: the caller starts it once the sandbox is entered.
+    Landlock restricts the thread that asks and the threads it starts later, not those
+    already running, so a drain thread started before would stay outside the walls, and
+    code in the process that replaced a function it calls (``os.read``) would run there.
+    Until then the pipe holds what is written (its buffer raised to the cap where the
+    kernel allows), so an MCP server's start-up output does not block.
     """
     if not spec.run_dir:
         return None
@@ -306,12 +319,12 @@ def _capture_output(spec: AgentSpec) -> threading.Thread | None:
     read_end, write_end = os.pipe()
     os.dup2(write_end, 1)
     os.dup2(write_end, 2)
+    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size: the default
+        fcntl.fcntl(read_end, fcntl.F_SETPIPE_SZ, OUTPUT_CAP_BYTES)
     os.close(write_end)
-    drain = threading.Thread(
+    return threading.Thread(
         target=_drain, args=(read_end, log, OUTPUT_CAP_BYTES), name="output-drain", daemon=True
     )
-    drain.start()
-    return drain
 
 
 def _end_capture(drain: threading.Thread) -> None:
