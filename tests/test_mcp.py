@@ -17,6 +17,7 @@ from typing import Any
 
 import psutil
 import pytest
+import thread_attack_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import McpServerConfig, load_settings, trust
 from agentcell.orchestrator.delegation import agent_mcp_servers
@@ -397,6 +398,42 @@ async def test_a_sub_agent_reaches_an_http_server_through_its_sandbox(
     assert result.sandbox.startswith("workspace"), result.sandbox
     own = result.sandbox.split("own tcp: ")[1].split(", ")[0].split(",")
     assert own == [port], result.sandbox
+
+
+async def test_a_tool_after_an_http_servers_start_runs_behind_the_walls(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, http_mcp: str
+) -> None:
+    # Connecting to an http server before the walls looks its name up on the event
+    # loop's executor, which starts a thread there; Landlock would not cover that thread,
+    # and a plain tool run later on the same executor would read past the walls.
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("outside the walls")
+    served.responder = calls_then_report([("pool_read", {"path": str(secret)})])
+    agent = AgentDefinition(
+        name="helper",
+        description="uses MCP over HTTP and a plain tool",
+        tools=["pool_read"],
+        # By name: an address alone is connected to without a look-up.
+        mcp_servers=[{"web": {"type": "http", "url": http_mcp.replace("127.0.0.1", "localhost")}}],
+        model="openai:test",
+    )
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=work,
+        agents=[agent],
+        tools=[thread_attack_tools.pool_read],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    seen = json.loads(result.text)
+    assert seen["refused"] == "Permission denied", seen
+    assert seen["thread"].startswith("asyncio-walled"), seen  # the fresh executor's
 
 
 async def test_a_server_ends_with_a_sub_agent_that_was_killed(

@@ -541,3 +541,49 @@ def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
     _sandbox._install_seccomp(box, bash_unix_sockets=False)
     assert not box.seccomp and box.bash_preexec() is None
     assert box.report().endswith("missing: seccomp filter (the kernel has no seccomp)")
+
+
+_THREADS_SCRIPT = """
+import asyncio, sys, threading
+from agentcell.worker import _agent
+
+async def main(case):
+    loop = asyncio.get_running_loop()
+    if case == "executor":
+        await loop.run_in_executor(None, lambda: None)  # a pool thread, idle now
+    else:
+        gate = threading.Event()
+        threading.Thread(target=gate.wait, name="lingering", daemon=True).start()
+    try:
+        _agent._one_thread_before_the_walls()
+    except OSError as exc:
+        print("refused:", exc)
+        gate.set()
+        return
+    names = await loop.run_in_executor(None, lambda: threading.current_thread().name)
+    print("ok", len(threading.enumerate()), names)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("executor", "ok 2 asyncio-walled_0"),  # the old pool ended; a new one's thread
+        ("other", "refused: [Errno 16] 1 other thread(s) already run in this process"),
+    ],
+)
+def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
+    case: str, said: str
+) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", _THREADS_SCRIPT, case],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.startswith(said), out
+    if case == "other":
+        assert "(lingering)" in out and "must start it later" in out, out

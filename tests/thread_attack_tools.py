@@ -41,3 +41,17 @@ def read_through_the_drain_thread(path: str) -> str:
 
 
 drain_read = function_tool(read_through_the_drain_thread, name="drain_read")
+
+
+def read_from_a_pool_thread(path: str) -> str:
+    """A plain (synchronous) tool: agentcell runs it on the event loop's default executor.
+    Opens ``path``; returns what it read or why not, and the thread it ran on."""
+    where = threading.current_thread().name
+    try:
+        with open(path) as file:
+            return json.dumps({"read": file.read(), "thread": where})
+    except OSError as exc:
+        return json.dumps({"refused": exc.strerror or repr(exc), "thread": where})
+
+
+pool_read = function_tool(read_from_a_pool_thread, name="pool_read")

@@ -8,7 +8,9 @@ events to the parent. Approvals and parent-side tools travel over the pipe.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import errno
 import faulthandler
 import fcntl
 import json
@@ -204,6 +206,8 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
     """Apply the run's sandbox to this process; bash's environment gets the private TMPDIR."""
     if engine.env is None:
         engine.env = dict(os.environ)
+    if _sandbox.parse_mode(spec.sandbox) != "off":
+        _one_thread_before_the_walls()
     # Custom objects (tools, a model object) are the caller's own Python code running in
     # this process: its network is theirs. Otherwise only the model endpoint is reachable.
     # A model whose requests go through the parent needs no TCP of this process at all.
@@ -273,6 +277,33 @@ def mcp_ports(spec: AgentSpec) -> list[int]:
             continue
         ports.append(url.port or (443 if url.scheme == "https" else 80))
     return ports
+
+
+def _one_thread_before_the_walls() -> None:
+    """Leave this process one thread, or refuse the run: Landlock restricts the thread
+    that asks and the threads it starts afterwards, not the others already running.
+
+    The event loop's default executor may hold threads by now (an http MCP server's
+    name look-up starts them); it is replaced by a fresh one, whose threads start behind
+    the walls when first needed, and the old one's threads are ended. Any other thread
+    left means code that would run outside the walls: the run is refused, naming it."""
+    loop = asyncio.get_running_loop()
+    old = getattr(loop, "_default_executor", None)  # asyncio has no public getter
+    if old is not None:
+        loop.set_default_executor(
+            concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio-walled")
+        )
+        old.shutdown(wait=True)  # idle by now: their look-ups were awaited
+    others = len(os.listdir("/proc/self/task")) - 1
+    if others > 0:
+        names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        raise OSError(
+            errno.EBUSY,
+            f"{others} other thread(s) already run in this process "
+            f"({', '.join(names) or 'not started by Python'}), and Landlock would not "
+            "restrict them; a tool or preloaded module that starts a thread at import must "
+            "start it later",
+        )
 
 
 #: How often the process cap's counter is read. cgroup v1 sends no change notification

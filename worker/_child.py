@@ -373,6 +373,7 @@ async def _serve_then_exit(
     preload_status: Callable[[], tuple[bool, list[str]]],
 ) -> None:
     code = EXIT_FAILURE
+    _pidfd_child_watcher()
     try:
         code = await _serve(await connect(), preload_status)
     finally:
@@ -384,6 +385,17 @@ async def _serve_then_exit(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _pidfd_child_watcher() -> None:
+    """On Python 3.11, wait for subprocesses (an MCP server's, bash's) through a pidfd
+    on the event loop, as 3.12 does, instead of 3.11's default: a thread per process,
+    which one started before the walls would keep outside them."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
 
 
 def _harden(boot: ChildBoot) -> None:
