@@ -10,6 +10,7 @@ import gc
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,25 @@ async def test_a_key_the_server_echoes_reaches_the_child_masked(
     assert "[REDACTED]" in json.dumps(seen), seen  # the echo arrived, masked
     assert "content-encoding" not in seen["headers"]  # inflated by the parent
     assert served.requests[1].headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_a_gzip_bomb_relayed_to_a_child_is_inflated_in_steps_and_cut_by_it(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # The parent inflates a compressed answer itself (to mask its key in it): about
+    # 100 MiB from under 1 MiB, 64 KiB per step, each batch sent as the child's pipe
+    # takes it; the child cuts the endless event at its cap and cancels the call.
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    line = b"data: " + b"x" * 4090 + b"\n"
+    bomb = b"".join(packer.compress(line * 256) for _ in range(100)) + packer.flush()
+    assert len(bomb) < 2**20
+    served.add(Reply(raw=bomb, headers={"content-encoding": "gzip"}))
+    orch = orchestrator(tmp_path, attack_tools.headers)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    # (The parent's pieces are bounded: test_transport.py's inflating test.)
+    assert result.status is RunStatus.ERROR, result
+    assert "event of more than 16777216 bytes" in (result.error or ""), result.error
 
 
 @pytest.mark.parametrize("flood", list(attack_tools.FLOODS))

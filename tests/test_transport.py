@@ -7,17 +7,24 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
-from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay, check_call
+from agentcell.orchestrator.delegation._model_relay import (
+    ModelPools,
+    ModelRelay,
+    check_call,
+    inflated_chunks,
+)
 from agentcell.orchestrator.delegation._model_usage import UsageScan
 from agentcell.protocol import AgentSpec, ModelCall, ModelCancel, ModelEnd, Usage, UserMessage
 from agentcell.worker._model_link import end_error
 from agentcell.worker.models import (
+    Inflater,
     ModelError,
     ModelErrorKind,
     ModelRequest,
@@ -331,3 +338,22 @@ async def test_a_relayed_call_without_a_key_for_the_official_api_says_so(
     assert "OPENAI_API_KEY is not set" in end.message
     error = end_error(end)
     assert isinstance(error, ModelError) and "OPENAI_API_KEY is not set" in str(error)
+
+
+async def test_the_relay_inflates_a_compressed_answer_in_bounded_pieces_as_asked() -> None:
+    # ~100 MiB from one 100 KiB read: the parent must never hold it whole, and inflates
+    # only as far as the relay has asked (it stops asking when the child stops reading).
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    bomb = b"".join(packer.compress(b"data: " + b"x" * (1 << 20)) for _ in range(100))
+    bomb += packer.flush()
+    assert len(bomb) < 1 << 20
+
+    async def one_read() -> AsyncIterator[bytes]:
+        yield bomb
+
+    pieces = inflated_chunks(one_read(), Inflater("gzip", "openai"))
+    sizes = [len(await anext(pieces)) for _ in range(20)]
+    assert sizes and max(sizes) <= 64 * 1024, sizes
+    await pieces.aclose()
+    plain = inflated_chunks(one_read(), Inflater("", "openai"))
+    assert [p async for p in plain] == [bomb]  # identity: passed on as it came

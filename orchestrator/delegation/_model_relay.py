@@ -378,7 +378,7 @@ class ModelRelay:
                 relayed = {k: mask.text(v) for k, v in headers.items() if k != "content-encoding"}
                 head = ModelHead(id=cid, status=status, headers=relayed)
                 frames = CallFrames(self._send, head, scan.feed if status == 200 else None, mask)
-                chunks = _inflated(response.chunks(), inflater)
+                chunks = inflated_chunks(response.chunks(), inflater)
                 frames.hold(await relay_chunks(chunks, frames.send))
             finally:
                 await response.aclose()
@@ -404,7 +404,7 @@ class ModelRelay:
             await (self._send(end) if frames is None else frames.end(end))
 
 
-async def _inflated(chunks: AsyncIterator[bytes], inflater: Inflater) -> AsyncIterator[bytes]:
+async def inflated_chunks(chunks: AsyncIterator[bytes], inflater: Inflater) -> AsyncIterator[bytes]:
     """The body's bytes decompressed in bounded steps (as they are, uncompressed)."""
     async for raw in chunks:
         for piece in inflater.pieces(raw):
