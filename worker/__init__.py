@@ -11,6 +11,7 @@ from agentcell.worker._beneath import (
 )
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
+from agentcell.worker._first_call import first_request_body, predictable
 from agentcell.worker._hook_relay import (
     MAX_STOP_HOOK_CONTINUATIONS,
     RelayedHooks,
@@ -53,6 +54,8 @@ from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
 __all__ = [
+    "first_request_body",
+    "predictable",
     "Approver",
     "ChildBoot",
     "ChildLink",

@@ -67,12 +67,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
-    if spec.env is not None:
-        # Exactly what the parent decided this run may see (no inherited secrets); and
-        # since the model key may now be in this process, its tools may not read it.
-        os.environ.clear()
-        os.environ.update(spec.env)
-        _proc.set_dumpable(False)
+    _take_environment(spec)
     try:
         model: Model = objects.get("model") or _own_model(spec, link)
     except ModelError as exc:
@@ -94,13 +89,12 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     try:
         box = enter_sandbox(spec, engine, model, objects)
     except OSError as exc:
-        if drain is not None:
-            drain.start()
         if servers is not None:
             await servers.stop()
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
-    if drain is not None:
-        drain.start()
+    finally:
+        if drain is not None:  # behind the walls (or, with none, for the run's last words)
+            drain.start()
     engine.command_preexec = box.bash_preexec()
     if box.egress is not None:  # bash's relay to the parent's proxy (a network: list)
         await box.egress.start_relay()
@@ -200,6 +194,15 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     for problem in servers.problems:
         link.emit(Notice(message=problem))
     return servers
+
+
+def _take_environment(spec: AgentSpec) -> None:
+    """Exactly what the parent decided this run may see (no inherited secrets); and
+    since the model key may now be in this process, its tools may not read it."""
+    if spec.env is not None:
+        os.environ.clear()
+        os.environ.update(spec.env)
+        _proc.set_dumpable(False)
 
 
 def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[str, Any]) -> Any:

@@ -116,6 +116,12 @@ class Settings(BaseModel):
     # Start sub-agent processes as the main model names its task calls, before its
     # response is complete (off: a process is started when a call is dispatched).
     start_ahead: bool = True
+    # Send a relayed sub-agent's first model request while its process starts, when the
+    # parent can build that request itself (no MCP servers, no history); the child's own
+    # first request then takes the answer under way if it is the same bytes, else the
+    # one sent ahead is cancelled. Off by default: a run its child then refuses (a
+    # protected path that is a link, say) has had its first request sent all the same.
+    call_ahead: bool = False
     # Fork servers starting processes side by side; None: one per four cores (1 to 4).
     process_starters: int | None = Field(default=None, ge=1, le=8)
     approval: ApprovalMode = "ask"

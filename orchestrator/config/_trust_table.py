@@ -139,6 +139,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "model_options": _neutral("request options; its routing keys are loosening, see below"),
     "max_workers": _neutral("how many processes run at once"),
     "warm_spares": _neutral("processes started ahead"),
+    "call_ahead": _neutral("a sub-agent's first model request sent while its process starts"),
     "start_ahead": _neutral("when processes start"),
     "process_starters": _neutral("how many fork servers start processes"),
     "approval": _tight("a stricter approval only narrows", on_scale(APPROVAL_LOOSENESS)),

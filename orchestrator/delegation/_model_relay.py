@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation._call_ahead import CallAhead
 from agentcell.orchestrator.delegation._key_mask import KeyMask, header_secrets
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
 from agentcell.orchestrator.delegation._model_batch import (
@@ -266,8 +267,10 @@ class ModelRelay:
         *,
         send_nowait: Callable[[Frame], None],
         start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        ahead: CallAhead | None = None,
     ) -> None:
         self._spec = spec
+        self._ahead = ahead  # its first request, sent while it started (_call_ahead)
         self._settings = settings
         self._limiter = limiter
         self._pools = pools
@@ -277,7 +280,11 @@ class ModelRelay:
         self._calls: dict[int, asyncio.Task[None]] = {}
         self._upstream: ModelTransport | None = None
         self._secrets: list[bytes] = []  # the key in the upstream headers, to mask
-        self._shard = pools.take_shard()
+        if ahead is not None:  # its shard and transport: the connection it opened
+            ahead.adopt()
+            self._shard, self._upstream, self._secrets = ahead.shard, ahead.transport, ahead.secrets
+        else:
+            self._shard = pools.take_shard()
         self._on_shard = True
         self._counted: list[Usage] = []  # what the servers reported
         self._refusals = 0
@@ -303,7 +310,16 @@ class ModelRelay:
             # ({"model": "a", "model": "b"}) would mean the last one to this check and
             # maybe the first to the server's parser.
             body = msgspec.json.encode(checked[1])
-            task = self._start(self._serve(msgspec.structs.replace(frame, body=body)))
+            frame = msgspec.structs.replace(frame, body=body)
+            ahead, self._ahead = self._ahead, None
+            if ahead is not None and ahead.body != body:
+                log.warning(
+                    "%s: its first model request was not the one sent ahead: that one is cancelled",
+                    self._spec.agent_id,
+                )
+                self._start(ahead.aclose())
+                ahead = None
+            task = self._start(self._serve(frame, ahead))
             self._calls[frame.id] = task
             task.add_done_callback(functools.partial(self._ended, frame.id))
 
@@ -319,6 +335,9 @@ class ModelRelay:
 
     async def close(self) -> None:
         """The child is gone: every call it had in flight is cancelled upstream."""
+        if self._ahead is not None:  # it never asked
+            ahead, self._ahead = self._ahead, None
+            await ahead.aclose()
         if self._on_shard:  # first: a cancelled close still gives its place back
             self._on_shard = False
             self._pools.leave_shard(self._shard)
@@ -344,32 +363,30 @@ class ModelRelay:
     def _transport(self) -> ModelTransport:
         """The parent's copy of the child's model, sending from this child's shard."""
         if self._upstream is None:
-            model = resolve_model(
-                self._spec.model, upstream_options(self._settings, self._spec.model)
+            self._upstream, self._secrets = parent_transport(
+                self._spec, self._settings, self._pools, self._shard
             )
-            assert isinstance(model, OpenAIChatModel | AnthropicModel)  # check_call's
-            model.check_ready()  # no key for the official API: the child says so, in words
-            shard, pools = self._shard, self._pools
-
-            def make(url: str, headers: Mapping[str, str], endpoint: Endpoint) -> ModelTransport:
-                self._secrets = header_secrets(headers)  # what the answers must not echo
-                return pools.transport(url, headers, endpoint, shard)
-
-            self._upstream = model.transport_over(make)
         return self._upstream
 
-    async def _serve(self, frame: ModelCall) -> None:
+    async def _serve(self, frame: ModelCall, ahead: CallAhead | None = None) -> None:
         cid = frame.id
-        permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
+        if ahead is None:
+            permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
+        else:
+            permit = ModelPermit(None, 0)  # released below; the one sent ahead has its own
         provider = self._spec.model.partition(":")[0]
         scan = UsageScan(provider)
         status, headers = 0, {}
         frames: CallFrames | None = None
         mask = KeyMask(())
         try:
-            transport = self._transport()
-            mask = KeyMask(self._secrets)
-            response = await transport.open(frame.body)
+            if ahead is None:
+                transport = self._transport()
+                mask = KeyMask(self._secrets)
+                response = await transport.open(frame.body)
+            else:
+                mask = KeyMask(ahead.secrets)
+                permit, response = await ahead.take()
             status, headers = response.status, response.headers
             try:
                 # Inflated here, so that the key can be masked and the usage read in it
@@ -402,6 +419,56 @@ class ModelRelay:
             _release(permit, scan.tokens, status, headers)
         with contextlib.suppress(ChannelClosed):
             await (self._send(end) if frames is None else frames.end(end))
+
+
+def parent_transport(
+    spec: AgentSpec, settings: Settings, pools: ModelPools, shard: int
+) -> tuple[ModelTransport, list[bytes]]:
+    """The parent's copy of the child's model, sending from ``shard``'s pool, and the
+    secrets of its headers (what an answer relayed to the child must not echo)."""
+    model = resolve_model(spec.model, upstream_options(settings, spec.model))
+    assert isinstance(model, OpenAIChatModel | AnthropicModel)  # check_call's
+    model.check_ready()  # no key for the official API: the child says so, in words
+    secrets: list[bytes] = []
+
+    def make(url: str, headers: Mapping[str, str], endpoint: Endpoint) -> ModelTransport:
+        secrets.extend(header_secrets(headers))
+        return pools.transport(url, headers, endpoint, shard)
+
+    return model.transport_over(make), secrets
+
+
+def call_ahead(  # noqa: PLR0917 - the runner's one call
+    spec: AgentSpec,
+    body: bytes,
+    settings: Settings,
+    limiter: ProviderLimiter,
+    pools: ModelPools,
+    start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+) -> CallAhead | None:
+    """``body`` (the child's predicted first request) sent now, if the relay would send
+    it as it is (checked and re-encoded the same way)."""
+    why, checked = _checked(spec, body)
+    if why:
+        return None
+    shard = pools.take_shard()
+    try:
+        transport, secrets = parent_transport(spec, settings, pools, shard)
+    except ModelError:  # the child meets it, and says it, in its own words
+        pools.leave_shard(shard)
+        return None
+    body = msgspec.json.encode(checked)
+    ahead = CallAhead(
+        spec,
+        body,
+        transport,
+        secrets,
+        limiter=limiter,
+        start=start,
+        on_done=lambda: pools.leave_shard(shard),
+    )
+    ahead.shard = shard
+    return ahead
 
 
 async def inflated_chunks(chunks: AsyncIterator[bytes], inflater: Inflater) -> AsyncIterator[bytes]:

@@ -28,6 +28,7 @@ from agentcell.orchestrator.delegation._approvals import (
     ApprovalBroker,
     ApprovalQuery,
 )
+from agentcell.orchestrator.delegation._call_ahead import CallAhead
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
@@ -104,6 +105,7 @@ class Child:
     hooks: HookRunner
     stop_hooks: SubagentStopHooks
     ledger: UsageLedger
+    ahead: CallAhead | None = None  # its first model request, sent while it started
 
 
 class Relay:
@@ -161,6 +163,7 @@ class Relay:
             lease.send,
             send_nowait=lease.send_nowait,
             start=group.create_task,
+            ahead=self.child.ahead,
         )
 
     async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:

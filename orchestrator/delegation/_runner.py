@@ -22,7 +22,7 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from agentcell.orchestrator.backends import (
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker
+from agentcell.orchestrator.delegation._call_ahead import CallAhead
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._egress import EgressProxy, network_value, open_proxy
 from agentcell.orchestrator.delegation._events import (
@@ -51,6 +52,7 @@ from agentcell.orchestrator.delegation._hooks import (
     agent_transcript,
 )
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
+from agentcell.orchestrator.delegation._model_relay import call_ahead
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
@@ -72,6 +74,7 @@ from agentcell.orchestrator.delegation._worktree import (
 )
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
+    AgentSpec,
     ChannelClosed,
     Control,
     ControlAction,
@@ -79,7 +82,7 @@ from agentcell.protocol import (
     RunStatus,
     Start,
 )
-from agentcell.worker import OutsideRoot, release_sandbox
+from agentcell.worker import OutsideRoot, first_request_body, predictable, release_sandbox
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
 
@@ -155,6 +158,7 @@ class _Admitted:
     stop_hooks: SubagentStopHooks | None = None
     spans: ChildSpans | None = None  # its trace, when the parent traces
     egress: EgressProxy | None = None  # its host-filtering proxy, for a network: list
+    ahead: CallAhead | None = None  # its first model request, sent while it starts
 
 
 @dataclasses.dataclass(slots=True)
@@ -458,7 +462,16 @@ class Runner:
         self, admitted: _Admitted, start: Start, scope: Scope, handle: RunHandle, started: float
     ) -> _Ended:
         """A process leased, sent its start, walled, relayed to its end and released."""
+        async with asyncio.TaskGroup() as group:  # its call ahead's task, if any
+            admitted.ahead = await self._call_ahead(admitted.prepared.spec, group.create_task)
+            return await self._leased(admitted, start, scope, handle, started)
+
+    async def _leased(
+        self, admitted: _Admitted, start: Start, scope: Scope, handle: RunHandle, started: float
+    ) -> _Ended:
+        """``_live``'s steps: every failure is the result's, nothing raises out of here."""
         ended = _Ended(progress=Progress(model=admitted.prepared.model, spans=admitted.spans))
+        ahead, admitted.ahead = admitted.ahead, None
         lease: WorkerLease | None = None
         try:
             lease = await self._start_on_a_live_process(admitted.definition, start)
@@ -468,7 +481,9 @@ class Runner:
             # Only now: controls queued while it waited for a process must follow Start.
             handle.attach(lease)
             self._wall(lease, admitted)
-            await Relay(self._parent, self._child(lease, admitted, scope), ended.progress).run()
+            child = self._child(lease, admitted, scope)
+            child.ahead, ahead = ahead, None  # the relay's now: it serves or cancels it
+            await Relay(self._parent, child, ended.progress).run()
         except asyncio.CancelledError:
             ended.cancelled = True
             if lease is not None:
@@ -483,6 +498,8 @@ class Runner:
                 log.exception("sub-agent %s failed in the parent", start.run_id)
             ended.failure = f"{type(exc).__name__}: {exc}"
         finally:
+            if ahead is not None:  # no relay took it (no process could be had, say)
+                await self.finishing.shielded(ahead.aclose(), f"{start.run_id}: its call ahead")
             if lease is not None:
                 release = lease.release()
                 ended.outcome = await self.finishing.shielded(release, f"{start.run_id}: release")
@@ -494,6 +511,20 @@ class Runner:
                 closing = admitted.egress.close()
                 await self.finishing.shielded(closing, f"{start.run_id}: its egress proxy")
         return ended
+
+    async def _call_ahead(
+        self, spec: AgentSpec, start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+    ) -> CallAhead | None:
+        """The child's first model request, sent now if the parent can build it
+        (``_call_ahead``): its answer is then under way while the process starts."""
+        if not self.settings.call_ahead or not predictable(spec):
+            return None
+        tools = [self.prepare.custom_tools[n] for n in spec.tools if n in self.prepare.custom_tools]
+        body = await first_request_body(spec, tools)
+        parent, settings = self._parent, self.settings
+        if body is None:
+            return None
+        return call_ahead(spec, body, settings, parent.limiter, parent.pools, start)
 
     def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
         """The limits the parent enforces on the leased process."""

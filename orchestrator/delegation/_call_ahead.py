@@ -1,0 +1,116 @@
+"""A sub-agent's first model request, sent by the parent while the child's process starts.
+
+A sub-agent's process takes milliseconds of CPU to fork, boot and wall itself before it
+sends its first model request; at a fan-out of dozens on a small machine, the starts
+queue and the last sub-agent's first request leaves hundreds of milliseconds after the
+task call. But that first request is fixed by the spec (``worker/_first_call.py``), so
+the parent builds it, checks it as it checks a child's, and sends it at once, with its
+own key, from its pools, under the provider limiter. ``CallAhead`` holds the request
+until the child's own first ``ModelCall`` arrives: the same bytes, and the relay serves
+that call from the answer under way (its body still in the connection, read and relayed
+as for any call); other bytes, and the one sent ahead is cancelled and the child's sent.
+A child that never asks (it died, it was cancelled) has it cancelled when its relay ends.
+
+Only the head is waited for here: the body stays in the socket until the relay reads it,
+so nothing of a server's answer is buffered in the parent, and the child still parses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
+from agentcell.protocol import AgentSpec
+from agentcell.worker.models import ModelTransport, TransportResponse, estimate_tokens
+
+log = logging.getLogger("agentcell.orchestrator")
+
+
+class CallAhead:
+    """The first request of one sub-agent, sent: ``take`` gives its permit and response
+    to the relay serving the child's identical call; ``aclose`` cancels it otherwise."""
+
+    def __init__(
+        self,
+        spec: AgentSpec,
+        body: bytes,
+        transport: ModelTransport,
+        secrets: list[bytes],
+        *,
+        limiter: ProviderLimiter,
+        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        on_done: Callable[[], None] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.body = body
+        self.transport = transport
+        self.secrets = secrets
+        self._estimate = estimate_tokens(body)
+        self._permit: ModelPermit | None = None
+        self._response: TransportResponse | None = None
+        self._taken = False
+        self.shard = 0  # the pool shard it was sent from (set by whoever made it)
+        self._on_done = on_done
+        self._error: Exception | None = None
+        self._task = start(self._send(transport, limiter))  # in the run's task group
+
+    async def _send(self, transport: ModelTransport, limiter: ProviderLimiter) -> None:
+        # Never raises (its group would cancel the run): the error waits for ``take``.
+        try:
+            self._permit = await limiter.acquire(self.spec.model, self._estimate)
+            self._response = await transport.open(self.body)
+        except Exception as exc:
+            self._error = exc
+
+    async def take(self) -> tuple[ModelPermit, TransportResponse]:
+        """The permit and the response (its head in), for the child's identical call;
+        raises what sending raised (``Retry``, ``ModelError``), its permit released. A
+        cancelled take cancels the request (awaiting the task passes the cancel on)."""
+        self._taken = True
+        try:
+            await self._task
+        except BaseException:
+            self._release(tokens=0)  # no answer was had
+            raise
+        if self._error is not None:
+            self._release(tokens=0)
+            raise self._error
+        assert self._permit is not None and self._response is not None
+        return self._permit, self._response
+
+    async def aclose(self) -> None:
+        """Not taken: cancel the request upstream and release its permit. Idempotent."""
+        if self._taken:
+            return
+        self._taken = True
+        self._task.cancel()
+        await asyncio.wait([self._task])
+        if self._response is not None:
+            log.info(
+                "%s: the first model request sent ahead was not used: cancelled",
+                self.spec.agent_id,
+            )
+            with contextlib.suppress(Exception):
+                await self._response.aclose()
+        self._release(tokens=self._estimate)
+        self._give_back()
+
+    def _release(self, *, tokens: int) -> None:
+        # A cancelled answer's cost is unknown: the limiter is charged the estimate.
+        if self._permit is not None:
+            self._permit.release(tokens=tokens)
+            self._permit = None
+
+    def adopt(self) -> None:
+        """The child's relay now owns the pool shard (and the transport) this request
+        was sent from: sub-agents one after another keep one open connection."""
+        self._on_done = None
+
+    def _give_back(self) -> None:
+        if self._on_done is not None:
+            done, self._on_done = self._on_done, None
+            done()
