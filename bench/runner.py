@@ -58,6 +58,7 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         limits=job.get("limits"),
         prestart=bool(job.get("prestart")),
         analysis=job["spec"].get("tool") == analysis.FILES,
+        call_ahead=bool(job.get("call_ahead")),
     )
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]

@@ -76,6 +76,8 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
                 # Its workers started before the clock, like agentcell's spares: pool
                 # start-up on the same side of the timed region for both.
                 ("ProcessPoolExecutor", "workers started before", {"prestart": True}),
+                # Each sub-agent's first model request sent while its process starts.
+                ("agentcell", "call ahead", {"call_ahead": True}),
             ),
         ),
         Workload(
@@ -152,7 +154,11 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             ),
             systems=["agentcell"],
             spec={"turns": 1, "tool": "probe", "lat": lat},
-            variants=(("warm spares", {"warm": "n"}), ("no spares", {"warm": 0})),
+            variants=(
+                ("warm spares", {"warm": "n"}),
+                ("no spares", {"warm": 0}),
+                ("call ahead", {"call_ahead": True}),
+            ),
             extra=ray_rows,
         ),
         Workload(

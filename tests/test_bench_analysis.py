@@ -259,3 +259,30 @@ def test_the_report_renders_the_analysis_tables() -> None:
         result["rows"][0]["requests"] = 322
     text = report.request_size_table(analysis_entry)
     assert "| agentcell | 32 | 322 | 30.0 | 21.0 | 39.5 |" in text
+
+
+def test_the_call_ahead_rows_are_reported_beside_the_default_ones() -> None:
+    results = _results()
+    io = results["workloads"][0]["results"]
+    io += [
+        _result("agentcell", 32, wall_s=0.7),
+        _result("agentcell", 32, "call ahead", wall_s=0.6),
+        _result("openai-agents", 32, wall_s=0.8),
+    ]
+    results["workloads"].append(
+        {
+            "name": "dispatch",
+            "ideal_s": {},
+            "results": [
+                _result("agentcell", 1, "warm spares", dispatch_s=[0.008]),
+                _result("agentcell", 1, "call ahead", dispatch_s=[0.002, 0.004, 0.006]),
+            ],
+        }
+    )
+    figures = report.headline_figures(results)
+    assert figures["io_32_x_fastest_peer"] == pytest.approx(0.7 / 0.8)
+    assert figures["io_32_call_ahead_x_fastest_peer"] == pytest.approx(0.6 / 0.8)
+    assert figures["dispatch_warm_p50_x_floor_1"] == pytest.approx(2.0)
+    assert figures["dispatch_call_ahead_p50_x_floor_1"] == pytest.approx(1.0)
+    assert "dispatch_call_ahead_p50_x_floor_8" not in figures  # not run at N=8
+    assert len(targets.TARGETS) == 10  # reported, not targets

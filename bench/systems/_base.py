@@ -22,6 +22,7 @@ class Options:
     limits: dict[str, float] | None = None  # agentcell: its provider limiter ([limits.openai])
     prestart: bool = False  # ProcessPoolExecutor: start every worker before the clock
     analysis: bool = False  # the analysis workload: file tools over a source tree
+    call_ahead: bool = False  # agentcell: first model requests sent while processes start
 
 
 @dataclasses.dataclass(slots=True)

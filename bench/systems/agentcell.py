@@ -55,6 +55,7 @@ class Agentcell(System):
         )
         if options.warm is not None:
             settings.warm_spares = options.warm
+        settings.call_ahead = options.call_ahead
         if options.limits:
             settings.limits = {"openai": ProviderLimits(**options.limits)}  # type: ignore[arg-type]
         return settings
