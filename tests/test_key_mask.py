@@ -66,6 +66,12 @@ def test_a_tail_that_may_begin_the_key_waits_for_the_next_chunk() -> None:
     assert mask.flush() == b""
 
 
+def test_a_long_chunk_that_ends_one_byte_short_of_the_key_holds_that_tail() -> None:
+    mask = KeyMask([KEY])
+    assert mask.stream(b"x" * 50 + KEY[:-1]) == b"x" * 50  # the longest proper prefix
+    assert mask.stream(KEY[-1:] + b"\n") == MASK + b"\n"
+
+
 def test_a_key_split_one_byte_per_chunk_never_leaves_whole_or_in_part() -> None:
     mask = KeyMask([KEY])
     out = [mask.stream(KEY[i : i + 1]) for i in range(len(KEY))]
