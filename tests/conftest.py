@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -26,10 +27,25 @@ os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
 _STATE: tempfile.TemporaryDirectory[str] | None = None
 
 
+STATE_PREFIX = "agentcell-test-state-"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     global _STATE
-    _STATE = tempfile.TemporaryDirectory(prefix="agentcell-test-state-")
+    _remove_dead_sessions_state()
+    _STATE = tempfile.TemporaryDirectory(prefix=f"{STATE_PREFIX}{os.getpid()}-")
     os.environ["XDG_STATE_HOME"] = _STATE.name
+
+
+def _remove_dead_sessions_state() -> None:
+    """The folders of earlier test sessions that were killed before their clean-up (a
+    timed-out run, a mutation tool's mutant that hung): named by the session's pid, and
+    removed once no process has that pid (a folder without one is left alone)."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        owner = name[len(STATE_PREFIX) :].partition("-")[0]
+        if name.startswith(STATE_PREFIX) and owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
