@@ -406,11 +406,7 @@ async def test_a_tool_after_an_http_servers_start_runs_behind_the_walls(
     # Connecting to an http server before the walls looks its name up on the event
     # loop's executor, which starts a thread there; Landlock would not cover that thread,
     # and a plain tool run later on the same executor would read past the walls.
-    work, outside = tmp_path / "work", tmp_path / "outside"
-    work.mkdir()
-    outside.mkdir()
-    secret = outside / "secret.txt"
-    secret.write_text("outside the walls")
+    work, secret = thread_attack_tools.workdir_and_outside_secret(tmp_path)
     served.responder = calls_then_report([("pool_read", {"path": str(secret)})])
     agent = AgentDefinition(
         name="helper",

@@ -127,6 +127,20 @@ async def test_the_parent_sends_the_one_model_it_checked(
         assert models == ["test"], raw[:200]
 
 
+async def headers_seen(tmp_path: Path, served: ModelServer) -> dict[str, Any]:
+    """One run of the ``headers`` tool: the status, headers and body its child was handed
+    for the server's second answer."""
+    orch = orchestrator(tmp_path, attack_tools.headers)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    seen: dict[str, Any] = json.loads(bytes.fromhex(tool_output))
+    return seen
+
+
 async def test_neither_the_parents_headers_nor_a_servers_others_reach_the_child(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
@@ -141,14 +155,7 @@ async def test_neither_the_parents_headers_nor_a_servers_others_reach_the_child(
         Reply(raw=b"data: [DONE]\n\n", headers=hostile),
         "done",
     )
-    orch = orchestrator(tmp_path, attack_tools.headers)
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
-    assert result.status is RunStatus.COMPLETED, result.error
-    tool_output = next(
-        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
-    )
-    seen = json.loads(bytes.fromhex(tool_output))
+    seen = await headers_seen(tmp_path, served)
     assert seen["status"] == 200 and seen["body"] == "data: [DONE]\n\n"
     assert set(seen["headers"]) <= set(RELAYED_HEADERS), seen["headers"]
     assert KEY not in json.dumps(seen)
@@ -176,14 +183,7 @@ async def test_a_key_the_server_echoes_reaches_the_child_masked(
     where: str, spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
 ) -> None:
     served.add(Reply(tool_calls=[Call("headers", {})]), ECHOES[where], "done")
-    orch = orchestrator(tmp_path, attack_tools.headers)
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
-    assert result.status is RunStatus.COMPLETED, result.error
-    tool_output = next(
-        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
-    )
-    seen = json.loads(bytes.fromhex(tool_output))
+    seen = await headers_seen(tmp_path, served)
     assert KEY not in json.dumps(seen), seen
     assert "[REDACTED]" in json.dumps(seen), seen  # the echo arrived, masked
     assert "content-encoding" not in seen["headers"]  # inflated by the parent

@@ -501,11 +501,7 @@ async def test_code_in_the_sub_agent_cannot_read_past_landlock_through_its_drain
     # not those already running: the output-drain thread must start behind the walls.
     # The tool (run in the child) hijacks os.read, which that thread calls, and has it
     # open a file outside them.
-    work, outside = tmp_path / "work", tmp_path / "outside"
-    work.mkdir()
-    outside.mkdir()
-    secret = outside / "secret.txt"
-    secret.write_text("outside the walls")
+    work, secret = thread_attack_tools.workdir_and_outside_secret(tmp_path)
     served.add(Reply(tool_calls=[Call("drain_read", {"path": str(secret)})]), "done")
     orch = Orchestrator(
         settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),

@@ -8,8 +8,19 @@ from __future__ import annotations
 import json
 import os
 import threading
+from pathlib import Path
 
 from agentcell.worker.tools import function_tool
+
+
+def workdir_and_outside_secret(tmp_path: Path) -> tuple[Path, Path]:
+    """A workdir for the run, and a secret file beside it, outside the walls."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    work.mkdir()
+    outside.mkdir()
+    secret = outside / "secret.txt"
+    secret.write_text("outside the walls")
+    return work, secret
 
 
 def read_through_the_drain_thread(path: str) -> str:
