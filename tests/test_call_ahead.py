@@ -16,7 +16,10 @@ import psutil
 import pytest
 import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.config import ProviderLimits
 from agentcell.orchestrator.delegation import _runner
+from agentcell.orchestrator.delegation._call_ahead import CallAhead
+from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
 from agentcell.protocol import AgentSpec, RunStatus
 from agentcell.worker import first_request_body
@@ -157,7 +160,7 @@ async def test_a_child_that_never_asks_leaves_no_request_open(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The request goes ahead and hangs; no process can be had: the run fails, and the
-    # parent holds no connection to the server after, nor a permit of the limiter.
+    # parent holds no connection to the server after, nor the pool shard it sent from.
     served.responder = lambda body, api: Reply(hang=True)
 
     async def no_process(self: Any, *args: Any) -> Any:
@@ -165,7 +168,7 @@ async def test_a_child_that_never_asks_leaves_no_request_open(
         raise RuntimeError("no process today")
 
     monkeypatch.setattr(_runner.Runner, "_start_on_a_live_process", no_process)
-    orch = orchestrator(tmp_path, agent(), limits={"openai": {"max_concurrent": 1}})
+    orch = orchestrator(tmp_path, agent())
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
         assert result.status is not RunStatus.COMPLETED
@@ -175,10 +178,129 @@ async def test_a_child_that_never_asks_leaves_no_request_open(
             if c.raddr and c.raddr.port == served.port and c.status == "ESTABLISHED"
         }
         assert ports == set()
-        # The one permit is back: a second request may go (and hangs, as asked).
-        permit = await asyncio.wait_for(orch.runner._parent.limiter.acquire("openai:test", 1), 5)
-        permit.release()
+        assert set(orch.runner._parent.pools._children) == {0}  # every shard given back
     assert len(served.requests) == 1
+
+
+class _Answer:
+    status, headers = 200, {}
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def chunks(self) -> Any:
+        yield b""
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(0)
+        self.closed = True
+
+
+class _Upstream:
+    """A transport whose head comes after one loop round (or never, if ``hang``)."""
+
+    def __init__(self, hang: bool = False) -> None:
+        self.hang = hang
+        self.answer: _Answer | None = None
+
+    async def open(self, body: bytes) -> _Answer:
+        await asyncio.sleep(3600 if self.hang else 0)
+        self.answer = _Answer()
+        return self.answer
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _ahead(upstream: _Upstream, given_back: list[int]) -> tuple[CallAhead, ProviderLimiter]:
+    limiter = ProviderLimiter({"openai": ProviderLimits(max_concurrent=1)})
+    spec = AgentSpec(agent_id="a1", agent_type="worker", prompt="go", model="openai:test")
+    start = asyncio.get_running_loop().create_task
+    ahead = CallAhead(
+        spec,
+        b"{}",
+        upstream,
+        [],
+        limiter=limiter,
+        start=start,
+        on_done=lambda: given_back.append(1),
+    )
+    return ahead, limiter
+
+
+async def _permit_free(limiter: ProviderLimiter) -> bool:
+    try:
+        permit = await asyncio.wait_for(limiter.acquire("openai:test", 1), 1)
+    except TimeoutError:
+        return False
+    permit.release()
+    return True
+
+
+async def test_a_close_cancelled_midway_still_gives_back_its_permit_shard_and_answer() -> None:
+    upstream, given_back = _Upstream(), []
+    ahead, limiter = _ahead(upstream, given_back)
+    await asyncio.wait([ahead._task])  # the head is in
+    closing = asyncio.get_running_loop().create_task(ahead.aclose())
+    await asyncio.sleep(0)  # the close is in its wait
+    closing.cancel()
+    await asyncio.wait([closing])
+    assert upstream.answer is not None and upstream.answer.closed
+    assert given_back == [1] and await _permit_free(limiter)
+
+
+async def test_a_take_cancelled_as_the_head_comes_closes_the_answer_and_frees_the_permit() -> None:
+    upstream, given_back = _Upstream(), []
+    ahead, limiter = _ahead(upstream, given_back)
+    ahead.adopt()  # a relay's
+    taker = asyncio.get_running_loop().create_task(ahead.take())
+    ahead._task.add_done_callback(lambda _: taker.cancel())  # before the taker resumes
+    await asyncio.wait([taker])
+    assert taker.cancelled()
+    assert upstream.answer is not None and upstream.answer.closed
+    assert await _permit_free(limiter) and given_back == []  # the relay gives the shard back
+
+
+async def test_a_request_ahead_cancelled_before_its_head_frees_its_permit() -> None:
+    ahead, limiter = _ahead(_Upstream(hang=True), [])
+    await asyncio.sleep(0)  # the permit is taken, the head awaited
+    ahead._task.cancel()  # its group's, say, with nobody left to close it
+    await asyncio.wait([ahead._task])
+    assert await _permit_free(limiter)
+
+
+async def test_under_a_provider_limiter_nothing_goes_ahead_and_nothing_waits_for_it(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # One process and one request at a time, two runs: a run still waiting for the
+    # process must not hold the permit its running sibling waits for.
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        if any(m.get("role") == "tool" for m in body["messages"]):
+            return Reply(text="done")
+        return Reply(tool_calls=[Call("glob", {"pattern": "*.txt"})])
+
+    served.responder = respond
+    (tmp_path / "a.txt").write_text("a")
+    limits = {"openai": {"max_concurrent": 1}}
+    async with orchestrator(tmp_path, agent(), max_workers=1, limits=limits) as orch:
+        both = asyncio.gather(orch.delegate("worker", "one"), orch.delegate("worker", "two"))
+        results = await asyncio.wait_for(both, 60)
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2, [r.error for r in results]
+    assert len(served.requests) == 4  # two turns each, none sent ahead
+
+
+async def test_a_first_request_the_parent_cannot_build_is_the_childs_to_report(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # An option the provider refuses: the child's error, as without call_ahead.
+    served.add("never asked")
+    options = {"openai": {"frequency_penalty": 0.5}}
+    async with orchestrator(tmp_path, agent(), model_options=options) as orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.ERROR
+    assert "frequency_penalty" in (result.error or ""), result.error
+    assert "ExceptionGroup" not in (result.error or "")
+    assert served.requests == []
 
 
 @pytest.mark.parametrize(

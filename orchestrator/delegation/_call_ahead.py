@@ -65,16 +65,20 @@ class CallAhead:
             self._response = await transport.open(self.body)
         except Exception as exc:
             self._error = exc
+        except asyncio.CancelledError:  # whoever cancelled it may never close it
+            self._release(tokens=0)
+            raise
 
     async def take(self) -> tuple[ModelPermit, TransportResponse]:
         """The permit and the response (its head in), for the child's identical call;
         raises what sending raised (``Retry``, ``ModelError``), its permit released. A
-        cancelled take cancels the request (awaiting the task passes the cancel on)."""
+        cancelled take cancels the request (awaiting the task passes the cancel on) and
+        closes an answer that came in meanwhile."""
         self._taken = True
         try:
             await self._task
         except BaseException:
-            self._release(tokens=0)  # no answer was had
+            await self._drop(tokens=0)  # no answer was had (or none is wanted now)
             raise
         if self._error is not None:
             self._release(tokens=0)
@@ -83,21 +87,31 @@ class CallAhead:
         return self._permit, self._response
 
     async def aclose(self) -> None:
-        """Not taken: cancel the request upstream and release its permit. Idempotent."""
+        """Not taken: cancel the request upstream and release its permit. Idempotent;
+        what it holds is given back before its first wait, so a cancelled close still
+        gives back the permit and the shard."""
         if self._taken:
             return
         self._taken = True
-        self._task.cancel()
-        await asyncio.wait([self._task])
-        if self._response is not None:
-            log.info(
-                "%s: the first model request sent ahead was not used: cancelled",
-                self.spec.agent_id,
-            )
-            with contextlib.suppress(Exception):
-                await self._response.aclose()
-        self._release(tokens=self._estimate)
         self._give_back()
+        self._task.cancel()
+        try:
+            await asyncio.wait([self._task])
+        finally:
+            if self._response is not None:
+                log.info(
+                    "%s: the first model request sent ahead was not used: cancelled",
+                    self.spec.agent_id,
+                )
+            await self._drop(tokens=self._estimate)
+
+    async def _drop(self, *, tokens: int) -> None:
+        """The permit back (``tokens``: what it is charged) and the answer closed."""
+        self._release(tokens=tokens)
+        response, self._response = self._response, None
+        if response is not None:
+            with contextlib.suppress(Exception):
+                await response.aclose()
 
     def _release(self, *, tokens: int) -> None:
         # A cancelled answer's cost is unknown: the limiter is charged the estimate.

@@ -335,12 +335,12 @@ class ModelRelay:
 
     async def close(self) -> None:
         """The child is gone: every call it had in flight is cancelled upstream."""
-        if self._ahead is not None:  # it never asked
-            ahead, self._ahead = self._ahead, None
-            await ahead.aclose()
         if self._on_shard:  # first: a cancelled close still gives its place back
             self._on_shard = False
             self._pools.leave_shard(self._shard)
+        if self._ahead is not None:  # it never asked
+            ahead, self._ahead = self._ahead, None
+            await ahead.aclose()
         tasks = list(self._calls.values())
         for task in tasks:
             task.cancel()

@@ -517,11 +517,17 @@ class Runner:
     ) -> CallAhead | None:
         """The child's first model request, sent now if the parent can build it
         (``_call_ahead``): its answer is then under way while the process starts."""
-        if not self.settings.call_ahead or not predictable(spec):
+        parent, settings = self._parent, self.settings
+        # Not under a provider limiter: a run still waiting for a process would hold a
+        # permit its running siblings wait for (max_concurrent), and none would move.
+        if not settings.call_ahead or not predictable(spec) or parent.limiter.applies(spec.model):
             return None
         tools = [self.prepare.custom_tools[n] for n in spec.tools if n in self.prepare.custom_tools]
-        body = await first_request_body(spec, tools)
-        parent, settings = self._parent, self.settings
+        try:
+            body = await first_request_body(spec, tools)
+        except Exception as exc:  # options the child will refuse: it says so, in its words
+            log.debug("%s: no first request sent ahead: %s", spec.agent_id, exc)
+            return None
         if body is None:
             return None
         return call_ahead(spec, body, settings, parent.limiter, parent.pools, start)
