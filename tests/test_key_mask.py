@@ -3,7 +3,14 @@ values, split across chunks at every point, in header values and error words."""
 
 from __future__ import annotations
 
-from agentcell.orchestrator.delegation._key_mask import MASK, KeyMask, header_secrets
+import base64
+
+import pytest
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.delegation._key_mask import MASK, KeyMask, header_secrets, url_secrets
+from agentcell.orchestrator.delegation._model_relay import ModelPools, parent_transport
+from agentcell.protocol import AgentSpec
+from agentcell.worker.models import ModelError, Retry
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -109,3 +116,44 @@ def test_however_the_stream_is_cut_the_child_gets_the_masked_stream(
     out = streamed(mask, chunks)
     assert out == streamed(KeyMask([KEY, b"Bearer " + KEY]), [body])  # whatever the cuts
     assert KEY not in out
+
+
+def test_a_held_tail_as_long_as_a_secret_can_be_goes_masked_when_the_stream_ends() -> None:
+    # An answer cut (or ended) one byte short of the key: its first 20 bytes are no
+    # less the key's.
+    mask = KeyMask([KEY])
+    assert mask.stream(b"data: " + KEY[:-1]) == b"data: "
+    assert mask.flush() == MASK
+    mask.stream(b"x sk-mask")  # 7 bytes: a key's public prefix at most
+    assert mask.flush() == b"sk-mask"
+
+
+def test_a_base_urls_password_its_basic_credential_and_query_values_are_secrets() -> None:
+    url = "https://proxyuser:proxy%2Dpass-0123456@proxy.example:8443/v1?api-key=azure-key-98765&v=1"
+    found = url_secrets(url)
+    assert b"azure-key-98765" in found and b"1" not in found  # short values left alone
+    assert b"proxy-pass-0123456" in found  # as the client sends it (percent-decoded)
+    assert base64.b64encode(b"proxyuser:proxy%2Dpass-0123456") in found
+    assert url_secrets("http://127.0.0.1:8000/v1") == []
+
+
+async def test_a_relay_error_quoting_the_base_url_reaches_the_child_without_its_password() -> None:
+    # Nothing listens on port 9 here: the parent's transport fails, in words that quote
+    # the URL; what the child would be handed is masked.
+    base = "http://proxyuser:proxy-pass-0123456@127.0.0.1:9/v1"
+    settings = Settings(
+        model="openai:test",
+        model_options={"openai": {"base_url": base, "api_key": "sk-the-parents-key-1234"}},
+    )
+    spec = AgentSpec(agent_id="a1", agent_type="t", prompt="p", model="openai:test")
+    pools = ModelPools()
+    try:
+        transport, secrets = parent_transport(spec, settings, pools, 0)
+        with pytest.raises((Retry, ModelError)) as failure:
+            await transport.open(b'{"model": "test"}')
+    finally:
+        await pools.aclose()
+    words = str(getattr(failure.value, "cause", failure.value))
+    assert "proxy-pass-0123456" in words  # the parent's own words quote it...
+    shown = KeyMask(secrets).text(words)
+    assert "proxy-pass-0123456" not in shown and "[REDACTED]" in shown  # ...the child's not

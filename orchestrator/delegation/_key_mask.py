@@ -15,6 +15,8 @@ accidental echo, not a server that colludes with the child (docs/security.md).
 
 from __future__ import annotations
 
+import base64
+import urllib.parse
 from collections.abc import Iterable, Mapping
 
 #: What a secret is replaced with (the child's redactor uses the same words).
@@ -37,6 +39,19 @@ def header_secrets(headers: Mapping[str, str]) -> list[bytes]:
             if len(secret) >= MIN_SECRET_LENGTH:
                 found.add(secret.encode("utf-8", "surrogateescape"))
     return sorted(found, key=lambda s: (-len(s), s))  # longest first: "Bearer K" whole
+
+
+def url_secrets(url: str) -> list[bytes]:
+    """The secrets a base URL carries: its password (and the ``Basic`` credential an
+    HTTP client builds from ``user:password@``) and its query's values (``?api-key=…``)."""
+    parts = urllib.parse.urlsplit(url)
+    found = [value for _, value in urllib.parse.parse_qsl(parts.query)]
+    if parts.password:
+        found.append(parts.password)
+        user_pass = f"{parts.username or ''}:{parts.password}".encode()
+        found.append(base64.b64encode(user_pass).decode())
+        found.append(urllib.parse.unquote(parts.password))
+    return [v.encode("utf-8", "surrogateescape") for v in found if len(v) >= MIN_SECRET_LENGTH]
 
 
 class KeyMask:
@@ -65,9 +80,11 @@ class KeyMask:
         return data[: len(data) - keep] if keep else data
 
     def flush(self) -> bytes:
-        """What was held back: the stream ended, so it begins no secret."""
+        """What was held back, now the stream ended: it begins no secret after all —
+        but a held tail of ``MIN_SECRET_LENGTH`` bytes or more is a long piece of one (a
+        stream cut, or ended, one byte short of the key), and goes masked."""
         held, self._held = self._held, b""
-        return held
+        return MASK if len(held) >= MIN_SECRET_LENGTH else held
 
     def text(self, value: str) -> str:
         """``value`` with every secret masked (a header value, an error's words)."""

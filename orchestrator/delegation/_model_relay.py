@@ -29,7 +29,7 @@ import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.delegation._call_ahead import CallAhead
-from agentcell.orchestrator.delegation._key_mask import KeyMask, header_secrets
+from agentcell.orchestrator.delegation._key_mask import KeyMask, header_secrets, url_secrets
 from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
 from agentcell.orchestrator.delegation._model_batch import (
     CallFrames,
@@ -432,7 +432,7 @@ def parent_transport(
     secrets: list[bytes] = []
 
     def make(url: str, headers: Mapping[str, str], endpoint: Endpoint) -> ModelTransport:
-        secrets.extend(header_secrets(headers))
+        secrets.extend(header_secrets(headers) + url_secrets(url))  # errors quote the URL
         return pools.transport(url, headers, endpoint, shard)
 
     return model.transport_over(make), secrets
