@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -296,7 +297,9 @@ def _one_thread_before_the_walls() -> None:
         loop.set_default_executor(
             concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio-walled")
         )
+        ending = [t.native_id for t in getattr(old, "_threads", ())]
         old.shutdown(wait=True)  # idle by now: their look-ups were awaited
+        _wait_for_threads_gone(ending)
     others = len(os.listdir("/proc/self/task")) - 1
     if others > 0:
         names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
@@ -307,6 +310,21 @@ def _one_thread_before_the_walls() -> None:
             "restrict them; a tool or preloaded module that starts a thread at import must "
             "start it later",
         )
+
+
+#: The longest wait for an ended thread to leave the kernel's list of this process's.
+THREAD_EXIT_WAIT_S = 5.0
+
+
+def _wait_for_threads_gone(native_ids: list[int | None]) -> None:
+    """Until the kernel no longer lists ``native_ids`` as this process's threads: before
+    3.13, a joined thread may still be there a moment (its Python side is done first)."""
+    deadline = time.monotonic() + THREAD_EXIT_WAIT_S
+    for tid in native_ids:
+        while tid is not None and os.path.exists(f"/proc/self/task/{tid}"):
+            if time.monotonic() > deadline:
+                return  # the count below then names it, and the run is refused
+            time.sleep(0.001)
 
 
 #: How often the process cap's counter is read. cgroup v1 sends no change notification
