@@ -612,3 +612,30 @@ def test_an_executor_just_ended_never_counts_as_a_thread_left() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0", out.stdout
+
+
+async def test_a_tool_whose_module_imports_numpy_runs_behind_the_walls(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # numpy's OpenBLAS starts native threads at import unless told to use one: the child
+    # sets that before the tool's module is imported, so the walls go up on one thread.
+    pytest.importorskip("numpy")
+    import numpy_tools
+
+    served.add(Reply(tool_calls=[Call("np_mean", {"values": [1, 2, 6]})]), "done")
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=tmp_path,
+        agents=[agent("worker", ["np_mean"])],
+        tools=[numpy_tools.np_mean],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.sandbox.startswith("workspace"), result.sandbox
+    tool_output = next(
+        m["content"] for m in served.requests[-1].body["messages"] if m["role"] == "tool"
+    )
+    assert tool_output == "3.0"

@@ -66,6 +66,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
     _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
+    _one_thread_numeric_libraries()
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     _take_environment(spec)
@@ -197,6 +198,24 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     return servers
 
 
+#: What makes the usual numeric libraries run on the calling thread instead of starting a
+#: pool of native threads when imported (OpenBLAS under numpy, OpenMP, MKL, numexpr).
+ONE_THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
+
+
+def _one_thread_numeric_libraries() -> None:
+    """Set before a tool's modules are imported (the Start's objects): a library that
+    starts threads at import would start them outside the walls, and the run would be
+    refused (``_one_thread_before_the_walls``). A value you set yourself is kept."""
+    for name in ONE_THREAD_VARIABLES:
+        os.environ.setdefault(name, "1")
+
+
 def _take_environment(spec: AgentSpec) -> None:
     """Exactly what the parent decided this run may see (no inherited secrets); and
     since the model key may now be in this process, its tools may not read it."""
@@ -307,8 +326,9 @@ def _one_thread_before_the_walls() -> None:
             errno.EBUSY,
             f"{others} other thread(s) already run in this process "
             f"({', '.join(names) or 'not started by Python'}), and Landlock would not "
-            "restrict them; a tool or preloaded module that starts a thread at import must "
-            "start it later",
+            "restrict them; a tool's module that starts a thread at import must start it "
+            "later (a native library's pool, as OpenBLAS's: leave OPENBLAS_NUM_THREADS and "
+            "OMP_NUM_THREADS at 1, or add the module to preload)",
         )
 
 
