@@ -369,6 +369,8 @@ def test_only_plain_http_without_a_proxy_takes_this_route(monkeypatch: pytest.Mo
     assert h11_route("http://models.internal:8000/v1")
     assert not h11_route("https://api.openai.com/v1")  # HTTPS: httpx, HTTP/2 offered
     assert not h11_route("ftp://models.internal/v1")  # httpx says it is not http(s)
+    # user:password@ is Basic auth to httpx; this route would put it in the Host header.
+    assert not h11_route("http://proxyuser:proxy-pass-0123456@models.internal:8000/v1")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.internal:3128")
     assert not h11_route("http://models.internal:8000/v1")  # httpx speaks to the proxy
     assert h11_route("http://127.0.0.1:8000/v1")  # loopback never goes through a proxy

@@ -128,13 +128,24 @@ def test_a_held_tail_as_long_as_a_secret_can_be_goes_masked_when_the_stream_ends
     assert mask.flush() == b"sk-mask"
 
 
-def test_a_base_urls_password_its_basic_credential_and_query_values_are_secrets() -> None:
-    url = "https://proxyuser:proxy%2Dpass-0123456@proxy.example:8443/v1?api-key=azure-key-98765&v=1"
+def test_a_base_urls_password_its_basic_credential_and_credential_query_values_are_secrets() -> (
+    None
+):
+    url = (
+        "https://proxyuser:p%40ssw0rd-long@proxy.example:8443/v1"
+        "?api-key=azure%2Fkey-98765&api-version=2024-10-21&v=1"
+    )
     found = url_secrets(url)
-    assert b"azure-key-98765" in found and b"1" not in found  # short values left alone
-    assert b"proxy-pass-0123456" in found  # as the client sends it (percent-decoded)
-    assert base64.b64encode(b"proxyuser:proxy%2Dpass-0123456") in found
+    assert b"azure%2Fkey-98765" in found and b"azure/key-98765" in found  # as written, as sent
+    assert b"2024-10-21" not in found  # not a credential: answers may well mention it
+    assert b"p%40ssw0rd-long" in found and b"p@ssw0rd-long" in found
+    # The Basic credential as an HTTP client sends it: from the decoded user and password.
+    assert base64.b64encode(b"proxyuser:p@ssw0rd-long") in found
+    assert b"proxyuser" not in found  # a user name beside a password is no secret
+    assert url_secrets("https://tok-0123456789@gateway.example/v1") == [b"tok-0123456789"] * 2
     assert url_secrets("http://127.0.0.1:8000/v1") == []
+    masked = KeyMask(found).text("The API version 2024-10-21 was released")
+    assert masked == "The API version 2024-10-21 was released"
 
 
 async def test_a_relay_error_quoting_the_base_url_reaches_the_child_without_its_password() -> None:

@@ -66,7 +66,8 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
     _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
-    _one_thread_numeric_libraries()
+    if _sandbox.parse_mode(spec.sandbox) != "off":  # only walls need it: no pools, slower
+        _one_thread_numeric_libraries()
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     _take_environment(spec)

@@ -41,16 +41,31 @@ def header_secrets(headers: Mapping[str, str]) -> list[bytes]:
     return sorted(found, key=lambda s: (-len(s), s))  # longest first: "Bearer K" whole
 
 
+#: Query keys whose values are credentials (``?api-key=…``, ``?sig=…``); others, such as
+#: ``api-version``, are not: masking them would rewrite answers that mention them.
+SECRET_QUERY_WORDS = ("key", "token", "secret", "sig", "password", "auth", "code", "cred")
+
+
 def url_secrets(url: str) -> list[bytes]:
-    """The secrets a base URL carries: its password (and the ``Basic`` credential an
-    HTTP client builds from ``user:password@``) and its query's values (``?api-key=…``)."""
+    """The secrets a base URL carries, as written and as sent: its password (and the
+    ``Basic`` credential an HTTP client builds from ``user:password@``), a user name
+    alone (``https://TOKEN@host``), and the values of its credential query keys."""
     parts = urllib.parse.urlsplit(url)
-    found = [value for _, value in urllib.parse.parse_qsl(parts.query)]
-    if parts.password:
-        found.append(parts.password)
-        user_pass = f"{parts.username or ''}:{parts.password}".encode()
-        found.append(base64.b64encode(user_pass).decode())
-        found.append(urllib.parse.unquote(parts.password))
+    found: list[str] = []
+    for pair in parts.query.split("&"):
+        name, _, value = pair.partition("=")
+        if any(word in urllib.parse.unquote(name).lower() for word in SECRET_QUERY_WORDS):
+            found += [value, urllib.parse.unquote_plus(value)]
+    user, password = parts.username or "", parts.password or ""
+    if password:
+        plain = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+        found += [
+            password,
+            urllib.parse.unquote(password),
+            base64.b64encode(plain.encode()).decode(),
+        ]
+    elif user:
+        found += [user, urllib.parse.unquote(user)]
     return [v.encode("utf-8", "surrogateescape") for v in found if len(v) >= MIN_SECRET_LENGTH]
 
 

@@ -47,9 +47,11 @@ BUFFER_LIMIT = 256 * 1024
 
 
 def h11_route(base_url: str) -> bool:
-    """Whether requests to ``base_url`` take this route (plain HTTP, no proxy)."""
+    """Whether requests to ``base_url`` take this route (plain HTTP, no proxy, and no
+    ``user:password@``: httpx turns that into Basic auth; this route does not)."""
     url = httpx.URL(base_url)
-    return url.scheme == "http" and bool(url.host) and _env_proxy(url) is None
+    plain = url.scheme == "http" and bool(url.host) and not url.userinfo
+    return plain and _env_proxy(url) is None
 
 
 class _Connection:
