@@ -416,14 +416,7 @@ async def test_a_tool_after_an_http_servers_start_runs_behind_the_walls(
         mcp_servers=[{"web": {"type": "http", "url": http_mcp.replace("127.0.0.1", "localhost")}}],
         model="openai:test",
     )
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=work,
-        agents=[agent],
-        tools=[thread_attack_tools.pool_read],
-        load_agent_files=False,
-        record=False,
-    )
+    orch = thread_attack_tools.one_worker(work, agent, thread_attack_tools.pool_read)
     async with orch:
         result = await asyncio.wait_for(orch.delegate("helper", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result.error

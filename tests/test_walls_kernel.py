@@ -503,13 +503,10 @@ async def test_code_in_the_sub_agent_cannot_read_past_landlock_through_its_drain
     # open a file outside them.
     work, secret = thread_attack_tools.workdir_and_outside_secret(tmp_path)
     served.add(Reply(tool_calls=[Call("drain_read", {"path": str(secret)})]), "done")
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=work,
-        agents=[agent("worker", ["drain_read"])],
-        tools=[thread_attack_tools.drain_read],
-        load_agent_files=False,
-        record=True,  # a run folder: the child captures its output through the drain thread
+    # A run folder: the child captures its output through the drain thread.
+    definition = agent("worker", ["drain_read"])
+    orch = thread_attack_tools.one_worker(
+        work, definition, thread_attack_tools.drain_read, record=True
     )
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)
@@ -623,13 +620,8 @@ async def test_a_tool_whose_module_imports_numpy_runs_behind_the_walls(
     import numpy_tools
 
     served.add(Reply(tool_calls=[Call("np_mean", {"values": [1, 2, 6]})]), "done")
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=tmp_path,
-        agents=[agent("worker", ["np_mean"])],
-        tools=[numpy_tools.np_mean],
-        load_agent_files=False,
-        record=False,
+    orch = thread_attack_tools.one_worker(
+        tmp_path, agent("worker", ["np_mean"]), numpy_tools.np_mean
     )
     async with orch:
         result = await asyncio.wait_for(orch.delegate("worker", "go"), 60)

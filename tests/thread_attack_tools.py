@@ -9,8 +9,25 @@ import json
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from agentcell.worker.tools import function_tool
+
+
+def one_worker(workdir: Path, agent: Any, tool: Any, *, record: bool = False) -> Any:
+    """An orchestrator with ``agent`` and its custom ``tool``, one process at a time, the
+    local model server's ``openai:test`` (the orchestrator imported here only: the child
+    loads this module for its tools, and needs none of the parent's code)."""
+    from agentcell.orchestrator import Orchestrator, Settings
+
+    return Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=workdir,
+        agents=[agent],
+        tools=[tool],
+        load_agent_files=False,
+        record=record,
+    )
 
 
 def workdir_and_outside_secret(tmp_path: Path) -> tuple[Path, Path]:

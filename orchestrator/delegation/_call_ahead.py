@@ -5,7 +5,8 @@ sends its first model request; at a fan-out of dozens on a small machine, the st
 queue and the last sub-agent's first request leaves hundreds of milliseconds after the
 task call. But that first request is fixed by the spec (``worker/_first_call.py``), so
 the parent builds it, checks it as it checks a child's, and sends it at once, with its
-own key, from its pools, under the provider limiter. ``CallAhead`` holds the request
+own key, from its pools (never under a provider's limits: see ``Runner._call_ahead``;
+its permit is the limiter's bookkeeping alone). ``CallAhead`` holds the request
 until the child's own first ``ModelCall`` arrives: the same bytes, and the relay serves
 that call from the answer under way (its body still in the connection, read and relayed
 as for any call); other bytes, and the one sent ahead is cancelled and the child's sent.
@@ -43,8 +44,11 @@ class CallAhead:
         *,
         limiter: ProviderLimiter,
         start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        shard: int = 0,
         on_done: Callable[[], None] | None = None,
     ) -> None:
+        """``shard``: the pool shard it is sent from; ``on_done`` gives it back (unless a
+        relay ``adopt``s it)."""
         self.spec = spec
         self.body = body
         self.transport = transport
@@ -53,7 +57,7 @@ class CallAhead:
         self._permit: ModelPermit | None = None
         self._response: TransportResponse | None = None
         self._taken = False
-        self.shard = 0  # the pool shard it was sent from (set by whoever made it)
+        self.shard = shard
         self._on_done = on_done
         self._error: Exception | None = None
         self._task = start(self._send(transport, limiter))  # in the run's task group

@@ -458,17 +458,16 @@ def call_ahead(  # noqa: PLR0917 - the runner's one call
         pools.leave_shard(shard)
         return None
     body = msgspec.json.encode(checked)
-    ahead = CallAhead(
+    return CallAhead(
         spec,
         body,
         transport,
         secrets,
         limiter=limiter,
         start=start,
+        shard=shard,
         on_done=lambda: pools.leave_shard(shard),
     )
-    ahead.shard = shard
-    return ahead
 
 
 async def inflated_chunks(chunks: AsyncIterator[bytes], inflater: Inflater) -> AsyncIterator[bytes]:
