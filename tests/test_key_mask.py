@@ -168,3 +168,11 @@ async def test_a_relay_error_quoting_the_base_url_reaches_the_child_without_its_
     assert "proxy-pass-0123456" in words  # the parent's own words quote it...
     shown = KeyMask(secrets).text(words)
     assert "proxy-pass-0123456" not in shown and "[REDACTED]" in shown  # ...the child's not
+
+
+def test_the_shortest_secret_length_holds_for_url_values_and_held_tails() -> None:
+    assert url_secrets("http://h.example/v1?key=1234567") == []  # 7: too short to mask
+    assert url_secrets("http://h.example/v1?key=12345678") == [b"12345678"] * 2
+    mask = KeyMask([KEY])
+    assert mask.stream(b"x " + KEY[:8]) == b"x "  # exactly 8 bytes of the key held...
+    assert mask.flush() == MASK  # ...are masked when the stream ends there
