@@ -27,6 +27,7 @@ from typing import Any
 
 import multiprocess.forkserver
 import multiprocess.util
+from agentcell.orchestrator.backends._mp_tempdir import use_own_temp_folder
 from agentcell.worker import process as proc
 
 #: At most this many fork servers (each holds its own warmed interpreter, ~40 MiB).
@@ -189,6 +190,7 @@ class ForkServers:
         count = max(1, min(count, MAX_STARTERS))
         with self._lock:
             self._environment = environment
+            use_own_temp_folder()  # before a fork server's socket goes into one
             while len(self._servers) < count:
                 self._servers.append(_Server(multiprocess.forkserver.ForkServer()))
             for entry in self._servers[:count]:
