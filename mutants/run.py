@@ -111,6 +111,12 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_key_mask.py",
         30,
     ),
+    # multiprocess's temp folder: only this user's private folder, only dead pids' folders.
+    "mp-tempdir": (
+        "orchestrator/backends/_mp_tempdir.py",
+        "tests/test_mp_tempdir.py",
+        30,
+    ),
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (
