@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -105,15 +106,54 @@ def _dead_pid() -> int:
 
 
 def test_only_the_folders_of_dead_orchestrators_are_removed(tmp_path: Path) -> None:
-    dead = tmp_path / f"{_dead_pid()}-abc"
+    gone = _dead_pid()
+    dead = [tmp_path / f"{gone}-b{i}" for i in range(3)]
     live = tmp_path / f"{os.getpid()}-abc"
     others = [tmp_path / "pymp-x1", tmp_path / "abc-1", tmp_path / "12x-1", tmp_path / "99999999"]
-    for folder in [dead, live, *others]:
+    for folder in [*dead, live, *others]:
         folder.mkdir()
         (folder / "sock-1").write_text("")
-    assert _mp_tempdir.sweep_dead(tmp_path) == [dead.name]
-    assert not dead.exists()
+    (tmp_path / f"{gone}-a-file").write_text("not a folder")  # sorted first: passed over
+    assert _mp_tempdir.sweep_dead(tmp_path) == [folder.name for folder in dead]
+    assert not any(folder.exists() for folder in dead)
     assert all(folder.is_dir() for folder in [live, *others])
+    assert (tmp_path / f"{gone}-a-file").read_text() == "not a folder"
+    assert _mp_tempdir.sweep_dead(tmp_path / "missing") == []
+
+
+def test_a_folder_that_cannot_be_removed_does_not_stop_the_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = _dead_pid()
+    stuck, other = tmp_path / f"{gone}-a", tmp_path / f"{gone}-b"
+    stuck.mkdir()
+    other.mkdir()
+    real = shutil.rmtree
+
+    def rmtree(path: Path, ignore_errors: bool = False) -> None:
+        if Path(path) == stuck:
+            if not ignore_errors:
+                raise PermissionError(13, "Permission denied", str(path))
+            return
+        real(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(_mp_tempdir.shutil, "rmtree", rmtree)
+    _mp_tempdir.sweep_dead(tmp_path)
+    assert stuck.is_dir() and not other.exists()
+
+
+def test_the_exit_clean_up_removes_the_folder_and_forgets_only_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = multiprocess.process.current_process()._config
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for current, expected in ((mine, None), (other, str(other))):
+        mine.mkdir()
+        monkeypatch.setitem(config, "tempdir", str(current))
+        _mp_tempdir._remove(shutil.rmtree, str(mine))
+        assert not mine.exists()
+        assert config["tempdir"] == expected
+    _mp_tempdir._remove(shutil.rmtree, str(mine))  # gone already: no error
 
 
 @pytest.fixture()
@@ -143,7 +183,9 @@ def test_a_planted_link_is_not_followed(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("no_temp_folder_yet")
-def test_a_folder_others_can_write_or_own_is_not_used(tmp_path: Path) -> None:
+def test_a_folder_others_can_write_or_own_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
@@ -151,11 +193,22 @@ def test_a_folder_others_can_write_or_own_is_not_used(tmp_path: Path) -> None:
     left.mkdir()
     assert _mp_tempdir.use_own_temp_folder(shared) is None
     assert left.is_dir()  # not swept: the folder is not ours alone
+    for mode in (0o720, 0o702):  # writable by its group, or by others
+        shared.chmod(mode)
+        assert _mp_tempdir.use_own_temp_folder(shared) is None
+    assert left.is_dir()
+    assert _mp_tempdir.use_own_temp_folder(tmp_path / "missing" / "base") is None
     if os.getuid() == 0:
         foreign = tmp_path / "foreign"
         foreign.mkdir(mode=0o700)
         os.chown(foreign, 65534, 65534)
         assert _mp_tempdir.use_own_temp_folder(foreign) is None
+        # As that user (a uid that is no small cached int) it is our own; as the next
+        # uid up it is not.
+        monkeypatch.setattr(os, "getuid", lambda: int("65535"))
+        assert _mp_tempdir.use_own_temp_folder(foreign) is None
+        monkeypatch.setattr(os, "getuid", lambda: int("65534"))
+        assert _mp_tempdir.use_own_temp_folder(foreign) is not None
 
 
 @pytest.mark.usefixtures("no_temp_folder_yet")

@@ -56,7 +56,7 @@ def sweep_dead(base: Path) -> list[str]:
     now belongs to another program: it goes once that one ends."""
     removed: list[str] = []
     try:
-        names = os.listdir(base)
+        names = sorted(os.listdir(base))
     except OSError:
         return removed
     for name in names:
