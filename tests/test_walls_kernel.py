@@ -538,7 +538,7 @@ def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
 
 _THREADS_SCRIPT = """
 import asyncio, sys, threading
-from agentcell.worker import _agent
+from agentcell.worker import _one_thread
 
 async def main(case):
     loop = asyncio.get_running_loop()
@@ -548,7 +548,7 @@ async def main(case):
         gate = threading.Event()
         threading.Thread(target=gate.wait, name="lingering", daemon=True).start()
     try:
-        _agent._one_thread_before_the_walls()
+        _one_thread.before_the_walls()
     except OSError as exc:
         print("refused:", exc)
         gate.set()
@@ -584,14 +584,14 @@ def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
 
 _EXECUTOR_LOOP = """
 import asyncio
-from agentcell.worker import _agent
+from agentcell.worker import _one_thread
 
 async def main():
     loop, refused = asyncio.get_running_loop(), 0
     for _ in range(2000):
         await loop.run_in_executor(None, lambda: None)  # a pool thread, idle now
         try:
-            _agent._one_thread_before_the_walls()
+            _one_thread.before_the_walls()
         except OSError:
             refused += 1
     return refused

@@ -8,16 +8,13 @@ events to the parent. Approvals and parent-side tools travel over the pipe.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
-import errno
 import faulthandler
 import fcntl
 import json
 import os
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +35,7 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker import _mountns, _proc, _sandbox
+from agentcell.worker import _one_thread as one_thread
 from agentcell.worker._child import ChildLink
 from agentcell.worker._compaction import Compactor
 from agentcell.worker._engine import Engine, Limits
@@ -67,7 +65,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
     _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
     if _sandbox.parse_mode(spec.sandbox) != "off":  # only walls need it: no pools, slower
-        _one_thread_numeric_libraries()
+        one_thread.numeric_libraries()
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     _take_environment(spec)
@@ -199,24 +197,6 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     return servers
 
 
-#: What makes the usual numeric libraries run on the calling thread instead of starting a
-#: pool of native threads when imported (OpenBLAS under numpy, OpenMP, MKL, numexpr).
-ONE_THREAD_VARIABLES = (
-    "OPENBLAS_NUM_THREADS",
-    "OMP_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-)
-
-
-def _one_thread_numeric_libraries() -> None:
-    """Set before a tool's modules are imported (the Start's objects): a library that
-    starts threads at import would start them outside the walls, and the run would be
-    refused (``_one_thread_before_the_walls``). A value you set yourself is kept."""
-    for name in ONE_THREAD_VARIABLES:
-        os.environ.setdefault(name, "1")
-
-
 def _take_environment(spec: AgentSpec) -> None:
     """Exactly what the parent decided this run may see (no inherited secrets); and
     since the model key may now be in this process, its tools may not read it."""
@@ -231,7 +211,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
     if engine.env is None:
         engine.env = dict(os.environ)
     if _sandbox.parse_mode(spec.sandbox) != "off":
-        _one_thread_before_the_walls()
+        one_thread.before_the_walls()
     # Custom objects (tools, a model object) are the caller's own Python code running in
     # this process: its network is theirs. Otherwise only the model endpoint is reachable.
     # A model whose requests go through the parent needs no TCP of this process at all.
@@ -301,51 +281,6 @@ def mcp_ports(spec: AgentSpec) -> list[int]:
             continue
         ports.append(url.port or (443 if url.scheme == "https" else 80))
     return ports
-
-
-def _one_thread_before_the_walls() -> None:
-    """Leave this process one thread, or refuse the run: Landlock restricts the thread
-    that asks and the threads it starts afterwards, not the others already running.
-
-    The event loop's default executor may hold threads by now (an http MCP server's
-    name look-up starts them); it is replaced by a fresh one, whose threads start behind
-    the walls when first needed, and the old one's threads are ended. Any other thread
-    left means code that would run outside the walls: the run is refused, naming it."""
-    loop = asyncio.get_running_loop()
-    old = getattr(loop, "_default_executor", None)  # asyncio has no public getter
-    if old is not None:
-        loop.set_default_executor(
-            concurrent.futures.ThreadPoolExecutor(thread_name_prefix="asyncio-walled")
-        )
-        ending = [t.native_id for t in getattr(old, "_threads", ())]
-        old.shutdown(wait=True)  # idle by now: their look-ups were awaited
-        _wait_for_threads_gone(ending)
-    others = len(os.listdir("/proc/self/task")) - 1
-    if others > 0:
-        names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
-        raise OSError(
-            errno.EBUSY,
-            f"{others} other thread(s) already run in this process "
-            f"({', '.join(names) or 'not started by Python'}), and Landlock would not "
-            "restrict them; a tool's module that starts a thread at import must start it "
-            "later (a native library's pool, as OpenBLAS's: leave OPENBLAS_NUM_THREADS and "
-            "OMP_NUM_THREADS at 1, or add the module to preload)",
-        )
-
-
-#: The longest wait for an ended thread to leave the kernel's list of this process's.
-THREAD_EXIT_WAIT_S = 5.0
-
-
-def _wait_for_threads_gone(native_ids: list[int | None]) -> None:
-    """Until the kernel no longer lists ``native_ids`` as this process's threads: before
-    3.13, a joined thread may still be there a moment (its Python side is done first)."""
-    deadline = time.monotonic() + THREAD_EXIT_WAIT_S
-    for tid in native_ids:
-        while tid is not None and os.path.exists(f"/proc/self/task/{tid}"):
-            if time.monotonic() > deadline:
-                return  # the count below then names it, and the run is refused
-            time.sleep(0.001)
 
 
 #: How often the process cap's counter is read. cgroup v1 sends no change notification
