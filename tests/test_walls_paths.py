@@ -505,6 +505,7 @@ def test_placeholders_stay_while_any_sub_agent_still_holds_the_workdir(tmp_path:
 
     work = tmp_path / "work"
     (work / ".mcp.json").mkdir(parents=True)  # an empty placeholder folder
+    _mark_as_placeholder(work / ".mcp.json")
     (work / ".claude").mkdir()
     (work / ".claude" / "settings.json").write_text("{}\n")  # a real one: never removed
     holder = subprocess.Popen(
@@ -520,6 +521,52 @@ def test_placeholders_stay_while_any_sub_agent_still_holds_the_workdir(tmp_path:
     remove_protection_placeholders(work)
     assert not (work / ".mcp.json").exists()
     assert (work / ".claude" / "settings.json").read_text() == "{}\n"
+
+
+def _mark_as_placeholder(folder: Path) -> None:
+    from agentcell.worker._mountns import PLACEHOLDER_MTIME_NS as when
+
+    os.utime(folder, ns=(when, when))
+
+
+@needs_mountns
+async def test_your_own_empty_folders_at_protected_names_stay(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # A placeholder reads as "absent", so only those agentcell made are taken away: an
+    # empty .claude or .git you made (for a tool to fill later) is yours.
+    work = tmp_path / "work"
+    yours = [work / ".claude", work / ".git", work / ".agentcell"]
+    for folder in yours:
+        folder.mkdir(parents=True)
+    served.responder = bash_script(["ls -a"])
+    async with orchestrator(work, agent("looker", ["bash"])) as orch:
+        result = await asyncio.wait_for(orch.delegate("looker", "look"), 60)
+        assert result.status is RunStatus.COMPLETED, result.error
+        assert (work / ".mcp.json").is_dir()  # a placeholder while agentcell runs
+    assert all(folder.is_dir() and not any(folder.iterdir()) for folder in yours)
+    assert not (work / ".mcp.json").exists() and not (work / "agentcell.toml").exists()
+
+
+def test_only_marked_empty_folders_are_taken_for_placeholders(tmp_path: Path) -> None:
+    from agentcell.worker import remove_protection_placeholders
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".claude").mkdir()  # yours, empty
+    (work / ".mcp.json").mkdir()  # a placeholder
+    _mark_as_placeholder(work / ".mcp.json")
+    (work / ".git").mkdir()  # a placeholder that now holds something
+    (work / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    _mark_as_placeholder(work / ".git")
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    _mark_as_placeholder(target)
+    (work / ".agentcell").symlink_to(target)  # a link to a marked folder: not followed
+    remove_protection_placeholders(work)
+    assert (work / ".claude").is_dir() and not (work / ".mcp.json").exists()
+    assert (work / ".git" / "HEAD").is_file()
+    assert (work / ".agentcell").is_symlink() and target.is_dir()
 
 
 # A process that holds the workdir as a sub-agent's protect does (the real _hold).

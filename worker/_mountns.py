@@ -22,7 +22,9 @@ clean) and ignores a ``.git`` folder that is not a repository, and agentcell tak
 config path that is not a file for none. While agentcell runs, the user sees those empty
 folders (``.mcp.json/`` …); the parent removes each one that is still an empty folder
 when it closes, and before it commits a worktree, once no sub-agent holds the workdir
-(``remove_placeholders``, ``_hold``).
+(``remove_placeholders``, ``_hold``). A placeholder carries a modification time no
+folder of yours has (``PLACEHOLDER_MTIME_NS``), so an empty ``.claude`` or ``.git`` you
+made yourself is never taken for one and stays.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ from pathlib import Path
 
 #: What a sub-agent may never write, rename or create, relative to its workdir.
 PROTECTED = (".git", "agentcell.toml", ".agentcell", ".claude", ".mcp.json")
+
+#: The modification time a placeholder is made with: 1970-01-01 00:00:06 UTC, whole
+#: seconds (kept as is by file systems with coarse times), and none of the zeroed times
+#: archives and reproducible builds give files (0, 1 s, 1980-01-01). Only an empty
+#: folder with this time is removed as a placeholder.
+PLACEHOLDER_MTIME_NS = 6_000_000_000
 
 #: What ``agentcell sandbox`` and a result say where no mount namespace can be had.
 MISSING = (
@@ -131,11 +139,14 @@ def _make_placeholder(workdir_fd: int, name: str) -> bool:
     try:
         os.mkdir(name, 0o700, dir_fd=workdir_fd)
     except FileExistsError:
-        pass
+        return True  # yours, or a sibling's placeholder: either way, nothing to mark
     except OSError as exc:
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             return False
         raise
+    # Marked while the workdir is held (``_hold``): no removal runs before it is.
+    when = PLACEHOLDER_MTIME_NS
+    os.utime(name, ns=(when, when), dir_fd=workdir_fd, follow_symlinks=False)
     return True
 
 
@@ -234,8 +245,8 @@ def _hold(workdir: str) -> None:
 
 
 def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
-    """Parent side: take away each placeholder that is still an empty folder (``rmdir``
-    removes nothing else), only when no sub-agent of any agentcell runs in ``workdir``
+    """Parent side: take away each placeholder (an empty folder with the mark) that is
+    still there, only when no sub-agent of any agentcell runs in ``workdir``
     (the exclusive lock is free); otherwise the one that closes last removes them."""
     try:
         fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -248,7 +259,17 @@ def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
         return  # a sub-agent still runs here (this agentcell's or another's)
     try:
         for name in PROTECTED:
-            with contextlib.suppress(OSError):
-                os.rmdir(name, dir_fd=fd)
+            if _is_placeholder(fd, name):
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=fd)  # empty only: rmdir removes nothing else
     finally:
         os.close(fd)  # and the lock with it
+
+
+def _is_placeholder(workdir_fd: int, name: str) -> bool:
+    """A folder (not a link) with the placeholders' modification time."""
+    try:
+        info = os.stat(name, dir_fd=workdir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_mtime_ns == PLACEHOLDER_MTIME_NS
