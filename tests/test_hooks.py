@@ -314,3 +314,69 @@ def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
     shown = json.loads(cli("agents", "show", "guarded", "--json"))
     assert shown["hooks"] == ["PreToolUse (1)", "Stop (1)"] and shown["hooks_ignored"] is None
     assert "hooks:" not in cli("agents", "validate")
+
+
+# Claude Code's hooks reference: "" or "*" match all; only letters, digits, "_" and "|":
+# a name or a list of names, exactly; anything else: a JavaScript regular expression,
+# `new RegExp(matcher).test(toolName)` (found anywhere in the name).
+@pytest.mark.parametrize(
+    ("matcher", "matched", "unmatched"),
+    [
+        ("Bash", ["Bash"], ["BashOutput", "bash", "MyBash"]),
+        ("Edit|Write", ["Edit", "Write"], ["MultiEdit", "Writer", "Edit|Write"]),
+        ("Writ", [], ["Write"]),  # letters only: a name, not a prefix
+        ("^Bash", ["Bash", "BashOutput"], ["MyBash"]),
+        ("Output$", ["BashOutput"], ["Bash", "OutputStyle"]),
+        ("rit.", ["Write", "NotebookWrite"], ["Writ", "Read"]),
+        ("mcp__memory__.*", ["mcp__memory__store"], ["mcp__other__store"]),
+        ("^mcp__", ["mcp__x__y"], ["my_mcp__x"]),
+        ("(", [], ["(", "Bash"]),  # no valid expression: nothing
+        ("*", ["Bash", "anything"], []),
+        ("", ["Bash"], []),
+    ],
+)
+def test_matchers_follow_claude_codes_documented_rules(
+    matcher: str, matched: list[str], unmatched: list[str]
+) -> None:
+    from agentcell.worker import matcher_matches
+
+    assert [n for n in matched if not matcher_matches(matcher, n)] == []
+    assert [n for n in unmatched if matcher_matches(matcher, n)] == []
+
+
+def test_a_matcher_that_is_no_valid_expression_is_named_where_it_is_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import os
+    import subprocess
+
+    table = {"PreToolUse": [{"matcher": "(", "hooks": [{"command": "exit 2"}]}]}
+    notes: list[str] = []
+    [taken] = parse_hooks(table, "settings.json", notes=notes)
+    assert not taken.matches("Bash", "bash")  # taken as Claude Code takes it, but
+    assert notes == [
+        "settings.json: hooks.PreToolUse: matcher '(' is not a valid regular expression "
+        "(missing ), unterminated subpattern at position 0): it matches no tool"
+    ]
+    assert parse_hooks({"PreToolUse": [{"matcher": "Bash|^mcp__", "command": "x"}]}, "s", [])
+    with caplog.at_level(logging.WARNING):
+        HookRunner(parse_hooks(table, "a run's settings"))
+    assert "a run's settings: hooks.PreToolUse: matcher '(' is not a valid" in caplog.text
+
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    (project / ".claude" / "agents").mkdir(parents=True)
+    agent_file = GUARDED_AGENT.replace("matcher: Bash", "matcher: '(Bash'")
+    (project / ".claude" / "agents" / "guarded.md").write_text(agent_file)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
+    env.update(HOME=str(home), NO_COLOR="1", COLUMNS="200")
+    command = [str(Path(PY).with_name("agentcell")), "agents", "validate"]
+    subprocess.run([*command[:1], "trust"], cwd=project, env=env, check=True, timeout=60)
+    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    lines = done.stdout.splitlines()
+    assert lines[:-1] == [
+        ".claude/agents/guarded.md: warning: frontmatter: hooks.PreToolUse: matcher '(Bash' is not "
+        "a valid regular expression (missing ), unterminated subpattern at position 0): it "
+        "matches no tool"
+    ], done.stdout
+    assert lines[-1] == "1 file(s) checked, 0 failed, 1 problem(s)"

@@ -216,7 +216,9 @@ if doc["hook_event_name"] == "PreToolUse" and doc["tool_name"] == "mcp__local__e
 """
 
 
-@pytest.mark.parametrize("matcher", ["*", ""])
+# "^mcp__local": a regular expression, found at the start of the name as Claude Code's
+# `new RegExp(matcher).test(name)` finds it (a whole-name match would miss every tool).
+@pytest.mark.parametrize("matcher", ["*", "", "^mcp__local"])
 async def test_a_wildcard_hook_fires_for_a_sub_agents_mcp_tool_calls(
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, matcher: str
 ) -> None:

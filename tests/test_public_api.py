@@ -179,6 +179,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "hold_secrets",
         "known_secrets",
         "matcher_matches",
+        "matcher_problem",
         "mcp_tool_name",
         "parse_sandbox_mode",
         "predictable",

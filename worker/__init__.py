@@ -16,6 +16,7 @@ from agentcell.worker._hook_relay import (
     MAX_STOP_HOOK_CONTINUATIONS,
     RelayedHooks,
     matcher_matches,
+    matcher_problem,
 )
 from agentcell.worker._hooks import (
     Approver,
@@ -76,6 +77,7 @@ __all__ = [
     "Redactor",
     "RelayedHooks",
     "matcher_matches",
+    "matcher_problem",
     "Rule",
     "SANDBOX_MODES",
     "SECRET_NAMES",

@@ -39,16 +39,37 @@ HookAsker = Callable[..., Awaitable[HookReply]]
 MAX_STOP_HOOK_CONTINUATIONS = 8
 
 
+#: A matcher of only these characters is a tool name, or a "|"-list of names.
+_LITERAL_MATCHER = re.compile(r"[A-Za-z0-9_|]+")
+
+
 def matcher_matches(matcher: str, name: str) -> bool:
-    """Claude Code's hook matcher: "" or "*" match every tool; otherwise a regular
-    expression over the whole name ("Edit|Write", "mcp__github__.*"); a matcher that is
-    not a valid expression matches only the name spelled exactly so."""
+    """Claude Code's hook matcher, as its hooks reference states it: "" or "*" match
+    every tool; a matcher of only letters, digits, "_" and "|" is a name or a "|"-list
+    of names, matched exactly ("Bash", "Edit|Write"); any other is a regular expression
+    searched for anywhere in the name, as JavaScript's ``new RegExp(m).test(name)`` does
+    ("^Notebook" matches NotebookEdit, "mcp__github__.*" every tool of that server). One
+    that is not a valid expression matches nothing (``matcher_problem`` names it when
+    the hooks are read)."""
     if matcher in ("", "*"):
         return True
+    if _LITERAL_MATCHER.fullmatch(matcher):
+        return name in matcher.split("|")
     try:
-        return re.fullmatch(matcher, name) is not None
+        return re.search(matcher, name) is not None
     except re.error:
-        return name == matcher
+        return False
+
+
+def matcher_problem(matcher: str) -> str:
+    """Why ``matcher`` can match no tool ("" if it can): not a valid expression."""
+    if matcher in ("", "*") or _LITERAL_MATCHER.fullmatch(matcher):
+        return ""
+    try:
+        re.compile(matcher)
+    except re.error as exc:
+        return f"matcher {matcher!r} is not a valid regular expression ({exc}): it matches no tool"
+    return ""
 
 
 class RelayedHooks(Hook):

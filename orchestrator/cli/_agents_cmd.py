@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Sequence
@@ -85,12 +86,18 @@ def hooks_ignored(definition: AgentDefinition, workdir: Path) -> str:
 
 
 def hook_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]:
-    """One warning per definition whose hooks this folder's trust setting turns off."""
+    """One warning per definition whose hooks this folder's trust setting turns off, and
+    one per hook taken that can never run (a matcher that is no valid expression, an
+    event agentcell does not fire)."""
     found = []
     for definition in registry.definitions():
         why = hooks_ignored(definition, workdir)
         if why:
             found.append(Diagnostic("warning", definition.source, f"hooks: {why}"))
+        notes: list[str] = []
+        with contextlib.suppress(ValueError):  # a bad shape failed the file's load already
+            parse_hooks(definition.hooks, "frontmatter", notes=notes)
+        found += [Diagnostic("warning", definition.source, note) for note in notes]
     return found
 
 

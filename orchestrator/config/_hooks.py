@@ -30,7 +30,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from agentcell.worker import matcher_matches
+from agentcell.worker import matcher_matches, matcher_problem
 
 #: Every hook event Claude Code defines.
 HOOK_EVENTS: tuple[str, ...] = (
@@ -70,8 +70,9 @@ class HookCommand:
     origin: str = ""  # where it was configured, for the log line when it fails
 
     def matches(self, *names: str) -> bool:
-        """Claude Code's matcher: a regular expression over the whole name ("Edit|Write");
-        "" or "*" match everything, events without a name included."""
+        """Claude Code's matcher (``matcher_matches``: names, or a regular expression
+        searched for in the name); "" or "*" match everything, events without a name
+        included."""
         if self.matcher in ("", "*"):
             return True
         return any(matcher_matches(self.matcher, name) for name in names if name)
@@ -125,6 +126,9 @@ def _entry_commands(
     matcher = entry.get("matcher", "")
     if not isinstance(matcher, str):
         raise ValueError(f"{where}: matcher must be text (a tool-name pattern), got {matcher!r}")
+    if problem := matcher_problem(matcher):
+        # Taken, as Claude Code takes it, but a guard that never fires must not be silent.
+        name_once(f"{origin}: {where}: {problem}", notes)
     inner = entry.get("hooks")
     specs = inner if isinstance(inner, list) else [entry]
     if inner is not None and not isinstance(inner, list):
