@@ -778,3 +778,30 @@ def test_task_entry_in_disallowed_tools_denies_only_those_types(tmp_path: Path) 
     assert d.disallowed_tools == ["bash"]  # task itself stays allowed
     assert d.denied_task_agents == ["Plan"]
     assert d.may_start("Explore") and not d.may_start("plan")
+
+
+def test_entries_and_models_that_can_never_run_are_named_at_load(tmp_path: Path) -> None:
+    # `agents validate` used to pass these; the run then refused the agent at its start.
+    text = (
+        "---\nname: fetcher\ndescription: d\nmodel: foo:bar\n"
+        'network: ["http://bad/url", "github.com:99999", "pypi.org"]\n---\nBody.\n'
+    )
+    result = load_agent_file(write(tmp_path / "fetcher.md", text))
+    [definition] = result.definitions  # loaded, as given
+    assert definition.model == "foo:bar"
+    found = [(d.level, d.message) for d in result.diagnostics]
+    assert (
+        "warning",
+        "model 'foo:bar' names no provider agentcell has (openai, anthropic, scripted); it is "
+        "kept as given and must be configured as a model alias to run",
+    ) in found
+    assert (
+        "warning",
+        "network: entry 'http://bad/url' is a URL or a path: write its host, or host:port "
+        "(github.com, github.com:443): the agent is refused at its start until it is fixed",
+    ) in found
+    assert len(found) == 2  # the first bad entry is the one named, as at the start
+    fine = load_agent_file(
+        write(tmp_path / "ok.md", text.replace("foo:bar", "openai:x").split("network")[0] + "---\n")
+    )
+    assert [d for d in fine.diagnostics if d.level != "info"] == []

@@ -210,6 +210,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ModelResponse",
         "ModelTransport",
         "OpenAIChatModel",
+        "PROVIDERS",
         "Permit",
         "RELAYED_HEADERS",
         "RequestGate",

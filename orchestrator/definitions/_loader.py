@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from agentcell.orchestrator._host_rules import parse_rules
 from agentcell.orchestrator.definitions._model import (
     AgentDefinition,
     agent_slug,
@@ -528,6 +529,11 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))
+    if isinstance(definition.network, list):
+        try:
+            parse_rules(definition.network)
+        except ValueError as exc:
+            found.append(("warning", f"{exc}: the agent is refused at its start until it is fixed"))
     allowed = set(definition.tools or [])
     unknown_allowed = [name for name in definition.unknown_tools if name in allowed]
     unknown_denied = [name for name in definition.unknown_tools if name not in allowed]

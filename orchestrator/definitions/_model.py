@@ -23,6 +23,7 @@ from agentcell.orchestrator.definitions._tool_policy import (
     task_entry_agents,
 )
 from agentcell.worker import PermissionMode
+from agentcell.worker.models import PROVIDERS
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -95,8 +96,16 @@ def normalize_model(value: object) -> str:
 
 def model_problem(model: str) -> str | None:
     """Why a normalised model string will not resolve, or None when it is well-formed."""
-    if model == INHERIT or model in MODEL_ALIASES or _PROVIDER_MODEL.match(model):
+    if model == INHERIT or model in MODEL_ALIASES:
         return None
+    if _PROVIDER_MODEL.match(model):
+        provider = model.partition(":")[0]
+        if provider in PROVIDERS:
+            return None
+        return (
+            f"model {model!r} names no provider agentcell has ({', '.join(PROVIDERS)}); it "
+            "is kept as given and must be configured as a model alias to run"
+        )
     return (
         f"model {model!r} is not PROVIDER:NAME (e.g. openai:gpt-4o-mini), an alias "
         f"({', '.join(MODEL_ALIASES)}) or inherit; it is kept as given and must be configured "

@@ -22,12 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import re
 import socket
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from agentcell.orchestrator._host_rules import ip_of, parse_rules
 from agentcell.orchestrator._tasks import gather_owned
 
 _HEAD_LIMIT = 16 * 1024
@@ -37,71 +36,11 @@ _CHUNK = 64 * 1024
 _LOG_MAX = 500
 _FIRST_WAIT_S = 5.0  # for a tunnel's client's first bytes (its TLS ClientHello)
 _MAX_CONNECTIONS = 64  # open at once, per sub-agent: more wait for one to end
-_DEFAULT_PORTS = (80, 443)
-_NAME = re.compile(
-    r"^(\*\.)?([a-z0-9_]([a-z0-9_-]*[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$"
-)
 _DROPPED_HEADERS = frozenset(
     {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
 )
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
-
-
-@dataclass(frozen=True)
-class HostRule:
-    """One entry of a ``network:`` list."""
-
-    host: str  # lower case; "*.example.com" for a wildcard; an IP address as written
-    port: int | None  # None: 80 and 443
-
-    @property
-    def address(self) -> bool:
-        return _ip(self.host) is not None
-
-    def matches(self, host: str, port: int) -> bool:
-        if port not in ((self.port,) if self.port is not None else _DEFAULT_PORTS):
-            return False
-        if self.host.startswith("*."):
-            return host.endswith(self.host[1:]) and len(host) > len(self.host) - 1
-        return host == self.host
-
-    def __str__(self) -> str:
-        return self.host if self.port is None else f"{self.host}:{self.port}"
-
-
-def parse_rules(entries: list[str]) -> list[HostRule]:
-    """The rules of a ``network:`` list; ValueError (one line) for an entry that is none."""
-    return [_parse_rule(entry) for entry in entries]
-
-
-def _parse_rule(entry: str) -> HostRule:
-    text = entry.strip().lower()
-    host, port = text, None
-    if text.startswith("["):  # [::1]:8080
-        host, _, rest = text[1:].partition("]")
-        port = _port(entry, rest.removeprefix(":")) if rest else None
-    elif text.count(":") == 1:
-        host, _, number = text.partition(":")
-        port = _port(entry, number)
-    if _ip(host) is None and not _NAME.match(host):
-        raise ValueError(
-            f"network: entry {entry!r} is not a host name, host:port, *.domain or IP address"
-        )
-    return HostRule(host, port)
-
-
-def _port(entry: str, number: str) -> int:
-    if not number.isdigit() or not 0 < int(number) < 65536:
-        raise ValueError(f"network: entry {entry!r} has no valid port after the ':'")
-    return int(number)
-
-
-def _ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(text.strip("[]"))
-    except ValueError:
-        return None
 
 
 def _special(address: str) -> bool:
@@ -207,7 +146,7 @@ class EgressProxy:
         rule = next((r for r in self.rules if r.matches(host, port)), None)
         if rule is None:
             raise Refused("it is not in the agent's network: list")
-        if _ip(host) is not None:  # named by its address: that address, as the entry says
+        if ip_of(host) is not None:  # named by its address: that address, as the entry says
             return host.strip("[]")
         try:
             addresses = await self._resolve(host, port)

@@ -33,7 +33,7 @@ from agentcell.worker.models._base import (
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 from agentcell.worker.models._http import Inflater, SSEDecoder, parse_retry_after
 from agentcell.worker.models._openai import OpenAIChatModel
-from agentcell.worker.models._resolve import resolve_model
+from agentcell.worker.models._resolve import PROVIDERS, resolve_model
 from agentcell.worker.models._transport import (
     RELAYED_HEADERS,
     Endpoint,
@@ -64,6 +64,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PROVIDERS",
     "RELAYED_HEADERS",
     "THINKING_BUDGETS",
     "AnthropicModel",
