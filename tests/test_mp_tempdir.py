@@ -146,13 +146,14 @@ def test_the_exit_clean_up_removes_the_folder_and_forgets_only_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = multiprocess.process.current_process()._config
-    mine, other = tmp_path / "mine", tmp_path / "other"
-    for current, expected in ((mine, None), (other, str(other))):
+    mine = tmp_path / "mine"
+    # Each path built anew (an equal string, not the same object); "a-other" sorts first.
+    for current, expected in ((f"{mine}", None), (f"{tmp_path}/a-other", "a-other")):
         mine.mkdir()
-        monkeypatch.setitem(config, "tempdir", str(current))
-        _mp_tempdir._remove(shutil.rmtree, str(mine))
+        monkeypatch.setitem(config, "tempdir", current)
+        _mp_tempdir._remove(shutil.rmtree, f"{tmp_path}/mine")
         assert not mine.exists()
-        assert config["tempdir"] == expected
+        assert (config["tempdir"] and Path(config["tempdir"]).name) == expected
     _mp_tempdir._remove(shutil.rmtree, str(mine))  # gone already: no error
 
 
