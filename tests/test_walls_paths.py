@@ -92,6 +92,9 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
         # The sub-agent's own descriptors (its records): Landlock's ptrace scope refuses.
         "for f in /proc/$PPID/fd/*; do [ -f $f ] && echo x >> $f && echo WROTE-FD; done; "
         "readlink -v /proc/$PPID/fd/* 2>&1 | head -3",
+        # Its memory (where its record's key is): the same scope refuses the open.
+        f"{sys.executable} -c \"import sys\ntry: open(f'/proc/{{sys.argv[1]}}/mem', 'rb')"
+        "\nexcept OSError as e: print('MEM', e.strerror)\nelse: print('OPENED-MEM')\" $PPID",
     ]
     served.responder = bash_script(commands)
     orch = Orchestrator(
@@ -133,6 +136,7 @@ async def test_a_sub_agent_cannot_write_rename_or_create_the_protected_paths(
     record = (outputs[0].parent / f"{result.agent_id}.jsonl").read_text()
     assert '"kind":"messages"' in record and "MEMORY-OK" in record
     assert "WROTE-FD" not in out[13] and "Permission denied" in out[13], out[13]
+    assert out[14].strip() == "MEM Permission denied", out[14]
     # The read-only mounts were the child's alone: here the paths are as writable as ever.
     (work / ".claude" / "settings.json").write_text("{}\n")
     memory = work / ".agentcell" / "agent-memory" / "keeper"
