@@ -45,7 +45,7 @@ from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery, gather_owned
 from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config import Settings, base_url_problem
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
     AgentActivity,
@@ -248,9 +248,12 @@ class Orchestrator:
     # -- the main agent ------------------------------------------------------------------
     async def check_setup(self) -> None:
         """Raise ``ModelError`` now for what would fail a run at its start (no model, an
-        unknown provider, a missing API key), before anything is started or recorded."""
+        unknown provider, a missing API key, a base URL with no scheme or host), before
+        anything is started or recorded."""
         model = self._main_model()
         try:
+            if problem := base_url_problem(model, self.settings):  # OPENAI_BASE_URL=host:1
+                raise ModelError(ModelErrorKind.CONFIG, problem)
             check = getattr(model, "check_ready", None)
             if check is not None:
                 check()

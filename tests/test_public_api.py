@@ -399,6 +399,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "SETTINGS_TRUST",
         "Settings",
         "TrustEntry",
+        "base_url_problem",
         "covering",
         "is_trusted",
         "load_settings",

@@ -13,6 +13,7 @@ from agentcell.orchestrator.config._hooks import (
 from agentcell.orchestrator.config._load import (
     ENV_SETTINGS,
     ConfigError,
+    base_url_problem,
     load_settings,
     project_config,
     settings_messages,
@@ -62,6 +63,7 @@ __all__ = [
     "SETTINGS_TRUST",
     "Settings",
     "TrustEntry",
+    "base_url_problem",
     "covering",
     "is_trusted",
     "load_settings",

@@ -26,14 +26,15 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
+from urllib.parse import urlsplit
 
 from agentcell.orchestrator.config._claude_settings import claude_settings_layers
 from agentcell.orchestrator.config._mcp import McpServerConfig, config_problems, read_mcp_json
-from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._settings import Settings, means_no_limit
 from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
 from agentcell.worker import OutsideRoot, read_beneath
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 
 class ConfigError(Exception):
@@ -120,22 +121,9 @@ def load_settings(
     if mcp_layer is not None:
         layers.append(mcp_layer)
     layers += claude_project
-    found = project_config(workdir)
-    if found is not None:
-        path, table = found
-        name = f"{path} [tool.agentcell]" if path.name == "pyproject.toml" else str(path)
-        if trusted:
-            ignored = []
-            if "bash_credentials" in table:
-                table = {k: v for k, v in table.items() if k != "bash_credentials"}
-                ignored.append(f"{name}: bash_credentials ignored: only your own config may set it")
-        else:
-            table, ignored = untrusted_layer(table, user_table, name)
-        for line in ignored:
-            log.warning("%s", line)
-        if notices is not None:
-            notices.extend(ignored)
-        layers.append((name, table))
+    project = _project_layer(workdir, user_table, trusted=trusted, notices=notices)
+    if project is not None:
+        layers.append(project)
     for origin, table in layers:
         problems += _secret_problems(table, origin)
         _validate_layer(table, origin, problems)
@@ -143,15 +131,14 @@ def load_settings(
         sources.append(origin)
         if provenance is not None:
             record_provenance(provenance, table, origin)
-    from_env = _env_layer(env, problems)
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    from_env = _env_layer(env, problems, flagged=set(given))
     if from_env:
         _merge(merged, from_env)
         sources.append("environment")
-    if flags:
-        given = {k: v for k, v in flags.items() if v is not None}
+    if given:
         for field, value in given.items():  # each named as the person typed it
-            flag = "--" + FLAG_NAMES.get(field, field).replace("_", "-")
-            _validate_layer({field: value}, f"{flag} {value}", problems)
+            _validate_layer({field: value}, f"{_flag(field)} {value}", problems)
         _merge(merged, given)
         sources.append("flags")
     if problems:
@@ -160,6 +147,44 @@ def load_settings(
         return Settings.model_validate(merged), sources
     except ValidationError as exc:
         raise ConfigError(settings_messages(exc, "settings")) from None
+
+
+def _project_layer(
+    workdir: Path, user_table: dict[str, Any], *, trusted: bool, notices: list[str] | None
+) -> tuple[str, dict[str, Any]] | None:
+    """The project's own settings file as a layer: in an untrusted folder only the keys
+    that tighten the user's; each key left out logged (and added to ``notices``)."""
+    found = project_config(workdir)
+    if found is None:
+        return None
+    path, table = found
+    name = f"{path} [tool.agentcell]" if path.name == "pyproject.toml" else str(path)
+    if trusted:
+        ignored = []
+        if "bash_credentials" in table:
+            table = {k: v for k, v in table.items() if k != "bash_credentials"}
+            ignored.append(f"{name}: bash_credentials ignored: only your own config may set it")
+    else:
+        # A 0 for "no limit" is judged as the None it means: the loosest value, where as
+        # a number it would pass for the tightest (and the user's own 0 would too).
+        table, ignored = untrusted_layer(
+            _no_limit_as_none(table), _no_limit_as_none(user_table), name
+        )
+    for line in ignored:
+        log.warning("%s", line)
+    if notices is not None:
+        notices.extend(ignored)
+    return name, table
+
+
+#: Settings whose 0 in a file means no limit (None to validation).
+_ZERO_IS_NO_LIMIT = ("subagent_timeout_s",)
+
+
+def _no_limit_as_none(table: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        k: None if k in _ZERO_IS_NO_LIMIT and means_no_limit(v) else v for k, v in table.items()
+    }
 
 
 def _mcp_json_layer(
@@ -214,22 +239,44 @@ def _validate_layer(table: dict[str, Any], origin: str, problems: list[str]) -> 
         problems += settings_messages(exc, origin)
 
 
-def _env_layer(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+def _env_layer(env: Mapping[str, str], problems: list[str], *, flagged: set[str]) -> dict[str, Any]:
+    """The settings the environment sets, less those a flag (in ``flagged``) sets again."""
     layer: dict[str, Any] = {}
     for name, (field, kind) in ENV_SETTINGS.items():
         raw = env.get(name)
         if raw is None or raw == "":
             continue
-        if kind is int:
-            try:
-                layer[field] = int(raw)
-            except ValueError:
-                problems.append(f"{name}={raw!r}: must be a whole number")
-                continue
-        else:
-            layer[field] = raw
-        _validate_layer({field: layer[field]}, f"{name}={raw!r}", problems)
+        found: list[str] = []
+        value = _env_value(name, raw, field, kind, found)
+        if field in flagged:
+            # The flag is what this run uses, so a bad variable must not stop it (a flag is
+            # how one works round a stale export); it is named, as it breaks runs without.
+            for line in found:
+                log.warning("%s (ignored: %s is given)", line, _flag(field))
+            continue
+        problems += found
+        if not found:
+            layer[field] = value
     return layer
+
+
+def _env_value(name: str, raw: str, field: str, kind: type, problems: list[str]) -> Any:
+    """A variable's text read as its setting's value, and checked on its own."""
+    if kind is int:
+        try:
+            value: Any = int(raw)
+        except ValueError:
+            problems.append(f"{name}={raw!r}: must be a whole number")
+            return None
+    else:
+        value = raw
+    _validate_layer({field: value}, f"{name}={raw!r}", problems)
+    return value
+
+
+def _flag(field: str) -> str:
+    """The command-line flag that sets ``field``, as the person typed it."""
+    return "--" + FLAG_NAMES.get(field, field).replace("_", "-")
 
 
 #: Lists no later layer can shorten: a deny or ask rule set anywhere holds (as in Claude
@@ -290,7 +337,7 @@ def settings_messages(exc: ValidationError, origin: str) -> list[str]:
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         if error["type"] == "extra_forbidden":
-            lines.append(f"{origin}: unknown setting {where!r}{_suggestion(where)}")
+            lines.append(f"{origin}: unknown setting {where!r}{_suggestion(error['loc'])}")
             continue
         given = error.get("input")
         if error["type"] == "value_error" and "error" in error.get("ctx", {}):
@@ -301,9 +348,61 @@ def settings_messages(exc: ValidationError, origin: str) -> list[str]:
     return lines
 
 
-def _suggestion(where: str) -> str:
-    name = where.rpartition(".")[2]
-    near = difflib.get_close_matches(name, list(Settings.model_fields), n=1, cutoff=0.6)
+def _suggestion(loc: tuple[int | str, ...]) -> str:
+    """The near key of the same table (``[budgets] max_tokenz``: ``max_tokens``)."""
+    name = str(loc[-1])
+    keys = _table_keys(loc[:-1])
+    if len(loc) > 1 and name in Settings.model_fields and name not in keys:
+        # TOML puts every key below a [table] header into that table.
+        return f": {name!r} is a top-level setting: move it above the first [table] header"
+    near = difflib.get_close_matches(name, keys, n=1, cutoff=0.6)
     if near:
         return f": did you mean {near[0]!r}?"
     return " (the README's Configuration section lists the settings)"
+
+
+def _table_keys(path: tuple[int | str, ...]) -> list[str]:
+    """The keys of the settings table at ``path`` (``("limits", "openai")``), if any."""
+    kind: Any = Settings
+    for part in path:
+        if get_origin(kind) is dict:  # [limits.NAME]: NAME is an entry, not a key
+            kind = get_args(kind)[1]
+        elif _is_table(kind) and str(part) in kind.model_fields:
+            kind = kind.model_fields[str(part)].annotation
+        else:
+            return []
+        optional = [arg for arg in get_args(kind) if arg is not type(None)]
+        if get_origin(kind) is not dict and len(optional) == 1:  # `X | None`: X
+            kind = optional[0]
+    return list(kind.model_fields) if _is_table(kind) else []
+
+
+def _is_table(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
+def base_url_problem(model: object, settings: Settings) -> str | None:
+    """What makes the URL a model sends to unusable (no http(s) scheme, no host), as
+    one line naming where it was set; None when it is usable, or the model has none."""
+    base = getattr(model, "base_url", None)
+    if not isinstance(base, str) or _is_http_url(base):
+        return None
+    provider = str(getattr(model, "name", "")).partition(":")[0]
+    configured = settings.model_options.get(provider, {}).get("base_url")
+    if configured:
+        given, where = str(configured), f"model_options.{provider}.base_url = {configured!r}"
+    else:
+        variable = str(getattr(model, "base_env", "the base URL"))
+        given = os.environ.get(variable, base)
+        where = f"{variable}={given!r}"
+    example = f"http://{given}" if "://" not in given else "http://127.0.0.1:8000/v1"
+    return f"{where}: not an http:// or https:// URL with a host: write one, e.g. {example}"
+
+
+def _is_http_url(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname)

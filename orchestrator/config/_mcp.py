@@ -36,13 +36,18 @@ class McpServerConfig(BaseModel):
     @field_validator("type", mode="before")
     @classmethod
     def _type(cls, value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        kind = value.strip().lower()
         # Claude Code spells the HTTP transport "http" or "streamable-http".
-        if isinstance(value, str) and value.strip().lower() in (
-            "streamable-http",
-            "streamable_http",
-        ):
+        if kind in ("streamable-http", "streamable_http"):
             return "http"
-        return value.strip().lower() if isinstance(value, str) else value
+        if kind == "sse":  # Claude Code's older HTTP transport, which MCP has replaced
+            raise ValueError(
+                'the "sse" transport is not supported: use "http" (streamable HTTP) '
+                "with the server's streamable endpoint, if it has one"
+            )
+        return kind
 
     @model_validator(mode="after")
     def _complete(self) -> McpServerConfig:

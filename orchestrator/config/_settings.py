@@ -2,16 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.orchestrator.config._preload import preload_problem
 from agentcell.worker import PermissionMode
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
-class Price(BaseModel):
+def _is_number_type(annotation: Any) -> bool:
+    """``int``, ``float``, or either with None (``int | None``)."""
+    union = get_origin(annotation) in (Union, UnionType)
+    kinds = set(get_args(annotation)) if union else {annotation}
+    kinds.discard(type(None))
+    return bool(kinds) and kinds <= {int, float}
+
+
+class SettingsTable(BaseModel):
+    """A table of settings whose numbers are never given as true or false."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_switch_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        # Pydantic reads true as 1: `max_workers = true` would quietly be one worker.
+        field = cls.model_fields.get(info.field_name or "")
+        if isinstance(value, bool) and field is not None and _is_number_type(field.annotation):
+            raise ValueError("must be a number, not true or false")
+        return value
+
+
+def means_no_limit(value: object) -> bool:
+    """Is this the 0 that a file writes for "no limit" where Python says None? (TOML has
+    no null.)"""
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == 0
+
+
+#: The spellings of ``permission_mode`` the README documents (Claude Code's); the parser
+#: also takes ``accept_edits`` and ``bypass``, agentcell's own names for two of them.
+PERMISSION_MODES = ("default", "acceptEdits", "bypassPermissions", "plan")
+
+
+class Price(SettingsTable):
     """US dollars per million tokens.
 
     ``input`` is for prompt tokens read from no cache. Unset cache rates follow from it as
@@ -44,7 +77,7 @@ class Price(BaseModel):
 DEFAULT_MAX_SUBAGENTS = 256
 
 
-class Budgets(BaseModel):
+class Budgets(SettingsTable):
     """Limits over a whole run (main agent and every sub-agent together)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -56,7 +89,7 @@ class Budgets(BaseModel):
     max_subagents: int | None = Field(default=DEFAULT_MAX_SUBAGENTS, ge=0, le=10**6)
 
 
-class ProviderLimits(BaseModel):
+class ProviderLimits(SettingsTable):
     """A provider's limits, kept by the parent across the main agent and every child.
 
     ``[limits.openai]`` holds for each model of that provider on its own (providers
@@ -80,7 +113,7 @@ ApprovalMode = Literal["ask", "allow", "deny", "bubble"]
 BackendName = Literal["local", "ray"]
 
 
-class RaySettings(BaseModel):
+class RaySettings(SettingsTable):
     """Where the Ray backend finds its cluster and how it sizes each sub-agent."""
 
     model_config = ConfigDict(extra="forbid")
@@ -105,7 +138,7 @@ class RaySettings(BaseModel):
 SandboxMode = Literal["workspace", "read-only", "off", "required"]
 
 
-class Settings(BaseModel):
+class Settings(SettingsTable):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     model: str | None = None  # the main agent's model; sub-agents inherit it by default
@@ -133,7 +166,7 @@ class Settings(BaseModel):
     max_turns: int = Field(default=50, ge=1, le=100_000)  # main agent
     # subagent_max_turns and subagent_timeout_s are the default for a definition that
     # sets none, and the cap for one that sets more (an agent file cannot outrun the
-    # operator). None for the timeout: no wall-clock limit at all (explicit opt-out).
+    # operator). None for the timeout (0 in a file): no wall-clock limit (explicit opt-out).
     subagent_max_turns: int = Field(default=50, ge=1, le=100_000)
     subagent_timeout_s: float | None = Field(default=1800.0, ge=0.01, le=7 * 24 * 3600)
     # Compaction of a long sub-agent's conversation: at this fraction of the context
@@ -183,7 +216,29 @@ class Settings(BaseModel):
     @field_validator("permission_mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:
-        return PermissionMode.parse(value).value
+        try:
+            return PermissionMode.parse(value).value
+        except ValueError:  # its list is the parser's own names, not the documented ones
+            modes = ", ".join(PERMISSION_MODES[:-1]) + f" or {PERMISSION_MODES[-1]}"
+            raise ValueError(f"unknown permission mode {value!r}: use {modes}") from None
+
+    @field_validator("subagent_timeout_s", mode="before")
+    @classmethod
+    def _zero_is_no_limit(cls, value: object) -> object:
+        # TOML has no null: a file (or a flag) says "no wall-clock limit" with 0.
+        return None if means_no_limit(value) else value
+
+    @field_validator("network", mode="before")
+    @classmethod
+    def _network_shape(cls, value: object) -> object:
+        # Checked before pydantic tries each kind in turn and names both of its attempts.
+        hosts = isinstance(value, list | tuple) and all(isinstance(h, str) for h in value)
+        if isinstance(value, bool) or hosts:
+            return value
+        raise ValueError(
+            "must be true (any host), false (none) or a list of hosts, e.g. "
+            '["pypi.org", "github.com:443", "*.example.com"]'
+        )
 
     @field_validator("hooks")
     @classmethod
