@@ -602,3 +602,98 @@ def test_agentcell_sandbox_says_whether_the_protected_paths_hold(
     assert any("protected paths" in line and "stay writable" in line for line in missing)
     assert there["modes"]["required"]["note"] == "refuses to start here"
     assert "cannot be renamed" not in " ".join(there["modes"]["workspace"]["enforced"])
+
+
+#: A PreToolUse guard the parent runs: logs each command, blocks any that says DANGER.
+_GUARD = """#!/bin/sh
+input=$(cat)
+echo "$input" >> "$GUARD_LOG"
+case "$input" in *DANGER*) echo "blocked by the guard" >&2; exit 2;; esac
+exit 0
+"""
+
+
+@needs_mountns
+async def test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The parent runs a hook's file with your rights; a sub-agent that could rewrite it
+    # (or rename its folder and put another file there) would run code outside its walls.
+    work = tmp_path / "work"
+    (work / "scripts" / "lib").mkdir(parents=True)
+    guard = work / "scripts" / "guard.sh"
+    guard.write_text(_GUARD)
+    guard.chmod(0o755)
+    (work / "notes").mkdir()
+    monkeypatch.setenv("GUARD_LOG", str(tmp_path / "guard.log"))
+    commands = [
+        "echo 'exit 0' > scripts/guard.sh && echo REWROTE",
+        "mv scripts scripts.old && echo MOVED",
+        "echo 'exit 0' > scripts/lib/helper.sh && echo ADDED",
+        "echo DANGER",  # the guard, as it was, still refuses this
+        "echo fine > notes/n.txt && cat notes/n.txt",
+    ]
+    served.responder = bash_script(commands)
+    hooks = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"command": "./scripts/guard.sh"}]}]}
+    async with orchestrator(work, agent("mover", ["bash"]), hooks=hooks) as orch:
+        result = await asyncio.wait_for(orch.delegate("mover", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    out = result.text.split(SEP)
+    assert "REWROTE" not in out[0] and "Read-only file system" in out[0], out[0]
+    assert "MOVED" not in out[1] and "busy" in out[1], out[1]
+    assert "ADDED" not in out[2] and "Read-only file system" in out[2], out[2]
+    assert "blocked by the guard" in out[3], out[3]
+    assert out[4].strip() == "fine"  # the rest of the workdir: as writable as before
+    assert guard.read_text() == _GUARD and not (work / "scripts.old").exists()
+    assert "with the hook files' scripts" in result.sandbox, result.sandbox
+    assert (tmp_path / "guard.log").read_text().count("DANGER") == 1
+
+
+def test_the_entries_holding_a_hooks_files_are_found_in_its_command(tmp_path: Path) -> None:
+    from agentcell.orchestrator.config import parse_hooks
+    from agentcell.orchestrator.delegation._hook_files import hook_folders
+
+    work = tmp_path / "work"
+    for path in ("tools/lint.sh", "hooks/check.py", "conf/x.toml", ".claude/hooks/h.sh"):
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text("")
+    (work / "guard.sh").write_text("")
+    (work / "src").mkdir()
+    (tmp_path / "outside.sh").write_text("")
+    (work / "linked").symlink_to(tmp_path / "outside.sh")
+    lines = [
+        '"$CLAUDE_PROJECT_DIR"/tools/lint.sh --fix',
+        "python3 hooks/check.py&&./guard.sh",  # operators with no spaces around them
+        "mytool --config=conf/x.toml",
+        "${CLAUDE_PROJECT_DIR}/.claude/hooks/h.sh",
+        f"{tmp_path}/outside.sh; ./missing.sh",  # outside the workdir, or absent: not ours
+        "bash -c 'echo \"unclosed",  # no command line at all
+        "./linked",  # a link out: its own entry (the child leaves a link as it is)
+    ]
+    table = {"PreToolUse": [{"command": line} for line in lines]}
+    commands = parse_hooks(table, "test", notes=[])
+    found = hook_folders(commands, cwd=str(work), project_dir=str(work))
+    assert found == [".claude", "conf", "guard.sh", "hooks", "linked", "tools"]
+    assert hook_folders([], cwd=str(work), project_dir=str(work)) == []
+
+
+@needs_mountns
+async def test_a_hook_folder_that_is_a_link_is_said_and_the_run_goes_on(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    shared = tmp_path / "shared-tools"
+    shared.mkdir()
+    (shared / "log.sh").write_text("#!/bin/sh\ncat > /dev/null\n")
+    (shared / "log.sh").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "tools").symlink_to(shared, target_is_directory=True)
+    served.responder = bash_script(["echo hi"])
+    hooks = {"PostToolUse": [{"hooks": [{"command": "./tools/log.sh"}]}]}
+    async with orchestrator(work, agent("linker", ["bash"]), hooks=hooks) as orch:
+        result = await asyncio.wait_for(orch.delegate("linker", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "not tools (a link: its hook file stays writable)" in result.sandbox, result.sandbox

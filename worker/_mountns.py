@@ -151,15 +151,20 @@ def _make_placeholder(workdir_fd: int, name: str) -> bool:
 
 
 def protect(
-    workdir: str, writable: Iterable[tuple[int, str]], private: tuple[int, str] | None = None
+    workdir: str,
+    writable: Iterable[tuple[int, str]],
+    private: tuple[int, str] | None = None,
+    hook_folders: Iterable[str] = (),
 ) -> str | None:
     """Make the protected paths of ``workdir`` read-only for this process and all it
     starts; ``writable``: (``O_PATH`` descriptor, path) of folders beneath them bound back
     read-write (the memory folder); ``private``: a folder beneath them that only this
     process writes, through a descriptor it keeps (the run's tool-output folder, see
-    ``_outputs``), while its commands see it read-only. Returns what was done, in
-    words for the report (None: no mount namespace can be had here); raises
-    ``MountError`` for a protected path it must not cover (a link)."""
+    ``_outputs``), while its commands see it read-only; ``hook_folders``: entries of
+    the workdir that hold a file a parent-side hook runs, read-only too where they
+    exist (``hook_folders_bound``). Returns what was done, in words for the report
+    (None: no mount namespace can be had here); raises ``MountError`` for a protected
+    path it must not cover (a link)."""
     kind = _enter_namespace()
     if kind is None:
         return None
@@ -176,13 +181,39 @@ def protect(
     try:
         for name in PROTECTED:
             _bind_read_only(workdir, workdir_fd, name)
+        held = hook_folders_bound(workdir, workdir_fd, hook_folders)
         for fd, path in again:  # back read-write, from the still writable mount below
             _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
     finally:
         os.close(workdir_fd)
         for fd, _ in again:
             os.close(fd)
-    return f"protected paths read-only ({kind} namespace)"
+    return f"protected paths read-only ({kind} namespace){held}"
+
+
+def hook_folders_bound(workdir: str, workdir_fd: int, names: Iterable[str]) -> str:
+    """Bind each of ``names`` (an entry of the workdir holding a file a hook command
+    names: the parent runs it with your rights) read-only, as a protected path, where
+    it exists. The whole entry, not the file: a sub-agent could otherwise rename a
+    folder above the file and put another file at its path. A link is left as it is
+    (a mount cannot cover one) and said. Returns the words for the report."""
+    bound, links = [], []
+    for name in names:
+        if name in PROTECTED or not name or "/" in name or name in (".", ".."):
+            continue  # covered already, or not one entry of the workdir
+        try:
+            info = os.stat(name, dir_fd=workdir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            links.append(name)
+            continue
+        _bind_read_only(workdir, workdir_fd, name)
+        bound.append(name)
+    words = f", with the hook files' {', '.join(bound)}" if bound else ""
+    if links:
+        words += f"; not {', '.join(links)} (a link: its hook file stays writable)"
+    return words
 
 
 def _same_folder(granted: int, path: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any
 
 import dill
 from agentcell.orchestrator._records_key import key_for
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config import HookCommand, Settings, parse_hooks
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
     AgentRegistry,
@@ -33,6 +33,7 @@ from agentcell.orchestrator.delegation._context import (
 )
 from agentcell.orchestrator.delegation._egress import bash_network
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
+from agentcell.orchestrator.delegation._hook_files import hook_folders
 from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
@@ -247,6 +248,9 @@ class Preparer:
             [*spec.tools, *(tool.name for tool in spec.remote_tools)]
         )
         spec.hook_patterns = hooks.hook_patterns() if spec.mcp_servers else {}
+        spec.hook_folders = hook_folders(
+            self.every_hook(hooks), cwd=spec.workdir, project_dir=hooks.project_dir
+        )
         workdir = Path(self.workdir)
         extra = []
         if self.settings.instruction_files and gets_instructions(definition):
@@ -265,6 +269,15 @@ class Preparer:
             spec.history = history
         elif definition.initial_prompt.strip():
             spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
+
+    def every_hook(self, hooks: HookRunner) -> list[HookCommand]:
+        """``hooks`` and every other agent's own: a sub-agent must not rewrite the file of
+        a hook that the parent runs for another agent either."""
+        commands = list(hooks.commands)
+        for definition in self.registry.definitions():
+            if definition.hooks:  # an untrusted project's were dropped at load
+                commands += parse_hooks(definition.hooks, definition.source, notes=[])
+        return commands
 
     def apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
         """A definition's ``effort`` as its provider's reasoning control: OpenAI's
