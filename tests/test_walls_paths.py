@@ -662,6 +662,8 @@ def test_the_entries_holding_a_hooks_files_are_found_in_its_command(tmp_path: Pa
         (work / path).write_text("")
     (work / "guard.sh").write_text("")
     (work / "src").mkdir()
+    (work / "bin").mkdir()
+    (work / "bin" / "run.sh").write_text("")
     (tmp_path / "outside.sh").write_text("")
     (work / "linked").symlink_to(tmp_path / "outside.sh")
     lines = [
@@ -672,11 +674,12 @@ def test_the_entries_holding_a_hooks_files_are_found_in_its_command(tmp_path: Pa
         f"{tmp_path}/outside.sh; ./missing.sh",  # outside the workdir, or absent: not ours
         "bash -c 'echo \"unclosed",  # no command line at all
         "./linked",  # a link out: its own entry (the child leaves a link as it is)
+        "sh -c 'exec ./bin/run.sh --fast'",  # a command line inside a quoted word
     ]
     table = {"PreToolUse": [{"command": line} for line in lines]}
     commands = parse_hooks(table, "test", notes=[])
     found = hook_folders(commands, cwd=str(work), project_dir=str(work))
-    assert found == [".claude", "conf", "guard.sh", "hooks", "linked", "tools"]
+    assert found == [".claude", "bin", "conf", "guard.sh", "hooks", "linked", "tools"]
     assert hook_folders([], cwd=str(work), project_dir=str(work)) == []
 
 

@@ -43,8 +43,9 @@ def hook_folders(commands: Iterable[HookCommand], *, cwd: str, project_dir: str)
     return sorted(found)
 
 
-def _words(command: str, project_dir: str) -> list[str]:
-    """The words of a shell command line, operators apart, ``--flag=value`` split."""
+def _words(command: str, project_dir: str, depth: int = 0) -> list[str]:
+    """The words of a shell command line, operators apart, ``--flag=value`` split; a
+    quoted word with spaces (``sh -c 'cd x && ./y.sh'``) is read as a command line too."""
     text = command.replace("${CLAUDE_PROJECT_DIR}", project_dir)
     text = text.replace("$CLAUDE_PROJECT_DIR", project_dir)
     lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
@@ -53,7 +54,12 @@ def _words(command: str, project_dir: str) -> list[str]:
         tokens = list(lexer)
     except ValueError:  # an unclosed quote: the shell refuses it too
         return []
-    return [part for token in tokens for part in token.split("=") if part]
+    words = [part for token in tokens for part in token.split("=") if part]
+    if depth < 2:
+        for token in tokens:
+            if any(space in token for space in " \t\n"):
+                words += _words(token, project_dir, depth + 1)
+    return words
 
 
 def _entry_of(path: str, root: str) -> str:
