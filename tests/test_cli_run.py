@@ -374,3 +374,39 @@ def test_tables_do_not_wrap_in_a_pipe(project: Path) -> None:
     listed = agentcell("agents", "list", cwd=project, env=cli_env(project))
     (row,) = [line for line in listed.stdout.splitlines() if line.startswith("wide ")]
     assert "read_file, edit_file, glob, grep, bash" in row and row.rstrip().endswith("…")
+
+
+def test_without_ray_installed_the_ray_commands_say_so_in_one_line(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ray is absent as far as the command can tell: its executable and its module are
+    # names that exist nowhere (Ray itself may well be installed here).
+    from agentcell.orchestrator.backends import _ray_local
+    from agentcell.orchestrator.cli import _ray_cmd
+    from click.testing import CliRunner
+
+    env = cli_env(project)  # this process's environment, as the command gets it elsewhere
+    for name in [name for name in os.environ if name not in env]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(_ray_local, "RAY", str(project / "no-such-bin" / "ray"))
+    monkeypatch.setattr(_ray_cmd, "RAY_MODULE", "agentcell_test_no_such_ray")
+    temp = project.parent / "temp"
+    temp.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temp))  # where a driver's log would go
+
+    runner = CliRunner()
+    started = runner.invoke(cli, ["ray", "start"])
+    ran = runner.invoke(
+        cli,
+        ["run", "--backend", "ray", "--model", "scripted:echo", "--workdir", str(project), "hi"],
+    )
+    for done in (started, ran):
+        assert done.exit_code == 2, done.output
+        (line,) = done.output.splitlines()
+        assert "Ray" in line and "not installed here" in line and "pip install -e '.[ray]'" in line
+        assert done.exception is None or isinstance(done.exception, SystemExit)
+    assert "no-such-bin" in started.output  # which command it looked for
+    assert not list(temp.iterdir())  # no driver started, no log left behind
+    assert not (project / ".agentcell").exists()

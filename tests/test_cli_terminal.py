@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from agentcell.worker import _proc
 from model_servers import Call, ModelServer, Reply
 from terminal_util import Screen
@@ -226,6 +227,31 @@ def test_run_asks_under_the_live_table(project: Path, model_server: ModelServer)
         # The question is still there, whole: nothing was drawn over it.
         assert "  allow? [y]es / [n]o / [a]lways for bash: y" in screen
         assert term.close() == 0
+    finally:
+        term.kill()
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live-table", "plain"])
+def test_an_approval_answer_typed_on_a_terminal_shows_once(
+    project: Path, model_server: ModelServer, live: bool
+) -> None:
+    model_server.responder = chat_responder
+    env = cli_env(project, model_server)
+    if live:
+        env.pop("NO_COLOR")  # colours on: the live table draws
+    term = Screen(
+        ["run", "--model", "openai:gpt-test", "--approve", "ask", "run echo please"], project, env
+    )
+    try:
+        term.expect("allow? [y]es / [n]o / [a]lways for bash:")
+        term.send("y\n")  # the terminal echoes it; the program must not write it again
+        term.expect("completed in")
+        assert term.close() == 0
+        lines = term.lines()
+        (asked,) = [i for i, line in enumerate(lines) if "[a]lways for bash:" in line]
+        assert lines[asked].endswith("for bash: y")
+        assert lines[asked + 1].strip() != "y", "\n".join(lines[asked - 2 : asked + 4])
+        assert sum(line.strip() == "y" for line in lines) == 0
     finally:
         term.kill()
 

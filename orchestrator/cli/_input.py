@@ -39,6 +39,8 @@ class PlainInput:
         self._lines_done = False
         self._lines: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._fd = sys.stdin.fileno()
+        # A terminal echoes what is typed itself; piped input is echoed by ``_next``.
+        self._echo = not os.isatty(self._fd)
         self._blocking = os.get_blocking(self._fd)
         os.set_blocking(self._fd, False)
         loop = asyncio.get_running_loop()
@@ -83,10 +85,11 @@ class PlainInput:
             self._lines.put_nowait(None)  # stay at EOF for later readers
             raise EOFError
         text = line.decode(errors="replace").rstrip("\r")
-        # No terminal echoes piped input: write the line after its prompt, so what
-        # follows (progress, the answer) starts on a line of its own.
-        self.out.write(visible(text) + "\n")
-        self.out.flush()
+        if self._echo:
+            # No terminal echoes piped input: write the line after its prompt, so what
+            # follows (progress, the answer) starts on a line of its own.
+            self.out.write(visible(text) + "\n")
+            self.out.flush()
         return text
 
     async def read(self, prompt: str = "you> ") -> str:

@@ -1,8 +1,9 @@
 """The ``agentcell`` command.
 
 Exit codes: 0 the run completed; 1 it ended otherwise (error, crash, timeout, max_turns,
-budget, cancelled); 2 bad usage or configuration; 130 interrupted (Ctrl-C); 143
-terminated (SIGTERM).
+budget, cancelled), or its output could not be written (a full disk: one line says so,
+and a run is still recorded); 2 bad usage or configuration; 130 interrupted (Ctrl-C); 143
+terminated (SIGTERM). A reader that closes the pipe early (``| head``) changes no code.
 
 Each command is a small function here that parses its options and hands over to its own
 module (``_run_cmd``, ``_chat``, ``_agents_cmd``, ``_runs_cmd``, ``_demo``).
@@ -21,7 +22,12 @@ from typing import Any, NoReturn, TypeVar
 import click
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends import PoolError
-from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
+from agentcell.orchestrator.cli._pipes import (
+    end_output,
+    is_closed_pipe,
+    stdout_gone,
+    watch_stdout,
+)
 from agentcell.orchestrator.config import ConfigError, Settings, load_settings
 from agentcell.worker import OutsideRoot
 from agentcell.worker.models import ModelError
@@ -172,6 +178,10 @@ def _load(
         "sandbox": sandbox,
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
+    if settings.backend == "ray":  # from --backend or a config file
+        from agentcell.orchestrator.cli._ray_cmd import require_ray_module
+
+        require_ray_module()
     return settings
 
 
@@ -553,23 +563,33 @@ def trust_cmd(
 
 
 def main() -> None:
+    watch_stdout()  # from here on, a write to stdout never fails the command
+    sys.exit(end_output(_command_code()))
+
+
+def _command_code() -> int:
+    """Run the command line; its exit code."""
     try:
         # Not click's standalone mode: it turns Ctrl-C into "Aborted!" and exit code 1.
         code = cli.main(standalone_mode=False)
+    except SystemExit as exc:  # a command's own exit code
+        code = exc.code
     except click.Abort as exc:  # Ctrl-C (or end of input) before a command's own handling
         interrupted = isinstance(exc.__context__, KeyboardInterrupt)
-        sys.exit(EXIT_INTERRUPTED if interrupted else EXIT_FAILED)
+        return EXIT_INTERRUPTED if interrupted else EXIT_FAILED
     except KeyboardInterrupt:
         click.echo("", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except OSError as exc:
         if not is_closed_pipe(exc):
             raise
-        # The reader of stdout went away (``agentcell runs list | head -1``): what it
-        # wanted was shown, so end quietly, as ``git log | head`` does.
+        # The reader of stdout went away (``agentcell runs list | head -1``) while stdout
+        # was not watched: what it wanted was shown, so end quietly, as ``git log | head``.
         stdout_gone()
-        return
-    sys.exit(code if isinstance(code, int) else EXIT_OK)
+        return EXIT_OK
+    if code is None:
+        return EXIT_OK
+    return code if isinstance(code, int) else EXIT_FAILED

@@ -9,6 +9,7 @@ nothing else.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -16,7 +17,29 @@ from pathlib import Path
 from typing import Any
 
 import click
-from agentcell.orchestrator.backends._ray_local import RayHead, start_ray_head, stop_ray_head
+from agentcell.orchestrator.backends import _ray_local
+from agentcell.orchestrator.backends._ray_local import RayHead, stop_ray_head
+from agentcell.orchestrator.config import ConfigError
+
+#: What ``--backend ray``'s driver imports (it runs on this interpreter).
+RAY_MODULE = "ray"
+INSTALL_RAY = "install agentcell's Ray extra: pip install -e '.[ray]' in agentcell's folder"
+
+
+def require_ray_module() -> None:
+    """Ray must be importable before the backend's driver starts: without it the driver
+    exits at its first line, and the error would point at an empty log of it."""
+    if importlib.util.find_spec(RAY_MODULE) is None:
+        raise ConfigError(
+            [f"the Ray backend needs Ray, which is not installed here; {INSTALL_RAY}"]
+        )
+
+
+def _require_ray_command() -> None:
+    if not os.access(_ray_local.RAY, os.X_OK):
+        raise ConfigError(
+            [f"Ray is not installed here (no {_ray_local.RAY} command); {INSTALL_RAY}"]
+        )
 
 
 def state_file() -> Path:
@@ -39,8 +62,9 @@ def ray_start(num_cpus: int, port: int | None) -> None:
     if running is not None:
         click.echo(f"agentcell's Ray head is already running at {running.address}")
         return
+    _require_ray_command()
     try:
-        head, _process = start_ray_head(num_cpus, port)
+        head, _process = _ray_local.start_ray_head(num_cpus, port)
     except RuntimeError as exc:
         raise click.ClickException(str(exc).splitlines()[0]) from None
     path = state_file()

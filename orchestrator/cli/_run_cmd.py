@@ -18,7 +18,7 @@ from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import literal, visible
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
-from agentcell.orchestrator.cli._pipes import is_closed_pipe, stdout_gone
+from agentcell.orchestrator.cli._pipes import output_failed
 from agentcell.orchestrator.cli._report import emit_report, print_diagnostics
 from agentcell.orchestrator.cli._resumed import (
     begin_resumed_run,
@@ -85,11 +85,9 @@ class AnswerStream:
         try:
             self.out.write(text)
             self.out.flush()
-        except OSError as exc:
-            if not is_closed_pipe(exc):
-                raise
+        except OSError as exc:  # only where stdout is not watched (``watch_stdout``)
             self.closed = True
-            stdout_gone()
+            output_failed(exc)
 
     def finish(self, final_text: str) -> None:
         """End the answer with a newline; print ``final_text`` if nothing streamed."""

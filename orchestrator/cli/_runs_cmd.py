@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from agentcell.orchestrator._records import list_runs, load_run
-from agentcell.orchestrator._text import literal, one_line, plural
+from agentcell.orchestrator._records import find_run_dir, list_runs, load_run
+from agentcell.orchestrator._records_key import key_path, user_key
+from agentcell.orchestrator._text import literal, one_line, plural, visible
 from agentcell.orchestrator._usage_text import usage_split
 from agentcell.orchestrator.cli._display import output_console
+from agentcell.worker import RecordTampered, record_key, verified_lines
 from rich.console import Console
 from rich.table import Table
 
@@ -60,7 +62,10 @@ def list_recorded(workdir: Path, *, as_json: bool) -> None:
 def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_json: bool) -> None:
     summary, transcripts = load_run(workdir, run_id)
     if agent is not None:
-        _show_agent(summary, transcripts, agent, as_json=as_json)
+        if agent not in transcripts:
+            raise LookupError(_no_transcript(summary, transcripts, agent))
+        _warn_if_changed(find_run_dir(workdir, run_id) / f"{agent}.jsonl")
+        _show_agent(summary, transcripts[agent], agent, as_json=as_json)
         return
     subagents = [
         _subagent_view(sub, transcripts.get(sub["agent_id"], []))
@@ -153,17 +158,56 @@ def _subagent_line(sub: dict[str, Any]) -> str:
     return line
 
 
+def _no_transcript(
+    summary: dict[str, Any], transcripts: dict[str, list[dict[str, Any]]], agent: str
+) -> str:
+    """Why ``agent`` has no transcript: the run had no such agent, or it ended before it
+    wrote one (the summary says how)."""
+    run = summary["run_id"]
+    listed = [s for s in summary.get("subagents") or [] if isinstance(s, dict)]
+    sub = next((s for s in listed if s.get("agent_id") == agent), None)
+    if sub is None:
+        known = ", ".join(sorted({*transcripts, *(str(s.get("agent_id")) for s in listed)}))
+        return f"run {run} has no agent {agent!r} (agents: {known or 'none'})"
+    how = str(sub.get("status") or "?")
+    if sub.get("error"):
+        how += f": {one_line(str(sub['error']), PREVIEW)}"
+    who = f"{agent} ({sub.get('agent_type') or '?'})"
+    return (
+        f"run {run}: {who} has no transcript: it was not recorded (the sub-agent ended "
+        f"{how}); what the run knows of it: agentcell runs show {run}"
+    )
+
+
+def _warn_if_changed(record: Path) -> None:
+    """One line on stderr when ``record`` does not verify as ``runs resume`` checks it (its
+    MAC chain): it is still shown, but it is not what its agent wrote."""
+    problem = _record_problem(record)
+    if problem:
+        click.echo(f"agentcell: warning: {visible(problem)}; shown as it is now", err=True)
+
+
+def _record_problem(record: Path) -> str:
+    """What is wrong with ``record`` by the check ``runs resume`` makes (its chain of MACs
+    under its key, ``verified_lines``); "" when it verifies."""
+    if not key_path().is_file():  # never made here: a new key would fail every line
+        return f"cannot check {record}: there is no record key at {key_path()}"
+    try:
+        verified_lines(record, record_key(user_key(), record.parent.name, record.stem))
+    except RecordTampered as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"cannot check {record}: {exc}"
+    return ""
+
+
 def _show_agent(
     summary: dict[str, Any],
-    transcripts: dict[str, list[dict[str, Any]]],
+    lines: list[dict[str, Any]],
     agent: str,
     *,
     as_json: bool,
 ) -> None:
-    lines = transcripts.get(agent)
-    if lines is None:
-        known = ", ".join(sorted(transcripts)) or "none"
-        raise LookupError(f"run {summary['run_id']} has no agent {agent!r} (agents: {known})")
     if as_json:
         click.echo(
             json.dumps({"run_id": summary["run_id"], "agent": agent, "records": lines}, indent=2)

@@ -6,9 +6,10 @@ approval (waiting for a person), then how it ended; a crash is marked with its c
 Hovering a bar (a ``title`` tooltip) shows the tool call.
 
 Everything on the page comes from records an agent, or a model, could have written into,
-so every text goes through ``html.escape`` and every attribute is quoted; the page has no
-script at all, and its content-security policy forbids scripts, fetches, frames and
-forms from anywhere (``default-src 'none'``): only its own inline styles apply.
+so every text has its control characters written out (``visible``) and goes through
+``html.escape``, and every attribute is quoted; the page has no script at all, and its
+content-security policy forbids scripts, fetches, frames and forms from anywhere
+(``default-src 'none'``): only its own inline styles apply.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._records import _write_private, find_run_dir, load_run
+from agentcell.orchestrator._text import visible
 from agentcell.orchestrator._usage_text import usage_split
 
 #: What a page may do: styles of its own, nothing else (no script, image, font, fetch).
@@ -301,7 +303,10 @@ def _percent(seconds: float, span: float) -> float:
 
 
 def _esc(text: str) -> str:
-    return html.escape(str(text), quote=True)
+    # Control characters written out first (``\e``, ``\x00``), as everywhere else: a
+    # browser drops some and shows others as nothing, and a terminal reading the file
+    # (``cat``, ``less -r``) would run an escape sequence.
+    return html.escape(visible(str(text)), quote=True)
 
 
 def _css(name: str) -> str:
