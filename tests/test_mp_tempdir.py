@@ -9,7 +9,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import multiprocess.process
@@ -37,14 +39,24 @@ asyncio.run(main())
 """
 
 
-def _orchestrator(tmp_path: Path, mode: str) -> subprocess.Popen[str]:
+def _orchestrator(tmp: Path, mode: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", _ORCHESTRATOR, mode],
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
+        env={**os.environ, "TMPDIR": str(tmp)},
         start_new_session=True,
     )
+
+
+@pytest.fixture()
+def short_tmp() -> Iterator[Path]:
+    """A temp folder with a short path: the fork servers' sockets go beneath it."""
+    folder = Path(tempfile.mkdtemp(prefix="mp-", dir="/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _report(process: subprocess.Popen[str]) -> dict[str, object]:
@@ -68,18 +80,19 @@ def _stop(process: subprocess.Popen[str], *pids: int) -> None:
     if process.stdout is not None:
         process.stdout.close()
     for pid in pids:
-        _proc.kill_session(pid)
+        if pid > 0:  # 0: never learnt (the orchestrator failed before it said)
+            _proc.kill_session(pid)
 
 
-def test_a_killed_orchestrators_folder_is_cleared_by_the_next(tmp_path: Path) -> None:
-    killed = _orchestrator(tmp_path, "wait")
+def test_a_killed_orchestrators_folder_is_cleared_by_the_next(short_tmp: Path) -> None:
+    killed = _orchestrator(short_tmp, "wait")
     server = 0
     try:
         report = _report(killed)
         folder, server = Path(str(report["folder"])), int(str(report["forkserver"]))
-        assert folder.parent == tmp_path / f"agentcell-mp-{os.getuid()}"
+        assert folder.parent == short_tmp / f"agentcell-mp-{os.getuid()}"
         assert folder.name.startswith(f"{killed.pid}-")
-        assert any(p.name.startswith("sock-") for p in folder.iterdir())  # the server's
+        assert any(p.name.startswith(("sock-", "listener-")) for p in folder.iterdir())
         os.killpg(killed.pid, signal.SIGKILL)
         killed.wait()
         _wait_gone(server, 5.0)
@@ -87,7 +100,7 @@ def test_a_killed_orchestrators_folder_is_cleared_by_the_next(tmp_path: Path) ->
     finally:
         _stop(killed, server)
 
-    clean = _orchestrator(tmp_path, "exit")
+    clean = _orchestrator(short_tmp, "exit")
     try:
         own = Path(str(_report(clean)["folder"]))
         assert not folder.exists()
@@ -222,3 +235,18 @@ def test_a_private_folder_is_used_and_an_existing_one_is_kept(tmp_path: Path) ->
     assert multiprocess.process.current_process()._config["tempdir"] == str(made)
     assert _mp_tempdir.use_own_temp_folder(base) is None  # one per process
     made.rmdir()
+
+
+@pytest.mark.usefixtures("no_temp_folder_yet")
+def test_a_folder_too_deep_for_a_socket_is_not_used(tmp_path: Path) -> None:
+    # The fork servers listen on sockets in it: a path past 107 bytes cannot be bound.
+    room = _mp_tempdir.MAX_SOCKET_PATH - len(f"/{os.getpid()}-12345678/listener-12345678")
+    fits = Path("/tmp") / ("d" * (room - len("/tmp/")))
+    deep = Path("/tmp") / ("d" * (room - len("/tmp/") + 1))
+    try:
+        assert _mp_tempdir.use_own_temp_folder(deep) is None and not deep.exists()
+        made = _mp_tempdir.use_own_temp_folder(fits)
+        assert made is not None
+        assert len(str(made / "listener-12345678")) == _mp_tempdir.MAX_SOCKET_PATH
+    finally:
+        shutil.rmtree(fits, ignore_errors=True)

@@ -52,3 +52,28 @@ async def test_scans_after_crashes_and_kills_stay_off_the_event_loop(
         assert broken.kind is OutcomeKind.PROTOCOL_ERROR
     assert len(scans) >= 4  # the sweeps and the kills did scan
     assert not any(scans), scans
+
+
+#: Run in a session of its own: were a guard missing, ``killpg(0)`` would end this
+#: script's own group (not the test's), and signal 0 sends nothing to anyone.
+_NO_PID_SCRIPT = """
+import signal
+from agentcell.worker import _proc
+print(_proc.kill_session(0, signal.SIGTERM), _proc.kill_session(-1, 0),
+      _proc.kill_tree(0, 0), _proc.kill_tree(-1, 0), _proc.kill_descendants(0, 0),
+      _proc._signal(0, 0), _proc._signal(-1, 0), flush=True)
+"""
+
+
+def test_a_pid_of_zero_or_below_signals_nothing() -> None:
+    # To kill(2), 0 is the caller's own group and -1 every process it may signal: a pid
+    # never learnt (0) must not turn a clean-up into killing the caller or everything.
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_PID_SCRIPT],
+        capture_output=True, text=True, timeout=60, start_new_session=True,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.split() == ["[]", "[]", "[]", "[]", "0", "False", "False"]

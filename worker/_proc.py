@@ -135,9 +135,12 @@ def kill_session(
     """Send ``sig`` to every process of session ``sid`` but the caller.
 
     Returns the pids signalled (the leader included when it was still there), so the
-    caller can wait for them to be gone.
+    caller can wait for them to be gone. A ``sid`` that is no pid (0 or below) signals
+    nothing: to ``kill`` 0 is the caller's own group and -1 every process it may signal.
     """
     signalled: list[int] = []
+    if sid <= 0:
+        return signalled
     me = os.getpid()
     if os.getpgid(0) != sid:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -160,7 +163,10 @@ def kill_session(
 def kill_tree(
     pid: int, sig: int = signal.SIGKILL, table: dict[int, ProcInfo] | None = None
 ) -> list[int]:
-    """Signal ``pid``'s descendants (even those that left its session) and its session."""
+    """Signal ``pid``'s descendants (even those that left its session) and its session;
+    nothing for a ``pid`` of 0 or below (whose "descendants" would be every process)."""
+    if pid <= 0:
+        return []
     table = process_table() if table is None else table
     signalled = [p for p in descendants(pid, table) if _signal(p, sig)]
     return signalled + [p for p in kill_session(pid, sig, table) if p not in signalled]
@@ -168,10 +174,14 @@ def kill_tree(
 
 def kill_descendants(pid: int, sig: int = signal.SIGKILL) -> int:
     """Signal every descendant of ``pid`` (whatever its session); returns the count."""
+    if pid <= 0:
+        return 0
     return sum(1 for p in descendants(pid) if _signal(p, sig))
 
 
 def _signal(pid: int, sig: int) -> bool:
+    if pid <= 0:  # not a process: a group, or every process (see ``kill_session``)
+        return False
     try:
         os.kill(pid, sig)
     except OSError as exc:

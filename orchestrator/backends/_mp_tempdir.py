@@ -10,7 +10,8 @@ starts: ``<tmp>/agentcell-mp-<uid>/<pid>-<random>``, removed at a clean exit as
 multiprocess's own is, and every later orchestrator of the same user removes those whose
 pid is no longer running. The parent folder must be this user's own, not a link and not
 writable by others (another user could otherwise plant a link to make us remove
-something else); if it is not, multiprocess's default is left as it was.
+something else), and short enough for a socket's path in it (a UNIX socket's path has at
+most 107 bytes); if it is not, multiprocess's default is left as it was.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ import multiprocess.process
 import multiprocess.util
 from agentcell.worker import process as proc
 
+#: The longest path a UNIX socket may have (``sun_path`` is 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+#: What multiprocess adds for a socket in its temp folder: "/listener-" (3.11's
+#: multiprocess; "/sock-" in later ones) and 8 random characters.
+_SOCKET_NAME = len("/listener-12345678")
+
 
 def base_folder() -> Path:
     """Where every orchestrator of this user keeps its multiprocess temp folder."""
@@ -40,7 +47,8 @@ def use_own_temp_folder(base: Path | None = None) -> Path | None:
     if config.get("tempdir") is not None:
         return None  # already made (and used for a socket, perhaps): keep it
     base = base_folder() if base is None else base
-    if not _private_folder(base):
+    longest = len(os.fsencode(base)) + len(f"/{os.getpid()}-12345678") + _SOCKET_NAME
+    if longest > MAX_SOCKET_PATH or not _private_folder(base):
         return None
     sweep_dead(base)
     folder = tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=base)
