@@ -109,9 +109,9 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     hooked_tools: dict[str, list[str]] = msgspec.field(default_factory=dict)  # event -> tools
     # event -> hook matchers, checked in the child against MCP tools the parent cannot list
     hook_patterns: dict[str, list[str]] = msgspec.field(default_factory=dict)
-    # Entries of the workdir holding a file a parent-side hook command names: read-only to
-    # the agent under ``workspace``, like .git and .claude (the parent runs that file).
-    hook_folders: list[str] = msgspec.field(default_factory=list)
+    # Entries of the workdir holding code that runs outside the walls (a hook's command, a
+    # stdio MCP server, a custom tool's module): read-only under ``workspace``, like .git.
+    code_entries: list[str] = msgspec.field(default_factory=list)
     memory_dir: str = ""  # the agent's memory folder (memory: user|project|local): writable
     skills: dict[str, str] = msgspec.field(default_factory=dict)  # skill tool: name -> SKILL.md
     compact_at_tokens: int = 0  # compact the conversation past this many tokens (0: never)

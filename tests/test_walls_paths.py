@@ -8,6 +8,7 @@ scripted model server on 127.0.0.1) or is a real hostile folder on disk, under t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -635,9 +636,15 @@ async def test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs(
         "echo 'exit 0' > scripts/lib/helper.sh && echo ADDED",
         "echo DANGER",  # the guard, as it was, still refuses this
         "echo fine > notes/n.txt && cat notes/n.txt",
+        # A hook that runs a file only once it exists: absent, it is held all the same.
+        "mkdir -p later && printf '#!/bin/sh\\nexit 0' > later/guard.sh && echo MADE-LATER",
     ]
     served.responder = bash_script(commands)
-    hooks = {"PreToolUse": [{"matcher": "Bash", "hooks": [{"command": "./scripts/guard.sh"}]}]}
+    guards = [
+        {"command": "./scripts/guard.sh"},
+        {"command": "if [ -x ./later/guard.sh ]; then ./later/guard.sh; fi"},
+    ]
+    hooks = {"PreToolUse": [{"matcher": "Bash", "hooks": guards}]}
     async with orchestrator(work, agent("mover", ["bash"]), hooks=hooks) as orch:
         result = await asyncio.wait_for(orch.delegate("mover", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result.error
@@ -647,40 +654,77 @@ async def test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs(
     assert "ADDED" not in out[2] and "Read-only file system" in out[2], out[2]
     assert "blocked by the guard" in out[3], out[3]
     assert out[4].strip() == "fine"  # the rest of the workdir: as writable as before
+    assert "MADE-LATER" not in out[5], out[5]
+    assert not (work / "later").exists()  # its placeholder, gone with agentcell
     assert guard.read_text() == _GUARD and not (work / "scripts.old").exists()
-    assert "with the hook files' scripts" in result.sandbox, result.sandbox
+    assert "with the code's later, scripts" in result.sandbox, result.sandbox
     assert (tmp_path / "guard.log").read_text().count("DANGER") == 1
 
 
-def test_the_entries_holding_a_hooks_files_are_found_in_its_command(tmp_path: Path) -> None:
-    from agentcell.orchestrator.config import parse_hooks
-    from agentcell.orchestrator.delegation._hook_files import hook_folders
+def test_the_entries_holding_code_that_runs_outside_the_walls_are_found(tmp_path: Path) -> None:
+    from agentcell.orchestrator.delegation._code_files import code_entries, mcp_commands
 
-    work = tmp_path / "work"
-    for path in ("tools/lint.sh", "hooks/check.py", "conf/x.toml", ".claude/hooks/h.sh"):
+    work = tmp_path / "work's"  # a quote in the path: words are split before it is put in
+    files = ["tools/lint.sh", "hooks/check.py", "conf/x.toml", ".claude/hooks/h.sh", "guard.sh"]
+    files += ["bin/run.sh", "srv/server.py", "pkg/guard.py", "Makefile", "real/b.sh", "src/a.py"]
+    for path in files:
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         (work / path).write_text("")
-    (work / "guard.sh").write_text("")
-    (work / "src").mkdir()
-    (work / "bin").mkdir()
-    (work / "bin" / "run.sh").write_text("")
     (tmp_path / "outside.sh").write_text("")
     (work / "linked").symlink_to(tmp_path / "outside.sh")
+    (work / "hop").mkdir()
+    (work / "hop" / "link").symlink_to("../real/b.sh")  # a chain: front -> hop -> real
+    (work / "front.sh").symlink_to("hop/link")
     lines = [
         '"$CLAUDE_PROJECT_DIR"/tools/lint.sh --fix',
         "python3 hooks/check.py&&./guard.sh",  # operators with no spaces around them
-        "mytool --config=conf/x.toml",
+        "mytool --config=conf/x.toml",  # an argument: read, not run
+        "ruff check src tests",  # a linter's arguments: never (no sub-agent could edit)
         "${CLAUDE_PROJECT_DIR}/.claude/hooks/h.sh",
-        f"{tmp_path}/outside.sh; ./missing.sh",  # outside the workdir, or absent: not ours
+        f"{tmp_path}/outside.sh; ./missing.sh",  # outside: not ours; absent: held
         "bash -c 'echo \"unclosed",  # no command line at all
         "./linked",  # a link out: its own entry (the child leaves a link as it is)
         "sh -c 'exec ./bin/run.sh --fast'",  # a command line inside a quoted word
+        "if [ -x ./later/guard.sh ]; then ./later/guard.sh; fi",  # absent now: held
+        'sh "${CLAUDE_PROJECT_DIR:-.}/dflt/x.sh" && "$PWD"/pwd/y.sh',
+        "timeout 10 env A=1 python3 -u -m pkg.guard",  # wrappers, options, a module
+        "make -s guard",  # make reads the makefile (only one that exists is held)
+        "bun test",  # no script named: nothing
+        "./front.sh",  # every entry a chain of links passes through
     ]
-    table = {"PreToolUse": [{"command": line} for line in lines]}
-    commands = parse_hooks(table, "test", notes=[])
-    found = hook_folders(commands, cwd=str(work), project_dir=str(work))
-    assert found == [".claude", "bin", "conf", "guard.sh", "hooks", "linked", "tools"]
-    assert hook_folders([], cwd=str(work), project_dir=str(work)) == []
+    commands: list[list[str] | str] = list(lines)
+    commands += mcp_commands({"local": _Server("python3", ["srv/server.py"]), "web": _Server()})
+    module = str(work / "src" / "a.py")
+    found = code_entries(commands, [module], cwd=str(work), project_dir=str(work))
+    assert found == [
+        ".claude", "Makefile", "bin", "dflt", "front.sh", "guard.sh", "hooks", "hop", "later",
+        "linked", "missing.sh", "pkg", "pwd", "real", "src", "srv", "tools",
+    ]  # fmt: skip
+    assert code_entries([], [], cwd=str(work), project_dir=str(work)) == []
+
+
+@dataclasses.dataclass
+class _Server:
+    command: str = ""
+    args: list[str] = dataclasses.field(default_factory=list)
+    type: str = "stdio"
+
+
+def _tool_here(x: int) -> int:
+    """A custom tool of this module."""
+    return x
+
+
+def test_a_custom_tools_module_is_found_where_a_child_imports_it_again() -> None:
+    from agentcell.orchestrator.delegation._code_files import module_files
+    from agentcell.worker.tools import FunctionTool
+
+    def local(x: int) -> int:
+        return x
+
+    local.__module__ = "__main__"  # by value: never imported again
+    found = module_files([FunctionTool(_tool_here), FunctionTool(local), object()])
+    assert found == [__file__] or found == [os.path.abspath(__file__)]
 
 
 @needs_mountns
@@ -699,4 +743,28 @@ async def test_a_hook_folder_that_is_a_link_is_said_and_the_run_goes_on(
     async with orchestrator(work, agent("linker", ["bash"]), hooks=hooks) as orch:
         result = await asyncio.wait_for(orch.delegate("linker", "go"), 60)
     assert result.status is RunStatus.COMPLETED, result.error
-    assert "not tools (a link: its hook file stays writable)" in result.sandbox, result.sandbox
+    assert "not tools (a link: the code there stays writable)" in result.sandbox, result.sandbox
+
+
+@needs_mountns
+async def test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    # A stdio server starts in the next sub-agent's process before its walls: rewritten
+    # by this one, it would run outside every sandbox.
+    work = tmp_path / "work"
+    (work / "srv").mkdir(parents=True)
+    server = work / "srv" / "server.py"
+    shutil.copy(Path(__file__).with_name("mcp_server.py"), server)
+    original = server.read_text()
+    served.responder = bash_script(["echo 'import os' > srv/server.py && echo REWROTE"])
+    definition = agent(
+        "mcp-user", ["bash"], mcp_servers=[{"local": {"command": sys.executable,
+                                                      "args": ["srv/server.py"]}}],
+    )  # fmt: skip
+    async with orchestrator(work, definition) as orch:
+        result = await asyncio.wait_for(orch.delegate("mcp-user", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert "REWROTE" not in result.text and "Read-only file system" in result.text
+    assert server.read_text() == original
+    assert "with the code's srv" in result.sandbox, result.sandbox

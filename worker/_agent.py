@@ -232,7 +232,7 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
         read_paths=spec.read_paths,
         memory_dir=spec.memory_dir,
         egress_port=spec.egress_port,
-        hook_folders=spec.hook_folders,
+        code_entries=spec.code_entries,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )

@@ -154,15 +154,15 @@ def protect(
     workdir: str,
     writable: Iterable[tuple[int, str]],
     private: tuple[int, str] | None = None,
-    hook_folders: Iterable[str] = (),
+    code_entries: Iterable[str] = (),
 ) -> str | None:
     """Make the protected paths of ``workdir`` read-only for this process and all it
     starts; ``writable``: (``O_PATH`` descriptor, path) of folders beneath them bound back
     read-write (the memory folder); ``private``: a folder beneath them that only this
     process writes, through a descriptor it keeps (the run's tool-output folder, see
-    ``_outputs``), while its commands see it read-only; ``hook_folders``: entries of
-    the workdir that hold a file a parent-side hook runs, read-only too where they
-    exist (``hook_folders_bound``). Returns what was done, in words for the report
+    ``_outputs``), while its commands see it read-only; ``code_entries``: entries of
+    the workdir that hold code run outside the walls, read-only too
+    (``code_entries_bound``). Returns what was done, in words for the report
     (None: no mount namespace can be had here); raises ``MountError`` for a protected
     path it must not cover (a link)."""
     kind = _enter_namespace()
@@ -181,7 +181,7 @@ def protect(
     try:
         for name in PROTECTED:
             _bind_read_only(workdir, workdir_fd, name)
-        held = hook_folders_bound(workdir, workdir_fd, hook_folders)
+        held = code_entries_bound(workdir, workdir_fd, code_entries)
         for fd, path in again:  # back read-write, from the still writable mount below
             _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
     finally:
@@ -191,28 +191,29 @@ def protect(
     return f"protected paths read-only ({kind} namespace){held}"
 
 
-def hook_folders_bound(workdir: str, workdir_fd: int, names: Iterable[str]) -> str:
-    """Bind each of ``names`` (an entry of the workdir holding a file a hook command
-    names: the parent runs it with your rights) read-only, as a protected path, where
-    it exists. The whole entry, not the file: a sub-agent could otherwise rename a
-    folder above the file and put another file at its path. A link is left as it is
-    (a mount cannot cover one) and said. Returns the words for the report."""
+def code_entries_bound(workdir: str, workdir_fd: int, names: Iterable[str]) -> str:
+    """Bind each of ``names`` (an entry of the workdir holding code that runs outside the
+    walls: a hook's file, an MCP server's, a custom tool's module) read-only, as a
+    protected path; one that is absent is held by a placeholder, so that it cannot be
+    made. The whole entry, not the file: a sub-agent could otherwise rename a folder
+    above the file and put another file at its path. A link is left as it is (a mount
+    cannot cover one) and said. Returns the words for the report."""
     bound, links = [], []
     for name in names:
         if name in PROTECTED or not name or "/" in name or name in (".", ".."):
             continue  # covered already, or not one entry of the workdir
         try:
-            info = os.stat(name, dir_fd=workdir_fd, follow_symlinks=False)
+            is_link = stat.S_ISLNK(os.stat(name, dir_fd=workdir_fd, follow_symlinks=False).st_mode)
         except FileNotFoundError:
-            continue
-        if stat.S_ISLNK(info.st_mode):
+            is_link = False
+        if is_link:
             links.append(name)
             continue
         _bind_read_only(workdir, workdir_fd, name)
         bound.append(name)
-    words = f", with the hook files' {', '.join(bound)}" if bound else ""
+    words = f", with the code's {', '.join(bound)}" if bound else ""
     if links:
-        words += f"; not {', '.join(links)} (a link: its hook file stays writable)"
+        words += f"; not {', '.join(links)} (a link: the code there stays writable)"
     return words
 
 
@@ -289,7 +290,12 @@ def remove_placeholders(workdir: str | os.PathLike[str]) -> None:
         os.close(fd)
         return  # a sub-agent still runs here (this agentcell's or another's)
     try:
-        for name in PROTECTED:
+        # The protected paths' and the code entries' (any name): marked ones only.
+        try:
+            names = os.listdir(fd)
+        except OSError:
+            names = list(PROTECTED)
+        for name in names:
             if _is_placeholder(fd, name):
                 with contextlib.suppress(OSError):
                     os.rmdir(name, dir_fd=fd)  # empty only: rmdir removes nothing else

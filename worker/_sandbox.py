@@ -161,8 +161,8 @@ class Sandbox:
         self.seccomp = False  # this process's filter is installed
         self.writable: list[str] = []  # the writable roots the walls actually grant
         self.protected = ""  # how the workdir's protected paths are kept read-only
-        # Entries of the workdir holding a parent-side hook's file: read-only as well.
-        self.hook_folders: list[str] = []
+        # Entries of the workdir holding code that runs outside the walls: read-only too.
+        self.code_entries: list[str] = []
         self.tmp_size_mb = 0  # the cap asked for on the private temp folder (0: none)
         self.tmp_cap = ""  # the cap it got (_tmpcap)
         self._bash_ruleset: Ruleset | None = None
@@ -295,7 +295,7 @@ def apply(
     memory_dir: str = "",
     egress_port: int | None = None,
     tmp_size_mb: int = 0,
-    hook_folders: Iterable[str] = (),
+    code_entries: Iterable[str] = (),
 ) -> Sandbox:
     """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``
     (under ``workspace``, a tmpfs of ``tmp_size_mb`` MiB: ``_tmpcap``); with
@@ -303,7 +303,7 @@ def apply(
     global CURRENT
     box = Sandbox(parse_mode(mode))
     box.tmp_size_mb = tmp_size_mb
-    box.hook_folders = list(hook_folders)
+    box.code_entries = list(code_entries)
     CURRENT = box
     if box.mode == "off":
         _sandbox_spare.drop_spare_ruleset()
@@ -444,7 +444,7 @@ def _protect_paths(box: Sandbox, workdir: str, grants: _grants.Grants) -> None:
         workdir,
         [(memory.fd, memory.path)] if memory is not None and covered(memory) else [],
         (outputs.fd, outputs.path) if outputs is not None and covered(outputs) else None,
-        box.hook_folders,
+        box.code_entries,
     )
     if done is None:
         box.missing.append(_mountns.MISSING)

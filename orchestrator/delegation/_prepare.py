@@ -17,12 +17,17 @@ from typing import Any
 
 import dill
 from agentcell.orchestrator._records_key import key_for
-from agentcell.orchestrator.config import HookCommand, Settings, parse_hooks
+from agentcell.orchestrator.config import Settings, parse_hooks
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
     AgentRegistry,
     resolve_model_alias,
     resolve_tools,
+)
+from agentcell.orchestrator.delegation._code_files import (
+    code_entries,
+    mcp_commands,
+    module_files,
 )
 from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._context import (
@@ -33,7 +38,6 @@ from agentcell.orchestrator.delegation._context import (
 )
 from agentcell.orchestrator.delegation._egress import bash_network
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
-from agentcell.orchestrator.delegation._hook_files import hook_folders
 from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._limiter import ProviderLimiter
@@ -108,6 +112,7 @@ class Preparer:
         self.task_tool_spec = task_tool_spec
         self._blobs: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
         self._effort_noted: set[tuple[str, str]] = set()
+        self._code_entries: dict[tuple[str, str, str, tuple[str, ...]], list[str]] = {}
         # What is the same for every sub-agent until the files or the environment change.
         self.instructions = InstructionCache()
         self.environments = EnvironmentCache()
@@ -248,9 +253,7 @@ class Preparer:
             [*spec.tools, *(tool.name for tool in spec.remote_tools)]
         )
         spec.hook_patterns = hooks.hook_patterns() if spec.mcp_servers else {}
-        spec.hook_folders = hook_folders(
-            self.every_hook(hooks), cwd=spec.workdir, project_dir=hooks.project_dir
-        )
+        spec.code_entries = self.code_entries(spec.workdir, hooks)
         workdir = Path(self.workdir)
         extra = []
         if self.settings.instruction_files and gets_instructions(definition):
@@ -270,14 +273,31 @@ class Preparer:
         elif definition.initial_prompt.strip():
             spec.prompt = f"{definition.initial_prompt.strip()}\n\n{spec.prompt}"
 
-    def every_hook(self, hooks: HookRunner) -> list[HookCommand]:
-        """``hooks`` and every other agent's own: a sub-agent must not rewrite the file of
-        a hook that the parent runs for another agent either."""
-        commands = list(hooks.commands)
+    def code_entries(self, workdir: str, hooks: HookRunner) -> list[str]:
+        """The entries of ``workdir`` holding code that runs outside the walls
+        (``_code_files``): ``hooks`` and every agent's own (the parent runs another
+        agent's hook too), every stdio MCP server configured, the custom tools' modules."""
+        commands: list[list[str] | str] = [command.command for command in hooks.commands]
+        servers: list[object] = list(self.settings.mcp_servers.values())
         for definition in self.registry.definitions():
             if definition.hooks:  # an untrusted project's were dropped at load
-                commands += parse_hooks(definition.hooks, definition.source, notes=[])
-        return commands
+                own = parse_hooks(definition.hooks, definition.source, notes=[])
+                commands += [command.command for command in own]
+            for entry in definition.mcp_servers:
+                if isinstance(entry, dict):
+                    servers += entry.values()
+        commands += mcp_commands(servers)
+        modules = sorted(set(module_files(self.custom_tools.values())))
+        if not commands and not modules:
+            return []  # nothing to look up (the usual case: no stat at all)
+        # The same for every sub-agent of a workdir: what a sub-agent could change on the
+        # way to these files is inside the entries held, so the answer holds.
+        key = (workdir, hooks.project_dir, repr(commands), tuple(modules))
+        found = self._code_entries.get(key)
+        if found is None:
+            found = code_entries(commands, modules, cwd=workdir, project_dir=hooks.project_dir)
+            self._code_entries[key] = found
+        return list(found)
 
     def apply_effort(self, spec: AgentSpec, definition: AgentDefinition) -> None:
         """A definition's ``effort`` as its provider's reasoning control: OpenAI's
