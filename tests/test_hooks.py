@@ -380,3 +380,35 @@ def test_a_matcher_that_is_no_valid_expression_is_named_where_it_is_read(
         "matches no tool"
     ], done.stdout
     assert lines[-1] == "1 file(s) checked, 0 failed, 1 problem(s)"
+
+
+@pytest.mark.parametrize(
+    ("matcher", "said"),
+    [
+        ("mcp__github", "names 'mcp__github' exactly, and MCP tools are named mcp__SERVER__TOOL"),
+        ("Bash|mcp__memory", "write mcp__memory__.* for every tool of that server"),
+        (
+            "Edit | Write",
+            "has spaces, which no tool name has: write it without them ('Edit|Write')",
+        ),
+        ("mcp__github__.*", ""),
+        ("mcp__github__create_issue", ""),
+        ("Bash|Edit", ""),
+        ("", ""),
+    ],
+)
+def test_a_matcher_that_can_never_fire_is_said(matcher: str, said: str) -> None:
+    from agentcell.worker import matcher_problem
+
+    problem = matcher_problem(matcher)
+    assert (said in problem) if said else problem == "", problem
+
+
+def test_a_childs_hook_request_is_matched_only_on_a_name_of_bounded_length() -> None:
+    # The user's expression runs in the parent's loop: a compromised child's 40,000
+    # character name would hold it (``.*write.*`` is quadratic there).
+    hooks = HookRunner(parse_hooks({"PreToolUse": [{"matcher": ".*write.*", "command": "x"}]}, "t"))
+    assert hooks.answers("PreToolUse", "mcp__x__write_file", [], mcp=True)
+    long_name = "mcp__x__" + "w" * 40_000 + "write"
+    assert not hooks.answers("PreToolUse", long_name, [], mcp=True)
+    assert hooks.answers("PreToolUse", long_name, [long_name], mcp=True)  # offered: as is

@@ -62,13 +62,30 @@ def matcher_matches(matcher: str, name: str) -> bool:
 
 
 def matcher_problem(matcher: str) -> str:
-    """Why ``matcher`` can match no tool ("" if it can): not a valid expression."""
-    if matcher in ("", "*") or _LITERAL_MATCHER.fullmatch(matcher):
+    """Why ``matcher`` can match no tool ("" if it may): not a valid expression; an
+    MCP server's name alone, which is exact (its tools are ``mcp__SERVER__TOOL``);
+    spaces, which no tool name has. Claude Code takes each as silently as it is taken
+    here, but a guard that never fires should be said."""
+    if matcher in ("", "*"):
         return ""
+    server = [n for n in matcher.split("|") if n.startswith("mcp__") and "__" not in n[5:]]
+    if _LITERAL_MATCHER.fullmatch(matcher):
+        if not server:
+            return ""
+        return (
+            f"matcher {matcher!r} names {server[0]!r} exactly, and MCP tools are named "
+            f"mcp__SERVER__TOOL: it matches none of them; write {server[0]}__.* for every "
+            "tool of that server"
+        )
     try:
         re.compile(matcher)
     except re.error as exc:
         return f"matcher {matcher!r} is not a valid regular expression ({exc}): it matches no tool"
+    if " " in matcher:
+        return (
+            f"matcher {matcher!r} has spaces, which no tool name has: write it without them "
+            f"({matcher.replace(' ', '')!r})"
+        )
     return ""
 
 

@@ -92,6 +92,12 @@ class HookOutcome:
         )
 
 
+#: The longest tool name a child's hook request is matched on: a model's tool names have
+#: at most 64 characters (128 with an MCP server's prefix); the user's matchers run in the
+#: parent's event loop, and ``.*write.*`` on a 40,000-character name took half a second.
+MAX_ASKED_NAME = 256
+
+
 class HookRunner:
     """The hooks in force for one agent: the configured ones plus its definition's, and
     the common fields every document of that agent carries."""
@@ -180,6 +186,8 @@ class HookRunner:
         this event's hooks matches."""
         if tool in offered:
             return True
+        if len(tool) > MAX_ASKED_NAME:  # your expression, on a name of any length: bounded
+            return False
         mcp = mcp and event in TOOL_EVENTS and tool.startswith(MCP_PREFIX)
         return mcp and bool(self.matching(event, tool))
 
