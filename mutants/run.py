@@ -38,6 +38,7 @@ TRUST_KILLS = (
 )
 
 TABLE_KILLS = "tests/test_mutation_kills_trust_table.py"
+PATHS = "tests/test_walls_paths.py::"
 
 #: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
 MODULES: dict[str, tuple[str, str, float]] = {
@@ -110,6 +111,22 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "orchestrator/delegation/_key_mask.py",
         "tests/test_key_mask.py",
         30,
+    ),
+    # What runs outside the walls: the entries of the workdir a hook, an MCP server or a
+    # custom tool's module hold, found in their commands (and bound read-only by a child).
+    "code-files": (
+        "orchestrator/delegation/_code_files.py",
+        f"{PATHS}test_the_entries_holding_code_that_runs_outside_the_walls_are_found "
+        f"{PATHS}test_a_custom_tools_module_is_found_where_a_child_imports_it_again "
+        f"{PATHS}test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs "
+        f"{PATHS}test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir",
+        60,
+    ),
+    # Claude Code's hook matchers, and the ones said never to fire.
+    "hook-matcher": (
+        "worker/_hook_relay.py",
+        "tests/test_hooks.py tests/test_hooks_claude.py",
+        120,
     ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.
     "mp-tempdir": (
