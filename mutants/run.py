@@ -125,7 +125,8 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # Claude Code's hook matchers, and the ones said never to fire.
     "hook-matcher": (
         "worker/_hook_relay.py",
-        "tests/test_hooks.py tests/test_hooks_claude.py",
+        "tests/test_hooks.py "
+        "tests/test_hooks_claude.py::test_a_wildcard_hook_fires_for_a_sub_agents_mcp_tool_calls",
         120,
     ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.
