@@ -333,3 +333,16 @@ def test_chat_leaves_on_sigterm_with_exit_143(project: Path, model_server: Model
             _proc.kill_session(pid)
     (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
     assert json.loads((run_dir / "summary.json").read_text())["kind"] == "chat"
+
+
+def test_a_prompt_read_from_the_terminal_says_how_to_end_it(project: Path) -> None:
+    # `run -` on a terminal used to wait without a word.
+    env = cli_env(project)
+    term = Screen(["run", "--model", "scripted:echo", "-"], project, env)
+    try:
+        term.expect("reading the prompt from the terminal; end it with Ctrl-D")
+        term.send("hello from the keyboard\n\x04")
+        term.expect("hello from the keyboard", timeout=60)
+        assert term.close() == 0
+    finally:
+        term.kill()

@@ -276,6 +276,10 @@ def _read_prompt(prompt: str | None, prompt_file: Path | None) -> str:
         except OSError as exc:
             raise click.UsageError(f"--prompt-file {prompt_file}: {exc.strerror}") from None
     elif prompt == "-":
+        if sys.stdin.isatty():  # a person, typing: say how to end it (a pipe needs nothing)
+            click.echo(
+                "agentcell: reading the prompt from the terminal; end it with Ctrl-D", err=True
+            )
         text = sys.stdin.read()
     else:
         text = prompt or ""
