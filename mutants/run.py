@@ -119,13 +119,18 @@ MODULES: dict[str, tuple[str, str, float]] = {
         f"{PATHS}test_the_entries_holding_code_that_runs_outside_the_walls_are_found "
         f"{PATHS}test_a_custom_tools_module_is_found_where_a_child_imports_it_again "
         f"{PATHS}test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs "
-        f"{PATHS}test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir",
+        f"{PATHS}test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir "
+        f"{PATHS}test_interpreters_nesting_and_names_at_the_edges "
+        f"{PATHS}test_links_on_the_way_are_followed_up_to_a_bound "
+        f"{PATHS}test_a_file_with_other_hard_links_is_said_once "
+        f"{PATHS}test_a_preloaded_tools_module_is_not_held "
+        f"{PATHS}test_the_preparer_holds_a_tools_module_unless_it_is_preloaded",
         60,
     ),
     # Claude Code's hook matchers, and the ones said never to fire.
     "hook-matcher": (
         "worker/_hook_relay.py",
-        "tests/test_hooks.py "
+        "tests/test_hooks.py tests/test_subagent_stop.py "
         "tests/test_hooks_claude.py::test_a_wildcard_hook_fires_for_a_sub_agents_mcp_tool_calls",
         120,
     ),

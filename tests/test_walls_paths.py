@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -768,3 +769,135 @@ async def test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir(
     assert "REWROTE" not in result.text and "Read-only file system" in result.text
     assert server.read_text() == original
     assert "with the code's srv" in result.sandbox, result.sandbox
+
+
+def _entries(work: Path, *commands: str | list[str], modules: list[str] | None = None) -> list[str]:
+    from agentcell.orchestrator.delegation._code_files import code_entries
+
+    return code_entries(list(commands), modules or [], cwd=str(work), project_dir=str(work))
+
+
+def test_interpreters_nesting_and_names_at_the_edges(tmp_path: Path) -> None:
+    from agentcell.orchestrator.delegation._code_files import mcp_commands
+
+    work = tmp_path / "work"
+    for path in ("pkg/guard.py", "two/x.sh", "three/x.sh", "..hooks/x.sh", "-tools/x.sh"):
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text("")
+    # -m and -c as the last word name nothing (and never fail); an option's value is
+    # passed over to the -m after it.
+    assert _entries(work, "python3 -m", "bash -c", "python3 -X dev -W ignore -m pkg.guard") == [
+        "pkg"
+    ]
+    # A line inside a line is read, and one inside that; deeper, not (a bound).
+    assert _entries(work, "sh -c \"sh -c './two/x.sh'\"") == ["two"]
+    assert _entries(work, 'sh -c "sh -c \\"sh -c \'./three/x.sh\'\\""') == []
+    # A script named by its extension or by a path is held even when absent.
+    assert _entries(work, "python3 absent.py", "bash later/run") == ["absent.py", "later"]
+    # Entries whose names sort before "." or start with "..": entries all the same.
+    assert _entries(work, "./..hooks/x.sh", "./-tools/x.sh") == ["-tools", "..hooks"]
+    # Only a stdio server's command: an http one's stray command word is never run.
+    servers = [_Server("./two/x.sh", type="http"), _Server("", ["three/x.sh"])]
+    assert mcp_commands(servers) == []
+
+
+def test_links_on_the_way_are_followed_up_to_a_bound(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    # A chain of 39 links (40 names in all) is followed to its end; one more is not.
+    for i in range(40):
+        (work / f"c{i}").symlink_to(f"c{i + 1}")
+    (work / "c40").write_text("")
+    with caplog.at_level(logging.WARNING):
+        assert _entries(work, "./c1") == sorted(f"c{i}" for i in range(1, 41))
+        assert caplog.text == ""
+        assert _entries(work, "./c0") == sorted(f"c{i}" for i in range(40))
+    assert "more than 40 links on the way" in caplog.text
+    (work / "loop-a").symlink_to("loop-b")
+    (work / "loop-b").symlink_to("loop-a")
+    assert _entries(work, "./loop-a/x.sh") == ["loop-a", "loop-b"]  # a loop ends
+
+
+def test_a_file_with_other_hard_links_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    work = tmp_path / "work"
+    (work / "scripts").mkdir(parents=True)
+    (work / "notes").mkdir()
+    guard = work / "scripts" / "guard.sh"
+    guard.write_text("")
+    (work / "scripts" / "alone.sh").write_text("")
+    os.link(guard, work / "notes" / "alias")
+    os.link(guard, work / "notes" / "alias2")
+    outside = tmp_path / "outside.sh"
+    outside.write_text("")
+    os.link(outside, tmp_path / "outside-alias")
+    with caplog.at_level(logging.WARNING):
+        _entries(work, "./scripts/guard.sh", "./scripts/guard.sh", "./scripts/alone.sh")
+        _entries(work, "./scripts/guard.sh", f"{outside}", "./notes")  # a folder: never
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"{work}/scripts/guard.sh: it runs outside the walls and has 2 other hard link(s): "
+        "a sub-agent may change it through one of them; make it a file of its own"
+    ]
+
+
+def test_a_preloaded_tools_module_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from agentcell.orchestrator.delegation._code_files import module_files
+    from agentcell.worker.tools import FunctionTool
+
+    module = types.ModuleType("Amod")  # a name that sorts before "__main__"
+    module.__file__ = "/somewhere/Amod.py"
+    monkeypatch.setitem(sys.modules, "Amod", module)
+    sub = types.ModuleType("Amod.sub")
+    sub.__file__ = "/somewhere/Amod/sub.py"
+    monkeypatch.setitem(sys.modules, "Amod.sub", sub)
+
+    def tool_a(x: int) -> int:
+        return x
+
+    def tool_b(x: int) -> int:
+        return x
+
+    tool_a.__module__, tool_b.__module__ = "Amod", "Amod.sub"
+    tools = [FunctionTool(tool_a), FunctionTool(tool_b)]
+    assert module_files(tools) == ["/somewhere/Amod.py", "/somewhere/Amod/sub.py"]
+    assert module_files(tools, preloaded=["Amod"]) == []  # loaded in the fork server
+    assert module_files(tools, preloaded=["Amo", "Amod.sub"]) == ["/somewhere/Amod.py"]
+
+
+def test_the_preparer_holds_a_tools_module_unless_it_is_preloaded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib
+
+    from agentcell.orchestrator.definitions import AgentRegistry
+    from agentcell.orchestrator.delegation import HookRunner
+    from agentcell.orchestrator.delegation._limiter import ProviderLimiter
+    from agentcell.orchestrator.delegation._prepare import Preparer
+    from agentcell.worker.tools import FunctionTool
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mytools_walls.py").write_text("def shout(text: str) -> str:\n    return text\n")
+    monkeypatch.syspath_prepend(str(work))
+    module = importlib.import_module("mytools_walls")
+
+    def entries(**settings: Any) -> list[str]:
+        prep = Preparer(
+            settings=Settings(model="openai:test", **settings),
+            registry=AgentRegistry.builtin(),
+            workdir=str(work),
+            home=tmp_path / "home",
+            limiter=ProviderLimiter({}),
+            model_objects={},
+            custom_tools={"shout": FunctionTool(module.shout)},
+        )
+        return prep.code_entries(str(work), HookRunner(cwd=str(work)))
+
+    assert entries() == ["mytools_walls.py"]  # a child imports it again: held
+    assert entries(preload=["mytools_walls"]) == []  # the fork server's: never read again

@@ -67,7 +67,7 @@ def code_entries(
         paths += _run_paths([_put_in(w, cwd, project_dir) for w in words], cwd, 0)
     found: set[str] = set()
     for path in paths:
-        full = os.path.join(cwd, path)
+        full = os.path.normpath(os.path.join(cwd, path))
         found |= _entries_on_the_way(full, root)
         _say_other_links(full, root)
     return sorted(found)
@@ -92,17 +92,21 @@ def _say_other_links(path: str, root: str) -> None:
 _said: set[str] = set()
 
 
-def module_files(objects: Iterable[object]) -> list[str]:
+def module_files(objects: Iterable[object], preloaded: Iterable[str] = ()) -> list[str]:
     """The files of the modules the ``objects`` (custom tools) come from, where a child
-    imports them again (not ``__main__``, whose objects travel by value)."""
+    imports them again: not ``__main__`` (its objects travel by value), nor a module the
+    fork server preloaded (a child finds it loaded, and reads nothing of it)."""
+    loaded = tuple(preloaded)
     files = []
     for obj in objects:
         function = getattr(obj, "fn", obj)
-        name = getattr(function, "__module__", None)
-        module = sys.modules.get(name or "")
-        path = getattr(module, "__file__", None)
-        if name and name != "__main__" and path:
-            files.append(path)
+        name = getattr(function, "__module__", None) or ""
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if not path or name == "__main__":
+            continue
+        if any(name == top or name.startswith(f"{top}.") for top in loaded):
+            continue
+        files.append(path)
     return files
 
 
@@ -183,8 +187,8 @@ _DURATION = re.compile(r"[\d.]+[smhd]?")
 
 
 def _script_paths(rest: list[str], cwd: str, depth: int) -> list[str]:
-    """What an interpreter runs: the first word not an option — a path, a script's name
-    (held even if absent), or a word that exists (``bun test`` names no script) —,
+    """What an interpreter runs: the first word not an option that is a path, a script's
+    name (held even if absent) or a file that exists (``-X dev``, ``bun test``: on),
     ``-m``'s module (its first part, as a folder or a file, where it exists), ``-c``'s
     line when it is a shell's."""
     for i, word in enumerate(rest):
@@ -197,7 +201,9 @@ def _script_paths(rest: list[str], cwd: str, depth: int) -> list[str]:
             return []
         if not word.startswith("-"):
             named = "/" in word or _SCRIPT.search(word) is not None
-            return [word] if named or os.path.lexists(os.path.join(cwd, word)) else []
+            if named or os.path.lexists(os.path.join(cwd, word)):
+                return [word]
+            # An option's value (``-X dev``) or a subcommand (``bun test``): on.
     return []
 
 
@@ -208,7 +214,7 @@ def _entries_on_the_way(path: str, root: str) -> set[str]:
     """The entries of ``root`` that ``path`` passes through, following each link (a
     chain of them too: every hop's entry, since any may be re-pointed)."""
     found: set[str] = set()
-    todo, hops = [os.path.normpath(path)], 40
+    todo, hops = [os.path.normpath(path)], _HOPS
     while todo and hops:
         hops -= 1
         current = todo.pop()
@@ -222,16 +228,20 @@ def _entries_on_the_way(path: str, root: str) -> set[str]:
                 target = os.path.join(os.path.dirname(prefix), os.readlink(prefix))
                 todo.append(os.path.normpath(os.path.join(target, *parts[end:])))
                 break
-    if hops == 0:
-        log.warning("%s: more than 40 links on the way; later ones not followed", path)
+    if todo:
+        log.warning("%s: more than %d links on the way; later ones not followed", path, _HOPS)
     return found
+
+
+#: The most paths one name is followed through (the kernel's own limit for links is 40).
+_HOPS = 40
 
 
 def _entry_of(path: str, root: str) -> str:
     """The first component of ``path`` below ``root`` ("" if it is not below it)."""
     relative = os.path.relpath(path, root)
-    if relative == "." or relative.startswith(".."):
-        return ""
+    if relative in (".", "..") or relative.startswith(f"..{os.sep}"):
+        return ""  # the folder itself, or outside it ("..hooks" is an entry of it)
     return relative.split(os.sep, 1)[0]
 
 

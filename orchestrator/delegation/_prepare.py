@@ -287,7 +287,10 @@ class Preparer:
                 if isinstance(entry, dict):
                     servers += entry.values()
         commands += mcp_commands(servers)
-        modules = sorted(set(module_files(self.custom_tools.values())))
+        # A preloaded module is imported once, by the fork server, before any sub-agent
+        # runs: a child finds it loaded and reads nothing of it again.
+        tools = self.custom_tools.values()
+        modules = sorted(set(module_files(tools, preloaded=self.settings.preload)))
         if not commands and not modules:
             return []  # nothing to look up (the usual case: no stat at all)
         # The same for every sub-agent of a workdir: what a sub-agent could change on the
