@@ -724,7 +724,7 @@ def test_a_custom_tools_module_is_found_where_a_child_imports_it_again() -> None
         return x
 
     local.__module__ = "__main__"  # by value: never imported again
-    found = module_files([FunctionTool(_tool_here), FunctionTool(local), object()])
+    found = module_files([FunctionTool(local), FunctionTool(_tool_here), object()])
     assert found == [__file__] or found == [os.path.abspath(__file__)]
 
 
@@ -786,9 +786,10 @@ def test_interpreters_nesting_and_names_at_the_edges(tmp_path: Path) -> None:
         (work / path).write_text("")
     # -m and -c as the last word name nothing (and never fail); an option's value is
     # passed over to the -m after it.
-    assert _entries(work, "python3 -m", "bash -c", "python3 -X dev -W ignore -m pkg.guard") == [
-        "pkg"
-    ]
+    assert _entries(work, "python3 -m", "bash -c", "python3 -u -m", "bash -e -c") == []
+    assert _entries(work, "python3 -X dev -W ignore -m pkg.guard") == ["pkg"]
+    assert _entries(work, "bash -e -c './two/x.sh' name") == ["two"]  # -c after an option
+    assert _entries(work, "5 ./three/x.sh") == []  # a number first is the program itself
     # A line inside a line is read, and one inside that; deeper, not (a bound).
     assert _entries(work, "sh -c \"sh -c './two/x.sh'\"") == ["two"]
     assert _entries(work, 'sh -c "sh -c \\"sh -c \'./three/x.sh\'\\""') == []
@@ -829,6 +830,8 @@ def test_a_file_with_other_hard_links_is_said_once(
     guard = work / "scripts" / "guard.sh"
     guard.write_text("")
     (work / "scripts" / "alone.sh").write_text("")
+    (work / "scripts" / "pair.sh").write_text("")
+    os.link(work / "scripts" / "pair.sh", work / "notes" / "pair")
     os.link(guard, work / "notes" / "alias")
     os.link(guard, work / "notes" / "alias2")
     outside = tmp_path / "outside.sh"
@@ -836,11 +839,13 @@ def test_a_file_with_other_hard_links_is_said_once(
     os.link(outside, tmp_path / "outside-alias")
     with caplog.at_level(logging.WARNING):
         _entries(work, "./scripts/guard.sh", "./scripts/guard.sh", "./scripts/alone.sh")
+        _entries(work, "./scripts/pair.sh")
         _entries(work, "./scripts/guard.sh", f"{outside}", "./notes")  # a folder: never
     said = [r.getMessage() for r in caplog.records]
+    end = "a sub-agent may change it through one of them; make it a file of its own"
     assert said == [
-        f"{work}/scripts/guard.sh: it runs outside the walls and has 2 other hard link(s): "
-        "a sub-agent may change it through one of them; make it a file of its own"
+        f"{work}/scripts/guard.sh: it runs outside the walls and has 2 other hard link(s): {end}",
+        f"{work}/scripts/pair.sh: it runs outside the walls and has 1 other hard link(s): {end}",
     ]
 
 
@@ -868,6 +873,10 @@ def test_a_preloaded_tools_module_is_not_held(monkeypatch: pytest.MonkeyPatch) -
     assert module_files(tools) == ["/somewhere/Amod.py", "/somewhere/Amod/sub.py"]
     assert module_files(tools, preloaded=["Amod"]) == []  # loaded in the fork server
     assert module_files(tools, preloaded=["Amo", "Amod.sub"]) == ["/somewhere/Amod.py"]
+    # The names as a settings file gives them (other string objects), the skipped first.
+    first_skipped = [FunctionTool(tool_b), FunctionTool(tool_a)]
+    given = "".join(["Amod", ".sub"])
+    assert module_files(first_skipped, preloaded=[given]) == ["/somewhere/Amod.py"]
 
 
 def test_the_preparer_holds_a_tools_module_unless_it_is_preloaded(
