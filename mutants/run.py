@@ -130,8 +130,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # Claude Code's hook matchers, and the ones said never to fire.
     "hook-matcher": (
         "worker/_hook_relay.py",
-        "tests/test_hooks.py tests/test_subagent_stop.py "
-        "tests/test_hooks_claude.py::test_a_wildcard_hook_fires_for_a_sub_agents_mcp_tool_calls",
+        "tests/test_hooks.py tests/test_subagent_stop.py tests/test_hooks_claude.py",
         120,
     ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.

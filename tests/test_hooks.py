@@ -387,6 +387,9 @@ def test_a_matcher_that_is_no_valid_expression_is_named_where_it_is_read(
     [
         ("mcp__github", "names 'mcp__github' exactly, and MCP tools are named mcp__SERVER__TOOL"),
         ("Bash|mcp__memory", "write mcp__memory__.* for every tool of that server"),
+        ("mcp__a|mcp__b", "names 'mcp__a' exactly"),  # the first one named
+        ("mcp___x", "names 'mcp___x' exactly"),  # a server whose name starts with _
+        ("mcp____tool", ""),  # server "" and tool "_tool": a whole tool name
         (
             "Edit | Write",
             "has spaces, which no tool name has: write it without them ('Edit|Write')",

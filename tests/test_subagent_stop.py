@@ -291,3 +291,28 @@ async def test_a_child_forging_a_burst_of_hook_requests_is_ended(
     (result,) = report.subagents
     assert result.status is not RunStatus.COMPLETED, result
     assert "protocol violation" in result.error, result.error
+
+
+async def test_the_cap_counts_blocks_in_a_row_and_an_accepted_answer_resets_it() -> None:
+    # Claude Code ends a turn after 8 consecutive stop-hook blocks; so does a sub-agent.
+    import types
+
+    from agentcell.protocol import AssistantMessage
+    from agentcell.worker import StopRun
+    from agentcell.worker._hook_relay import relayed_stop_hook
+
+    assert MAX_STOP_HOOK_CONTINUATIONS == 8
+    blocks: list[bool] = []
+
+    async def ask(event: str, **fields: str) -> types.SimpleNamespace:
+        return types.SimpleNamespace(blocked=blocks.pop(0), reason="not yet")
+
+    finish = relayed_stop_hook("worker", ask)  # type: ignore[arg-type]
+    session = types.SimpleNamespace(messages=[AssistantMessage(content="done?")])
+    blocks += [True] * 8 + [False] + [True] * 8  # eight, accepted, eight again: all go on
+    sent = [await finish(session) for _ in range(17)]  # type: ignore[arg-type]
+    assert [len(messages) for messages in sent] == [1] * 8 + [0] + [1] * 8
+    assert sent[0][0].content == "SubagentStop hook: not yet"  # its reason, back to it
+    blocks.append(True)  # the ninth in a row
+    with pytest.raises(StopRun, match="sent the sub-agent back 8 times in a row"):
+        await finish(session)  # type: ignore[arg-type]
