@@ -679,7 +679,7 @@ def test_the_entries_holding_code_that_runs_outside_the_walls_are_found(tmp_path
     lines = [
         '"$CLAUDE_PROJECT_DIR"/tools/lint.sh --fix',
         "python3 hooks/check.py&&./guard.sh",  # operators with no spaces around them
-        "mytool --config=conf/x.toml",  # an argument: read, not run
+        "mytool --config=conf/x.toml",  # a file named, whatever the program: held
         "ruff check src tests",  # a linter's arguments: never (no sub-agent could edit)
         "${CLAUDE_PROJECT_DIR}/.claude/hooks/h.sh",
         f"{tmp_path}/outside.sh; ./missing.sh",  # outside: not ours; absent: held
@@ -698,8 +698,8 @@ def test_the_entries_holding_code_that_runs_outside_the_walls_are_found(tmp_path
     module = str(work / "src" / "a.py")
     found = code_entries(commands, [module], cwd=str(work), project_dir=str(work))
     assert found == [
-        ".claude", "Makefile", "bin", "dflt", "front.sh", "guard.sh", "hooks", "hop", "later",
-        "linked", "missing.sh", "pkg", "pwd", "real", "src", "srv", "tools",
+        ".claude", "Makefile", "bin", "conf", "dflt", "front.sh", "guard.sh", "hooks", "hop",
+        "later", "linked", "missing.sh", "pkg", "pwd", "real", "src", "srv", "tools",
     ]  # fmt: skip
     assert code_entries([], [], cwd=str(work), project_dir=str(work)) == []
 
@@ -789,12 +789,13 @@ def test_interpreters_nesting_and_names_at_the_edges(tmp_path: Path) -> None:
     assert _entries(work, "python3 -m", "bash -c", "python3 -u -m", "bash -e -c") == []
     assert _entries(work, "python3 -X dev -W ignore -m pkg.guard") == ["pkg"]
     assert _entries(work, "bash -e -c './two/x.sh' name") == ["two"]  # -c after an option
-    assert _entries(work, "5 ./three/x.sh") == []  # a number first is the program itself
+    assert _entries(work, "5 ./absent3/x.sh") == []  # a number first is the program itself
     # A line inside a line is read, and one inside that; deeper, not (a bound).
     assert _entries(work, "sh -c \"sh -c './two/x.sh'\"") == ["two"]
     assert _entries(work, 'sh -c "sh -c \\"sh -c \'./three/x.sh\'\\""') == []
     # A script named by its extension or by a path is held even when absent.
-    assert _entries(work, "python3 absent.py", "bash later/run") == ["absent.py", "later"]
+    assert _entries(work, "python3 absent.py", "bash later/run.sh") == ["absent.py", "later"]
+    assert _entries(work, "bash later/run") == []  # no script's name, absent: not held
     # Entries whose names sort before "." or start with "..": entries all the same.
     assert _entries(work, "./..hooks/x.sh", "./-tools/x.sh") == ["-tools", "..hooks"]
     # Only a stdio server's command: an http one's stray command word is never run.
@@ -871,7 +872,8 @@ def test_a_preloaded_tools_module_is_not_held(monkeypatch: pytest.MonkeyPatch) -
     tool_a.__module__, tool_b.__module__ = "Amod", "Amod.sub"
     tools = [FunctionTool(tool_a), FunctionTool(tool_b)]
     assert module_files(tools) == ["/somewhere/Amod.py", "/somewhere/Amod/sub.py"]
-    assert module_files(tools, preloaded=["Amod"]) == []  # loaded in the fork server
+    assert module_files(tools, preloaded=["Amod"]) == ["/somewhere/Amod/sub.py"]  # not loaded
+    assert module_files(tools, preloaded=["Amod", "Amod.sub"]) == []  # both in the fork server
     assert module_files(tools, preloaded=["Amo", "Amod.sub"]) == ["/somewhere/Amod.py"]
     # The names as a settings file gives them (other string objects), the skipped first.
     first_skipped = [FunctionTool(tool_b), FunctionTool(tool_a)]
@@ -910,3 +912,40 @@ def test_the_preparer_holds_a_tools_module_unless_it_is_preloaded(
 
     assert entries() == ["mytools_walls.py"]  # a child imports it again: held
     assert entries(preload=["mytools_walls"]) == []  # the fork server's: never read again
+
+
+def test_common_hook_shapes_hold_the_file_they_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A second attack review's shapes: a cd first, -ec, runners in front, a redirection,
+    # an option's value that exists, a file a sub-agent planted to steer the parser.
+    work = tmp_path / "work"
+    for path in ("scripts/guard.sh", "hooks/x.ts", "hooks/x.py", "in.json", "dev", "run"):
+        (work / path).parent.mkdir(parents=True, exist_ok=True)
+        (work / path).write_text("")
+    (work / "lib").mkdir()
+    for line in (
+        "cd scripts && ./guard.sh",
+        "sh -c 'cd scripts && ./guard.sh'",
+        "bash -ec 'cd scripts && ./guard.sh'",
+        "bash -euo pipefail -c './scripts/guard.sh'",
+    ):
+        assert _entries(work, line) == ["scripts"], line
+    for line in (
+        "npx tsx hooks/x.ts",
+        "poetry run python hooks/x.py",
+        "< in.json python3 hooks/x.py",
+        "stdbuf -oL python3 hooks/x.py",
+        "python3 -X dev hooks/x.py",  # "dev" planted: the real script is held all the same
+        "deno run -A hooks/x.ts",
+    ):
+        assert "hooks" in _entries(work, line), line
+    assert _entries(work, "node -r dotenv/config hooks/x.js") == ["hooks"]  # no junk "dotenv"
+    assert _entries(work, "perl -I lib hooks/absent.pl") == ["hooks"]  # lib: a value
+    # A program found on PATH inside the workdir (an activated project .venv).
+    bin_dir = work / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "mytool").write_text("#!/bin/sh\n")
+    (bin_dir / "mytool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert _entries(work, "mytool --check") == [".venv"]

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -64,7 +65,9 @@ def code_entries(
     paths: list[str] = list(modules)
     for command in commands:
         words = command if isinstance(command, list) else _shell_words(command)
-        paths += _run_paths([_put_in(w, cwd, project_dir) for w in words], cwd, 0)
+        words = [_put_in(w, cwd, project_dir) for w in words]
+        paths += _run_paths(words, cwd, 0)
+        paths += _file_words(words, cwd)
     found: set[str] = set()
     for path in paths:
         full = os.path.normpath(os.path.join(cwd, path))
@@ -96,7 +99,7 @@ def module_files(objects: Iterable[object], preloaded: Iterable[str] = ()) -> li
     """The files of the modules the ``objects`` (custom tools) come from, where a child
     imports them again: not ``__main__`` (its objects travel by value), nor a module the
     fork server preloaded (a child finds it loaded, and reads nothing of it)."""
-    loaded = tuple(preloaded)
+    loaded = set(preloaded)
     files = []
     for obj in objects:
         function = getattr(obj, "fn", obj)
@@ -104,7 +107,7 @@ def module_files(objects: Iterable[object], preloaded: Iterable[str] = ()) -> li
         path = getattr(sys.modules.get(name), "__file__", None)
         if not path or name == "__main__":
             continue
-        if any(name == top or name.startswith(f"{top}.") for top in loaded):
+        if name in loaded:  # by its name only: preloading a package loads no submodule
             continue
         files.append(path)
     return files
@@ -130,11 +133,25 @@ _PROJECT_DIR = re.compile(r"\$\{CLAUDE_PROJECT_DIR(:?[-=][^}]*)?\}|\$CLAUDE_PROJ
 _PWD = re.compile(r"\$\{PWD(:?[-=][^}]*)?\}|\$PWD\b")
 
 
+def _file_words(words: list[str], cwd: str) -> list[str]:
+    """Every word (or ``--flag=value``'s value) naming a file that exists: whatever the
+    program, a file named in its command may be what it runs (``poetry run python
+    x.py``, ``npx tsx x.ts``, ``< in.json python3 x.py``). Folders named are left alone:
+    a linter's ``src tests`` would leave no sub-agent able to edit the code."""
+    parts = [part for word in words for part in word.split("=") if part]
+    return [part for part in parts if os.path.isfile(os.path.join(cwd, part))]
+
+
 def _run_paths(words: list[str], cwd: str, depth: int) -> list[str]:
-    """The paths the simple commands of ``words`` run (from ``cwd``)."""
+    """The paths the simple commands of ``words`` run, from ``cwd`` and then from where
+    a ``cd`` among them goes (``cd scripts && ./guard.sh``)."""
     paths: list[str] = []
+    here = cwd
     for command in _simple_commands(words):
-        paths += _command_paths(command, cwd, depth)
+        if command[0] == "cd":
+            here = os.path.join(here, command[1]) if len(command) > 1 else cwd
+            continue
+        paths += [os.path.join(here, p) for p in _command_paths(command, here, depth)]
     return paths
 
 
@@ -158,12 +175,18 @@ def _command_paths(words: list[str], cwd: str, depth: int) -> list[str]:
     if not words:
         return []
     program, rest = words[0], words[1:]
-    paths = [program] if "/" in program else []
+    paths = [program] if "/" in program else _on_the_path(program)
     name = os.path.basename(program)
     paths += [p for p in _READS.get(name, ()) if os.path.lexists(os.path.join(cwd, p))]
     if _INTERPRETERS.fullmatch(name):
         paths += _script_paths(rest, cwd, depth)
     return paths
+
+
+def _on_the_path(program: str) -> list[str]:
+    """Where ``PATH`` finds ``program`` (a project's ``.venv/bin`` may be on it)."""
+    found = shutil.which(program)
+    return [found] if found else []
 
 
 def _without_prefix(words: list[str]) -> list[str]:
@@ -187,26 +210,30 @@ _DURATION = re.compile(r"[\d.]+[smhd]?")
 
 
 def _script_paths(rest: list[str], cwd: str, depth: int) -> list[str]:
-    """What an interpreter runs: the first word not an option that is a path, a script's
-    name (held even if absent) or a file that exists (``-X dev``, ``bun test``: on),
-    ``-m``'s module (its first part, as a folder or a file, where it exists), ``-c``'s
-    line when it is a shell's."""
+    """What an interpreter runs: ``-m``'s module (its first part, as a folder or a file,
+    where it exists), ``-c``'s line (a shell's, read as one), else the first word with a
+    script's name (held even if absent, so that it cannot be made) or, failing that, the
+    first that is a file. Other words are options' values (``-I lib``, ``-X dev``) or
+    subcommands (``bun test``)."""
+    existing = ""
     for i, word in enumerate(rest):
         if word == "-m" and i + 1 < len(rest):
             top = rest[i + 1].split(".")[0]
             return [p for p in (top, f"{top}.py") if os.path.lexists(os.path.join(cwd, p))]
-        if word == "-c" and i + 1 < len(rest):
+        if _INLINE.fullmatch(word) and i + 1 < len(rest):  # -c, or -ec, -lc, -Bc
             if depth < 2:  # sh -c 'cd x && ./y.sh': a command line of its own
                 return _run_paths(_shell_words(rest[i + 1]), cwd, depth + 1)
             return []
-        if not word.startswith("-"):
-            named = "/" in word or _SCRIPT.search(word) is not None
-            if named or os.path.lexists(os.path.join(cwd, word)):
-                return [word]
-            # An option's value (``-X dev``) or a subcommand (``bun test``): on.
-    return []
+        if word.startswith("-"):
+            continue
+        if _SCRIPT.search(word):
+            return [word]
+        if not existing and os.path.isfile(os.path.join(cwd, word)):
+            existing = word
+    return [existing] if existing else []
 
 
+_INLINE = re.compile(r"-[A-Za-z]*c")
 _SCRIPT = re.compile(r"\.(py|sh|bash|zsh|js|mjs|cjs|ts|mts|rb|pl|php|lua|R|ps1)$")
 
 
