@@ -124,6 +124,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
         f"{PATHS}test_links_on_the_way_are_followed_up_to_a_bound "
         f"{PATHS}test_a_file_with_other_hard_links_is_said_once "
         f"{PATHS}test_a_preloaded_tools_module_is_not_held "
+        f"{PATHS}test_common_hook_shapes_hold_the_file_they_run "
         f"{PATHS}test_the_preparer_holds_a_tools_module_unless_it_is_preloaded",
         60,
     ),
