@@ -788,7 +788,7 @@ def test_interpreters_nesting_and_names_at_the_edges(tmp_path: Path) -> None:
     # passed over to the -m after it.
     assert _entries(work, "python3 -m", "bash -c", "python3 -u -m", "bash -e -c") == []
     assert _entries(work, "python3 -X dev -W ignore -m pkg.guard") == ["pkg"]
-    assert _entries(work, "bash -e -c './two/x.sh' name") == ["two"]  # -c after an option
+    assert _entries(work, "bash -e -c './gone/x.sh' name") == ["gone"]  # -c after an option
     assert _entries(work, "5 ./absent3/x.sh") == []  # a number first is the program itself
     # A line inside a line is read, and one inside that; deeper, not (a bound).
     assert _entries(work, "sh -c \"sh -c './two/x.sh'\"") == ["two"]
@@ -920,7 +920,7 @@ def test_common_hook_shapes_hold_the_file_they_run(
     # A second attack review's shapes: a cd first, -ec, runners in front, a redirection,
     # an option's value that exists, a file a sub-agent planted to steer the parser.
     work = tmp_path / "work"
-    for path in ("scripts/guard.sh", "hooks/x.ts", "hooks/x.py", "in.json", "dev", "run"):
+    for path in ("scripts/guard.sh", "scripts/plain", "hooks/x.ts", "hooks/x.py", "in.json", "dev"):
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         (work / path).write_text("")
     (work / "lib").mkdir()
@@ -929,6 +929,8 @@ def test_common_hook_shapes_hold_the_file_they_run(
         "sh -c 'cd scripts && ./guard.sh'",
         "bash -ec 'cd scripts && ./guard.sh'",
         "bash -euo pipefail -c './scripts/guard.sh'",
+        "cd scripts && bash plain",  # a script with no extension, found from the cd
+        "cd; ./scripts/guard.sh",  # a cd alone: back where the hook starts
     ):
         assert _entries(work, line) == ["scripts"], line
     for line in (
