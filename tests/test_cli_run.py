@@ -410,3 +410,17 @@ def test_without_ray_installed_the_ray_commands_say_so_in_one_line(
     assert "no-such-bin" in started.output  # which command it looked for
     assert not list(temp.iterdir())  # no driver started, no log left behind
     assert not (project / ".agentcell").exists()
+
+
+def test_a_prompt_read_from_a_pipe_gets_no_hint_and_its_answer_survives_head(
+    project: Path,
+) -> None:
+    # The hint is for a person at a terminal; a pipe says nothing, and `| head` still ends 0.
+    done = subprocess.run(
+        f"printf 'hello from a pipe\\n' | {AGENTCELL} run --model scripted:echo - | head -1",
+        shell=True, cwd=project, env=cli_env(project), capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "hello from a pipe" in done.stdout
+    assert "Ctrl-D" not in done.stderr

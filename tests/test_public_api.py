@@ -403,6 +403,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "covering",
         "is_trusted",
         "load_settings",
+        "name_once",
         "narrow_network",
         "parse_hooks",
         "project_config",

@@ -8,6 +8,7 @@ from agentcell.orchestrator.config._hooks import (
     DEFAULT_HOOK_TIMEOUT_S,
     HOOK_EVENTS,
     HookCommand,
+    name_once,
     parse_hooks,
 )
 from agentcell.orchestrator.config._load import (
@@ -67,6 +68,7 @@ __all__ = [
     "covering",
     "is_trusted",
     "load_settings",
+    "name_once",
     "narrow_network",
     "parse_hooks",
     "project_config",

@@ -33,6 +33,8 @@ import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 
+from agentcell.orchestrator.config import name_once
+
 log = logging.getLogger("agentcell.hooks")
 
 #: Programs that run the script (or ``-m`` module) named after their options.
@@ -87,12 +89,7 @@ def _say_other_links(path: str, root: str) -> None:
     if is_file and links > 1 and _entry_of(os.path.realpath(path), root):
         line = f"{path}: it runs outside the walls and has {links - 1} other hard link(s): a "
         line += "sub-agent may change it through one of them; make it a file of its own"
-        if line not in _said:
-            _said.add(line)
-            log.warning("%s", line)
-
-
-_said: set[str] = set()
+        name_once(line)
 
 
 def module_files(objects: Iterable[object], preloaded: Iterable[str] = ()) -> list[str]:
