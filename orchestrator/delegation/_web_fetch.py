@@ -17,7 +17,9 @@ agent's own model to apply.
 from __future__ import annotations
 
 import asyncio
+import html.parser
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -31,9 +33,14 @@ from agentcell.orchestrator.delegation._egress import EgressProxy, Refused
 from agentcell.orchestrator.delegation._pinned_http import PinnedBackend, PinnedTransport
 from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool
 
+log = logging.getLogger("agentcell.orchestrator")
+
 NAME = "web_fetch"
 MAX_BYTES = 2 * 1024 * 1024
 MAX_CHARS = 100_000
+#: HTML past this is not turned into markdown: the answer is cut at ``MAX_CHARS`` anyway,
+#: and markdownify takes ~4 s of CPU per MiB of small tags (a hostile page's choice).
+MAX_HTML_CHARS = 4 * MAX_CHARS
 TIMEOUT_S = 30.0
 MAX_REDIRECTS = 5
 WEB_SEARCH_MAX_USES = 5  # searches per model request (Anthropic's max_uses)
@@ -124,7 +131,8 @@ async def web_fetch(
         return f"web_fetch: {url}: {exc}", True
     if isinstance(page, str):  # a redirect not followed
         return page, False
-    text = _as_markdown(page)
+    # Off the event loop: every sub-agent's relay and the approval prompt run on it.
+    text = await asyncio.to_thread(_as_markdown, page)
     if len(text) > MAX_CHARS:
         text = text[:MAX_CHARS] + f"\n\n[... page cut at {MAX_CHARS} characters]"
     head = f"[web_fetch {final} ({page.status_code})]"
@@ -238,13 +246,52 @@ def _not_followed(url: str) -> str:
 
 
 def _as_markdown(response: httpx.Response) -> str:
+    """The page's text; HTML as markdown, from its first ``MAX_HTML_CHARS`` characters,
+    or as it is when markdownify fails on it (a page nested past Python's recursion
+    limit, say): a hostile page costs its sub-agent a worse answer, never the parent."""
     kind = response.headers.get("content-type", "")
     text = response.text
     if "html" not in kind:
         return text
     from markdownify import markdownify
 
-    return str(markdownify(text, heading_style="ATX")).strip()
+    cut = len(text) > MAX_HTML_CHARS
+    try:
+        converted = str(markdownify(text[:MAX_HTML_CHARS], heading_style="ATX")).strip()
+    except Exception as exc:  # whatever a hostile page makes it raise (RecursionError, …)
+        log.info("web_fetch: markdownify failed (%s): the page's text is passed on", exc)
+        return _text_of(text[:MAX_HTML_CHARS])
+    if cut:
+        converted += f"\n\n[... only the first {MAX_HTML_CHARS} characters of HTML were read]"
+    return converted
+
+
+class _TextOnly(html.parser.HTMLParser):
+    """The text of an HTML page, without scripts and styles. The parser is a loop, not a
+    recursion: any nesting is as cheap as any other."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skipping = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._skipping += tag in ("script", "style")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style") and self._skipping:
+            self._skipping -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skipping and data.strip():
+            self.parts.append(data.strip())
+
+
+def _text_of(page: str) -> str:
+    reader = _TextOnly()
+    reader.feed(page)
+    reader.close()
+    return "\n".join(reader.parts)
 
 
 def fetch_entries(network: bool | list[str], webfetch_allow: list[str]) -> list[str]:

@@ -1,0 +1,94 @@
+"""A hostile page on an allowed host: web_fetch turns HTML into markdown in the parent, so
+the page's shape must cost its sub-agent a worse answer, never the parent.
+
+Before: a page of nested ``<div>``s raised ``RecursionError`` out of the parent's web_fetch
+(the run ended ``error: the parent could not run this sub-agent``), and 2 MiB of small tags
+held the parent's event loop — every sibling's relay, the approval prompt — for seconds.
+"""
+
+from __future__ import annotations
+
+import http.server
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentcell.orchestrator.delegation import _web_fetch
+from agentcell.protocol import RunStatus
+from conftest import SpawnRecorder
+from model_servers import ModelServer
+from test_net_egress import run_calls
+
+DEEP = "<html><body>" + "<div>" * 50_000 + "deep text"
+FLAT = "<html><body>" + "<b>x</b>" * 100_000 + "</body></html>"
+
+
+class _Hostile(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = (DEEP if self.path == "/deep" else FLAT).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hostile() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.fixture
+def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-net-test-key")
+    yield model_server
+
+
+async def test_a_page_nested_too_deep_is_passed_on_as_it_is(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, hostile: int
+) -> None:
+    calls = [("web_fetch", {"url": f"http://127.0.0.1:{hostile}/deep"})]
+    network = [f"127.0.0.1:{hostile}"]
+    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], network=network)
+    assert result.status is RunStatus.COMPLETED, result
+    assert "deep text" in result.text and "/deep (200)" in result.text, result.text[:300]
+
+
+async def test_html_is_turned_into_markdown_off_the_event_loop_and_only_its_head(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    hostile: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import markdownify
+
+    seen: list[tuple[bool, int]] = []
+    original = markdownify.markdownify
+
+    def recording(html: str, **options: Any) -> str:
+        seen.append((threading.current_thread() is threading.main_thread(), len(html)))
+        return str(original(html, **options))
+
+    monkeypatch.setattr(markdownify, "markdownify", recording)
+    calls = [("web_fetch", {"url": f"http://127.0.0.1:{hostile}/flat"})]
+    network = [f"127.0.0.1:{hostile}"]
+    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], network=network)
+    assert result.status is RunStatus.COMPLETED, result
+    assert len(FLAT) > _web_fetch.MAX_HTML_CHARS
+    assert seen == [(False, _web_fetch.MAX_HTML_CHARS)], seen
+    assert "**x**" in result.text and "page cut at" in result.text
