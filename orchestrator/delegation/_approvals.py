@@ -158,7 +158,6 @@ class ApprovalBroker:
     def __init__(self, channel: ApprovalChannel, *, bubble_background: bool = False) -> None:
         self.channel = channel
         self.bubble_background = bubble_background
-        self.asked: list[ApprovalQuery] = []
         self._turn = asyncio.Lock()  # FIFO: waiters are woken in arrival order
         # Told of each question as it is asked (the Notification hooks), before it waits.
         self.notify: Callable[[ApprovalQuery], Awaitable[None]] | None = None
@@ -173,5 +172,4 @@ class ApprovalBroker:
         if self.notify is not None:
             await self.notify(query)
         async with self._turn:
-            self.asked.append(query)
             return await self.channel.ask(query)
