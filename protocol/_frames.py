@@ -219,6 +219,9 @@ class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
     updated_input: str = ""  # PreToolUse: the call's rewritten arguments (JSON, our names)
     stop: bool = False  # "continue": false — the agent stops, ``stop_reason`` says why
     stop_reason: str = ""
+    # PostToolUse's updatedToolOutput, as our tool's text: what the model sees instead of
+    # the tool's output (None: the output stands).
+    updated_output: str | None = None
 
 
 class PermitRequest(msgspec.Struct, tag="permit_request", tag_field="t", kw_only=True):

@@ -263,3 +263,22 @@ async def test_pre_compact_hooks_run_in_the_parent_before_a_compaction(
     assert payload["agent_type"] == "long" and payload["custom_instructions"] == ""
     assert payload["session_id"] and payload["transcript_path"].endswith(".jsonl")
     assert not manual.exists()
+
+
+async def test_a_pre_compact_hook_that_blocks_skips_the_compaction(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    """Claude Code's PreCompact can block (exit 2, or ``"decision": "block"``): a proactive
+    compaction is then skipped and the conversation goes on uncompacted. Each turn's check
+    asks again, so the hook runs once per turn past the threshold."""
+    asked = tmp_path / "asked.log"
+    for blocking in (
+        f"echo x >> {asked}; exit 2",
+        f'echo x >> {asked}; echo \'{{"decision": "block"}}\'',
+    ):
+        asked.unlink(missing_ok=True)
+        hooks = {"PreCompact": [{"matcher": "auto", "command": blocking}]}
+        model, result = await _run(tmp_path, served, _agent(auto_compact_window=1000), hooks=hooks)
+        assert result.text == "DONE"
+        assert model.summary_requests == [], blocking
+        assert len(asked.read_text().split()) >= 2, blocking  # asked at each turn past it

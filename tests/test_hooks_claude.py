@@ -391,7 +391,7 @@ def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> Non
         "edit_file": ({"path": "c.txt", "old_string": "a", "new_string": "b"}, "Edit"),
         "glob": ({"pattern": "**/*.py", "path": "src"}, "Glob"),
         "grep": ({"pattern": "x", "include": "*.py", "ignore_case": True}, "Grep"),
-        "task": ({"subagent_type": "r", "prompt": "p", "description": "d"}, "Task"),
+        "task": ({"subagent_type": "r", "prompt": "p", "description": "d"}, "Agent"),
         "mcp__gh__issue": ({"title": "t"}, "mcp__gh__issue"),
         "task_status": ({"task_id": "t1"}, "task_status"),
     }

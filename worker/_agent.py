@@ -157,10 +157,11 @@ def attach_compactor(
     # side). The trigger travels as the frame's ``tool``, the payload as its arguments.
     if "auto" in spec.hooked_tools.get("PreCompact", ()):
 
-        async def pre_compact(payload: dict[str, Any]) -> None:
-            await link.run_hooks(
+        async def pre_compact(payload: dict[str, Any]) -> bool:
+            reply = await link.run_hooks(
                 "PreCompact", call_id="", tool="auto", arguments=json.dumps(payload)
             )
+            return reply.blocked
 
     compactor = Compactor(spec.compact_at_tokens, pre_compact=pre_compact, on_compacted=recorded)
     engine.compactor = compactor

@@ -7,7 +7,7 @@ turns between the task (the first user message) and the recent ones are sent to 
 agent's model with a request for a summary; the session becomes the task with that
 summary, then the recent turns unchanged. The cut never falls between a tool call and
 its result: the recent part starts at an assistant message. PreCompact hooks (the
-parent's) run first. The full history is kept here (``full_history``), the compacted
+parent's) run first, and one that blocks skips it until the next turn's check. The full history is kept here (``full_history``), the compacted
 one is the session: the record keeps both, and ``resume`` continues the compacted one.
 """
 
@@ -40,8 +40,9 @@ SUMMARY_INSTRUCTIONS = (
     "with the summary only."
 )
 
-#: Runs the PreCompact hooks (the parent's) before a compaction: the payload's fields.
-PreCompact = Callable[[dict[str, Any]], Awaitable[None]]
+#: Runs the PreCompact hooks (the parent's) before a compaction: the payload's fields →
+#: whether one blocked it (exit 2, ``"decision": "block"``).
+PreCompact = Callable[[dict[str, Any]], Awaitable[bool]]
 #: Told of each compaction: (the full history before it, the summary, the new session).
 OnCompacted = Callable[[list[Message], str, list[Message]], None]
 
@@ -98,7 +99,9 @@ class Compactor:
         if cut is None:
             return  # nothing old enough to summarise: the recent turns are all there is
         if self.pre_compact is not None:
-            await self.pre_compact({"trigger": "auto", "custom_instructions": ""})
+            blocked = await self.pre_compact({"trigger": "auto", "custom_instructions": ""})
+            if blocked:  # as Claude Code's proactive compaction: skipped, for this turn
+                return
         summary = await self._summarise(engine, messages[:cut])
         full = self.full_history(session)
         recent = list(messages[cut:])

@@ -39,14 +39,22 @@ HookAsker = Callable[..., Awaitable[HookReply]]
 MAX_STOP_HOOK_CONTINUATIONS = 8
 
 
-#: A matcher of only these characters is a tool name, or a "|"-list of names.
-_LITERAL_MATCHER = re.compile(r"[A-Za-z0-9_|]+")
+#: A matcher of only these characters is a name, or a list of names separated by "|"
+#: or "," with optional spaces around them (Claude Code ≥ 2.1.195; earlier ones read
+#: "-", "," and spaces as a regular expression).
+_LITERAL_MATCHER = re.compile(r"[A-Za-z0-9_\-, |]+")
+_LITERAL_SEPARATOR = re.compile(r"\s*[|,]\s*")
+
+
+def _literal_names(matcher: str) -> list[str]:
+    return [name for name in _LITERAL_SEPARATOR.split(matcher.strip()) if name]
 
 
 def matcher_matches(matcher: str, name: str) -> bool:
     """Claude Code's hook matcher, as its hooks reference states it: "" or "*" match
-    every tool; a matcher of only letters, digits, "_" and "|" is a name or a "|"-list
-    of names, matched exactly ("Bash", "Edit|Write"); any other is a regular expression
+    every tool; a matcher of only letters, digits, "_", "-", spaces, "," and "|" is a
+    name or a list of names, matched exactly ("Bash", "Edit|Write", "Edit, Write",
+    "code-reviewer" but not "senior-code-reviewer"); any other is a regular expression
     searched for anywhere in the name, as JavaScript's ``new RegExp(m).test(name)`` does
     ("^Notebook" matches NotebookEdit, "mcp__github__.*" every tool of that server). One
     that is not a valid expression matches nothing (``matcher_problem`` names it when
@@ -54,7 +62,7 @@ def matcher_matches(matcher: str, name: str) -> bool:
     if matcher in ("", "*"):
         return True
     if _LITERAL_MATCHER.fullmatch(matcher):
-        return name in matcher.split("|")
+        return name in _literal_names(matcher)
     try:
         return re.search(matcher, name) is not None
     except re.error:
@@ -63,13 +71,20 @@ def matcher_matches(matcher: str, name: str) -> bool:
 
 def matcher_problem(matcher: str) -> str:
     """Why ``matcher`` can match no tool ("" if it may): not a valid expression; an
-    MCP server's name alone, which is exact (its tools are ``mcp__SERVER__TOOL``);
-    spaces, which no tool name has. Claude Code takes each as silently as it is taken
-    here, but a guard that never fires should be said."""
+    MCP server's name alone, which is exact (its tools are ``mcp__SERVER__TOOL``); a
+    name with a space inside, which no tool has. Claude Code takes each as silently as it
+    is taken here, but a guard that never fires should be said."""
     if matcher in ("", "*"):
         return ""
-    server = [n for n in matcher.split("|") if n.startswith("mcp__") and "__" not in n[5:]]
     if _LITERAL_MATCHER.fullmatch(matcher):
+        names = _literal_names(matcher)
+        spaced = [n for n in names if " " in n]
+        if spaced:
+            return (
+                f"matcher {matcher!r} names {spaced[0]!r}, and no tool's name has a space: "
+                "separate names with | or ,"
+            )
+        server = [n for n in names if n.startswith("mcp__") and "__" not in n[5:]]
         if not server:
             return ""
         return (
@@ -144,6 +159,8 @@ class RelayedHooks(Hook):
                 is_error=output.is_error,
             )
             _stop_if_asked(reply, "PostToolUse")
+            if reply.updated_output is not None:  # updatedToolOutput: the model sees this
+                output = ToolOutput(reply.updated_output, output.is_error)
             if reply.blocked:
                 notes.append(f"PostToolUse hook: {reply.reason or 'blocked'}")
             notes.append(reply.context)

@@ -154,7 +154,7 @@ def configured_rules(workdir: Path) -> list[str]:
             origin = provenance.get(f"hooks {hook.event}", origin)
         matcher = f"[{hook.matcher}]" if hook.matcher else ""
         where = _short_source(origin, workdir)
-        lines.append(f"hook {hook.event}{matcher} {hook.command}  (from {where})")
+        lines.append(f"hook {hook.event}{matcher} {hook}  (from {where})")
     return lines
 
 

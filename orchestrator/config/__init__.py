@@ -4,6 +4,7 @@ Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``
 this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
+from agentcell.orchestrator.config._claude_settings import translate_rule
 from agentcell.orchestrator.config._hooks import (
     DEFAULT_HOOK_TIMEOUT_S,
     HOOK_EVENTS,
@@ -76,6 +77,7 @@ __all__ = [
     "revoke",
     "setting_paths",
     "settings_messages",
+    "translate_rule",
     "trust",
     "trusted_folders",
     "user_config_path",

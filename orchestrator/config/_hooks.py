@@ -27,47 +27,109 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
 from agentcell.worker import matcher_matches, matcher_problem
 
-#: Every hook event Claude Code defines.
+#: Every hook event Claude Code defines (its hooks reference, 2026).
 HOOK_EVENTS: tuple[str, ...] = (
     "PreToolUse",
     "PostToolUse",
     "PostToolUseFailure",
-    "Notification",
+    "PostToolBatch",
     "PermissionRequest",
+    "PermissionDenied",
+    "Notification",
     "UserPromptSubmit",
+    "UserPromptExpansion",
+    "MessageDisplay",
     "SessionStart",
     "SessionEnd",
+    "Setup",
+    "InstructionsLoaded",
     "Stop",
+    "StopFailure",
     "SubagentStart",
     "SubagentStop",
+    "TaskCreated",
+    "TaskCompleted",
+    "TeammateIdle",
     "PreCompact",
+    "PostCompact",
+    "ConfigChange",
+    "CwdChanged",
+    "DirectoryAdded",
+    "FileChanged",
+    "WorktreeCreate",
+    "WorktreeRemove",
+    "Elicitation",
+    "ElicitationResult",
 )
+_NO_SUCH_MOMENT = "agentcell has no such moment"
 #: The events agentcell does not raise (yet), and why; their hooks are taken and named.
 UNFIRED_EVENTS: dict[str, str] = {
     "PostToolUseFailure": "PostToolUse runs for failed calls too (tool_response says so)",
     "PermissionRequest": "approvals are asked through agentcell's own channel (a "
     "Notification hook with matcher permission_prompt runs as one is asked)",
+    **dict.fromkeys(
+        (
+            "PostToolBatch",
+            "PermissionDenied",
+            "UserPromptExpansion",
+            "MessageDisplay",
+            "Setup",
+            "InstructionsLoaded",
+            "StopFailure",
+            "TaskCreated",
+            "TaskCompleted",
+            "TeammateIdle",
+            "PostCompact",
+            "ConfigChange",
+            "CwdChanged",
+            "DirectoryAdded",
+            "FileChanged",
+            "WorktreeCreate",
+            "WorktreeRemove",
+            "Elicitation",
+            "ElicitationResult",
+        ),
+        _NO_SUCH_MOMENT,
+    ),
 }
+#: The events whose hooks see one tool call (``if`` is evaluated on these alone).
+TOOL_HOOK_EVENTS = frozenset(
+    {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionDenied"}
+)
 log = logging.getLogger("agentcell.hooks")
 _named: set[str] = set()  # warnings already given, so each is given once
-#: Claude Code's default: a hook that runs longer is stopped and counts as an error.
-DEFAULT_HOOK_TIMEOUT_S = 60.0
+#: Claude Code's defaults: a hook that runs longer is stopped, and decides nothing.
+DEFAULT_HOOK_TIMEOUT_S = 600.0
+_DEFAULT_TIMEOUTS_S = {"UserPromptSubmit": 30.0}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class HookCommand:
-    """One command to run on one event, when ``matcher`` matches ("" or "*": always)."""
+    """One command to run on one event, when ``matcher`` matches ("" or "*": always).
+    With ``args`` (Claude Code's exec form) ``command`` is a program, run with them as
+    its arguments and no shell; without, ``command`` is a shell line."""
 
     event: str
     command: str
     matcher: str = ""
     timeout_s: float = DEFAULT_HOOK_TIMEOUT_S
     origin: str = ""  # where it was configured, for the log line when it fails
+    args: tuple[str, ...] | None = None
+    condition: str = ""  # Claude Code's ``if``: a permission rule the tool call must meet
+
+    @property
+    def spawned(self) -> list[str] | str:
+        """What runs: the program and its arguments (exec form), or the shell line."""
+        return self.command if self.args is None else [self.command, *self.args]
+
+    def __str__(self) -> str:
+        return self.command if self.args is None else shlex.join(self.spawned)
 
     def matches(self, *names: str) -> bool:
         """Claude Code's matcher (``matcher_matches``: names, or a regular expression
@@ -148,8 +210,28 @@ def _entry_commands(
         command = spec.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ValueError(f"{where}: each hook needs a command (a shell line), got {command!r}")
-        timeout = spec.get("timeout", DEFAULT_HOOK_TIMEOUT_S)
+        default = _DEFAULT_TIMEOUTS_S.get(event, DEFAULT_HOOK_TIMEOUT_S)
+        timeout = spec.get("timeout", default)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"{where}: timeout must be a number of seconds > 0, got {timeout!r}")
-        commands.append(HookCommand(event, command, matcher, float(timeout), origin))
+        hook = HookCommand(event, command, matcher, float(timeout), origin, _args(spec, where))
+        commands.append(dataclasses.replace(hook, condition=_condition(spec, where)))
     return commands
+
+
+def _args(spec: Mapping[str, Any], where: str) -> tuple[str, ...] | None:
+    """Claude Code's exec form: ``args``, a list of words (None: the shell form)."""
+    args = spec.get("args")
+    if args is None:
+        return None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f"{where}: args must be a list of words (text), got {args!r}")
+    return tuple(args)
+
+
+def _condition(spec: Mapping[str, Any], where: str) -> str:
+    """Claude Code's ``if``: one permission rule, such as ``Bash(git *)``."""
+    condition = spec.get("if", "")
+    if not isinstance(condition, str):
+        raise ValueError(f"{where}: if must be one permission rule (text), got {condition!r}")
+    return condition.strip()

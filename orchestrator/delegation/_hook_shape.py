@@ -25,6 +25,9 @@ CLAUDE_ALIASES: dict[str, tuple[str, ...]] = {}
 for _claude, _ours in CLAUDE_TOOL_NAMES.items():
     CLAUDE_NAME.setdefault(_ours, _claude)
     CLAUDE_ALIASES[_ours] = (*CLAUDE_ALIASES.get(_ours, ()), _claude)
+# Claude Code renamed Task to Agent (2.1.63): a script testing ``tool_name == "Agent"``
+# must see that name; a matcher may still say either.
+CLAUDE_NAME["task"] = "Agent"
 
 #: Per tool, our argument → Claude Code's field of the same meaning.
 _FIELDS: dict[str, dict[str, str]] = {
@@ -126,6 +129,47 @@ def tool_document(
     if event == "PostToolUse":
         document["tool_response"] = claude_tool_response(tool, tool_input, response, is_error)
     return document
+
+
+def updated_output(tool: str, updated: Any) -> str | None:
+    """A PostToolUse hook's ``updatedToolOutput`` as our tool's text, read in the shape
+    ``claude_tool_response`` gives for that tool (Bash: ``stdout`` and ``stderr``; Read:
+    ``file.content``; an MCP tool: text or content blocks). None when it is absent or not
+    that shape: Claude Code then keeps the tool's own output too."""
+    if updated is None:
+        return None
+    name = claude_tool_name(tool)
+    if isinstance(updated, str):
+        return updated if name not in ("Bash", "Read", "Write", "Edit") else None
+    if not isinstance(updated, dict | list):
+        return None
+    if name == "Bash":
+        return _bash_text(updated)
+    if name == "Read" and isinstance(updated, dict):
+        file = updated.get("file")
+        content = file.get("content") if isinstance(file, dict) else None
+        return content if isinstance(content, str) else None
+    return _content_text(updated)
+
+
+def _bash_text(updated: Any) -> str | None:
+    if not isinstance(updated, dict) or not isinstance(updated.get("stdout"), str):
+        return None
+    stderr = updated.get("stderr")
+    return updated["stdout"] + (f"\n{stderr}" if isinstance(stderr, str) and stderr else "")
+
+
+def _content_text(updated: dict[str, Any] | list[Any]) -> str | None:
+    """``{"content": text}``, or content blocks (``[{"type": "text", "text": …}]``,
+    alone or as ``{"content": [...]}``, MCP's shape), as text."""
+    content = updated.get("content") if isinstance(updated, dict) else updated
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [b.get("text") for b in content if isinstance(b, dict)]
+        if texts and all(isinstance(t, str) for t in texts):
+            return "\n".join(t for t in texts if isinstance(t, str))
+    return None
 
 
 def updated_arguments(tool: str, updated: Any) -> str:

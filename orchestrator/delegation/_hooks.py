@@ -21,13 +21,14 @@ import json
 import logging
 import os
 import signal
+import types
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._tasks import gather_owned
-from agentcell.orchestrator.config import HookCommand, parse_hooks
+from agentcell.orchestrator.config import HookCommand, parse_hooks, translate_rule
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation._approvals import ApprovalQuery
 from agentcell.orchestrator.delegation._hook_shape import (
@@ -36,6 +37,7 @@ from agentcell.orchestrator.delegation._hook_shape import (
     matcher_names,
     tool_document,
     updated_arguments,
+    updated_output,
 )
 from agentcell.protocol import (
     AgentSpec,
@@ -43,6 +45,7 @@ from agentcell.protocol import (
     HookReply,
     Message,
     RunStatus,
+    ToolCall,
     UserMessage,
 )
 from agentcell.worker import (
@@ -50,6 +53,7 @@ from agentcell.worker import (
     MCP_PREFIX,
     Hook,
     RelayedHooks,
+    Rule,
     Session,
     StopRun,
     TurnHook,
@@ -77,6 +81,7 @@ class HookOutcome:
     updated_input: Any = None  # PreToolUse's updatedInput, in Claude Code's fields
     stop: bool = False  # "continue": false
     stop_reason: str = ""
+    updated_output: Any = None  # PostToolUse's updatedToolOutput, in Claude Code's shape
 
     def reply(self, request_id: int, tool: str = "") -> HookReply:
         """This outcome as the answer to a child's ``HookRequest`` about ``tool``."""
@@ -89,6 +94,7 @@ class HookOutcome:
             updated_input=updated_arguments(tool, self.updated_input),
             stop=self.stop,
             stop_reason=self.stop_reason,
+            updated_output=updated_output(tool, self.updated_output),
         )
 
 
@@ -215,12 +221,22 @@ class HookRunner:
         )
         if agent is not None:
             payload = {"agent_id": agent[0], "agent_type": agent[1], **payload}
-        return await self.run(event, payload, tool)
+        return await self.run(event, payload, tool, call=(tool, arguments))
 
-    async def run(self, event: str, payload: Mapping[str, Any], match: str = "") -> HookOutcome:
+    async def run(
+        self,
+        event: str,
+        payload: Mapping[str, Any],
+        match: str = "",
+        *,
+        call: tuple[str, str] | None = None,
+    ) -> HookOutcome:
         """Run every hook of ``event`` whose matcher takes ``match`` (a tool name, an
-        agent type; events without a matcher run all theirs)."""
-        commands = self.matching(event, match)
+        agent type; events without a matcher run all theirs) and whose ``if`` the tool
+        ``call`` (name, arguments) meets: a hook with an ``if`` runs on tool calls alone."""
+        commands = [
+            c for c in self.matching(event, match) if condition_met(c, call, Path(self.cwd))
+        ]
         if not commands:
             return HookOutcome()
         document = {
@@ -240,7 +256,7 @@ class HookRunner:
             return await self._start(hook, data)
 
     async def _start(self, hook: HookCommand, data: bytes) -> HookOutcome:
-        where = f"{hook.event} hook {hook.command!r}" + (f" ({hook.origin})" if hook.origin else "")
+        where = f"{hook.event} hook {str(hook)!r}" + (f" ({hook.origin})" if hook.origin else "")
         # The start is a task of this call's group, shielded from a cancel so that what
         # it started is always ended and reaped here; it never raises (a failure is its
         # result), so the group never cancels this call for it.
@@ -272,25 +288,23 @@ class HookRunner:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
-        if code == 2:
-            return HookOutcome(blocked=True, reason=err.strip() or f"blocked by the {where}")
-        if code != 0:
-            first = err.strip().splitlines()[0] if err.strip() else "no message"
-            log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
-            return HookOutcome()
-        return _decision(out, where, hook.event)
+        return _exit_outcome(code, out, err, where, hook.event)
 
     async def _spawn(self, hook: HookCommand) -> asyncio.subprocess.Process | Exception:
+        options: dict[str, Any] = {
+            "stdin": asyncio.subprocess.PIPE,
+            "stdout": asyncio.subprocess.PIPE,
+            "stderr": asyncio.subprocess.PIPE,
+            "cwd": self.cwd,
+            "env": {**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
+            "start_new_session": True,  # so a timeout can stop all it started
+        }
         try:
-            return await asyncio.create_subprocess_shell(
-                hook.command,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=self.cwd,
-                env={**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
-                start_new_session=True,  # so a timeout can stop all it started
-            )
+            if hook.args is None:
+                return await asyncio.create_subprocess_shell(hook.command, **options)
+            # Claude Code's exec form: no shell; the placeholder put in as plain text.
+            words = [w.replace("${CLAUDE_PROJECT_DIR}", self.project_dir) for w in hook.spawned]
+            return await asyncio.create_subprocess_exec(*words, **options)
         except Exception as exc:  # reported by _start, never lost in the group
             return exc
 
@@ -335,7 +349,57 @@ def _combined(outcomes: Sequence[HookOutcome]) -> HookOutcome:
         updated_input=next((o.updated_input for o in outcomes if o.updated_input), None),
         stop=any(o.stop for o in outcomes),
         stop_reason="\n".join(o.stop_reason for o in outcomes if o.stop_reason),
+        updated_output=next(
+            (o.updated_output for o in outcomes if o.updated_output is not None), None
+        ),
     )
+
+
+def _exit_outcome(code: int, out: str, err: str, where: str, event: str) -> HookOutcome:
+    """Claude Code's reading of a hook's end: exit 2 blocks (with the JSON's reason
+    when it gives one, else stderr); on any other code a JSON object on stdout decides
+    alone; without one, any code but 0 is an error that decides nothing."""
+    if code == 2:
+        decided = _decision(out, where, event) if out.lstrip().startswith("{") else HookOutcome()
+        reason = decided.reason if decided.blocked else err.strip()
+        return dataclasses.replace(
+            decided, blocked=True, decision="", reason=reason or f"blocked by the {where}"
+        )
+    if code != 0 and not _json_object(out):
+        first = err.strip().splitlines()[0] if err.strip() else "no message"
+        log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
+        return HookOutcome()
+    return _decision(out, where, event)
+
+
+def _json_object(stdout: str) -> bool:
+    try:
+        return isinstance(json.loads(stdout), dict) if stdout.lstrip().startswith("{") else False
+    except ValueError:
+        return False
+
+
+def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) -> bool:
+    """Claude Code's ``if``: a hook with one runs only on a tool call the rule catches,
+    never on another event; best effort, as there: a rule or arguments that cannot be
+    read let it run."""
+    if not hook.condition:
+        return True
+    if call is None:
+        return False
+    rules = translate_rule(hook.condition, cwd)
+    if rules is None:
+        return True
+    tool, arguments = call
+    try:
+        fields = json.loads(arguments or "{}")
+        args = types.SimpleNamespace(**fields) if isinstance(fields, dict) else None
+    except (ValueError, TypeError):
+        args = None
+    if args is None:
+        return True
+    asked = ToolCall(id="", name=tool, arguments=arguments)
+    return any(Rule.parse(rule).catches(asked, args) for rule in rules)
 
 
 #: Events whose plain stdout (exit 0, not JSON) is context for the model, as in Claude Code.
@@ -374,7 +438,12 @@ def _decision(stdout: str, where: str, event: str) -> HookOutcome:
         updated_input=specific.get("updatedInput"),
         stop=stop,
         stop_reason=str(doc.get("stopReason") or "") if stop else "",
+        updated_output=_first_present(specific, "updatedToolOutput", "updatedMCPToolOutput"),
     )
+
+
+def _first_present(fields: Mapping[str, Any], *names: str) -> Any:
+    return next((fields[n] for n in names if fields.get(n) is not None), None)
 
 
 def notification_hook(hooks: HookRunner) -> Callable[[ApprovalQuery], Awaitable[None]] | None:

@@ -277,12 +277,12 @@ class Preparer:
         """The entries of ``workdir`` holding code that runs outside the walls
         (``_code_files``): ``hooks`` and every agent's own (the parent runs another
         agent's hook too), every stdio MCP server configured, the custom tools' modules."""
-        commands: list[list[str] | str] = [command.command for command in hooks.commands]
+        commands: list[list[str] | str] = [command.spawned for command in hooks.commands]
         servers: list[object] = list(self.settings.mcp_servers.values())
         for definition in self.registry.definitions():
             if definition.hooks:  # an untrusted project's were dropped at load
                 own = parse_hooks(definition.hooks, definition.source, notes=[])
-                commands += [command.command for command in own]
+                commands += [command.spawned for command in own]
             for entry in definition.mcp_servers:
                 if isinstance(entry, dict):
                     servers += entry.values()

@@ -280,7 +280,8 @@ class Relay:
 
     async def _pre_compact(self, frame: HookRequest) -> HookReply:
         """Claude Code's PreCompact input: the trigger and its custom instructions (none
-        for an automatic compaction). It cannot stop the compaction, as in Claude Code."""
+        for an automatic compaction). One that blocks (exit 2, ``"decision": "block"``)
+        skips the compaction, as in Claude Code."""
         spec = self.child.spec
         try:
             given = json.loads(frame.arguments or "{}")
@@ -292,8 +293,8 @@ class Relay:
             "trigger": frame.tool,
             "custom_instructions": str(given.get("custom_instructions", ""))[:10_000],
         }
-        await self.child.hooks.run("PreCompact", payload, frame.tool)
-        return HookReply(request_id=frame.request_id)
+        outcome = await self.child.hooks.run("PreCompact", payload, frame.tool)
+        return HookReply(request_id=frame.request_id, blocked=outcome.blocked)
 
     async def _hook(self, frame: HookRequest) -> None:
         spec, hooks, stop_hooks = self.child.spec, self.child.hooks, self.child.stop_hooks
