@@ -121,6 +121,9 @@ def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str
         elif key == "backend":
             if value == "ray":
                 found[key] = entry.why
+        elif key == "memory":
+            if value == "user":  # project and local are folders of the project's own
+                found[key] = f"user: {entry.why.removeprefix('memory: user ')}"
         elif key == "network" and isinstance(value, list):
             continue  # narrowed above to what the user's own setting allows
         elif not (entry.tightens or entry.neutral) and value:
@@ -135,4 +138,6 @@ _DEFAULTS = {name: field.default for name, field in AgentDefinition.model_fields
 def _tightened(definition: AgentDefinition, key: str) -> object:
     if key == "mcp_servers":  # servers it names from your own config are kept
         return [e for e in definition.mcp_servers if isinstance(e, str)]
+    if key == "memory":  # notes still, in a folder of the project's, never committed
+        return "local"
     return _DEFAULTS[key]

@@ -220,7 +220,9 @@ AGENT_FILE_TRUST: dict[str, TrustEntry] = {
     "mcp_servers": _loose("an inline server runs a command outside every sandbox"),
     "skills": _neutral("skills are read from your folders and the project's"),
     "hooks": _loose("hooks run commands on this machine"),
-    "memory": _neutral("a folder of its own for notes"),
+    # Loosening for "user" alone (``_sandbox_policy``): that folder is in your home, read
+    # into the prompt of your own agent of the same name in every project.
+    "memory": _loose("memory: user writes a folder in your home that your own agent reads"),
     "effort": _neutral("how hard its model reasons"),
     "initial_prompt": _neutral("its first user turn"),
     "color": _neutral("display only"),
