@@ -181,9 +181,13 @@ def load_run(workdir: Path, run_id: str) -> tuple[dict[str, Any], dict[str, list
         lines = []
         for line in file.read_text().splitlines():
             try:
-                lines.append(json.loads(line))
+                value = json.loads(line)
             except json.JSONDecodeError:
-                lines.append({"kind": "unreadable", "text": line[:200]})
+                value = None
+            # Every reader takes a line for an object: anything else is unreadable to it.
+            lines.append(
+                value if isinstance(value, dict) else {"kind": "unreadable", "text": line[:200]}
+            )
         transcripts[file.stem] = lines
     summary = _read_summary(path)
     summary.setdefault("run_id", path.name)

@@ -112,3 +112,35 @@ def test_the_timeline_writes_control_characters_out(
     for char in ("\x1b", "\x07", "\r", "\x00"):
         assert char not in page, f"{char!r} is in the page as it is"
     assert f"desc {CONTROLS_SHOWN}" in page and "prompt \\e[31mred\\abell\\x00nul" in page
+
+
+def test_runs_show_reads_a_transcript_of_any_shape_without_a_traceback(project: Path) -> None:
+    """A transcript is the child's to write: a hostile sub-agent (or a hand edit) can put
+    anything where an object belongs. ``runs show`` shows what is there, never a
+    traceback (an attack review's: content not a string raised TypeError)."""
+    env = cli_env(project)
+    report = _run(project, env, "--model", "scripted:echo", "hello there")
+    run_id = Path(report["run_dir"]).name
+    record = Path(report["run_dir"]) / "main.jsonl"
+    odd = [
+        [1, 2],
+        "a string line",
+        {"kind": "start", "agent_type": ["x"], "model": {"m": 1}},
+        {"kind": "messages", "messages": "not a list"},
+        {
+            "kind": "messages",
+            "messages": [
+                {"role": "user", "content": ["not", "text"]},
+                5,
+                {"role": "assistant", "tool_calls": [7, {"name": {}}]},
+            ],
+        },
+        {"kind": "event", "event": "tool_start"},
+        {"kind": "result", "result": ["done"]},
+    ]
+    with record.open("a") as file:
+        file.writelines(json.dumps(line) + "\n" for line in odd)
+    shown = agentcell("runs", "show", run_id, "main", cwd=project, env=env)
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+    assert "(not a message) 5" in shown.stdout and '["not", "text"]' in shown.stdout
+    assert "→ ? " in shown.stdout and "→ {} " in shown.stdout  # the calls, as they are

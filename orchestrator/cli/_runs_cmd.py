@@ -229,20 +229,33 @@ def _show_agent(
         say("(no messages recorded; its events follow)", "yellow")
         for ln in lines:
             if ln.get("kind") == "event":
-                say(f"  {_event_text(ln['event'])}")
+                say(f"  {_event_text(_fields(ln.get('event')))}")
     else:
-        for message in messages:
+        for message in messages if isinstance(messages, list) else [messages]:
             _print_message(say, message)
     for ln in lines:
         if ln.get("kind") == "result":
-            result = ln["result"]
+            result = _fields(ln.get("result"))
             text = f"\n── end: {result.get('status', '?')}"
             if result.get("error"):
                 text += f": {result['error']}"
             say(text, "bold")
 
 
-def _print_message(say: Any, message: dict[str, Any]) -> None:
+def _fields(value: Any) -> dict[str, Any]:
+    """A record's object, or an empty one: a record edited by hand (or written by a
+    hostile sub-agent) may hold anything where an object belongs."""
+    return value if isinstance(value, dict) else {}
+
+
+def _shown(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def _print_message(say: Any, message: Any) -> None:
+    if not isinstance(message, dict):
+        say(f"\n── (not a message) {_shown(message)}", "yellow")
+        return
     role = message.get("role", "?")
     if role == "tool":
         say(f"\n── tool result ({message.get('name', '')})", "dim")
@@ -250,22 +263,23 @@ def _print_message(say: Any, message: dict[str, Any]) -> None:
         say(f"\n── {role}", "bold")
     if message.get("content"):
         say(message["content"])
-    for call in message.get("tool_calls") or []:
-        say(f"→ {call.get('name', '?')} {call.get('arguments', '')}", "cyan")
+    calls = message.get("tool_calls")
+    for call in map(_fields, calls if isinstance(calls, list) else []):
+        say(f"→ {_shown(call.get('name', '?'))} {_shown(call.get('arguments', ''))}", "cyan")
 
 
 def _event_text(event: dict[str, Any]) -> str:
     kind = event.get("kind", "?")
     if kind == "tool_start":
-        return f"→ {event.get('name', '?')} {event.get('arguments', '')}"
+        return f"→ {_shown(event.get('name', '?'))} {_shown(event.get('arguments', ''))}"
     if kind == "text":
-        return event.get("text", "")
-    return kind
+        return _shown(event.get("text", ""))
+    return _shown(kind)
 
 
 def _printer(console: Console) -> Any:
-    def say(text: str, style: str = "") -> None:
-        console.print(literal(text, style=style), soft_wrap=True)
+    def say(text: Any, style: str = "") -> None:
+        console.print(literal(_shown(text), style=style), soft_wrap=True)
 
     return say
 
