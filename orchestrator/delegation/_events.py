@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 
 from agentcell.orchestrator.delegation._results import SubAgentResult
-from agentcell.protocol import AgentEvent, TextDelta
+from agentcell.protocol import AgentEvent, RunFinished
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,7 +56,7 @@ class AgentActivity:
 OrchestratorEvent = SubAgentStarted | SubAgentProcess | SubAgentEnded | AgentActivity
 Listener = Callable[[OrchestratorEvent], None]
 
-#: Events an ``EventStream`` holds for a slow reader before it drops text deltas.
+#: Events an ``EventStream`` holds for a slow reader before it drops agents' progress.
 STREAM_BUFFER = 10_000
 
 log = logging.getLogger("agentcell.events")
@@ -114,15 +114,18 @@ class EventStream:
     """Events from the moment it was made until ``close()`` or the bus closes.
 
     ``async for event in stream`` reads them; the loop ends after the last held event.
-    The buffer is bounded: past ``buffer`` unread events, text deltas (progress that the
-    final result repeats) are dropped and counted in ``dropped``; every other event,
-    the terminal ones above all, is kept.
+    The buffer is bounded: past ``buffer`` unread events, agents' progress (text, tool
+    calls, notices: what a child sends, as often as it likes) is dropped and counted in
+    ``dropped``; the parent's own events (a sub-agent started, got its process, ended
+    with its result) and each agent's first ``RunFinished`` are kept, so the terminal
+    ones are never lost, and they are bounded by the number of sub-agents.
     """
 
     def __init__(self, bus: EventBus, buffer: int = STREAM_BUFFER) -> None:
         self.buffer = buffer
         self.dropped = 0
         self._events: collections.deque[OrchestratorEvent] = collections.deque()
+        self._finished: set[str] = set()  # agents whose RunFinished got in
         self._waiter: asyncio.Future[None] | None = None
         self._closed = False
         self._bus = bus
@@ -135,15 +138,20 @@ class EventStream:
     def _put(self, event: OrchestratorEvent) -> None:
         if self._closed:
             return
-        if (
-            len(self._events) >= self.buffer
-            and isinstance(event, AgentActivity)
-            and isinstance(event.event, TextDelta)
-        ):
+        if len(self._events) >= self.buffer and self._progress(event):
             self.dropped += 1
             return
         self._events.append(event)
         self._wake()
+
+    def _progress(self, event: OrchestratorEvent) -> bool:
+        """An agent's event that a slow reader may miss: all but each one's first end."""
+        if not isinstance(event, AgentActivity):
+            return False
+        if isinstance(event.event, RunFinished) and event.agent_id not in self._finished:
+            self._finished.add(event.agent_id)
+            return False
+        return True
 
     def _wake(self) -> None:
         waiter = self._waiter
