@@ -10,7 +10,14 @@ connects to the address it checked (no second lookup for a rebinding DNS server 
 differently). A name that resolves to a private,
 loopback, link-local or otherwise special address is refused unless the entry names that
 address itself (``127.0.0.1:8080``). A refusal is a ``403`` whose status line and body name
-the host, the agent and the setting that would allow it.
+the host, the agent and the setting that would allow it (a request the proxy forwards to
+no host, a malformed or chunked one, gets a ``400`` or ``411``).
+
+A plain HTTP connection carries one request (its head, then ``Content-Length`` bytes of
+body; a chunked body is refused): what the client sends after it is dropped, so a second,
+pipelined request cannot name a Host that was never checked. A tunnel to a host name whose
+client starts with a TLS record must send a whole ClientHello (joined across records) that
+names that host (SNI); one that names another, none, or cannot be read is closed.
 
 Entries: ``pypi.org`` (ports 80 and 443), ``github.com:443`` (that port only),
 ``*.example.com`` (any name below example.com, not example.com itself), an IP address
@@ -22,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
@@ -36,9 +44,21 @@ _CHUNK = 64 * 1024
 _LOG_MAX = 500
 _FIRST_WAIT_S = 5.0  # for a tunnel's client's first bytes (its TLS ClientHello)
 _MAX_CONNECTIONS = 64  # open at once, per sub-agent: more wait for one to end
+_TLS_HANDSHAKE = 0x16  # the content type of a TLS record that carries handshake messages
+_CLIENT_HELLO = 0x01
+_SERVER_NAME = 0x0000  # the extension
+_HOST_NAME = 0x00  # the one kind of name in a server_name list
 _DROPPED_HEADERS = frozenset(
     {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
 )
+
+# A request line and a header line as RFC 9112 spells them: a token method, a header name
+# of token characters right before its colon (``Host :`` or a folded line is refused, as
+# a lenient upstream might read it as a Host the check never saw).
+_REQUEST_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+ [^ ]+ HTTP/1\.[01]")
+_FIELD_LINE = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+:")
+_DIGITS = re.compile(r"[0-9]+")  # str.isdigit() also takes "²", which int() does not
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # a bare CR or LF ends a line upstream
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -57,6 +77,14 @@ async def _system_resolver(host: str, port: int) -> list[str]:
 
 class Refused(Exception):
     """Why a connection is not allowed (the 403's reason)."""
+
+
+class Malformed(Refused):
+    """A request the proxy forwards to no host, allowed or not: ``status`` and the reason."""
+
+    def __init__(self, reason: str, status: str = "400 Bad Request") -> None:
+        super().__init__(reason)
+        self.status = status
 
 
 class EgressProxy:
@@ -112,34 +140,67 @@ class EgressProxy:
             head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > _HEAD_LIMIT:
             return
-        lines = head.decode("latin-1").split("\r\n")
-        method, target, version = (lines[0].split(" ") + ["", "", ""])[:3]
-        headers = [line for line in lines[1:] if line]
-        shown = target
+        shown = "?"
         try:
+            method, target, version, headers = _parse_head(head)
+            shown = target
             host, port, forwarded = _destination(method, target, version, headers)
             shown = f"{host}:{port}"
             address = await self.check(host, port)
+            # None: a tunnel, whose bytes are copied as they come
+            body_length = None if forwarded is None else _body_length(headers)
         except Refused as exc:
             self._note(f"refused {shown}: {exc}")
-            writer.write(self._refusal(shown, str(exc)))
+            writer.write(self._refusal(shown, exc))
             await writer.drain()
             return
         if forwarded is None:  # a tunnel: its TLS server name must be the CONNECT host
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             forwarded = await _first_bytes(reader)
-            named = tls_server_name(forwarded)
-            if named is not None and named != host:
-                self._note(f"refused {shown}: its TLS server name {named!r} is another host")
+            if why := _tunnel_refusal(host, forwarded):
+                self._note(f"refused {shown}: {why}")
                 return
         async with asyncio.timeout(_CONNECT_TIMEOUT_S):
             up_reader, up_writer = await asyncio.open_connection(address, port)
-        self._note(f"reached {host}:{port}")
+        self._note(f"reached {shown}")
         up_writer.write(forwarded)
+        client_side = (
+            _copy(reader, up_writer)
+            if body_length is None
+            else self._one_request_body(reader, up_writer, body_length, shown)
+        )
         try:
-            await gather_owned(_copy(reader, up_writer), _copy(up_reader, writer))
+            await gather_owned(client_side, _copy(up_reader, writer))
         finally:
             up_writer.close()
+
+    async def _one_request_body(
+        self,
+        reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+        body_length: int,
+        shown: str,
+    ) -> None:
+        """The client's side of a plain HTTP connection after its head: ``body_length``
+        bytes of body go upstream, then nothing: a second request on the connection would
+        name a Host nobody checked, so what follows is read and dropped (not left unread:
+        the client's end still reaches the upstream, as on a tunnel, once it comes)."""
+        try:
+            await _copy_exactly(reader, up_writer, body_length)
+            dropped = 0
+            while data := await reader.read(_CHUNK):
+                dropped += len(data)
+            if dropped:
+                self._note(
+                    f"dropped {dropped} bytes sent to {shown} after its request"
+                    " (one request per connection)"
+                )
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                if up_writer.can_write_eof():
+                    up_writer.write_eof()
 
     async def check(self, host: str, port: int) -> str:
         """The address to connect to for ``host:port``, or Refused with the reason."""
@@ -161,19 +222,24 @@ class EgressProxy:
             )
         return addresses[0]
 
-    def _refusal(self, shown: str, reason: str) -> bytes:
-        body = (
-            f"agentcell sandbox refused {shown} for agent {self.agent_type} ({self.agent_id}):"
-            f" {reason}. Its bash reaches only the hosts of its network: list; to allow this"
-            f" one, add it to the agent file's `network:` list (or the `network` setting).\n"
-        )
+    def _refusal(self, shown: str, refused: Refused) -> bytes:
+        if isinstance(refused, Malformed):
+            status = f"{refused.status} (agentcell sandbox proxy)"
+            body = f"agentcell sandbox proxy: the request for {shown} is not sent: {refused}.\n"
+        else:
+            status = (
+                f"403 agentcell sandbox refused {shown} for agent {self.agent_type}: "
+                "not allowed by its network: list"
+            )
+            body = (
+                f"agentcell sandbox refused {shown} for agent {self.agent_type} ({self.agent_id}):"
+                f" {refused}. Its bash reaches only the hosts of its network: list; to allow"
+                " this one, add it to the agent file's `network:` list (or the `network`"
+                " setting).\n"
+            )
         data = body.encode()
-        status = (
-            f"HTTP/1.1 403 agentcell sandbox refused {shown} for agent {self.agent_type}: "
-            "not allowed by its network: list"
-        )
         return (
-            f"{status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
         ).encode() + data
 
@@ -183,67 +249,214 @@ class EgressProxy:
 
 
 async def _first_bytes(reader: asyncio.StreamReader) -> bytes:
-    """What a tunnel's client sends first: a whole TLS record when it starts one (its
-    ClientHello), b"" for a protocol whose server speaks first (after ``_FIRST_WAIT_S``)."""
-    try:
+    """What a tunnel's client sends first: when it starts a TLS record, the records up to
+    the end of its first handshake message (the ClientHello, joined across records), at
+    most ``_HEAD_LIMIT`` bytes; other bytes as they come; b"" for a protocol whose server
+    speaks first (nothing in ``_FIRST_WAIT_S``). A ClientHello cut short by the limit or
+    the wait is returned as it is, and refused for it: dropping what came would let the
+    rest of the stream through unchecked."""
+    data = bytearray()
+    with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(_FIRST_WAIT_S):
-            data = await reader.read(_CHUNK)
-            while _tls_record_wants(data):
+            while _client_hello_wants_more(data):
                 more = await reader.read(_CHUNK)
                 if not more:
                     break
                 data += more
-    except TimeoutError:
-        return b""
-    return data
+    return bytes(data)
 
 
-def _tls_record_wants(data: bytes) -> bool:
-    if len(data) < 5 or data[0] != 0x16:
-        return data[:1] == b"\x16" and len(data) < 5
-    return len(data) < min(5 + int.from_bytes(data[3:5], "big"), _HEAD_LIMIT)
+def _client_hello_wants_more(data: bytes | bytearray) -> bool:
+    if not data:
+        return True
+    if data[0] != _TLS_HANDSHAKE or len(data) >= _HEAD_LIMIT:
+        return False
+    try:
+        return _handshake_message(bytes(data)) is None
+    except ValueError:  # malformed: nothing more will make it a ClientHello
+        return False
+
+
+def _tunnel_refusal(host: str, first: bytes) -> str | None:
+    """Why a tunnel to ``host`` whose client sent ``first`` is closed; None if it goes on.
+    Bytes that are not TLS (SSH, say) or none at all (a server-first protocol) are not
+    checked. A client names no server (SNI) when it connects to an address, so a tunnel
+    to an IP literal may carry none; a name it carries must still be that address."""
+    if first[:1] != bytes([_TLS_HANDSHAKE]):
+        return None
+    try:
+        named = tls_client_hello_server_name(first)
+    except ValueError as exc:
+        return f"its TLS ClientHello cannot be read ({exc})"
+    if named is None:
+        if ip_of(host) is not None:
+            return None
+        return "its TLS ClientHello names no server (SNI)"
+    if named != host:
+        return f"its TLS server name {named!r} is another host"
+    return None
+
+
+class _Cursor:
+    """Reads the length-prefixed fields of a TLS message, front to back; ValueError when a
+    field runs past the end (a length that lies)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, size: int) -> bytes:
+        if self.at + size > len(self.data):
+            raise ValueError("a field runs past its end")
+        self.at += size
+        return self.data[self.at - size : self.at]
+
+    def number(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "big")
+
+    def vector(self, length_size: int) -> bytes:
+        return self.take(self.number(length_size))
+
+    def done(self) -> bool:
+        return self.at == len(self.data)
+
+
+def _handshake_message(data: bytes) -> bytes | None:
+    """The first handshake message (type, 3-byte length, body) carried by the TLS
+    handshake records at the start of ``data``, joined across records (a message may span
+    several); None while its records have not all come. ValueError when another kind of
+    record comes first."""
+    joined = bytearray()
+    at = 0
+    while len(joined) < 4 or len(joined) < 4 + int.from_bytes(joined[1:4], "big"):
+        if at + 5 > len(data):
+            return None
+        if data[at] != _TLS_HANDSHAKE:
+            raise ValueError(f"a record of type {data[at]} inside the handshake")
+        size = int.from_bytes(data[at + 3 : at + 5], "big")
+        if at + 5 + size > len(data):
+            return None
+        joined += data[at + 5 : at + 5 + size]
+        at += 5 + size
+    return bytes(joined[: 4 + int.from_bytes(joined[1:4], "big")])
+
+
+def tls_client_hello_server_name(data: bytes) -> str | None:
+    """The server name (SNI) of the TLS ClientHello at the start of ``data``, lower case;
+    None when it names none. ValueError when ``data`` holds no whole, well-formed
+    ClientHello, or one whose names a server might read differently (two server_name
+    extensions, two host names)."""
+    message = _handshake_message(data)
+    if message is None:
+        raise ValueError("it ends before its last record")
+    hello = _Cursor(message)
+    if hello.number(1) != _CLIENT_HELLO:
+        raise ValueError("its first handshake message is not a ClientHello")
+    hello.take(3 + 2 + 32)  # length (already used), client_version, random
+    hello.vector(1)  # session id
+    hello.vector(2)  # cipher suites
+    hello.vector(1)  # compression methods
+    if hello.done():
+        return None  # no extensions at all (TLS 1.2 allows it): no name
+    extensions = _Cursor(hello.vector(2))
+    if not hello.done():
+        raise ValueError("bytes after its extensions")
+    names: list[str] = []
+    kinds: set[int] = set()
+    while not extensions.done():
+        kind, body = extensions.number(2), extensions.vector(2)
+        if kind in kinds:
+            raise ValueError(f"extension {kind} twice")
+        kinds.add(kind)
+        if kind == _SERVER_NAME:
+            names = _host_names(body)
+    if len(names) > 1:
+        raise ValueError(f"{len(names)} server names")
+    return names[0] if names else None
+
+
+def _host_names(extension: bytes) -> list[str]:
+    """The host names of a server_name extension, lower case."""
+    outer = _Cursor(extension)
+    entries = _Cursor(outer.vector(2))
+    if not outer.done():
+        raise ValueError("bytes after its server name list")
+    names = []
+    while not entries.done():
+        kind, name = entries.number(1), entries.vector(2)
+        if kind == _HOST_NAME:
+            try:
+                names.append(name.decode("ascii").lower())
+            except UnicodeDecodeError:
+                raise ValueError("a server name that is not ASCII") from None
+    return names
 
 
 def tls_server_name(data: bytes) -> str | None:
     """The server name (SNI) of a TLS ClientHello at the start of ``data``, lower case;
-    None when it is no ClientHello or names no server."""
-    if len(data) < 9 or data[0] != 0x16 or data[5] != 0x01:
-        return None
-    at = 9 + 2 + 32  # record and handshake headers, client_version, random
+    None when it is no whole ClientHello or names no server."""
     try:
-        at += 1 + data[at]  # session id
-        at += 2 + int.from_bytes(data[at : at + 2], "big")  # cipher suites
-        at += 1 + data[at]  # compression methods
-        end = at + 2 + int.from_bytes(data[at : at + 2], "big")
-        at += 2
-        while at + 4 <= min(end, len(data)):
-            kind, size = (
-                int.from_bytes(data[at : at + 2], "big"),
-                int.from_bytes(data[at + 2 : at + 4], "big"),
-            )
-            if kind == 0:  # server_name: list length, name type (0: host name), name
-                length = int.from_bytes(data[at + 7 : at + 9], "big")
-                return data[at + 9 : at + 9 + length].decode("ascii").lower()
-            at += 4 + size
-    except (IndexError, UnicodeDecodeError):
+        return tls_client_hello_server_name(data)
+    except ValueError:
         return None
-    return None
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, list[str]]:
+    """(method, target, version, header lines) of a request head, or Refused. Any control
+    character but a tab is refused: an upstream that ends a line at a bare LF would read a
+    header (a Host) hidden inside one of ours."""
+    lines = head.decode("latin-1").removesuffix("\r\n\r\n").split("\r\n")
+    if _CONTROL.search(lines[0]) or not _REQUEST_LINE.fullmatch(lines[0]):
+        raise Refused("it is not an HTTP proxy request")
+    method, target, version = lines[0].split(" ")
+    headers = lines[1:]
+    for line in headers:
+        if _CONTROL.search(line) or not _FIELD_LINE.match(line):
+            raise Malformed(f"a malformed header line {line[:60]!r}")
+    return method, target, version, headers
+
+
+def _field_values(headers: list[str], name: str) -> list[str]:
+    """The values of the header ``name`` (lower case), lower case."""
+    return [
+        line.split(":", 1)[1].strip().lower()
+        for line in headers
+        if line.split(":", 1)[0].lower() == name
+    ]
+
+
+def _body_length(headers: list[str]) -> int:
+    """How many bytes of body follow a plain request's head: its ``Content-Length``.
+    A chunked body (``Transfer-Encoding``) is refused, not parsed: the request's end is
+    where the proxy stops forwarding, and a length it has to work out from the client's
+    chunks is one an upstream might work out differently."""
+    if _field_values(headers, "transfer-encoding"):
+        raise Malformed(
+            "a request body with Transfer-Encoding; send it with a Content-Length",
+            "411 Length Required",
+        )
+    lengths = set(_field_values(headers, "content-length"))
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not _DIGITS.fullmatch(next(iter(lengths))):
+        raise Malformed(f"its Content-Length {sorted(lengths)!r} is not one number")
+    return int(lengths.pop())
 
 
 def _destination(
     method: str, target: str, version: str, headers: list[str]
 ) -> tuple[str, int, bytes | None]:
     """(host, port, the request to forward or None for a tunnel) of a request head."""
-    if not version.startswith("HTTP/"):
-        raise Refused("it is not an HTTP proxy request")
     if method == "CONNECT":
         host, port = _split_authority(target, 443)
         return host, port, None
     url = urlsplit(target)
     if url.scheme != "http" or not url.hostname:
         raise Refused("only absolute http:// URLs and CONNECT go through this proxy")
-    host, port = url.hostname.lower(), url.port or 80
-    named = [h.split(":", 1)[1].strip().lower() for h in headers if h.lower().startswith("host:")]
+    try:
+        host, port = url.hostname.lower(), url.port or 80
+    except ValueError:  # a port that is no number, or out of range
+        raise Refused(f"{target[:60]!r} has no valid port") from None
+    named = _field_values(headers, "host")
     if any(_split_authority(value, 80) != (host, port) for value in named):
         raise Refused(f"its Host header {named[0]!r} names another host than its URL")
     path = url.path or "/"
@@ -261,9 +474,19 @@ def _split_authority(text: str, default: int) -> tuple[str, int]:
         number = rest.removeprefix(":")
     else:
         host, _, number = text.rpartition(":") if ":" in text else (text, "", "")
-    if number and not number.isdigit():
+    if number and not _DIGITS.fullmatch(number):
         raise Refused(f"{text!r} has no valid port")
     return host, int(number) if number else default
+
+
+async def _copy_exactly(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int
+) -> None:
+    """``size`` bytes from ``reader`` to ``writer`` (fewer if the reader ends first)."""
+    while size > 0 and (data := await reader.read(min(_CHUNK, size))):
+        writer.write(data)
+        await writer.drain()
+        size -= len(data)
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
