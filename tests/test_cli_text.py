@@ -344,3 +344,13 @@ def test_a_secret_split_across_streamed_deltas_is_still_masked(
         assert "sk-sec" not in out.getvalue()
     stream.finish("")
     assert out.getvalue() == "the key is [REDACTED] and \\e[2J done\n"
+
+
+def test_a_childs_long_notice_is_one_capped_line() -> None:
+    """A child's notice may be a frame long (16 MiB): the progress log shows its head."""
+    con, out = console()
+    view = ProgressView(con, live=False)
+    view.on_event(SubAgentStarted("a1", "Explore", "d", False, 1, "main"))
+    view.on_event(AgentActivity("a1", Notice(message="word " * 200_000)))
+    [line] = [ln for ln in out.getvalue().splitlines() if "word" in ln]
+    assert len(line) < 2_100 and line.endswith("…")

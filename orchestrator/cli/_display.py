@@ -45,6 +45,9 @@ _STATE_STYLE = {
     "denied": "red",
 }
 
+#: Characters of a child's text on one progress line (a notice may be a frame long).
+LOG_LINE_CHARS = 2000
+
 
 #: Claude Code's agent colours that Rich spells otherwise.
 _COLOR_NAMES = {"orange": "dark_orange", "pink": "hot_pink", "purple": "medium_purple"}
@@ -233,7 +236,10 @@ class ProgressView:
             who += f' "{one_line(row.description)}"'
         self.console.print(
             literal(
-                self.redact(f"[{time.monotonic() - self.began:6.1f}s] {who}: {one_line(text)}")
+                self.redact(
+                    f"[{time.monotonic() - self.began:6.1f}s] {who}: "
+                    f"{one_line(text[: 4 * LOG_LINE_CHARS], LOG_LINE_CHARS)}"
+                )
             ),
             highlight=False,
             soft_wrap=True,
