@@ -411,6 +411,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "revoke",
         "setting_paths",
         "settings_messages",
+        "translate_rule",
         "trust",
         "trusted_folders",
         "user_config_path",
