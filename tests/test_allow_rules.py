@@ -30,12 +30,15 @@ BYPASSES = [
     "/usr/bin/git status",
     "env git status",
     "env GIT_DIR=/x git status",
-    "command git status",
     "exec git status",
-    "nice git status",
-    "nohup git status",
-    "timeout 5 git status",
     "xargs git status",
+    "command -v git status",
+    "nice -x 5 git status",
+    "timeout git status",
+    "setsid git status",
+    "watch git status",
+    "flock /tmp/l git status",
+    "noglob git status",
     "sh -c 'git status'",
     "bash -c 'git status'",
     "git -c core.pager=/tmp/evil.sh log",
@@ -116,7 +119,7 @@ lines = st.lists(st.sampled_from(TOKENS), min_size=1, max_size=8).map(" ".join)
 # Lines built around a real git command with one injection: before the program (an
 # assignment, a path, a wrapper), or anywhere after it (a substitution, a redirection out,
 # another command).
-BEFORE = ["X=1 ", "PATH=. ", "./", "/tmp/", "env ", "sh -c ", "exec ", "xargs ", "nice "]
+BEFORE = ["X=1 ", "PATH=. ", "./", "/tmp/", "env ", "sh -c ", "exec ", "xargs ", "setsid "]
 AFTER = ["$(id)", "`id`", "<(id)", "> /tmp/z", "> ../z", "; rm x", "| sh", "${X}", "&& env x"]
 git_words = st.lists(st.sampled_from(["status", "log", "--oneline", "a", "'b c'"]), max_size=3)
 before = st.builds(

@@ -240,9 +240,11 @@ def test_claude_code_rules_translate_into_ours(tmp_path: Path) -> None:
     ]
     assert translate_rule("Bash(git log)", base) == ["bash(git log)"]
     assert translate_rule("Edit", base) == ["edit_file", "write_file"]
+    # A deny rule ``dir/**`` holds for such a folder at any depth (Claude Code's docs).
     assert translate_rule("Write(src/**)", base) == [
         "write_file(src/**)",
         f"write_file({real}/src/**)",
+        "write_file(*/src/**)",
     ]
     assert translate_rule("Read(//etc/passwd)", base) == [
         "read_file(/etc/passwd)",
@@ -253,9 +255,9 @@ def test_claude_code_rules_translate_into_ours(tmp_path: Path) -> None:
     assert translate_rule("mcp__github__create_issue", base) == ["mcp__github__create_issue"]
     assert translate_rule("Task(reviewer)", base) == ["task(reviewer)"]
     assert translate_rule("WebFetch", base) == ["web_fetch"]
-    assert "web_fetch(https://example.com/*)" in (
-        translate_rule("WebFetch(domain:example.com)", base) or []
-    )
+    # Matched against the URL's host in the child (a URL glob never matched: see
+    # test_claude_rules_compat.py).
+    assert translate_rule("WebFetch(domain:example.com)", base) == ["web_fetch(domain:example.com)"]
     assert translate_rule("NotebookEdit(x.ipynb)", base) is None
 
 

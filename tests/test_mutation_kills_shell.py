@@ -52,7 +52,7 @@ def test_each_redirection_of_a_line_stays_in_the_workdir(line: str) -> None:
     "line",
     [
         "env rm -rf x --help",
-        "nice rm -rf x --help",
+        "ionice rm -rf x --help",
         "xargs rm -rf --help",
         "sudo rm -rf x --help",
         "sh -c 'rm -rf x' --help",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
@@ -446,6 +447,16 @@ class Engine:
             tool_call_id=call.id, name=call.name, content=output.content, is_error=output.is_error
         )
 
+    def _hidden_from_walks(self, path: str) -> bool:
+        """True for a file (absolute, under the workdir) a hook keeps out of folder walks;
+        the hooks see it relative to the workdir too, as rules spell paths."""
+        spellings = (os.path.relpath(path, self.workdir), path)
+        for hook in self.hooks:
+            hides = getattr(hook, "hides_from_walks", None)  # a duck-typed hook has none
+            if hides is not None and hides(spellings):
+                return True
+        return False
+
     async def _execute(self, call: ToolCall, tool: Tool) -> ToolOutput:
         try:
             args = tool.parse_args(call.arguments)
@@ -482,6 +493,7 @@ class Engine:
             preexec=self.command_preexec,
             max_output_chars=self.limits.max_tool_output_chars,
             extra_roots=self.extra_roots,
+            hidden=self._hidden_from_walks,
         )
         try:
             if self.limits.tool_timeout_s is not None and not getattr(tool, "long_running", False):

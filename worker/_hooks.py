@@ -12,12 +12,15 @@ import enum
 import fnmatch
 import posixpath
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 import msgspec
 from agentcell.protocol import ToolCall
 from agentcell.worker._shell import plain_commands
+from agentcell.worker._wrappers import inner_commands
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
 
 
@@ -53,6 +56,11 @@ class Hook:
     async def after_tool(self, call: ToolCall, tool: Tool, output: ToolOutput) -> ToolOutput:
         return output
 
+    def hides_from_walks(self, spellings: Sequence[str]) -> bool:
+        """True for a file glob and grep must pass over when they walk a folder (one
+        file, spelled relative to the working directory and absolute)."""
+        return False
+
 
 #: Asked when a hook says ASK: (call, reason) → (approved, reason).
 Approver = Callable[[ToolCall, str], Awaitable[tuple[bool, str]]]
@@ -77,6 +85,16 @@ class PermissionMode(enum.StrEnum):
 
 _EDIT_TOOLS = frozenset({"write_file", "edit_file"})
 _RULE = re.compile(r"^\s*([A-Za-z0-9_.:*-]+)\s*(?:\((.*)\))?\s*$")
+#: Arguments that name a file: a rule's pattern on them is a path glob.
+_PATH_FIELDS = ("path", "file_path")
+#: The tool whose rules say which files may not be read (Claude Code's ``Read`` rules).
+READ_TOOL = "read_file"
+#: Bash programs whose file arguments a read rule covers too (Claude Code's list).
+FILE_READERS = frozenset({"cat", "head", "tail", "sed", "less", "more"})
+#: ``param:value`` in a rule: a deny or ask rule on one named argument of the call.
+_PARAMETER = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*)$", re.DOTALL)
+#: ``domain:host`` in a rule: a web rule on the URL's host (Claude Code's WebFetch rules).
+DOMAIN_PREFIX = "domain:"
 
 
 # Deny and ask rules are judged on every piece a line could run, found generously (this
@@ -100,6 +118,36 @@ def command_segments(command: str) -> list[str]:
     return segments
 
 
+def command_pieces(command: str) -> list[str]:
+    """What a deny or ask rule is matched against: the whole line, each segment, and
+    each command a segment runs through a wrapper (``nohup timeout 5 rm x`` → ``rm x``)."""
+    pieces = [command.strip()]
+    for segment in command_segments(command):
+        pieces += [" ".join(words) for words in inner_commands(segment.split())]
+    return pieces
+
+
+def _words(segment: str) -> list[str]:
+    """A segment's words with the quotes taken off where they pair up."""
+    try:
+        return shlex.split(segment)
+    except ValueError:
+        return segment.split()
+
+
+def read_paths(command: str) -> list[str]:
+    """Best effort, for read rules: the arguments of the file readers a line runs
+    (``cat .env``, ``timeout 5 head -n1 .env``, ``xargs -n1 tail``). Options are left
+    out; other words (``sed``'s script, ``head``'s count) are kept: extra subjects can
+    only make a deny rule catch more."""
+    paths: list[str] = []
+    for segment in command_segments(command):
+        for words in inner_commands(_words(segment)):
+            if words and words[0] in FILE_READERS:
+                paths += [word for word in words[1:] if not word.startswith("-")]
+    return paths
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Rule:
     """``tool`` or ``tool(pattern)``; the pattern is a glob on the call's main argument."""
@@ -118,7 +166,10 @@ class Rule:
         return cls(tool, pattern.strip() if pattern is not None else None)
 
     def _applies(self, call: ToolCall) -> bool:
-        return fnmatch.fnmatchcase(call.name, self.tool)
+        return self.applies_to(call.name)
+
+    def applies_to(self, tool: str) -> bool:
+        return fnmatch.fnmatchcase(tool, self.tool)
 
     def allows(self, call: ToolCall, args: Any) -> bool:
         """For allow rules: true only if the whole call is covered by the pattern."""
@@ -126,14 +177,23 @@ class Rule:
             return False
         if self.pattern is None:
             return True
+        url = getattr(args, "url", None)
+        if self.pattern.startswith(DOMAIN_PREFIX) and isinstance(url, str):
+            return host_matches(url, self.pattern.removeprefix(DOMAIN_PREFIX))
         command = getattr(args, "command", None)
         if isinstance(command, str):
             commands = plain_commands(command)  # None: not provably plain, so ask
             return commands is not None and all(
                 fnmatch.fnmatchcase(" ".join(words), self.pattern) for words in commands
             )
-        subject = main_argument(args)
-        return subject is not None and fnmatch.fnmatchcase(_clean_path(subject), self.pattern)
+        main = _main_field(args)
+        if main is None:
+            return False
+        field, subject = main
+        if field in _PATH_FIELDS:
+            # A path glob as Claude Code reads it: ``*`` stays within one folder.
+            return path_glob_matches(_clean_path(subject), self.pattern)
+        return fnmatch.fnmatchcase(subject, self.pattern)
 
     def catches(self, call: ToolCall, args: Any) -> bool:
         """For deny and ask rules: true if any part of the call matches the pattern."""
@@ -141,14 +201,24 @@ class Rule:
             return False
         if self.pattern is None:
             return True
+        url = getattr(args, "url", None)
+        if self.pattern.startswith(DOMAIN_PREFIX) and isinstance(url, str):
+            return host_matches(url, self.pattern.removeprefix(DOMAIN_PREFIX))
+        parameter = _parameter_rule(self.pattern, args)
+        if parameter is not None:
+            return _parameter_matches(args, *parameter)
         command = getattr(args, "command", None)
         if isinstance(command, str):
-            pieces = [command.strip(), *command_segments(command)]
-            return any(fnmatch.fnmatchcase(p, self.pattern) for p in pieces)
+            return any(fnmatch.fnmatchcase(p, self.pattern) for p in command_pieces(command))
         subject = main_argument(args)
-        if subject is None:
+        return subject is not None and self.covers_path(subject)
+
+    def covers_path(self, path: str) -> bool:
+        """For deny and ask rules: true if the pattern matches ``path`` as written or
+        cleaned (broad: ``*`` crosses folders here)."""
+        if self.pattern is None:
             return False
-        return any(fnmatch.fnmatchcase(p, self.pattern) for p in (subject, _clean_path(subject)))
+        return any(fnmatch.fnmatchcase(p, self.pattern) for p in (path, _clean_path(path)))
 
 
 def _clean_path(subject: str) -> str:
@@ -157,13 +227,126 @@ def _clean_path(subject: str) -> str:
     return cleaned[2:] if cleaned.startswith("./") else cleaned
 
 
-def main_argument(args: Any) -> str | None:
-    """What a rule pattern is matched against: the command, the path, or the pattern."""
+def path_glob_matches(path: str, pattern: str) -> bool:
+    """A path glob as gitignore (and Claude Code's path rules) reads it: ``*`` and ``?``
+    within one path segment, ``**`` across any number of them. Any other character,
+    ``[`` included, is itself (narrower than a class: this is for allow rules)."""
+    return re.fullmatch(_path_glob_regex(pattern), path, re.DOTALL) is not None
+
+
+def _path_glob_regex(pattern: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("/**", i) and i + 3 == len(pattern):
+            out.append("(?:/.*)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        else:
+            char = pattern[i]
+            out.append({"*": "[^/]*", "?": "[^/]"}.get(char, re.escape(char)))
+            i += 1
+    return "".join(out)
+
+
+def host_matches(url: str, domain: str) -> bool:
+    """Claude Code's ``domain:`` rule on a URL's host: case-insensitive, a trailing dot
+    ignored; ``*`` alone is every host, a leading ``*.`` any subdomain (not the domain
+    itself), any other ``*`` the text within one label (``example.*`` is not
+    ``example.evil.com``)."""
+    try:
+        host = urlsplit(url.strip()).hostname
+    except ValueError:
+        return False
+    if not host:
+        return False
+    host, domain = host.rstrip(".").lower(), domain.strip().rstrip(".").lower()
+    if domain == "*":
+        return True
+    if domain.startswith("*."):
+        return _labels_match(host, domain[2:], suffix=True)
+    return _labels_match(host, domain, suffix=False)
+
+
+def _labels_match(host: str, domain: str, *, suffix: bool) -> bool:
+    """Label by label; with ``suffix``, ``domain`` is matched against the host's last
+    labels and at least one more label must come before them."""
+    host_labels, rule_labels = host.split("."), domain.split(".")
+    if suffix:
+        if len(host_labels) <= len(rule_labels):
+            return False
+        host_labels = host_labels[-len(rule_labels) :]
+    if len(host_labels) != len(rule_labels):
+        return False
+    return all(fnmatch.fnmatchcase(h, r) for h, r in zip(host_labels, rule_labels, strict=True))
+
+
+def _main_field(args: Any) -> tuple[str, str] | None:
     for field in ("command", "path", "file_path", "pattern", "url", "subagent_type"):
         value = getattr(args, field, None)
         if isinstance(value, str):
-            return value
+            return field, value
     return None
+
+
+def main_argument(args: Any) -> str | None:
+    """What a rule pattern is matched against: the command, the path, or the pattern."""
+    main = _main_field(args)
+    return None if main is None else main[1]
+
+
+def _parameter_rule(pattern: str, args: Any) -> tuple[str, str] | None:
+    """``(name, value glob)`` when ``pattern`` is ``name:value`` and ``name`` is an
+    argument of this call's tool (Claude Code's ``Agent(model:opus)``); None otherwise,
+    so ``task(plugin:agent)`` still names an agent type and ``bash(git:*)`` a command."""
+    match = _PARAMETER.match(pattern)
+    if match is None:
+        return None
+    name = match.group(1)
+    main = _main_field(args)
+    if (main is not None and main[0] == name) or name not in _argument_names(args):
+        return None
+    return name, match.group(2).strip()
+
+
+def _argument_names(args: Any) -> Iterable[str]:
+    """The arguments a call's tool takes (a parent or MCP tool's: those given)."""
+    declared = getattr(type(args), "__struct_fields__", None)
+    if declared is not None:
+        return declared
+    return _given_arguments(args).keys()
+
+
+def _given_arguments(args: Any) -> dict[str, Any]:
+    fields = getattr(args, "fields", None)  # an MCP tool's arguments
+    if isinstance(fields, dict):
+        return fields
+    text = getattr(args, "text", None)  # a parent tool's arguments, as JSON text
+    if isinstance(text, str):
+        try:
+            decoded = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return {}
+        return decoded if isinstance(decoded, dict) else {}
+    return {}
+
+
+def _parameter_matches(args: Any, name: str, value: str) -> bool:
+    """The argument, as the model wrote it, against the rule's value glob; an argument
+    left out (None) never matches."""
+    if hasattr(type(args), "__struct_fields__"):
+        given = getattr(args, name, None)
+    else:
+        given = _given_arguments(args).get(name)
+    if given is None or isinstance(given, (dict, list)):
+        return False
+    shown = given if isinstance(given, str) else msgspec.json.encode(given).decode()
+    return fnmatch.fnmatchcase(shown, value)
 
 
 class PermissionPolicy(Hook):
@@ -181,16 +364,22 @@ class PermissionPolicy(Hook):
         self.allow = [Rule.parse(r) for r in allow]
         self.deny = [Rule.parse(r) for r in deny]
         self.ask = [Rule.parse(r) for r in ask]
+        self._read_rules = [*self.deny, *self.ask]  # either keeps a file out of walks
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
         for rule in self.deny:
             if rule.catches(call, args):
                 return Verdict(Decision.DENY, f"denied by the rule {_show(rule)}")
+        read = _read_subjects(call, args)
+        for rule in _covering(self.deny, read):
+            return Verdict(Decision.DENY, f"denied by the rule {_show(rule)} (no reading it)")
         if self.mode is PermissionMode.PLAN and not tool.read_only:
             return Verdict(Decision.DENY, f"{tool.name} changes things and plan mode is read-only")
         for rule in self.ask:
             if rule.catches(call, args):
                 return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
+        for rule in _covering(self.ask, read):
+            return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
         for rule in self.allow:
             if rule.allows(call, args):
                 return ALLOW
@@ -199,6 +388,31 @@ class PermissionPolicy(Hook):
         if self.mode is PermissionMode.ACCEPT_EDITS and tool.name in _EDIT_TOOLS:
             return ALLOW
         return Verdict(Decision.ASK, f"{tool.name} may change files or run commands")
+
+    def hides_from_walks(self, spellings: Sequence[str]) -> bool:
+        """A file a read deny or ask rule covers is not listed nor searched by a walk
+        (Claude Code applies its Read rules to Grep and Glob)."""
+        return any(True for _ in _covering(self._read_rules, spellings))
+
+
+def _read_subjects(call: ToolCall, args: Any) -> list[str]:
+    """The paths a call reads or replaces that a read rule also covers: the file
+    ``edit_file`` and ``write_file`` change (Claude Code's Read deny blocks Edit and Write
+    on that path), the files ``cat``/``head``/… name in a bash line (best effort)."""
+    if call.name in _EDIT_TOOLS:
+        path = main_argument(args)
+        return [path] if path is not None else []
+    command = getattr(args, "command", None)
+    return read_paths(command) if isinstance(command, str) else []
+
+
+def _covering(rules: Iterable[Rule], paths: Sequence[str]) -> Iterable[Rule]:
+    """The read rules (those for ``read_file`` with a path) that cover one of ``paths``."""
+    if not paths:
+        return
+    for rule in rules:
+        if rule.applies_to(READ_TOOL) and any(rule.covers_path(path) for path in paths):
+            yield rule
 
 
 def _show(rule: Rule) -> str:

@@ -9,7 +9,9 @@ workdir, compound commands and functions, a program named by a path (``./git``,
 ``/tmp/x/git`` are other programs than the ``git`` PATH finds), or a wrapper that runs
 another program (``env``, ``xargs``, ``sh -c``; arguments that name one, ``git -c``,
 ``git clone -u``, ``git config alias.x``, ``find -exec``, …: see ``_exec_args``). None
-means "not proved safe": the caller asks (or denies in the background).
+means "not proved safe": the caller asks (or denies in the background). The wrappers
+Claude Code strips (``timeout 30``, ``nice -n 5``, ``nohup``, ``command``, …: see
+``_wrappers``) are taken off first, so the words are those of the command they run.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 from typing import Any
 
 from agentcell.worker._exec_args import runs_another
+from agentcell.worker._wrappers import stripped
 
 #: Programs whose job is to run another program given in their arguments.
 WRAPPERS = frozenset(
@@ -35,6 +38,7 @@ WRAPPERS = frozenset(
         "flock",
         "ionice",
         "nice",
+        "noglob",
         "nohup",
         "nsenter",
         "parallel",
@@ -55,6 +59,7 @@ WRAPPERS = frozenset(
         "xargs",
     }
 )
+_NOT_STRIPPED_IN_BASH = frozenset({"noglob"})
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "fish", "csh", "tcsh", "ash"})
 # Characters whose meaning a parser differential could hide: never in an allowed line.
 _OPAQUE = re.compile(r"`|\$\(|\$\{|<\(|>\(|[\x00-\x08\x0b-\x1f\x7f]")
@@ -135,6 +140,9 @@ def _simple(node: Any) -> list[str]:
         take(part, words)
     if not words:
         raise _NotPlain("no program")
+    # ``timeout 30 npm test`` is judged as ``npm test``, as Claude Code does; zsh's
+    # ``noglob`` is kept: under bash it is whatever program PATH finds by that name.
+    words = stripped(words, keep=_NOT_STRIPPED_IN_BASH)
     program = words[0]
     if "/" in program or program in WRAPPERS or program in SHELLS:
         raise _NotPlain(program)

@@ -8,6 +8,10 @@ command, timeout}]`` shape, which ``parse_hooks`` takes as it is) and ``permissi
 ``Read(./.env)``, ``Edit``, ``mcp__github``), ``defaultMode`` and
 ``additionalDirectories``. Rules are translated into ours (``bash(git diff)``,
 ``read_file(.env)``, ...); a rule for a tool agentcell does not have is named and left out.
+Path rules are anchored as Claude Code anchors them: ``path`` and ``./path`` at the
+working directory, ``/path`` at the settings file's root (``~/.claude`` for the user's
+file, the project for the project's), ``//path`` absolute, ``~/path`` in the home folder.
+A deny or ask rule is never narrower than Claude Code's; an allow rule never broader.
 Every other key (``env``, ``model``, ``statusLine``, ...) is Claude Code's own business.
 
 An untrusted folder's files run nothing and grant nothing: they are ignored with one
@@ -18,8 +22,10 @@ checkout cannot make the parent read, and act on, a file outside it.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,64 @@ _RULE_TOOLS: dict[str, tuple[str, ...]] = {
     "Write": ("write_file",),
 }
 _PATH_TOOLS = frozenset({"read_file", "grep", "glob", "edit_file", "write_file"})
+#: Path rules Claude Code accepts but never consults (it checks Read and Edit rules only):
+#: as allow rules they allow nothing; as deny rules they are kept (broader is safe).
+_UNCONSULTED_PATH_RULES = frozenset({"Write", "MultiEdit", "Glob", "NotebookEdit"})
+#: ``name:value``: Claude Code's rule on one input parameter (deny and ask rules only).
+_PARAMETER = re.compile(r"^(-?[A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*)$", re.DOTALL)
+#: The input parameters of Claude Code's tools, so ``Agent(model:opus)`` is told from a
+#: specifier with a colon in it (``Bash(git:* push)``, ``Agent(plugin:agent)``).
+_CLAUDE_PARAMETERS: dict[str, frozenset[str]] = {
+    "Bash": frozenset(
+        {"command", "timeout", "description", "run_in_background", "dangerouslyDisableSandbox"}
+    ),
+    "Agent": frozenset(
+        {
+            "description",
+            "prompt",
+            "subagent_type",
+            "model",
+            "run_in_background",
+            "isolation",
+            "name",
+            "team_name",
+            "mode",
+            "resume",
+        }
+    ),  # fmt: skip
+    "Read": frozenset({"file_path", "offset", "limit", "pages"}),
+    "Edit": frozenset({"file_path", "old_string", "new_string", "replace_all"}),
+    "Write": frozenset({"file_path", "content"}),
+    "Grep": frozenset(
+        {
+            "pattern",
+            "path",
+            "glob",
+            "type",
+            "output_mode",
+            "-i",
+            "-n",
+            "-A",
+            "-B",
+            "-C",
+            "multiline",
+            "head_limit",
+        }
+    ),  # fmt: skip
+    "Glob": frozenset({"pattern", "path"}),
+    "WebFetch": frozenset({"url", "prompt"}),
+    "WebSearch": frozenset({"query", "allowed_domains", "blocked_domains"}),
+}
+_CLAUDE_PARAMETERS["Task"] = _CLAUDE_PARAMETERS["Agent"]
+#: Each tool's primary field: Claude Code ignores a parameter rule on it (it could be
+#: dodged, ``Bash(command:rm *)`` by a compound command) and so do we.
+_PRIMARY_PARAMETERS = frozenset({"command", "file_path", "path", "notebook_path", "url"})
+#: Claude Code's parameter names where ours differ.
+_OUR_PARAMETER_NAMES = {
+    ("task", "run_in_background"): "background",
+    ("grep", "glob"): "include",
+    ("grep", "-i"): "ignore_case",
+}
 
 
 class SettingsFileError(Exception):
@@ -101,7 +165,10 @@ def claude_settings_layers(
     """(the user's layers, the project's layers, notes): each layer is (origin, table)."""
     notes: list[str] = []
     # The user's own file may be a link (dotfile managers make them): it is followed.
-    user = _layers(home, [USER_FILE], home, notes, beneath=False)
+    # ``./x`` rules hold in the folder the agents work in; ``/x`` ones under ~/.claude.
+    user = _layers(
+        home, [USER_FILE], home, notes, beneath=False, cwd=workdir, root_anchor=home / ".claude"
+    )
     present = [name for name in PROJECT_FILES if os.path.lexists(workdir / name)]
     if present and not trusted:
         for name in present:
@@ -115,7 +182,14 @@ def claude_settings_layers(
 
 
 def _layers(
-    root: Path, names: list[str], base: Path, notes: list[str], *, beneath: bool
+    root: Path,
+    names: list[str],
+    base: Path,
+    notes: list[str],
+    *,
+    beneath: bool,
+    cwd: Path | None = None,
+    root_anchor: Path | None = None,
 ) -> list[tuple[str, dict[str, Any]]]:
     layers = []
     for name in names:
@@ -135,16 +209,24 @@ def _layers(
         if not isinstance(doc, dict):
             notes.append(f"{path}: ignored: the top level is not a JSON object")
             continue
-        table = settings_table(doc, str(path), base, notes)
+        table = settings_table(doc, str(path), base, notes, cwd=cwd, root=root_anchor)
         if table:
             layers.append((str(path), table))
     return layers
 
 
 def settings_table(
-    doc: dict[str, Any], origin: str, base: Path, notes: list[str]
+    doc: dict[str, Any],
+    origin: str,
+    base: Path,
+    notes: list[str],
+    *,
+    cwd: Path | None = None,
+    root: Path | None = None,
 ) -> dict[str, Any]:
-    """Our settings from one Claude Code settings document."""
+    """Our settings from one Claude Code settings document. ``base``: the folder its
+    relative ``additionalDirectories`` are in; ``cwd``: where ``./path`` rules are
+    anchored, ``root``: where ``/path`` ones are (both ``base`` unless given)."""
     table: dict[str, Any] = {}
     hooks = doc.get("hooks")
     if isinstance(hooks, dict):
@@ -155,7 +237,8 @@ def settings_table(
             table["hooks"] = _with_origin(known, origin)
     permissions = doc.get("permissions")
     if isinstance(permissions, dict):
-        table.update(_permissions(permissions, origin, base, notes))
+        anchors = (cwd or base, root or base)
+        table.update(_permissions(permissions, origin, base, notes, anchors))
     return table
 
 
@@ -171,16 +254,28 @@ def _with_origin(hooks: dict[str, Any], origin: str) -> dict[str, Any]:
 
 
 def _permissions(
-    permissions: dict[str, Any], origin: str, base: Path, notes: list[str]
+    permissions: dict[str, Any],
+    origin: str,
+    base: Path,
+    notes: list[str],
+    anchors: tuple[Path, Path],
 ) -> dict[str, Any]:
     table: dict[str, Any] = {}
+    cwd, root = anchors
     for kind in ("allow", "deny", "ask"):
         rules = permissions.get(kind)
         if not isinstance(rules, list):
             continue
         ours: list[str] = []
         for rule in rules:
-            translated = translate_rule(rule, base) if isinstance(rule, str) else None
+            why: list[str] = []
+            translated = (
+                translate_rule(rule, cwd, kind=kind, root=root, notes=why)
+                if isinstance(rule, str)
+                else None
+            )
+            for line in why:
+                notes.append(f"{origin}: permissions.{kind}: {rule!r} {line}")
             if translated is None:
                 notes.append(
                     f"{origin}: permissions.{kind}: {rule!r} left out: agentcell has no such tool"
@@ -204,54 +299,171 @@ def _permissions(
     return table
 
 
-def translate_rule(rule: str, base: Path) -> list[str] | None:
-    """One Claude Code permission rule as our rules (None: no tool of ours it names).
+def translate_rule(
+    rule: str,
+    base: Path,
+    *,
+    kind: str = "deny",
+    root: Path | None = None,
+    notes: list[str] | None = None,
+) -> list[str] | None:
+    """One Claude Code permission rule as our rules (None: no tool of ours it names; an
+    empty list: a rule left out for the reason added to ``notes``).
     ``Bash(npm run test:*)`` (a prefix) is ``bash(npm run test)`` and
     ``bash(npm run test *)``; a path rule holds for the path as the model may spell it:
-    relative to the project, and absolute."""
+    relative to ``base`` (the working directory), and absolute. ``kind`` is ``allow``,
+    ``deny`` or ``ask``: where Claude Code reads them differently, a deny or ask rule is
+    kept at least as broad, an allow rule at most as broad. ``root``: where ``/path``
+    rules are anchored (``base`` unless given)."""
     # Imported here: the definitions package reads this one's hook parser when it loads.
     from agentcell.orchestrator.definitions import is_known_tool, is_mcp_tool, map_tool_name
 
+    said = notes if notes is not None else []
     name, _, rest = rule.strip().partition("(")
     name = name.strip()
     spec = rest[:-1].strip() if rest.endswith(")") else None
     if rest and spec is None:
         return None
+    if _is_name_glob(name):
+        return _name_glob_rules(name, spec, kind, said)
     tools = _RULE_TOOLS.get(name) or (map_tool_name(name),)
     if not all(is_known_tool(tool) or is_mcp_tool(tool) for tool in tools):
         return None
     if spec is None or spec in ("", "*"):
         # ``mcp__github`` alone is every tool of that server, in Claude Code.
         return [f"{t}__*" if is_mcp_tool(t) and "__" not in t[5:] else t for t in tools]
+    parameter = _claude_parameter(name, spec)
+    if parameter is not None:
+        return _parameter_rules(name, tools, parameter, kind, said)
     if tools == ("bash",):
         return [f"bash({pattern})" for pattern in _command_patterns(spec)]
     if tools == ("web_fetch",) and spec.startswith("domain:"):
-        # A glob on the URL (the parent fetches only URLs written plainly: lower-case
-        # host, no user part, so a deny rule cannot be dodged by spelling).
-        domain = spec.removeprefix("domain:").strip().lower()
-        forms = ("{s}://{d}", "{s}://{d}/*", "{s}://{d}:*", "{s}://{d}?*")
-        return [f"web_fetch({f.format(s=s, d=domain)})" for s in ("http", "https") for f in forms]
+        # Matched against the URL's host in the child (``host_matches``).
+        return [f"web_fetch(domain:{spec.removeprefix('domain:').strip()})"]
     if all(tool in _PATH_TOOLS for tool in tools):
-        return [f"{tool}({pattern})" for tool in tools for pattern in _path_patterns(spec, base)]
+        if kind == "allow" and name in _UNCONSULTED_PATH_RULES:
+            said.append(
+                "left out: Claude Code never consults a path rule for this tool (write "
+                "Edit(...) or Read(...) instead)"
+            )
+            return []
+        patterns = _path_patterns(spec, base, root or base, kind=kind)
+        return [f"{tool}({pattern})" for tool in tools for pattern in patterns]
     return [f"{tool}({spec})" for tool in tools]
 
 
+def _is_name_glob(name: str) -> bool:
+    """A wildcard in the tool-name position, except after a literal ``mcp__server__``
+    (``mcp__github__get_*`` is that server's tools, a name like any other)."""
+    if not any(char in name for char in "*?["):
+        return False
+    server = name.removeprefix("mcp__").split("__", 1)
+    return not (name.startswith("mcp__") and len(server) == 2 and not _is_glob(server[0]))
+
+
+def _is_glob(text: str) -> bool:
+    return any(char in text for char in "*?[")
+
+
+def _name_glob_rules(name: str, spec: str | None, kind: str, notes: list[str]) -> list[str]:
+    """``*`` (every tool), ``mcp__*`` (every MCP tool), ``Web*``: deny and ask rules
+    hold for every tool the glob names; Claude Code skips such an allow rule."""
+    from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, KNOWN_TOOLS
+
+    if kind == "allow":
+        notes.append("left out: Claude Code allows nothing by a tool-name wildcard")
+        return []
+    if spec not in (None, "", "*"):
+        # Broader than asked, never narrower: a deny rule may stay broad.
+        notes.append("holds for every call of the tools it names: its specifier is not read")
+    if name == "*":
+        return ["*"]
+    claude_names = {m for c, m in CLAUDE_TOOL_NAMES.items() if fnmatch.fnmatchcase(c, name)}
+    ours = sorted(claude_names | {t for t in KNOWN_TOOLS if fnmatch.fnmatchcase(t, name)})
+    if name.startswith("mcp__"):
+        ours.append(name if name.count("__") >= 2 else f"{name}__*")  # like ``mcp__github``
+    elif fnmatch.fnmatchcase("mcp__server__tool", name):
+        ours.append(name)  # ``m*``: MCP tools' names are ours as they are
+    return ours
+
+
+def _claude_parameter(name: str, spec: str) -> tuple[str, str] | None:
+    """``(parameter, value)`` when ``spec`` is one of Claude Code's parameter rules."""
+    match = _PARAMETER.match(spec)
+    if match is None or match.group(1) not in _CLAUDE_PARAMETERS.get(name, ()):
+        return None
+    return match.group(1), match.group(2).strip()
+
+
+def _parameter_rules(
+    name: str, tools: tuple[str, ...], parameter: tuple[str, str], kind: str, notes: list[str]
+) -> list[str]:
+    """``Agent(model:opus)`` → ``task(model:opus)``: the call's own argument is matched
+    (``worker._hooks``). Left out, with the reason, where Claude Code ignores it or our
+    tool has no such argument (no call could ever set it here)."""
+    field, value = parameter
+    if kind == "allow":
+        notes.append("left out: Claude Code matches a parameter in deny and ask rules only")
+        return []
+    if field in _PRIMARY_PARAMETERS:
+        notes.append(f"left out: Claude Code ignores a rule on {name}'s main field {field!r}")
+        return []
+    rules = []
+    for tool in tools:
+        ours = _OUR_PARAMETER_NAMES.get((tool, field), field)
+        if ours in _our_parameters(tool):
+            rules.append(f"{tool}({ours}:{value})")
+        else:
+            notes.append(f"matches nothing here: agentcell's {tool} has no {field!r} argument")
+    return rules
+
+
+def _our_parameters(tool: str) -> frozenset[str]:
+    """The arguments our tool takes."""
+    from agentcell.orchestrator.delegation._task_args import TaskArgs
+    from agentcell.worker.tools import builtin_tools
+
+    fields = {t.name: t.Args.__struct_fields__ for t in builtin_tools()}
+    fields["task"] = TaskArgs.__struct_fields__
+    fields["web_fetch"] = ("url", "prompt")
+    return frozenset(fields.get(tool, ()))
+
+
 def _command_patterns(spec: str) -> list[str]:
+    """``git push:*`` and ``git push *``: the prefix, alone or followed by a space
+    (Claude Code's word boundary: ``ls *`` is ``ls`` and ``ls -la``, not ``lsof``)."""
     if spec.endswith(":*"):
         prefix = spec[:-2].rstrip()
         return [prefix, f"{prefix} *"]
+    if spec.endswith(" *") and spec[:-2].strip():
+        return [spec[:-2].rstrip(), spec]
     return [spec]
 
 
-def _path_patterns(spec: str, base: Path) -> list[str]:
-    """Claude Code's path rule forms: ``//abs``, ``~/in-home``, ``/from-the-project`` and
-    ``./relative`` or ``relative`` (a name without a slash matches at any depth)."""
+def _path_patterns(spec: str, cwd: Path, root: Path, *, kind: str) -> list[str]:
+    """Claude Code's path rule forms: ``//abs``, ``~/in-home``, ``/under-the-root`` (the
+    settings file's) and ``./relative`` or ``relative`` (at the working directory; a name
+    without a slash, and for deny and ask rules a ``dir/**``, match at any depth)."""
     if spec.startswith("//"):
         return [spec[1:]]
     if spec.startswith("~/"):
         return [str(Path(spec).expanduser())]
-    relative = spec.lstrip("/") if spec.startswith("/") else spec.removeprefix("./")
-    patterns = [relative, f"{base.resolve()}/{relative}"]
+    if spec.startswith("/"):
+        anchored = f"{root.resolve()}{spec}"
+        # The model may spell the same files relative to the working directory.
+        return [spec.lstrip("/"), anchored] if root.resolve() == cwd.resolve() else [anchored]
+    relative = spec.removeprefix("./")
+    patterns = [relative, f"{cwd.resolve()}/{relative}"]
     if "/" not in relative:
-        patterns.append(f"*/{relative}")
+        # Any depth. Our deny globs' ``*`` crosses folders; an allow glob's does not.
+        patterns += (
+            [f"*/{relative}"]
+            if kind != "allow"
+            else [
+                f"**/{relative}",
+                f"{cwd.resolve()}/**/{relative}",
+            ]
+        )
+    elif kind != "allow" and re.fullmatch(r"[^/*?\[]+/\*\*", relative):
+        patterns.append(f"*/{relative}")  # ``secrets/**``: a ``secrets`` folder anywhere
     return patterns

@@ -50,6 +50,9 @@ class ToolContext:
     preexec: Callable[[], None] | None = None
     # Folders outside the workdir the file tools may reach too (the agent's memory folder).
     extra_roots: tuple[Path, ...] = ()
+    # Files a folder walk (glob, grep) passes over, given the absolute path: those the
+    # read rules cover (None: none).
+    hidden: Callable[[str], bool] | None = None
 
 
 class Tool(abc.ABC):

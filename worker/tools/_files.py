@@ -22,6 +22,7 @@ import msgspec
 from agentcell.worker.tools._base import Tool, ToolContext, ToolError, ToolOutput, truncate_output
 from agentcell.worker.tools._glob import GlobMatcher, _split_literal_prefix
 from agentcell.worker.tools._paths import (
+    is_hidden,
     is_inside,
     open_beneath,
     real_root,
@@ -148,6 +149,9 @@ class ReadFile(Tool):
     read_only = True
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        # The rules judged the path as written; a link's target is judged here.
+        if is_hidden(ctx.hidden, str(resolve_inside(ctx.workdir, args.path, ctx.extra_roots))):
+            raise ToolError(f"{args.path} leads to a file a read rule covers: not read")
         text = await asyncio.to_thread(
             _read_numbered, ctx.workdir, args.path, args.offset, args.limit, ctx.extra_roots
         )
@@ -441,7 +445,9 @@ class Glob(Tool):
         prefix, rest = _split_literal_prefix(args.pattern.strip())
         matcher = GlobMatcher(rest, label=args.pattern)
         found = await _in_thread(
-            lambda stop: _glob_scan(ctx.workdir, args.path, prefix, matcher, stop)
+            lambda stop: _glob_scan(
+                ctx.workdir, args.path, prefix, matcher, stop, hidden=ctx.hidden
+            )
         )
         where = f" under {args.path}" if args.path else ""
         if not found:
@@ -456,7 +462,13 @@ class Glob(Tool):
 
 
 def _glob_scan(
-    workdir: Path, path: str | None, prefix: str, matcher: GlobMatcher, stop: threading.Event
+    workdir: Path,
+    path: str | None,
+    prefix: str,
+    matcher: GlobMatcher,
+    stop: threading.Event,
+    *,
+    hidden: Callable[[str], bool] | None = None,
 ) -> list[str]:
     """Files under ``path``/``prefix`` whose path below that start matches, sorted."""
     base = resolve_inside(workdir, path or ".")
@@ -470,7 +482,7 @@ def _glob_scan(
         return []
     root = real_root(workdir)
     found = []
-    for full in walk_files(root, str(start), stop, matcher.max_depth):
+    for full in walk_files(root, str(start), stop, matcher.max_depth, hidden):
         if matcher.matches(relative_to_root(str(start), full)):
             found.append(relative_to_root(root, full))
     return sorted(found)
@@ -518,7 +530,13 @@ class Grep(Tool):
         shown = args.path or "the working directory"
         matches, capped = await _in_thread(
             lambda stop: _grep_scan(
-                ctx.workdir, args.path, regex, include, limit=args.max_results, stop=stop
+                ctx.workdir,
+                args.path,
+                regex,
+                include,
+                limit=args.max_results,
+                stop=stop,
+                hidden=ctx.hidden,
             )
         )
         if not matches:
@@ -539,6 +557,7 @@ def _grep_scan(
     *,
     limit: int,
     stop: threading.Event,
+    hidden: Callable[[str], bool] | None = None,
 ) -> tuple[list[str], bool]:
     """Matching lines as ``relpath:lineno:line``, and whether ``limit`` cut the search."""
     target = resolve_inside(workdir, path or ".")
@@ -550,11 +569,13 @@ def _grep_scan(
         _require_regular(st, str(path))
         if _is_binary_file(target, str(path)):
             raise ToolError(f"{path} is a binary file; grep only searches text")
+        if is_hidden(hidden, str(target)):  # a link to a file a read rule covers
+            raise ToolError(f"{path} is covered by a read rule: grep does not search it")
         shown = relative_to_root(root, str(target))
         capped = _grep_file(str(target), shown, regex, matches=matches, limit=limit, stop=stop)
         return matches, capped
     by_path = include is not None and "/" in include.pattern
-    for full in walk_files(root, str(target), stop):
+    for full in walk_files(root, str(target), stop, hidden=hidden):
         if include is not None:
             rel = relative_to_root(str(target), full) if by_path else os.path.basename(full)
             if not include.matches(rel):

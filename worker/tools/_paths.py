@@ -19,7 +19,7 @@ import errno
 import os
 import stat
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from agentcell.worker.tools._base import ToolError
@@ -101,17 +101,29 @@ def _regular_inside(root: str, path: str) -> bool:
 
 
 def walk_files(
-    root: str, start: str, stop: threading.Event, max_depth: int | None = None
+    root: str,
+    start: str,
+    stop: threading.Event,
+    max_depth: int | None = None,
+    hidden: Callable[[str], bool] | None = None,
 ) -> Iterator[str]:
     """Regular files under ``start``, sorted directory by directory, never leaving ``root``.
 
     Symlinked directories are not descended into (an inside target is walked at its real
     place anyway, and this rules out loops); a symlinked file is yielded, under its own
     name, only if it resolves inside ``root``. VCS directories are skipped. ``max_depth``
-    limits how many path segments below ``start`` a yielded file may have.
+    limits how many path segments below ``start`` a yielded file may have. A file or
+    folder ``hidden`` names (a read rule covers it, under its name or a link's target) is
+    passed over.
     """
     for dirpath, dirnames, filenames in os.walk(start):
-        dirnames[:] = sorted(d for d in dirnames if d not in VCS_DIRS and d not in RECORD_DIRS)
+        dirnames[:] = sorted(
+            d
+            for d in dirnames
+            if d not in VCS_DIRS
+            and d not in RECORD_DIRS
+            and not is_hidden(hidden, os.path.join(dirpath, d))
+        )
         if max_depth is not None:
             depth = 0 if dirpath == start else os.path.relpath(dirpath, start).count(os.sep) + 1
             if depth + 1 >= max_depth:
@@ -122,8 +134,19 @@ def walk_files(
             if name in VCS_DIRS:
                 continue  # a .git file (worktrees, submodules) is VCS plumbing too
             full = os.path.join(dirpath, name)
-            if _regular_inside(root, full):
+            if _regular_inside(root, full) and not is_hidden(hidden, full):
                 yield full
+
+
+def is_hidden(hidden: Callable[[str], bool] | None, path: str) -> bool:
+    """True if ``hidden`` names ``path`` or, for a link, the file it leads to (a link to
+    a denied file is as denied as the file)."""
+    if hidden is None:
+        return False
+    if hidden(path):
+        return True
+    target = os.path.realpath(path)
+    return target != path and hidden(target)
 
 
 # --- opening beneath the working directory, atomically -------------------------------
