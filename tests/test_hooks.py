@@ -301,9 +301,9 @@ def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
     ignored = "2 ignored — this folder is not trusted; run `agentcell trust` in it"
     text = cli("agents", "show", "guarded").splitlines()
     [line] = [line for line in text if line.strip().startswith("hooks ")]
-    assert ignored in line and "PreToolUse (1), Stop (1)" in line
+    assert ignored in line and "PreToolUse (1), SubagentStop (1)" in line
     shown = json.loads(cli("agents", "show", "guarded", "--json"))
-    assert shown["hooks"] == ["PreToolUse (1)", "Stop (1)"]
+    assert shown["hooks"] == ["PreToolUse (1)", "SubagentStop (1)"]
     assert shown["hooks_ignored"].startswith(ignored)
     lines = cli("agents", "validate").splitlines()
     said = [line for line in lines if "hooks:" in line]
@@ -312,7 +312,8 @@ def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
 
     cli("trust")
     shown = json.loads(cli("agents", "show", "guarded", "--json"))
-    assert shown["hooks"] == ["PreToolUse (1)", "Stop (1)"] and shown["hooks_ignored"] is None
+    assert shown["hooks"] == ["PreToolUse (1)", "SubagentStop (1)"]
+    assert shown["hooks_ignored"] is None
     assert "hooks:" not in cli("agents", "validate")
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -113,7 +114,7 @@ def load_settings(
     if user.is_file():
         user_table = _read_toml(user)
         layers.append((str(user), user_table))
-    mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=trusted)
+    mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=trusted, env=env)
     for line in [*mcp_notes, *claude_notes]:
         log.warning("%s", line)
     if notices is not None:
@@ -188,10 +189,12 @@ def _no_limit_as_none(table: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _mcp_json_layer(
-    workdir: Path, *, trusted: bool
+    workdir: Path, *, trusted: bool, env: Mapping[str, str]
 ) -> tuple[tuple[str, dict[str, Any]] | None, list[str]]:
     """The project's ``.mcp.json`` as a settings layer (below its agentcell.toml), with
-    every server that is not usable left out and named; nothing in an untrusted folder."""
+    every server that is not usable left out and named; nothing in an untrusted folder.
+    Its ``${VAR}`` references are expanded from ``env`` only past the trust check: an
+    untrusted file could send the user's keys anywhere in a URL or a header."""
     path = workdir / ".mcp.json"
     if not path.is_file():
         return None, []
@@ -200,7 +203,7 @@ def _mcp_json_layer(
             f"{path}: MCP servers ignored: they run commands outside the sub-agents' "
             "sandboxes; this folder is not trusted (run 'agentcell trust' in it to use them)"
         ]
-    tables, notes = read_mcp_json(path, root=workdir)
+    tables, notes = read_mcp_json(path, root=workdir, environ=env)
     servers: dict[str, Any] = {}
     for name, table in tables.items():
         try:
@@ -313,7 +316,14 @@ def _read_toml(path: Path, *, root: Path | None = None) -> dict[str, Any]:
         raise ConfigError([f"{path}: cannot read it: {exc.strerror}"]) from None
 
 
+#: An MCP server's own environment and headers: a TOKEN there is the server's (Claude
+#: Code's .mcp.json fills it from the environment with ``${VAR}``), not a model key.
+_SERVER_OWN = re.compile(r"mcp_servers\.[^.]+\.(?:env|headers)\.")
+
+
 def _secret_problems(table: Mapping[str, Any], origin: str, prefix: str = "") -> list[str]:
+    if _SERVER_OWN.fullmatch(prefix):
+        return []
     found = []
     for key, value in table.items():
         where = f"{prefix}{key}"

@@ -5,11 +5,19 @@ default type) or ``{type: http, url, headers}`` for a streamable HTTP one. A pro
 servers (its ``.mcp.json`` and its ``agentcell.toml`` table) run commands of the
 project's choosing outside the sub-agents' sandboxes, so they are honoured only in a
 trusted folder (see ``_trust``).
+
+A ``.mcp.json`` may write ``${VAR}`` and ``${VAR:-default}`` in ``command``, ``args``,
+``env``, ``url`` and ``headers`` (Claude Code's expansion). Expanding puts the user's
+environment where the file says: into a URL or a header sent to any host. So only a
+caller that has decided the file is trusted passes ``environ`` to ``read_mcp_json``;
+without it nothing is expanded.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -70,11 +78,14 @@ def config_problems(exc: ValidationError) -> str:
 
 
 def read_mcp_json(
-    path: Path, *, root: Path | None = None
+    path: Path, *, root: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The server tables of a ``.mcp.json`` (``{"mcpServers": {NAME: {...}}}``) and one
     line per server skipped (bad JSON skips the file). Keys agentcell does not use
-    (Claude Code's ``cwd``, ``oauth``, ...) are left out, and named."""
+    (Claude Code's ``cwd``, ``oauth``, ...) are left out, and named.
+
+    ``environ``: expand ``${VAR}`` references from it. Give it only for a file of a
+    trusted folder (see the module's doc); None leaves every reference as written."""
     try:
         # Opened beneath its project (``root``, by default its folder): no link out.
         data = json.loads(read_beneath(path.parent if root is None else root, path))
@@ -95,5 +106,54 @@ def read_mcp_json(
         unused = sorted(set(entry) - known)
         if unused:
             notes.append(f"{path}: MCP server {name!r}: {', '.join(unused)} not used by agentcell")
-        servers[str(name)] = {k: v for k, v in entry.items() if k in known}
+        server = {k: v for k, v in entry.items() if k in known}
+        if environ is not None:
+            server = expand_server(server, environ, f"{path}: MCP server {name!r}", notes)
+        servers[str(name)] = server
     return servers, notes
+
+
+#: ``${VAR}`` or ``${VAR:-default}``: a shell-style name, and a default up to the first '}'.
+_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+#: The keys Claude Code expands references in (mcp.md, "Environment variable expansion").
+EXPANDED_KEYS = ("command", "args", "env", "url", "headers")
+
+
+def expand_server(
+    server: Mapping[str, Any], environ: Mapping[str, str], where: str, notes: list[str]
+) -> dict[str, Any]:
+    """``server`` with the references in ``EXPANDED_KEYS`` expanded from ``environ``.
+
+    As in Claude Code, a variable that is not set and has no default stays as written
+    (the server still loads) and is named, once per server and variable, in ``notes``.
+    Values of other types are left for validation to judge."""
+    missing: list[str] = []
+
+    def expand(value: Any) -> Any:
+        if isinstance(value, str):
+            return _REFERENCE.sub(lambda m: _value_of(m, environ, missing), value)
+        if isinstance(value, list):
+            return [expand(item) for item in value]
+        if isinstance(value, dict):
+            return {key: expand(item) for key, item in value.items()}
+        return value
+
+    expanded = {
+        key: expand(value) if key in EXPANDED_KEYS else value for key, value in server.items()
+    }
+    for variable in dict.fromkeys(missing):
+        notes.append(
+            f"{where}: ${{{variable}}} is not set and has no default, so it is passed as "
+            f"written: set {variable}, or write ${{{variable}:-default}}"
+        )
+    return expanded
+
+
+def _value_of(match: re.Match[str], environ: Mapping[str, str], missing: list[str]) -> str:
+    variable, default = match.group(1), match.group(2)
+    if variable in environ:
+        return environ[variable]
+    if default is not None:
+        return default
+    missing.append(variable)
+    return match.group(0)

@@ -11,13 +11,16 @@ frontmatter key in either spelling)::
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
+from agentcell.orchestrator.definitions._claude_compat import claude_notes
 from agentcell.orchestrator.definitions._loader import field_for_key
 from agentcell.orchestrator.definitions._model import AgentDefinition, validation_messages
 from pydantic import ValidationError
 
 SOURCE = "--agents"
+log = logging.getLogger("agentcell.definitions")
 
 
 def definitions_from_json(text: str) -> list[AgentDefinition]:
@@ -51,6 +54,9 @@ def definitions_from_json(text: str) -> list[AgentDefinition]:
             definitions.append(AgentDefinition(**values))
         except ValidationError as exc:
             problems += [f"{SOURCE} {name}: {m}" for m in validation_messages(exc, keys=spelled)]
+            continue
+        for note in claude_notes(values, spelled):  # Claude Code values approximated
+            log.warning("%s %s: %s", SOURCE, name, note)
     if problems:
         raise ValueError("\n".join(problems))
     return definitions

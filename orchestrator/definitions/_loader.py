@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import yaml
 from agentcell.orchestrator._host_rules import parse_rules
+from agentcell.orchestrator.definitions._claude_compat import claude_notes
 from agentcell.orchestrator.definitions._model import (
     AgentDefinition,
     agent_slug,
@@ -457,6 +458,8 @@ def _build(
         raise _Skip(*lines) from None
     if renamed:
         diagnostics.append(Diagnostic("warning", path, renamed))
+    # Claude Code values run as their nearest agentcell behaviour: said, once per file.
+    diagnostics.extend(Diagnostic("warning", path, note) for note in claude_notes(values, spelled))
     diagnostics.extend(Diagnostic(level, path, note) for level, note in _notes(definition))
     return definition
 

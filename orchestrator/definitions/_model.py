@@ -14,6 +14,11 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from agentcell.orchestrator.config import McpServerConfig, parse_hooks
+from agentcell.orchestrator.definitions._claude_compat import (
+    claude_effort,
+    claude_hooks,
+    claude_permission_mode,
+)
 from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
     is_mcp_tool,
@@ -351,13 +356,20 @@ class AgentDefinition(BaseModel):
     def _hooks(cls, value: object) -> dict[str, Any]:
         if value is None:
             return {}
-        parse_hooks(value, "hooks", notes=[])  # the shape; running them is the parent's job
-        return dict(value)  # type: ignore[call-overload]
+        hooks = claude_hooks(value)  # Claude Code's Stop is SubagentStop for a sub-agent
+        parse_hooks(hooks, "hooks", notes=[])  # the shape; running them is the parent's job
+        return dict(hooks)  # type: ignore[call-overload]
 
-    @field_validator("memory", "effort", mode="before")
+    @field_validator("memory", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("effort", mode="before")
+    @classmethod
+    def _effort(cls, value: object) -> object:
+        level, _approximated = claude_effort(value)  # the loader says what changed
+        return level.strip().lower() if isinstance(level, str) else level
 
     @field_validator("description", "system_prompt", "initial_prompt", "color", mode="before")
     @classmethod
@@ -425,14 +437,17 @@ class AgentDefinition(BaseModel):
     def _permission_mode(cls, value: object) -> str | None:
         if value is None:
             return None
+        # Claude Code's auto, dontAsk, manual: the nearest mode that is not looser (the
+        # loader says which).
+        mode, _approximated = claude_permission_mode(value)
         try:
-            if not isinstance(value, str):
+            if not isinstance(mode, str):
                 raise ValueError
-            return PermissionMode.parse(value).value
+            return PermissionMode.parse(mode).value
         except ValueError:
             raise ValueError(
-                f"must be one of {_MODES} (or Claude's acceptEdits, bypassPermissions), "
-                f"got {value!r}"
+                f"must be one of {_MODES} (or Claude's acceptEdits, bypassPermissions, auto, "
+                f"dontAsk, manual), got {value!r}"
             ) from None
 
     @field_validator("timeout_s", mode="before")

@@ -19,14 +19,17 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import reprlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
+from agentcell.orchestrator.config import name_once
 from agentcell.orchestrator.definitions._tool_policy import (
     SKILL_TOOL,
     means_all_tools,
     normalize_tool_names,
+    split_tool_entries,
 )
 from agentcell.worker import OutsideRoot, read_beneath
 
@@ -42,6 +45,11 @@ class Skill:
     description: str
     body: str
     path: str
+    # Claude Code's ``disallowed-tools``, as agentcell names tools. Read, not yet applied:
+    # the tools a run gets are settled where it is prepared (see ``SKILL_KEYS_NOT_APPLIED``).
+    disallowed_tools: tuple[str, ...] = ()
+    # One line per frontmatter key agentcell does not apply, naming the file and the key.
+    notes: tuple[str, ...] = ()
 
     @property
     def folder(self) -> str:
@@ -65,6 +73,18 @@ def skill_dirs(project_dir: Path, *, home: Path | None = None) -> list[Path]:
     ]
 
 
+#: Skill frontmatter keys Claude Code acts on and agentcell does not (by their folded
+#: spelling: lower case, no '-' or '_'), and what that means. A guard written for Claude
+#: Code must not do nothing silently, so each one found is named once (``name_once``).
+SKILL_KEYS_NOT_APPLIED: dict[str, str] = {
+    "hooks": "hooks in a skill are not run by agentcell; put them in the agent file or settings",
+    "disallowedtools": "not applied: agentcell does not take tools away while a skill is "
+    "active; put them in the agent file's disallowedTools or a deny rule in settings",
+    "allowedtools": "ignored: agentcell does not pre-approve tools for a skill (a project's "
+    "skill could grant itself anything); add allow rules to your settings instead",
+}
+
+
 def find_skill(name: str, project_dir: Path, *, home: Path | None = None) -> Skill | str:
     """The skill named ``name``, or one line saying why there is none."""
     if not _SAFE_NAME.match(name) or ".." in name:
@@ -81,7 +101,7 @@ def find_skill(name: str, project_dir: Path, *, home: Path | None = None) -> Ski
             return f"skill {name!r}: {exc}: the agent runs without it"
         except (OSError, UnicodeDecodeError) as exc:
             return f"skill {name!r}: cannot read {path} ({exc}): the agent runs without it"
-        return parse_skill(text, name=name, path=str(path))
+        return _said(parse_skill(text, name=name, path=str(path)))
     where = ", ".join(str(folder) for folder in searched)
     return (
         f"skill {name!r} not found (looked for {name}/SKILL.md in {where}): the agent runs "
@@ -96,9 +116,12 @@ def _read_skill(path: Path, root: Path | None) -> str:
 
 
 def parse_skill(text: str, *, name: str, path: str) -> Skill:
-    """A SKILL.md's frontmatter and body; a frontmatter that is not YAML is kept as body."""
+    """A SKILL.md's frontmatter and body; a frontmatter that is not YAML is kept as body.
+    Keys agentcell does not apply are in ``notes``; a malformed value is a note too."""
     description = ""
     body = text
+    disallowed: tuple[str, ...] = ()
+    notes: list[str] = []
     match = _FRONTMATTER.match(text)
     if match is not None:
         try:
@@ -109,11 +132,85 @@ def parse_skill(text: str, *, name: str, path: str) -> Skill:
             body = text[match.end() :]
             name = str(meta.get("name") or name).strip()
             description = str(meta.get("description") or "").strip()
+            disallowed, notes = _unapplied_keys(meta, path)
     if len(body) > SKILL_MAX_CHARS:
         body = body[:SKILL_MAX_CHARS] + (
             f"\n\n[... skill cut at {SKILL_MAX_CHARS} characters; the rest is in {path}]"
         )
-    return Skill(name=name, description=description, body=body, path=path)
+    return Skill(
+        name=name,
+        description=description,
+        body=body,
+        path=path,
+        disallowed_tools=disallowed,
+        notes=tuple(notes),
+    )
+
+
+def _unapplied_keys(meta: dict[object, object], path: str) -> tuple[tuple[str, ...], list[str]]:
+    """The skill's ``disallowed-tools`` (agentcell's names), and one line per key in
+    ``SKILL_KEYS_NOT_APPLIED`` that the frontmatter sets."""
+    disallowed: tuple[str, ...] = ()
+    notes: list[str] = []
+    for key, value in meta.items():
+        folded = str(key).lower().replace("-", "").replace("_", "")
+        meaning = SKILL_KEYS_NOT_APPLIED.get(folded)
+        if meaning is None or value is None:
+            continue
+        if folded == "hooks":
+            notes.append(f"{path}: {key}: {meaning}")
+            continue
+        names = _tool_names(value)
+        if names is None:
+            notes.append(
+                f"{path}: {key}: {reprlib.repr(value)} is not a list of tool names (write "
+                f"'Bash, Edit' or a YAML list); {meaning}"
+            )
+            continue
+        if folded == "disallowedtools":
+            disallowed = tuple(normalize_tool_names(names))
+        notes.append(f"{path}: {key} ({', '.join(names)}): {meaning}")
+    return disallowed, notes
+
+
+def _tool_names(value: object) -> list[str] | None:
+    """Claude Code's tool list for a skill: a space- or comma-separated string (spaces
+    inside ``Bash(git add *)`` do not split) or a list of names; None for anything else."""
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return [item.strip() for item in value if item.strip()]
+    if not isinstance(value, str):
+        return None
+    return [
+        word
+        for entry in split_tool_entries(value)
+        for word in _split_outside_parentheses(entry)
+        if word
+    ]
+
+
+def _split_outside_parentheses(text: str) -> list[str]:
+    """``Bash(git add *) Read`` → ``['Bash(git add *)', 'Read']``."""
+    words: list[str] = []
+    depth, current = 0, ""
+    for char in text:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth = max(depth - 1, 0)
+        if char.isspace() and depth == 0:
+            words.append(current)
+            current = ""
+        else:
+            current += char
+    return [word for word in [*words, current] if word]
+
+
+def _said(skill: Skill) -> Skill:
+    """``skill``, its notes logged (each line once per process): they name keys a guard
+    may rely on, so they must not go unsaid."""
+    for note in skill.notes:
+        name_once(note)
+    return skill
 
 
 def load_skills(
@@ -208,7 +305,7 @@ def find_skill_in(folder: Path, name: str) -> Skill | str:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         return f"skill {name!r}: cannot read {path} ({exc})"
-    return parse_skill(text, name=name, path=str(path))
+    return _said(parse_skill(text, name=name, path=str(path)))
 
 
 def skill_offer(
