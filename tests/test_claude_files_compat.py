@@ -339,3 +339,27 @@ def test_a_server_env_token_in_a_trusted_mcp_json_is_not_refused_as_a_model_key(
     home, work = project(tmp_path, {"db": SERVERS["db"]}, trusted=True)
     settings, _ = load_settings(workdir=work, home=home, env={"DB_TOKEN": "t"})
     assert settings.mcp_servers["db"].env == {"TOKEN": "t"}
+
+
+@pytest.mark.parametrize(
+    ("claude", "ours", "said"),
+    [
+        ("manual", "default", False),
+        ("auto", "default", True),
+        ("dontAsk", "plan", True),
+        ("acceptEdits", "accept_edits", False),
+    ],
+)
+def test_a_settings_files_default_mode_runs_no_looser(
+    tmp_path: Path, claude: str, ours: str, said: bool
+) -> None:
+    """``defaultMode`` in a Claude Code settings file reads as an agent file's
+    ``permissionMode`` does: before, ``dontAsk`` was left out, and the run took the next
+    layer's mode, which may ask a person what the author meant denied."""
+    from agentcell.orchestrator.config._claude_settings import settings_table
+
+    notes: list[str] = []
+    doc = {"permissions": {"defaultMode": claude}}
+    table = settings_table(doc, "settings.json", tmp_path, notes)
+    assert table["permission_mode"] == ours
+    assert bool([n for n in notes if "defaultMode" in n]) is said, notes

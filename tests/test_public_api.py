@@ -400,6 +400,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "Settings",
         "TrustEntry",
         "base_url_problem",
+        "claude_mode_stand_in",
         "covering",
         "is_trusted",
         "load_settings",

@@ -4,6 +4,7 @@ Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``
 this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
+from agentcell.orchestrator.config._claude_modes import claude_mode_stand_in
 from agentcell.orchestrator.config._claude_settings import translate_rule
 from agentcell.orchestrator.config._hooks import (
     DEFAULT_HOOK_TIMEOUT_S,
@@ -66,6 +67,7 @@ __all__ = [
     "Settings",
     "TrustEntry",
     "base_url_problem",
+    "claude_mode_stand_in",
     "covering",
     "is_trusted",
     "load_settings",

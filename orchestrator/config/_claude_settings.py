@@ -30,6 +30,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator.config._claude_modes import claude_mode_stand_in
 from agentcell.orchestrator.config._hooks import HOOK_EVENTS
 from agentcell.worker import PermissionMode
 
@@ -286,10 +287,13 @@ def _permissions(
             table[f"{kind}_rules"] = ours
     mode = permissions.get("defaultMode")
     if isinstance(mode, str):
+        runs_as, approximated = claude_mode_stand_in(mode)  # dontAsk: plan, never looser
         try:
-            table["permission_mode"] = PermissionMode.parse(mode).value
+            table["permission_mode"] = PermissionMode.parse(str(runs_as)).value
         except ValueError:
             notes.append(f"{origin}: permissions.defaultMode {mode!r} left out: no such mode here")
+        if approximated:
+            notes.append(f"{origin}: permissions.defaultMode {mode!r}: {approximated}")
     folders = permissions.get("additionalDirectories")
     if isinstance(folders, list):
         # Read-only to sub-agents (Claude Code also lets it edit there: narrower, on purpose).

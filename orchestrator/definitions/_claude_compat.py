@@ -3,7 +3,8 @@ nearest behaviour that is never less safe, with the line that says so.
 
 A file written for Claude Code must load (skipping it would lose its guards with it), and
 whatever is approximated or left out is named once per file, so nobody relies on it
-unawares. ``claude_permission_mode`` and ``claude_effort`` return the value to use and
+unawares. ``claude_mode_stand_in`` (config's: settings files read it too) and
+``claude_effort`` return the value to use and
 that line ('' when the value is Claude Code's exactly): the model's validators use the
 value, the loader the line (``claude_notes``). ``claude_hooks`` changes nothing that
 needs saying: Claude Code converts ``Stop`` for a sub-agent too.
@@ -14,46 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-# Claude Code's permission modes agentcell has no mode of, by their folded spelling:
-# (the agentcell mode to run in, why it is that one; '' when it is the same mode).
-_MODE_STAND_INS: dict[str, tuple[str, str]] = {
-    # Claude Code's own alias for default (permission-modes.md): exact, nothing to say.
-    "manual": ("default", ""),
-    # auto runs everything past a classifier agentcell does not have; default asks
-    # instead, so nothing runs that a person has not approved.
-    "auto": (
-        "default",
-        "Claude Code's auto mode (a classifier approves actions) is not available in "
-        "agentcell: the agent runs in default mode, where changes ask for approval",
-    ),
-    # dontAsk denies whatever would be asked. agentcell has no deny-instead-of-ask mode,
-    # and default would ask a person instead of denying; plan denies every change (even
-    # what allow rules permit): stricter, never looser.
-    "dontask": (
-        "plan",
-        "agentcell has no mode that denies instead of asking (Claude Code's dontAsk): "
-        "the agent runs in plan mode, where every change is denied, even one allow rules "
-        "permit; write permissionMode: default to be asked instead",
-    ),
-}
+from agentcell.orchestrator.config import claude_mode_stand_in
 
 #: Claude Code's effort levels agentcell has no level of: (the level to use, why).
 _EFFORT_STAND_INS: dict[str, tuple[str, str]] = {
     # Between high and max in Claude Code; high spends no more than was asked for.
     "xhigh": ("high", "Claude Code's xhigh has no agentcell level: the agent runs at high"),
 }
-
-
-def _folded(value: str) -> str:
-    return value.strip().lower().replace("-", "").replace("_", "")
-
-
-def claude_permission_mode(value: object) -> tuple[object, str]:
-    """The permission mode to validate for a frontmatter ``permissionMode``, and the line
-    saying what was approximated. Anything not Claude Code's is returned as given."""
-    if not isinstance(value, str):
-        return value, ""
-    return _MODE_STAND_INS.get(_folded(value), (value, ""))
 
 
 def claude_effort(value: object) -> tuple[object, str]:
@@ -95,7 +63,7 @@ def claude_notes(values: Mapping[str, Any], spelled: Mapping[str, str]) -> list[
     field's key as the file spells it)."""
     lines: list[str] = []
     for field, translate in (
-        ("permission_mode", claude_permission_mode),
+        ("permission_mode", claude_mode_stand_in),
         ("effort", claude_effort),
     ):
         _value, line = translate(values.get(field))

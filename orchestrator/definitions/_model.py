@@ -13,11 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agentcell.orchestrator.config import McpServerConfig, parse_hooks
+from agentcell.orchestrator.config import McpServerConfig, claude_mode_stand_in, parse_hooks
 from agentcell.orchestrator.definitions._claude_compat import (
     claude_effort,
     claude_hooks,
-    claude_permission_mode,
 )
 from agentcell.orchestrator.definitions._tool_policy import (
     KNOWN_TOOLS,
@@ -439,7 +438,7 @@ class AgentDefinition(BaseModel):
             return None
         # Claude Code's auto, dontAsk, manual: the nearest mode that is not looser (the
         # loader says which).
-        mode, _approximated = claude_permission_mode(value)
+        mode, _approximated = claude_mode_stand_in(value)
         try:
             if not isinstance(mode, str):
                 raise ValueError
