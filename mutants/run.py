@@ -134,6 +134,18 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_hooks.py tests/test_subagent_stop.py tests/test_hooks_claude.py",
         120,
     ),
+    # The wrappers a deny rule sees through and an allow rule may strip (Claude Code's).
+    "wrappers": (
+        "worker/_wrappers.py",
+        "tests/test_claude_rules_compat.py tests/test_allow_rules.py",
+        60,
+    ),
+    # The egress proxy's reading of a request and a tunnel's ClientHello.
+    "egress": (
+        "orchestrator/delegation/_egress.py",
+        "tests/test_egress_smuggling.py",
+        60,
+    ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.
     "mp-tempdir": (
         "orchestrator/backends/_mp_tempdir.py",
