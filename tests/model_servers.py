@@ -22,6 +22,7 @@ Stopping releases hung replies, closes every connection and joins every thread.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import socket
@@ -42,6 +43,8 @@ __all__ = [
     "Thought",
     "events_through_last_tool_name",
     "model_server",
+    "openai_served",
+    "serving",
 ]
 
 _CREATED = 1_700_000_000  # a fixed timestamp keeps the chunks deterministic
@@ -312,6 +315,28 @@ def model_server() -> Iterator[ModelServer]:
     with ModelServer() as server:
         yield server
     assert not server.errors, server.errors
+
+
+@pytest.fixture
+def openai_served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> ModelServer:
+    """``model_server`` as the ``openai`` provider of every orchestrator the test makes."""
+    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-served-test-key")
+    return model_server
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A threaded HTTP server on 127.0.0.1 with ``handler``; its port, stopped after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def _shutdown(conn: socket.socket) -> None:

@@ -27,17 +27,10 @@ REVIEWER = (
 )
 
 
-@pytest.fixture
-def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> ModelServer:
-    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-trust-memory-test-key")
-    return model_server
-
-
 async def test_an_untrusted_project_cannot_write_your_agents_memory(
     spawned: SpawnRecorder,
     tmp_path: Path,
-    served: ModelServer,
+    openai_served: ModelServer,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -49,7 +42,7 @@ async def test_an_untrusted_project_cannot_write_your_agents_memory(
     cloned = tmp_path / "cloned-repo"
     (cloned / ".claude" / "agents").mkdir(parents=True)
     (cloned / ".claude" / "agents" / "reviewer.md").write_text(REVIEWER)
-    served.responder = bash_script(
+    openai_served.responder = bash_script(
         [
             f"mkdir -p {yours} && echo '{PLANT}' > {yours}/MEMORY.md; echo wrote=$?",
             "echo notes > .agentcell/agent-memory-local/reviewer/MEMORY.md; echo local=$?",

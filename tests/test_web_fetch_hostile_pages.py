@@ -18,7 +18,7 @@ import pytest
 from agentcell.orchestrator.delegation import _web_fetch
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
-from model_servers import ModelServer
+from model_servers import ModelServer, serving
 from test_net_egress import run_calls
 
 DEEP = "<html><body>" + "<div>" * 50_000 + "deep text"
@@ -40,30 +40,16 @@ class _Hostile(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile() -> Iterator[int]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-@pytest.fixture
-def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelServer]:
-    monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-net-test-key")
-    yield model_server
+    with serving(_Hostile) as port:
+        yield port
 
 
 async def test_a_page_nested_too_deep_is_passed_on_as_it_is(
-    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, hostile: int
+    spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer, hostile: int
 ) -> None:
     calls = [("web_fetch", {"url": f"http://127.0.0.1:{hostile}/deep"})]
     network = [f"127.0.0.1:{hostile}"]
-    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], network=network)
+    result = await run_calls(tmp_path, calls, openai_served, tools=["WebFetch"], network=network)
     assert result.status is RunStatus.COMPLETED, result
     assert "deep text" in result.text and "/deep (200)" in result.text, result.text[:300]
 
@@ -71,7 +57,7 @@ async def test_a_page_nested_too_deep_is_passed_on_as_it_is(
 async def test_html_is_turned_into_markdown_off_the_event_loop_and_only_its_head(
     spawned: SpawnRecorder,
     tmp_path: Path,
-    served: ModelServer,
+    openai_served: ModelServer,
     hostile: int,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -87,7 +73,7 @@ async def test_html_is_turned_into_markdown_off_the_event_loop_and_only_its_head
     monkeypatch.setattr(markdownify, "markdownify", recording)
     calls = [("web_fetch", {"url": f"http://127.0.0.1:{hostile}/flat"})]
     network = [f"127.0.0.1:{hostile}"]
-    result = await run_calls(tmp_path, calls, served, tools=["WebFetch"], network=network)
+    result = await run_calls(tmp_path, calls, openai_served, tools=["WebFetch"], network=network)
     assert result.status is RunStatus.COMPLETED, result
     assert len(FLAT) > _web_fetch.MAX_HTML_CHARS
     assert seen == [(False, _web_fetch.MAX_HTML_CHARS)], seen

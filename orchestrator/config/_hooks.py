@@ -67,37 +67,32 @@ HOOK_EVENTS: tuple[str, ...] = (
     "Elicitation",
     "ElicitationResult",
 )
-_NO_SUCH_MOMENT = "agentcell has no such moment"
+#: The events agentcell raises; their hooks run.
+RAISED_EVENTS = frozenset(
+    {
+        "PreToolUse",
+        "PostToolUse",
+        "Notification",
+        "UserPromptSubmit",
+        "SessionStart",
+        "SessionEnd",
+        "Stop",
+        "SubagentStart",
+        "SubagentStop",
+        "PreCompact",
+    }
+)
 #: The events agentcell does not raise (yet), and why; their hooks are taken and named.
 UNFIRED_EVENTS: dict[str, str] = {
     "PostToolUseFailure": "PostToolUse runs for failed calls too (tool_response says so)",
     "PermissionRequest": "approvals are asked through agentcell's own channel (a "
     "Notification hook with matcher permission_prompt runs as one is asked)",
-    **dict.fromkeys(
-        (
-            "PostToolBatch",
-            "PermissionDenied",
-            "UserPromptExpansion",
-            "MessageDisplay",
-            "Setup",
-            "InstructionsLoaded",
-            "StopFailure",
-            "TaskCreated",
-            "TaskCompleted",
-            "TeammateIdle",
-            "PostCompact",
-            "ConfigChange",
-            "CwdChanged",
-            "DirectoryAdded",
-            "FileChanged",
-            "WorktreeCreate",
-            "WorktreeRemove",
-            "Elicitation",
-            "ElicitationResult",
-        ),
-        _NO_SUCH_MOMENT,
-    ),
 }
+UNFIRED_EVENTS.update(
+    (event, "agentcell has no such moment")
+    for event in HOOK_EVENTS
+    if event not in RAISED_EVENTS and event not in UNFIRED_EVENTS
+)
 #: The events whose hooks see one tool call (``if`` is evaluated on these alone).
 TOOL_HOOK_EVENTS = frozenset(
     {"PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionRequest", "PermissionDenied"}
