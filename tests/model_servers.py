@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -326,9 +327,17 @@ def openai_served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) ->
 
 
 @contextlib.contextmanager
-def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
-    """A threaded HTTP server on 127.0.0.1 with ``handler``; its port, stopped after."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+def serving(
+    handler: type[BaseHTTPRequestHandler],
+    *,
+    host: str = "127.0.0.1",
+    tls: ssl.SSLContext | None = None,
+) -> Iterator[int]:
+    """A threaded HTTP server on ``host`` with ``handler`` (HTTPS with ``tls``); its
+    port, stopped after."""
+    server = ThreadingHTTPServer((host, 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

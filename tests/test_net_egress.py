@@ -10,7 +10,6 @@ import asyncio
 import http.server
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from agentcell.orchestrator.config import (
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
-from model_servers import Call, ModelServer, Reply
+from model_servers import Call, ModelServer, Reply, serving
 
 CAPS = probe_sandbox()
 pytestmark = pytest.mark.skipif(
@@ -141,15 +140,8 @@ class _Page(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def page() -> Iterator[int]:
     """A web server on 127.0.0.1 (the "allowed host"); its port."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(_Page) as port:
+        yield port
 
 
 @pytest.fixture

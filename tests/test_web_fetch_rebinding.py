@@ -19,7 +19,7 @@ import pytest
 from agentcell.orchestrator.delegation import _egress
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
-from model_servers import ModelServer
+from model_servers import ModelServer, serving
 from test_net_egress import run_calls, served
 
 __all__ = ["served"]  # the fixture
@@ -112,16 +112,8 @@ def tls_page(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
     ca.issue_cert("127.0.0.1").configure_cert(context)
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))
-    server = http.server.ThreadingHTTPServer((PRIVATE, 0), _handler(b"the page over TLS"))
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(_handler(b"the page over TLS"), host=PRIVATE, tls=context) as port:
+        yield port
 
 
 async def test_web_fetch_over_https_verifies_the_certificate_through_the_pinned_connection(
