@@ -204,7 +204,9 @@ def test_skill_keys_agentcell_does_not_apply_are_each_named() -> None:
     assert skill.body == "body\n" and skill.description.startswith("Perform")
     assert skill.disallowed_tools == ("bash", "web_fetch")  # agentcell's names, for later
     assert len(skill.notes) == 3  # in the frontmatter's order, one per key
-    assert skill.notes[0].startswith("/s/SKILL.md: disallowed-tools (Bash, WebFetch): not applied")
+    assert skill.notes[0].startswith(
+        "/s/SKILL.md: disallowed-tools (Bash, WebFetch): taken away for the whole run where"
+    )
     assert skill.notes[1].startswith("/s/SKILL.md: allowed-tools (Bash(git add *), Read): ignored")
     assert skill.notes[2] == (
         "/s/SKILL.md: hooks: hooks in a skill are not run by agentcell; put them in the agent "

@@ -128,3 +128,39 @@ def test_validate_names_a_missing_skill_or_server_and_show_lists_them(tmp_path: 
     row = json.loads(shown.stdout)
     assert row["skills"] == ["style (.claude/skills/style/SKILL.md)", "ghost (not found)"]
     assert row["mcp_servers"] == ["github"]
+
+
+async def test_a_preloaded_skills_disallowed_tools_are_not_offered(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    openai_served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Claude Code's ``disallowed-tools`` in a SKILL.md: tools taken away while the skill
+    is active. A preloaded skill is active for the whole run, so the model is never
+    offered them (before: read, and ignored)."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    path = write_skill(tmp_path / ".claude" / "skills", "careful", "Never run commands.")
+    path.write_text(
+        path.read_text().replace("description:", "disallowed-tools: Bash, Write\ndescription:")
+    )
+    openai_served.add(Reply(text="done"))
+    agent = AgentDefinition(
+        name="reader",
+        description="reads",
+        tools=["bash", "read_file", "write_file", "grep"],
+        skills=["careful"],
+        model="openai:test",
+    )
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=tmp_path,
+        agents=[agent],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("reader", "look"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    offered = {t["function"]["name"] for t in openai_served.requests[0].body["tools"]}
+    assert offered == {"read_file", "grep"}, offered

@@ -46,7 +46,7 @@ class Skill:
     body: str
     path: str
     # Claude Code's ``disallowed-tools``, as agentcell names tools. Read, not yet applied:
-    # the tools a run gets are settled where it is prepared (see ``SKILL_KEYS_NOT_APPLIED``).
+    # a preloaded skill's are taken from the run's tools where it is prepared.
     disallowed_tools: tuple[str, ...] = ()
     # One line per frontmatter key agentcell does not apply, naming the file and the key.
     notes: tuple[str, ...] = ()
@@ -78,8 +78,9 @@ def skill_dirs(project_dir: Path, *, home: Path | None = None) -> list[Path]:
 #: Code must not do nothing silently, so each one found is named once (``name_once``).
 SKILL_KEYS_NOT_APPLIED: dict[str, str] = {
     "hooks": "hooks in a skill are not run by agentcell; put them in the agent file or settings",
-    "disallowedtools": "not applied: agentcell does not take tools away while a skill is "
-    "active; put them in the agent file's disallowedTools or a deny rule in settings",
+    "disallowedtools": "taken away for the whole run where an agent file's skills: preloads "
+    "the skill, not where the skill tool loads it mid-run; put them in the agent file's "
+    "disallowedTools or a deny rule in settings to be sure",
     "allowedtools": "ignored: agentcell does not pre-approve tools for a skill (a project's "
     "skill could grant itself anything); add allow rules to your settings instead",
 }

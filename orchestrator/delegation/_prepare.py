@@ -154,7 +154,9 @@ class Preparer:
             system_prompt=skilled_prompt(system_prompt(definition, self.workdir), skills),
             history=scope.history() if definition.context == "fork" and scope.history else [],
             tools=resolve_tools(
-                definition.tools, definition.disallowed_tools, list(scope.tools)
+                definition.tools,
+                [*definition.disallowed_tools, *skills.disallowed_tools],
+                list(scope.tools),
             ).tools,
             remote_tools=self._remote_tools(definition, depth, max_depth),
             model=model,

@@ -24,6 +24,12 @@ class RunSkills:
     read_paths: list[str]  # skill folders: readable and runnable under the sandbox
     warnings: list[str]
 
+    @property
+    def disallowed_tools(self) -> list[str]:
+        """What the preloaded skills take away (their ``disallowed-tools``): they are
+        active for the whole run, so the run never has those tools."""
+        return [tool for skill in self.preloaded for tool in skill.disallowed_tools]
+
 
 def skills_for(definition: AgentDefinition, project_dir: Path) -> RunSkills:
     preloaded, missing = load_skills(definition.skills, project_dir)
