@@ -137,7 +137,8 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # The wrappers a deny rule sees through and an allow rule may strip (Claude Code's).
     "wrappers": (
         "worker/_wrappers.py",
-        "tests/test_claude_rules_compat.py tests/test_allow_rules.py",
+        "tests/test_mutation_kills_wrappers.py tests/test_claude_rules_compat.py "
+        "tests/test_allow_rules.py",
         60,
     ),
     # The egress proxy's reading of a request and a tunnel's ClientHello.
