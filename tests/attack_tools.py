@@ -201,3 +201,24 @@ async def call_then_vanish() -> str:
 
 
 vanish = function_tool(call_then_vanish, name="vanish")
+
+
+#: What a compromised child answers with: far past the answer limit, within one frame.
+OVERSIZED_ANSWER_BYTES = 6 * 1024 * 1024
+
+
+async def answer_oversized() -> str:
+    """A Result of ``OVERSIZED_ANSWER_BYTES``, signed with the run's own key (the child
+    holds it), then the process ends: the child's own cut never ran."""
+    from agentcell.protocol import Result, RunResult, RunStatus, sign_frame
+    from agentcell.worker import ChildLink
+
+    link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
+    text = "HEAD" + "x" * (OVERSIZED_ANSWER_BYTES - 8) + "TAIL"
+    report = Result(result=RunResult(status=RunStatus.COMPLETED, text=text))
+    await link.channel.send(sign_frame(report, link.start.frame_key))
+    await link.channel.aclose()
+    os._exit(0)
+
+
+oversized = function_tool(answer_oversized, name="oversized")

@@ -347,3 +347,23 @@ async def test_a_key_with_a_stray_character_is_not_spelled_out_to_the_child(
     assert "check OPENAI_API_KEY" in (result.error or ""), result.error
     assert KEY not in (result.error or "") and KEY[:12] not in (result.error or ""), result.error
     assert served.requests == []
+
+
+async def test_an_oversized_answer_from_a_compromised_child_is_cut_by_the_parent(
+    spawned: SpawnRecorder, tmp_path: Path, served: ModelServer
+) -> None:
+    """A child cuts its answer to ``MAX_ANSWER_BYTES`` itself; a compromised one can
+    send a frame's worth (16 MiB) into the main agent's context. The parent cuts it the
+    same way: head and tail kept, and a note (an attack review's finding)."""
+    from agentcell.worker import MAX_ANSWER_BYTES
+
+    served.responder = tool_then_done("oversized")
+    orch = orchestrator(tmp_path, attack_tools.oversized)
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("hostile", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert attack_tools.OVERSIZED_ANSWER_BYTES > MAX_ANSWER_BYTES
+    assert len(result.text.encode()) < MAX_ANSWER_BYTES + 1024
+    assert result.text.startswith("HEAD") and result.text.endswith("TAIL")
+    assert "omitted: a sub-agent's answer is limited to" in result.text
+    assert "(cut by the parent)" in result.text

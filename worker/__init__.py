@@ -4,6 +4,7 @@ Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``
 this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
+from agentcell.worker._answer_cap import MAX_ANSWER_BYTES, cut_answer
 from agentcell.worker._beneath import (
     OutsideRoot,
     read_beneath,
@@ -55,6 +56,8 @@ from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
 __all__ = [
+    "MAX_ANSWER_BYTES",
+    "cut_answer",
     "first_request_body",
     "predictable",
     "Approver",

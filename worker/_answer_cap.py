@@ -58,14 +58,24 @@ def capped_answer(result: RunResult, run_dir: str, agent_id: str) -> RunResult:
     encoded = result.text.encode("utf-8", "surrogatepass")
     if len(encoded) <= MAX_ANSWER_BYTES:
         return result
+    where = _save(encoded, run_dir, agent_id)
+    return msgspec.structs.replace(result, text=cut_answer(result.text, where))
+
+
+def cut_answer(text: str, where: str = "") -> str:
+    """``text`` within ``MAX_ANSWER_BYTES`` of UTF-8 (with the note, a little more): its
+    head and tail, and a note of how much was left out and ``where`` the whole is. The
+    parent cuts what a compromised child sends past the limit the same way."""
+    encoded = text.encode("utf-8", "surrogatepass")
+    if len(encoded) <= MAX_ANSWER_BYTES:
+        return text
     head = encoded[: MAX_ANSWER_BYTES * 2 // 3].decode("utf-8", "ignore")
     tail = encoded[-(MAX_ANSWER_BYTES // 3) :].decode("utf-8", "ignore")
-    where = _save(encoded, run_dir, agent_id)
     note = (
-        f"[... {len(result.text) - len(head) - len(tail)} characters of this answer omitted: "
+        f"[... {len(text) - len(head) - len(tail)} characters of this answer omitted: "
         f"a sub-agent's answer is limited to {MAX_ANSWER_BYTES} bytes{where} ...]"
     )
-    return msgspec.structs.replace(result, text=f"{head}\n\n{note}\n\n{tail}")
+    return f"{head}\n\n{note}\n\n{tail}"
 
 
 def _save(encoded: bytes, run_dir: str, agent_id: str) -> str:

@@ -7,8 +7,9 @@ turns between the task (the first user message) and the recent ones are sent to 
 agent's model with a request for a summary; the session becomes the task with that
 summary, then the recent turns unchanged. The cut never falls between a tool call and
 its result: the recent part starts at an assistant message. PreCompact hooks (the
-parent's) run first, and one that blocks skips it until the next turn's check. The full history is kept here (``full_history``), the compacted
-one is the session: the record keeps both, and ``resume`` continues the compacted one.
+parent's) run first, and one that blocks skips it until the next turn's check. The full
+history is kept here (``full_history``), the compacted one is the session: the record
+keeps both, and ``resume`` continues the compacted one.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.delegation._worktree import Worktree, finish_worktree
 from agentcell.protocol import Limits, RunStatus
+from agentcell.worker import cut_answer
 
 #: How a result that never got a process begins its error.
 NO_PROCESS = "never got a process"
@@ -72,9 +73,11 @@ def settle(
         if run.usage.total_tokens >= progress.usage.total_tokens:
             common["usage"] = run.usage
     kind = outcome.kind
-    text = run.text if run else ""
+    # The child cuts its answer to this limit itself; a compromised one may send a frame's
+    # worth (16 MiB) into the main agent's context: cut here too.
+    text = cut_answer(run.text, " (cut by the parent)") if run else ""
     if kind is OutcomeKind.RESULT and run is not None:
-        return SubAgentResult(**common, status=run.status, text=run.text, error=run.error)
+        return SubAgentResult(**common, status=run.status, text=text, error=run.error)
     if cancelled or kind is OutcomeKind.KILLED:
         error = outcome.detail or "cancelled by the parent"
         return SubAgentResult(**common, status=RunStatus.CANCELLED, text=text, error=error)
