@@ -187,3 +187,17 @@ async def test_updated_tool_output_replaces_what_the_model_sees(
     call = ToolCall(id="c1", name=tool, arguments='{"command": "env", "path": "a"}')
     output = await relay.after_tool(call, None, ToolOutput("AWS_SECRET_ACCESS_KEY=abc123", False))  # type: ignore[arg-type]
     assert output.content == seen
+
+
+async def test_an_if_is_not_judged_on_arguments_past_its_bound(tmp_path: Path) -> None:
+    """A child's hook request is judged in the parent's event loop, and a wrapper's rule
+    costs the square of its words: past ``MAX_IF_ARGUMENTS`` the ``if`` is not judged and
+    the hook runs (the guard still guards), as Claude Code runs one it cannot read."""
+    from agentcell.orchestrator.delegation._hooks import MAX_IF_ARGUMENTS
+
+    hook = {"if": "Bash(git *)", "command": "echo 'judged by the hook' >&2; exit 2"}
+    runner = _runner(tmp_path, "PreToolUse", hook)
+    huge = "env " + "a " * (MAX_IF_ARGUMENTS // 2)
+    outcome = await _pre(runner, huge)
+    assert outcome.blocked and outcome.reason == "judged by the hook"
+    assert not (await _pre(runner, "env a a a")).blocked  # judged: not a git line

@@ -98,6 +98,11 @@ class HookOutcome:
         )
 
 
+#: The longest arguments (characters of JSON) an ``if`` is judged on, in the parent: a
+#: child's 16 MiB ``env a a a …`` would take minutes of the event loop and gigabytes
+#: (every later word of a wrapper starts a piece). Longer, the hook runs, as Claude
+#: Code's does when it cannot read the command.
+MAX_IF_ARGUMENTS = 64 * 1024
 #: The longest tool name a child's hook request is matched on: a model's tool names have
 #: at most 64 characters (128 with an MCP server's prefix); the user's matchers run in the
 #: parent's event loop, and ``.*write.*`` on a 40,000-character name took half a second.
@@ -387,10 +392,12 @@ def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) ->
         return True
     if call is None:
         return False
+    tool, arguments = call
+    if len(arguments) > MAX_IF_ARGUMENTS:
+        return True  # a rule's cost grows with the square of a command's words: not judged
     rules = translate_rule(hook.condition, cwd)
     if rules is None:
         return True
-    tool, arguments = call
     try:
         fields = json.loads(arguments or "{}")
         args = types.SimpleNamespace(**fields) if isinstance(fields, dict) else None
