@@ -26,6 +26,12 @@ from agentcell.worker._wrappers import inner_commands, stripped
         (["nice", "-10", "npm", "test"], ["npm", "test"]),
         (["nohup", "-5", "npm", "test"], ["nohup", "-5", "npm", "test"]),
         (["command", "-v", "npm"], ["command", "-v", "npm"]),
+        # A flag takes no word; an option a wrapper does not have leaves the line as it is.
+        (["timeout", "--foreground", "5", "npm", "test"], ["npm", "test"]),
+        (["time", "-p", "npm", "test"], ["npm", "test"]),
+        (["nohup", "--", "-x"], ["-x"]),
+        (["nohup", "-+x", "rm"], ["nohup", "-+x", "rm"]),
+        (["nohup", "-xyz", "rm"], ["nohup", "-xyz", "rm"]),
     ],
 )
 def test_stripped_at_the_edges(words: list[str], left: list[str]) -> None:
