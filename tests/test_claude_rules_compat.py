@@ -414,3 +414,26 @@ def test_a_domain_rule_matches_the_urls_host(domain: str, url: str, matches: boo
     args = SimpleNamespace(url=url)
     assert any(rule.allows(call, args) for rule in rules) is matches
     assert any(rule.catches(call, args) for rule in rules) is matches
+
+
+# -- a wrapper line too long to take apart --------------------------------------------------
+
+
+async def test_a_wrapper_line_too_long_to_take_apart_is_caught_whole(tmp_path: Path) -> None:
+    """Every later word of a wrapper line starts a piece, so pieces cost the square of the
+    words: a 16 MiB ``env a a a …`` line held the process for minutes. Past
+    ``MAX_WRAPPED_WORDS`` the line is judged whole: a deny or ask rule catches it, a read
+    rule is matched against every word. A line as long that runs no wrapper is judged as
+    before (a long heredoc is not denied)."""
+    from agentcell.worker._wrappers import MAX_WRAPPED_WORDS
+
+    rules = policy({"deny": ["Bash(rm *)", "Read(./.env)"]}, tmp_path, "bypassPermissions")
+    long_wrapped = "env " + "a " * MAX_WRAPPED_WORDS + "ls"
+    assert await decision(rules, "bash", command=long_wrapped) is Decision.DENY
+    short_wrapped = "env " + "a " * (MAX_WRAPPED_WORDS - 8) + "ls"
+    assert await decision(rules, "bash", command=short_wrapped) is Decision.ALLOW
+    plain = "echo " + "a " * (4 * MAX_WRAPPED_WORDS)
+    assert await decision(rules, "bash", command=plain) is Decision.ALLOW
+    reads = policy({"deny": ["Read(./.env)"]}, tmp_path, "bypassPermissions")
+    long_read = "env " + "-u X " * MAX_WRAPPED_WORDS + "cat .env"
+    assert await decision(reads, "bash", command=long_read) is Decision.DENY

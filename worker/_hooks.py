@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 from agentcell.protocol import ToolCall
 from agentcell.worker._shell import plain_commands
-from agentcell.worker._wrappers import inner_commands
+from agentcell.worker._wrappers import inner_commands, too_long_to_unwrap
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
 
 
@@ -118,12 +118,17 @@ def command_segments(command: str) -> list[str]:
     return segments
 
 
-def command_pieces(command: str) -> list[str]:
+def command_pieces(command: str) -> list[str] | None:
     """What a deny or ask rule is matched against: the whole line, each segment, and
-    each command a segment runs through a wrapper (``nohup timeout 5 rm x`` → ``rm x``)."""
+    each command a segment runs through a wrapper (``nohup timeout 5 rm x`` → ``rm x``);
+    None for a wrapper line too long to take apart (``too_long_to_unwrap``): every deny
+    and ask rule catches it, as a line nobody can say is not theirs."""
     pieces = [command.strip()]
     for segment in command_segments(command):
-        pieces += [" ".join(words) for words in inner_commands(segment.split())]
+        words = segment.split()
+        if too_long_to_unwrap(words):
+            return None
+        pieces += [" ".join(inner) for inner in inner_commands(words)]
     return pieces
 
 
@@ -142,7 +147,10 @@ def read_paths(command: str) -> list[str]:
     only make a deny rule catch more."""
     paths: list[str] = []
     for segment in command_segments(command):
-        for words in inner_commands(_words(segment)):
+        if too_long_to_unwrap(segment_words := _words(segment)):
+            paths += segment_words  # every word, linear: more subjects only catch more
+            continue
+        for words in inner_commands(segment_words):
             if words and words[0] in FILE_READERS:
                 paths += [word for word in words[1:] if not word.startswith("-")]
     return paths
@@ -209,7 +217,8 @@ class Rule:
             return _parameter_matches(args, *parameter)
         command = getattr(args, "command", None)
         if isinstance(command, str):
-            return any(fnmatch.fnmatchcase(p, self.pattern) for p in command_pieces(command))
+            pieces = command_pieces(command)
+            return pieces is None or any(fnmatch.fnmatchcase(p, self.pattern) for p in pieces)
         subject = main_argument(args)
         return subject is not None and self.covers_path(subject)
 

@@ -103,6 +103,17 @@ def _option_words(option: str, spec: _Wrapper) -> int | None:
     return None
 
 
+#: The words of a line that runs another program past which its pieces are not listed:
+#: every later word starts one, so they cost the square of the count (a 16 MiB
+#: ``env a a a …`` line would hold a process for minutes). Such a line is judged whole.
+MAX_WRAPPED_WORDS = 1024
+
+
+def too_long_to_unwrap(words: list[str]) -> bool:
+    """A line that runs another program through more than ``MAX_WRAPPED_WORDS`` words."""
+    return len(words) > MAX_WRAPPED_WORDS and _program(words[0]) in RUNS_ITS_ARGUMENTS
+
+
 def inner_commands(words: list[str]) -> list[list[str]]:
     """For deny and ask rules: every command a line may run through its wrappers, the
     line itself first. Over-approximates (``timeout 5 foo rm`` yields ``rm`` too)."""
