@@ -173,6 +173,7 @@ def main_hooks(settings: Settings, hooks: HookRunner, tools: Sequence[Tool]) -> 
             allow=settings.allow_rules,
             deny=settings.deny_rules,
             ask=settings.ask_rules,
+            workdir=hooks.cwd,
         )
     ]
     tool_hooks = local_tool_hooks(hooks, [tool.name for tool in tools])

@@ -437,3 +437,57 @@ async def test_a_wrapper_line_too_long_to_take_apart_is_caught_whole(tmp_path: P
     reads = policy({"deny": ["Read(./.env)"]}, tmp_path, "bypassPermissions")
     long_read = "env " + "-u X " * MAX_WRAPPED_WORDS + "cat .env"
     assert await decision(reads, "bash", command=long_read) is Decision.DENY
+
+
+# -- a deny rule reads the line as the shell does (second attack review) -------------------
+
+SPELLED_RM = [
+    "'rm' -rf build",
+    '"rm" -rf build',
+    "\\rm -rf build",
+    "r''m -rf build",
+    "if :; then rm -rf build; fi",
+    "for f in a; do rm -rf $f; done",
+    "while rm -rf build; do :; done",
+    "{ rm -rf build; }",
+    "! rm -rf build",
+    ">/dev/null rm -rf build",
+    "2>/dev/null rm -rf build",
+    "A='a b' rm -rf build",
+    "f() { rm -rf build; }; f",
+    "case a in a) rm -rf build;; esac",
+    "echo $(rm -rf build)",
+    "timeout 5 'rm' -rf build",
+]
+
+
+@pytest.mark.parametrize("command", SPELLED_RM)
+async def test_a_deny_rule_catches_a_command_however_it_is_spelt(
+    tmp_path: Path, command: str
+) -> None:
+    """The allow side parses a line; the deny side matched its raw text, so quoting, a
+    compound command or a leading redirection carried ``rm`` past ``Bash(rm *)`` (an
+    attack review: 48 spellings). Every simple command is now read as the shell reads it."""
+    rules = policy({"deny": ["Bash(rm *)"], "allow": ["Bash"]}, tmp_path)
+    assert await decision(rules, "bash", command=command) is Decision.DENY
+    asking = policy({"ask": ["Bash(rm *)"]}, tmp_path, "bypassPermissions")
+    assert await decision(asking, "bash", command=command) is Decision.ASK
+
+
+@pytest.mark.parametrize("command", ["git 'push' origin main", 'git "push"', "git pu''sh"])
+async def test_the_docs_pair_holds_against_quoting(tmp_path: Path, command: str) -> None:
+    rules = policy({"allow": ["Bash(git *)"], "deny": ["Bash(git push *)"]}, tmp_path)
+    assert await decision(rules, "bash", command=command) is Decision.DENY
+
+
+@pytest.mark.parametrize(
+    "command", ["cat .e*", "cat<.env", "< .env cat", "if :; then cat .env; fi", "cat '.env'"]
+)
+async def test_a_read_rule_catches_what_a_line_reads_however_it_is_spelt(
+    tmp_path: Path, command: str
+) -> None:
+    (tmp_path / ".env").write_text("API_KEY=secret\n")
+    rules = policy({"deny": ["Read(./.env)"]}, tmp_path, "bypassPermissions")
+    rules.workdir = str(tmp_path)
+    assert await decision(rules, "bash", command=command) is Decision.DENY
+    assert await decision(rules, "bash", command="cat README*") is Decision.ALLOW

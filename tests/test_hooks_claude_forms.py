@@ -201,3 +201,35 @@ async def test_an_if_is_not_judged_on_arguments_past_its_bound(tmp_path: Path) -
     outcome = await _pre(runner, huge)
     assert outcome.blocked and outcome.reason == "judged by the hook"
     assert not (await _pre(runner, "env a a a")).blocked  # judged: not a git line
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "if :; then rm -rf build; fi",
+        "{ rm -rf build; }",
+        "'rm' -rf build",
+        "\\rm -rf build",
+        "while rm -rf build; do :; done",
+    ],
+)
+async def test_an_if_gated_guard_sees_a_command_however_it_is_spelt(
+    tmp_path: Path, command: str
+) -> None:
+    """A guard written ``{"if": "Bash(rm *)", …}`` never started for these (an attack
+    review): its rule was matched on the raw text."""
+    hook = {"if": "Bash(rm *)", "command": "echo 'guarded' >&2; exit 2"}
+    outcome = await _pre(_runner(tmp_path, "PreToolUse", hook), command)
+    assert outcome.blocked and outcome.reason == "guarded"
+
+
+async def test_an_if_runs_its_hook_on_a_line_it_cannot_read(tmp_path: Path) -> None:
+    """As Claude Code's: a line the parser cannot read, or a substitution or variable
+    under a rule that names more than the program, runs the hook anyway."""
+    hook = {"if": "Bash(git push *)", "command": "echo 'guarded' >&2; exit 2"}
+    runner = _runner(tmp_path, "PreToolUse", hook)
+    assert (await _pre(runner, "echo $(date)")).blocked
+    assert (await _pre(runner, "echo 'unclosed")).blocked
+    assert not (await _pre(runner, "echo hello")).blocked
+    named = _runner(tmp_path, "PreToolUse", {**hook, "if": "Bash(rm *)"})
+    assert not (await _pre(named, "echo $(date)")).blocked  # only the program named

@@ -11,6 +11,7 @@ from agentcell.worker._beneath import (
     real_folder,
 )
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
+from agentcell.worker._deny_words import simple_commands
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
 from agentcell.worker._first_call import first_request_body, predictable
 from agentcell.worker._hook_relay import (
@@ -56,6 +57,7 @@ from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 
 __all__ = [
+    "simple_commands",
     "MAX_ANSWER_BYTES",
     "cut_answer",
     "first_request_body",

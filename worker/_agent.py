@@ -395,7 +395,11 @@ def build_engine(
     remote = {tool.name for tool in spec.remote_tools}
     hooks: list[Hook] = [
         PermissionPolicy(
-            spec.permission_mode, allow=spec.allow_rules, deny=spec.deny_rules, ask=spec.ask_rules
+            spec.permission_mode,
+            allow=spec.allow_rules,
+            deny=spec.deny_rules,
+            ask=spec.ask_rules,
+            workdir=spec.workdir,
         ),
         # Second, independent layer: whatever the registry holds, coordination tools the
         # parent did not hand over as remote tools are refused by name.

@@ -10,15 +10,18 @@ from __future__ import annotations
 import dataclasses
 import enum
 import fnmatch
+import functools
+import glob
+import itertools
 import posixpath
 import re
-import shlex
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import msgspec
 from agentcell.protocol import ToolCall
+from agentcell.worker._deny_words import simple_commands
 from agentcell.worker._shell import plain_commands
 from agentcell.worker._wrappers import inner_commands, too_long_to_unwrap
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
@@ -118,42 +121,60 @@ def command_segments(command: str) -> list[str]:
     return segments
 
 
-def command_pieces(command: str) -> list[str] | None:
-    """What a deny or ask rule is matched against: the whole line, each segment, and
-    each command a segment runs through a wrapper (``nohup timeout 5 rm x`` → ``rm x``);
-    None for a wrapper line too long to take apart (``too_long_to_unwrap``): every deny
-    and ask rule catches it, as a line nobody can say is not theirs."""
+@functools.lru_cache(maxsize=64)  # one line, judged by every rule in turn
+def command_pieces(command: str) -> tuple[str, ...] | None:
+    """What a deny or ask rule is matched against: the whole line, each segment as
+    written, every simple command as the shell reads it (``_deny_words``: quotes taken
+    off, inside compound commands and substitutions), and each command one of those runs
+    through a wrapper (``nohup timeout 5 rm x`` → ``rm x``); None for a wrapper line too
+    long to take apart (``too_long_to_unwrap``): every deny and ask rule catches it, as a
+    line nobody can say is not theirs."""
     pieces = [command.strip()]
-    for segment in command_segments(command):
-        words = segment.split()
+    commands = [segment.split() for segment in command_segments(command)]
+    commands += simple_commands(command).commands
+    for words in commands:
         if too_long_to_unwrap(words):
             return None
-        pieces += [" ".join(inner) for inner in inner_commands(words)]
-    return pieces
+        pieces += [" ".join([_base(inner[0]), *inner[1:]]) for inner in inner_commands(words)]
+    return tuple(pieces)
 
 
-def _words(segment: str) -> list[str]:
-    """A segment's words with the quotes taken off where they pair up."""
-    try:
-        return shlex.split(segment)
-    except ValueError:
-        return segment.split()
+def _base(program: str) -> str:
+    return program.rsplit("/", 1)[-1]
 
 
-def read_paths(command: str) -> list[str]:
+@functools.lru_cache(maxsize=64)  # the parse alone: what a glob names changes
+def read_paths(command: str) -> tuple[str, ...]:
     """Best effort, for read rules: the arguments of the file readers a line runs
-    (``cat .env``, ``timeout 5 head -n1 .env``, ``xargs -n1 tail``). Options are left
-    out; other words (``sed``'s script, ``head``'s count) are kept: extra subjects can
-    only make a deny rule catch more."""
-    paths: list[str] = []
-    for segment in command_segments(command):
-        if too_long_to_unwrap(segment_words := _words(segment)):
-            paths += segment_words  # every word, linear: more subjects only catch more
+    (``cat .env``, ``timeout 5 head -n1 .env``, ``xargs -n1 tail``, ``if …; then cat
+    .env; fi``), the files it redirects in (``< .env``), and what a glob among them names
+    here (``cat .e*``). Options are left out; other words (``sed``'s script, ``head``'s
+    count) are kept: extra subjects can only make a deny rule catch more."""
+    read = simple_commands(command)
+    paths: list[str] = list(read.inputs)
+    for words in read.commands:
+        if too_long_to_unwrap(words):
+            paths += words  # every word, linear: more subjects only catch more
             continue
-        for words in inner_commands(segment_words):
-            if words and words[0] in FILE_READERS:
-                paths += [word for word in words[1:] if not word.startswith("-")]
-    return paths
+        for inner in inner_commands(words):
+            if inner and _base(inner[0]) in FILE_READERS:
+                paths += [word for word in inner[1:] if not word.startswith("-")]
+    return tuple(paths)
+
+
+#: Files a glob among a line's read subjects may name, at most (what bash would expand).
+MAX_GLOBBED = 256
+
+
+def globbed(words: Sequence[str], workdir: str) -> list[str]:
+    """What the globs among ``words`` name from ``workdir``, as bash expands them
+    (``.e*`` → ``.env``), hidden files included; at most ``MAX_GLOBBED``."""
+    found: list[str] = []
+    for word in words:
+        if any(c in word for c in "*?[") and len(found) < MAX_GLOBBED:
+            named = glob.iglob(word, root_dir=workdir or None, include_hidden=True)
+            found += itertools.islice(named, MAX_GLOBBED - len(found))
+    return found
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -368,18 +389,22 @@ class PermissionPolicy(Hook):
         allow: Iterable[str] = (),
         deny: Iterable[str] = (),
         ask: Iterable[str] = (),
+        workdir: str = "",
     ) -> None:
+        """``workdir``: where bash runs, so where a glob in a line names files."""
         self.mode = mode if isinstance(mode, PermissionMode) else PermissionMode.parse(mode)
         self.allow = [Rule.parse(r) for r in allow]
         self.deny = [Rule.parse(r) for r in deny]
         self.ask = [Rule.parse(r) for r in ask]
         self._read_rules = [*self.deny, *self.ask]  # either keeps a file out of walks
+        self._reads = any(rule.applies_to(READ_TOOL) for rule in self._read_rules)
+        self.workdir = workdir
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
         for rule in self.deny:
             if rule.catches(call, args):
                 return Verdict(Decision.DENY, f"denied by the rule {_show(rule)}")
-        read = _read_subjects(call, args)
+        read = _read_subjects(call, args, self.workdir) if self._reads else []
         for rule in _covering(self.deny, read):
             return Verdict(Decision.DENY, f"denied by the rule {_show(rule)} (no reading it)")
         if self.mode is PermissionMode.PLAN and not tool.read_only:
@@ -404,7 +429,7 @@ class PermissionPolicy(Hook):
         return any(True for _ in _covering(self._read_rules, spellings))
 
 
-def _read_subjects(call: ToolCall, args: Any) -> list[str]:
+def _read_subjects(call: ToolCall, args: Any, workdir: str) -> list[str]:
     """The paths a call reads or replaces that a read rule also covers: the file
     ``edit_file`` and ``write_file`` change (Claude Code's Read deny blocks Edit and Write
     on that path), the files ``cat``/``head``/… name in a bash line (best effort)."""
@@ -412,7 +437,10 @@ def _read_subjects(call: ToolCall, args: Any) -> list[str]:
         path = main_argument(args)
         return [path] if path is not None else []
     command = getattr(args, "command", None)
-    return read_paths(command) if isinstance(command, str) else []
+    if not isinstance(command, str):
+        return []
+    paths = read_paths(command)
+    return [*paths, *globbed(paths, workdir)]
 
 
 def _covering(rules: Iterable[Rule], paths: Sequence[str]) -> Iterable[Rule]:

@@ -57,6 +57,7 @@ from agentcell.worker import (
     Session,
     StopRun,
     TurnHook,
+    simple_commands,
 )
 
 log = logging.getLogger("agentcell.hooks")
@@ -403,10 +404,23 @@ def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) ->
         args = types.SimpleNamespace(**fields) if isinstance(fields, dict) else None
     except (ValueError, TypeError):
         args = None
-    if args is None:
+    if args is None or _unreadable_line(getattr(args, "command", None), hook.condition):
         return True
     asked = ToolCall(id="", name=tool, arguments=arguments)
     return any(Rule.parse(rule).catches(asked, args) for rule in rules)
+
+
+def _unreadable_line(command: object, condition: str) -> bool:
+    """Claude Code's ``if`` on a Bash line it cannot read runs the hook: a line the shell
+    parser cannot read, or, for a rule that names more than the program, a line with a
+    substitution or a variable (``echo $(date)``: what it runs is not in its words)."""
+    if not isinstance(command, str):
+        return False
+    if not simple_commands(command).parsed:
+        return True
+    pattern = condition.partition("(")[2].rstrip(") ")
+    program_only = pattern.removesuffix(":*").removesuffix("*").strip()  # ``rm *``: only rm
+    return " " in program_only and ("$" in command or "`" in command)
 
 
 #: Events whose plain stdout (exit 0, not JSON) is context for the model, as in Claude Code.
