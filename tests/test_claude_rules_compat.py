@@ -491,3 +491,29 @@ async def test_a_read_rule_catches_what_a_line_reads_however_it_is_spelt(
     rules.workdir = str(tmp_path)
     assert await decision(rules, "bash", command=command) is Decision.DENY
     assert await decision(rules, "bash", command="cat README*") is Decision.ALLOW
+
+
+async def test_a_link_to_a_denied_file_is_not_written_nor_edited(tmp_path: Path) -> None:
+    """``innocent -> .env`` under ``Read(./.env)``: write_file through the link overwrote
+    ``.env``, and edit_file's success or failure told the secret a character at a time
+    (a second attack review)."""
+    project = project_with_secrets(tmp_path)
+    rules = policy({"deny": ["Read(./.env)"]}, project, "acceptEdits")
+    written = await run_tool(project, rules, "write_file", path="innocent", content="X=1\n")
+    assert "a read rule covers: not written" in written
+    edited = await run_tool(
+        project, rules, "edit_file", path="innocent", old_string="API_KEY=S", new_string="x"
+    )
+    assert "a read rule covers: not edited" in edited
+    assert (project / ".env").read_text() == "API_KEY=SECRET-123\n"
+
+
+async def test_a_folder_rule_covers_what_is_in_it(tmp_path: Path) -> None:
+    """``Read(./secrets)`` (no ``/**``) hid the folder from grep's walk but let
+    ``read_file secrets/key`` through (a second attack review). A folder's name covers
+    what is in it, as in gitignore, which Claude Code follows."""
+    project = project_with_secrets(tmp_path)
+    rules = policy({"deny": ["Read(./secrets)"]}, project)
+    assert await decision(rules, "read_file", path="secrets/key") is Decision.DENY
+    assert await decision(rules, "read_file", path=f"{project}/secrets/key") is Decision.DENY
+    assert await decision(rules, "read_file", path="src/app.py") is Decision.ALLOW

@@ -168,15 +168,19 @@ def test_what_a_trusted_projects_settings_become_and_where_each_came_from(
     assert settings.deny_rules == [
         "bash(wget)",
         "bash(wget *)",
-        "read_file(.env)",
-        f"read_file({root}/.env)",
-        "read_file(*/.env)",
-        "grep(.env)",
-        f"grep({root}/.env)",
-        "grep(*/.env)",
-        "glob(.env)",
-        f"glob({root}/.env)",
-        "glob(*/.env)",
+        # .env, and what is in it should it be a folder (gitignore's reading)
+        *[
+            f"{tool}({pattern})"
+            for tool in ("read_file", "grep", "glob")
+            for pattern in (
+                ".env",
+                f"{root}/.env",
+                "*/.env",
+                ".env/*",
+                f"{root}/.env/*",
+                "*/.env/*",
+            )
+        ],
         "bash(curl)",
         "bash(curl *)",
     ]

@@ -470,4 +470,8 @@ def _path_patterns(spec: str, cwd: Path, root: Path, *, kind: str) -> list[str]:
         )
     elif kind != "allow" and re.fullmatch(r"[^/*?\[]+/\*\*", relative):
         patterns.append(f"*/{relative}")  # ``secrets/**``: a ``secrets`` folder anywhere
+    if kind != "allow" and not relative.endswith("*"):
+        # A folder's name covers what is in it (gitignore's reading, Claude Code's): a
+        # deny on ``./secrets`` hid the folder from walks but let ``secrets/key`` be read.
+        patterns += [f"{pattern.rstrip('/')}/*" for pattern in patterns]
     return patterns

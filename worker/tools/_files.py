@@ -124,6 +124,13 @@ def _looks_binary(head: bytes) -> bool:
 # --- read_file ----------------------------------------------------------------------
 
 
+def _refuse_hidden(shown: str, ctx: ToolContext, done: str) -> None:
+    """The rules judged the path as written; where a link leads is judged here: a file a
+    read rule covers is not read, written or edited through another name."""
+    if is_hidden(ctx.hidden, str(resolve_inside(ctx.workdir, shown, ctx.extra_roots))):
+        raise ToolError(f"{shown} leads to a file a read rule covers: not {done}")
+
+
 class ReadFileArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     path: Annotated[
         str,
@@ -149,9 +156,7 @@ class ReadFile(Tool):
     read_only = True
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
-        # The rules judged the path as written; a link's target is judged here.
-        if is_hidden(ctx.hidden, str(resolve_inside(ctx.workdir, args.path, ctx.extra_roots))):
-            raise ToolError(f"{args.path} leads to a file a read rule covers: not read")
+        _refuse_hidden(args.path, ctx, "read")
         text = await asyncio.to_thread(
             _read_numbered, ctx.workdir, args.path, args.offset, args.limit, ctx.extra_roots
         )
@@ -282,6 +287,7 @@ class WriteFile(Tool):
     Args = WriteFileArgs
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput | str:
+        _refuse_hidden(args.path, ctx, "written")
         try:
             data = args.content.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -356,6 +362,9 @@ class EditFile(Tool):
             )
         if args.old_string == args.new_string:
             raise ToolError("old_string and new_string are identical: there is nothing to change")
+        # An edit that succeeds or fails tells whether old_string is in the file: a link to
+        # a file no one may read would give it away a character at a time.
+        _refuse_hidden(args.path, ctx, "edited")
         return await asyncio.to_thread(
             _edit,
             ctx.workdir,
