@@ -17,9 +17,11 @@ agent's own model to apply.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import html.parser
 import json
 import logging
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -31,7 +33,8 @@ from agentcell.orchestrator.definitions import AgentDefinition, normalize_tool_n
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.delegation._egress import EgressProxy, Refused
 from agentcell.orchestrator.delegation._pinned_http import PinnedBackend, PinnedTransport
-from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool
+from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool, ToolCall
+from agentcell.worker import Rule
 
 log = logging.getLogger("agentcell.orchestrator")
 
@@ -108,9 +111,11 @@ async def web_fetch(
     *,
     ask: Ask,
     model: tuple[str, dict[str, Any]] | None = None,
+    rules: UrlRules | None = None,
 ) -> tuple[str, bool]:
     """(tool result, is_error) of one web_fetch call; with ``model`` (its name and
-    options), the answer of that model to ``prompt`` over the page."""
+    options), the answer of that model to ``prompt`` over the page; ``rules``: the
+    agent's own deny and ask rules, judged again at every hop."""
     try:
         args = json.loads(arguments or "{}")
         url, prompt = str(args["url"]), str(args.get("prompt") or "")
@@ -122,7 +127,7 @@ async def web_fetch(
     checker = EgressProxy(entries, agent_id="", agent_type="")
     try:
         async with asyncio.timeout(TIMEOUT_S):
-            page, final = await _follow(url, checker, ask)
+            page, final = await _follow(url, checker, ask, rules or UrlRules())
     except Refused as exc:
         return f"web_fetch refused {url}: {exc}", True
     except TimeoutError:
@@ -179,12 +184,19 @@ _SUMMARIZER = (
 )
 
 
-async def _follow(url: str, checker: EgressProxy, ask: Ask) -> tuple[httpx.Response | str, str]:
+async def _follow(
+    url: str, checker: EgressProxy, ask: Ask, rules: UrlRules
+) -> tuple[httpx.Response | str, str]:
     backend = PinnedBackend()  # each hop connects to the address its check gave
     transport = PinnedTransport(backend)
     async with httpx.AsyncClient(transport=transport, follow_redirects=False) as client:
         for hop in range(MAX_REDIRECTS + 1):
             host, port = _host_port(url)
+            # The child judged the URL it was given; where a redirect leads, only here.
+            if denied := rules.denying(url):
+                raise Refused(f"{url} is denied by the rule {denied}")
+            if hop and rules.asking(url):
+                return _not_followed(url), url
             if not _allowed(checker.rules, host, port):
                 if hop:
                     return _not_followed(url), url
@@ -200,6 +212,34 @@ async def _follow(url: str, checker: EgressProxy, ask: Ask) -> tuple[httpx.Respo
                 return response, url
             url = urljoin(url, response.headers["location"])
     raise Refused(f"more than {MAX_REDIRECTS} redirects")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UrlRules:
+    """An agent's deny and ask rules, as they judge a web_fetch of one URL (a
+    ``WebFetch(domain:…)`` rule, a ``web_fetch`` or ``*`` one)."""
+
+    deny: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+
+    @classmethod
+    def of(cls, spec: AgentSpec) -> UrlRules:
+        return cls(tuple(map(Rule.parse, spec.deny_rules)), tuple(map(Rule.parse, spec.ask_rules)))
+
+    def denying(self, url: str) -> str:
+        return _first_catching(self.deny, url)
+
+    def asking(self, url: str) -> str:
+        return _first_catching(self.ask, url)
+
+
+def _first_catching(rules: tuple[Rule, ...], url: str) -> str:
+    call = ToolCall(id="", name=NAME, arguments=json.dumps({"url": url}))
+    args = types.SimpleNamespace(url=url)
+    caught = next((rule for rule in rules if rule.catches(call, args)), None)
+    if caught is None:
+        return ""
+    return caught.tool if caught.pattern is None else f"{caught.tool}({caught.pattern})"
 
 
 async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
@@ -331,5 +371,7 @@ async def answer(
         )
         return (await broker.decide(query)).approved
 
-    content, is_error = await web_fetch(frame.arguments, entries, ask=ask, model=summarizer)
+    content, is_error = await web_fetch(
+        frame.arguments, entries, ask=ask, model=summarizer, rules=UrlRules.of(spec)
+    )
     return DelegateReply(request_id=frame.request_id, content=content, is_error=is_error)
