@@ -329,6 +329,10 @@ def test_a_parameter_rule_matches_that_argument() -> None:
     assert rule.catches(*task_call(subagent_type="x", prompt="p", model="opus"))
     assert not rule.catches(*task_call(subagent_type="x", prompt="p", model="haiku"))
     assert not rule.catches(*task_call(subagent_type="x", prompt="p"))  # left out: no match
+    # Spellings the parent resolves to the same model (a second attack review).
+    for spelled in ("Opus", " OPUS", "claude-opus-4-1", "anthropic:claude-opus-4-1"):
+        assert rule.catches(*task_call(subagent_type="x", prompt="p", model=spelled)), spelled
+    assert not rule.catches(*task_call(subagent_type="x", prompt="p", model="claude-sonnet-4"))
     [background] = [
         Rule.parse(r) for r in translate_rule("Agent(run_in_background:true)", Path("/p")) or []
     ]

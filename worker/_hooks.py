@@ -367,8 +367,10 @@ def _given_arguments(args: Any) -> dict[str, Any]:
 
 
 def _parameter_matches(args: Any, name: str, value: str) -> bool:
-    """The argument, as the model wrote it, against the rule's value glob; an argument
-    left out (None) never matches."""
+    """The argument against the rule's value glob, for deny and ask rules: whatever its
+    case and spaces, and a ``model`` by any word of its id too (``Agent(model:opus)``
+    catches ``Opus`` and ``anthropic:claude-opus-4-1``, which the parent resolves alike;
+    an attack review sent those past it). An argument left out (None) never matches."""
     if hasattr(type(args), "__struct_fields__"):
         given = getattr(args, name, None)
     else:
@@ -376,7 +378,15 @@ def _parameter_matches(args: Any, name: str, value: str) -> bool:
     if given is None or isinstance(given, (dict, list)):
         return False
     shown = given if isinstance(given, str) else msgspec.json.encode(given).decode()
-    return fnmatch.fnmatchcase(shown, value)
+    shown, value = shown.strip().lower(), value.strip().lower()
+    if fnmatch.fnmatchcase(shown, value):
+        return True
+    words = _MODEL_WORDS.split(shown) if name == "model" else []
+    return any(fnmatch.fnmatchcase(word, value) for word in words)
+
+
+#: What a model id's words are separated by (``anthropic:claude-opus-4-1``).
+_MODEL_WORDS = re.compile(r"[-:/._\s]+")
 
 
 class PermissionPolicy(Hook):
