@@ -144,7 +144,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # The egress proxy's reading of a request and a tunnel's ClientHello.
     "egress": (
         "orchestrator/delegation/_egress.py",
-        "tests/test_egress_smuggling.py",
+        "tests/test_mutation_kills_egress.py tests/test_egress_smuggling.py",
         60,
     ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.

@@ -9,8 +9,8 @@ from agentcell.orchestrator.delegation import _egress
 from agentcell.orchestrator.delegation._egress import (
     EgressProxy,
     Refused,
-    _Cursor,
     _client_hello_wants_more,
+    _Cursor,
     _destination,
     _handshake_message,
     _parse_head,
@@ -164,7 +164,8 @@ def _request_of(setup: Setup, size: int) -> bytes:
     return (start + "p" * (size - len(start) - 4) + "\r\n\r\n").encode()
 
 
-#: A request head's limit (``_HEAD_LIMIT``) written out: read from the module, it moves with a mutant.
+#: A request head's limit (``_HEAD_LIMIT``) written out: read from the module, it would move
+#: with a mutant of it.
 HEAD_LIMIT = 16 * 1024
 
 
