@@ -20,7 +20,7 @@ from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.delegation._worktree import Worktree, finish_worktree
 from agentcell.protocol import Limits, RunStatus
-from agentcell.worker import cut_answer
+from agentcell.worker import MAX_ANSWER_BYTES, cut_answer
 
 #: How a result that never got a process begins its error.
 NO_PROCESS = "never got a process"
@@ -73,9 +73,11 @@ def settle(
         if run.usage.total_tokens >= progress.usage.total_tokens:
             common["usage"] = run.usage
     kind = outcome.kind
-    # The child cuts its answer to this limit itself; a compromised one may send a frame's
-    # worth (16 MiB) into the main agent's context: cut here too.
-    text = cut_answer(run.text, " (cut by the parent)") if run else ""
+    # The child cuts its answer to this limit itself (its note a little past it); a
+    # compromised one may send a frame's worth (16 MiB) into the main agent's context.
+    text = run.text if run else ""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_ANSWER_BYTES + ANSWER_NOTE_ROOM:
+        text = cut_answer(text, " (cut by the parent)")
     if kind is OutcomeKind.RESULT and run is not None:
         return SubAgentResult(**common, status=run.status, text=text, error=run.error)
     if cancelled or kind is OutcomeKind.KILLED:
@@ -91,6 +93,11 @@ def settle(
     return SubAgentResult(
         **common, status=RunStatus.CRASHED, error=_crash_error(outcome, base, run_dir)
     )
+
+
+#: What a child's own cut adds past ``MAX_ANSWER_BYTES`` (its note, a few hundred bytes):
+#: an answer it cut is not cut again, which would drop the note naming the saved whole.
+ANSWER_NOTE_ROOM = 4096
 
 
 def _figures(
