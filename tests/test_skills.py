@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
@@ -28,6 +29,19 @@ def write_skill(root: Path, name: str, body: str, description: str = "How to wri
     return path
 
 
+async def delegated(workdir: Path, agent: AgentDefinition, prompt: str) -> Any:
+    """``agent``'s result for ``prompt``, from an orchestrator of its own in ``workdir``."""
+    orch = Orchestrator(
+        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
+        workdir=workdir,
+        agents=[agent],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        return await asyncio.wait_for(orch.delegate(agent.name, prompt), 60)
+
+
 async def test_a_skill_reaches_the_childs_system_prompt_on_the_wire(
     spawned: SpawnRecorder,
     tmp_path: Path,
@@ -46,15 +60,7 @@ async def test_a_skill_reaches_the_childs_system_prompt_on_the_wire(
         skills=["haiku", "missing-skill"],
         model="openai:test",
     )
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=tmp_path,
-        agents=[agent],
-        load_agent_files=False,
-        record=False,
-    )
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("poet", "write"), 60)
+    result = await delegated(tmp_path, agent, "write")
     assert result.status is RunStatus.COMPLETED, result
     system = model_server.requests[0].body["messages"][0]
     assert system["role"] == "system"
@@ -152,15 +158,7 @@ async def test_a_preloaded_skills_disallowed_tools_are_not_offered(
         skills=["careful"],
         model="openai:test",
     )
-    orch = Orchestrator(
-        settings=Settings(model="openai:test", approval="allow", max_workers=1, warm_spares=0),
-        workdir=tmp_path,
-        agents=[agent],
-        load_agent_files=False,
-        record=False,
-    )
-    async with orch:
-        result = await asyncio.wait_for(orch.delegate("reader", "look"), 60)
+    result = await delegated(tmp_path, agent, "look")
     assert result.status is RunStatus.COMPLETED, result
     offered = {t["function"]["name"] for t in openai_served.requests[0].body["tools"]}
     assert offered == {"read_file", "grep"}, offered

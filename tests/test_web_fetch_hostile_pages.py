@@ -26,22 +26,27 @@ DEEP = "<html><body>" + "<div>" * 50_000 + "deep text"
 FLAT = "<html><body>" + "<b>x</b>" * 100_000 + "</body></html>"
 
 
-class _Hostile(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = (DEEP if self.path == "/deep" else FLAT).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def _html_pages(pages: dict[str, str]) -> type[http.server.BaseHTTPRequestHandler]:
+    """A handler answering each path's HTML (the last page for any other path)."""
 
-    def log_message(self, *args: Any) -> None:
-        pass
+    class Pages(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = pages.get(self.path, list(pages.values())[-1]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    return Pages
 
 
 @pytest.fixture
 def hostile() -> Iterator[int]:
-    with serving(_Hostile) as port:
+    with serving(_html_pages({"/deep": DEEP, "/flat": FLAT})) as port:
         yield port
 
 
@@ -81,19 +86,6 @@ async def test_html_is_turned_into_markdown_off_the_event_loop_and_only_its_head
     assert "**x**" in result.text and "page cut at" in result.text
 
 
-class _Denied(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"<p>DENIED-HOST-CONTENT</p>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def _redirecting_to(target: str) -> type[http.server.BaseHTTPRequestHandler]:
     class Hop(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -121,7 +113,8 @@ async def test_a_redirect_does_not_carry_a_fetch_past_the_agents_own_rules(kind:
     async def never(url: str) -> bool:
         return False
 
-    with serving(_Denied, host="127.0.0.2") as denied_port:
+    denied = _html_pages({"/x": "<p>DENIED-HOST-CONTENT</p>"})
+    with serving(denied, host="127.0.0.2") as denied_port:
         target = f"http://127.0.0.2:{denied_port}/x"
         with serving(_redirecting_to(target)) as hop_port:
             entries = [f"127.0.0.1:{hop_port}", f"127.0.0.2:{denied_port}"]
