@@ -521,3 +521,38 @@ async def test_a_folder_rule_covers_what_is_in_it(tmp_path: Path) -> None:
     assert await decision(rules, "read_file", path="secrets/key") is Decision.DENY
     assert await decision(rules, "read_file", path=f"{project}/secrets/key") is Decision.DENY
     assert await decision(rules, "read_file", path="src/app.py") is Decision.ALLOW
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo x > config/app.toml",
+        "echo x >> config/app.toml",
+        "ls 2> config/app.toml",
+        "ls &> config/app.toml",
+        "echo x | tee -a config/app.toml",
+        "sed -i s/a/b/ config/app.toml",
+        "if :; then echo x >| config/app.toml; fi",
+        "echo x > config/*.toml",
+    ],
+)
+async def test_an_edit_rule_covers_what_a_bash_line_writes(tmp_path: Path, command: str) -> None:
+    """Claude Code checks an output redirection's target as a file write against the
+    Edit rules, and the file commands it recognises (``sed -i``); a deny on
+    ``Edit(./config/**)`` let ``echo x > config/app.toml`` through."""
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "app.toml").write_text("a = 1\n")
+    rules = policy({"deny": ["Edit(./config/**)"]}, tmp_path, "bypassPermissions")
+    rules.workdir = str(tmp_path)
+    assert await decision(rules, "bash", command=command) is Decision.DENY
+    asking = policy({"ask": ["Edit(./config/**)"]}, tmp_path, "bypassPermissions")
+    asking.workdir = str(tmp_path)
+    assert await decision(asking, "bash", command=command) is Decision.ASK
+
+
+@pytest.mark.parametrize(
+    "command", ["cat config/app.toml", "echo x > /dev/null", "sed s/a/b/ config/app.toml"]
+)
+async def test_an_edit_rule_leaves_reads_and_the_null_device(tmp_path: Path, command: str) -> None:
+    rules = policy({"deny": ["Edit(./config/**)"]}, tmp_path, "bypassPermissions")
+    assert await decision(rules, "bash", command=command) is Decision.ALLOW

@@ -9,7 +9,8 @@ one of these passing ``Bash(rm *)`` while the allow side, which parses, read the
 ``rm``.
 
 ``simple_commands`` parses the line with bashlex and returns the words of every simple
-command anywhere in it, unquoted, and the files it reads by redirection (``< .env``).
+command anywhere in it, unquoted, and the files it reads and writes by redirection
+(``< .env``, ``> config/x``).
 Where bashlex cannot read the line (a ``case``, a line too long to parse), each piece
 between operators is split as a POSIX shell splits words (quotes and backslashes taken
 off), with reserved words, assignments and redirections dropped: an over-approximation,
@@ -38,12 +39,14 @@ _INPUT = frozenset({"<", "<>", "<&"})
 
 @dataclasses.dataclass(slots=True)
 class LineWords:
-    """What a line runs (``commands``) and reads by redirection (``inputs``);
-    ``parsed``: bashlex read it (else the words come from the fallback split)."""
+    """What a line runs (``commands``), reads by redirection (``inputs``) and writes by
+    redirection (``outputs``); ``parsed``: bashlex read it (else the words come from the
+    fallback split)."""
 
     commands: list[list[str]]
     inputs: list[str]
     parsed: bool
+    outputs: list[str] = dataclasses.field(default_factory=list)
 
 
 def simple_commands(line: str) -> LineWords:
@@ -69,8 +72,11 @@ def _walk(node: Any, found: LineWords) -> None:
         words = [part.word for part in node.parts if part.kind == "word"]
         if words:
             found.commands.append(words)
-    if node.kind == "redirect" and node.type in _INPUT and hasattr(node.output, "word"):
-        found.inputs.append(node.output.word)
+    if node.kind == "redirect" and hasattr(node.output, "word"):
+        if node.type in _INPUT:
+            found.inputs.append(node.output.word)
+        if ">" in node.type:
+            found.outputs.append(node.output.word)
     for name in ("parts", "list", "command", "output"):
         child = getattr(node, name, None)
         for each in child if isinstance(child, list) else [child]:
@@ -105,6 +111,8 @@ def _take(words: list[str], found: LineWords) -> None:
         if target_of:
             if target_of in _INPUT:
                 found.inputs.append(word)
+            if ">" in target_of:
+                found.outputs.append(word)
             target_of = ""
             continue
         if _REDIRECT.fullmatch(word):

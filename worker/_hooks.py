@@ -92,8 +92,15 @@ _RULE = re.compile(r"^\s*([A-Za-z0-9_.:*-]+)\s*(?:\((.*)\))?\s*$")
 _PATH_FIELDS = ("path", "file_path")
 #: The tool whose rules say which files may not be read (Claude Code's ``Read`` rules).
 READ_TOOL = "read_file"
+#: The tool whose rules say which files may not be changed (Claude Code's ``Edit`` rules).
+EDIT_TOOL = "edit_file"
 #: Bash programs whose file arguments a read rule covers too (Claude Code's list).
 FILE_READERS = frozenset({"cat", "head", "tail", "sed", "less", "more"})
+#: Bash programs whose file arguments an edit rule covers: ``tee`` writes its files,
+#: ``sed -i`` rewrites them (Claude Code checks the file commands it recognises).
+FILE_WRITERS = frozenset({"tee", "sed"})
+#: Output redirections that write no file of the workdir (Claude Code does not check them).
+_NOT_FILES = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
 #: ``param:value`` in a rule: a deny or ask rule on one named argument of the call.
 _PARAMETER = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*)$", re.DOTALL)
 #: ``domain:host`` in a rule: a web rule on the URL's host (Claude Code's WebFetch rules).
@@ -160,6 +167,31 @@ def read_paths(command: str) -> tuple[str, ...]:
             if inner and _base(inner[0]) in FILE_READERS:
                 paths += [word for word in inner[1:] if not word.startswith("-")]
     return tuple(paths)
+
+
+@functools.lru_cache(maxsize=64)  # the parse alone, as for read_paths
+def write_paths(command: str) -> tuple[str, ...]:
+    """Best effort, for edit rules: the files a line writes by redirection (``>``,
+    ``>>``, ``2>``, ``&>``, ``>|``; ``/dev/null`` and the like left out, as Claude Code
+    leaves them) and those ``tee`` or ``sed -i`` name. Extra subjects only catch more."""
+    line = simple_commands(command)
+    paths = [target for target in line.outputs if target not in _NOT_FILES]
+    for words in line.commands:
+        if too_long_to_unwrap(words):
+            paths += words
+            continue
+        for inner in inner_commands(words):
+            program = _base(inner[0]) if inner else ""
+            in_place = program == "sed" and any(_sed_in_place(w) for w in inner[1:])
+            if program == "tee" or in_place:
+                paths += [word for word in inner[1:] if not word.startswith("-")]
+    return tuple(paths)
+
+
+def _sed_in_place(word: str) -> bool:
+    return word.startswith("--in-place") or (
+        word.startswith("-") and not word.startswith("--") and "i" in word[1:]
+    )
 
 
 #: Files a glob among a line's read subjects may name, at most (what bash would expand).
@@ -408,6 +440,7 @@ class PermissionPolicy(Hook):
         self.ask = [Rule.parse(r) for r in ask]
         self._read_rules = [*self.deny, *self.ask]  # either keeps a file out of walks
         self._reads = any(rule.applies_to(READ_TOOL) for rule in self._read_rules)
+        self._writes = any(rule.applies_to(EDIT_TOOL) for rule in self._read_rules)
         self.workdir = workdir
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
@@ -417,12 +450,17 @@ class PermissionPolicy(Hook):
         read = _read_subjects(call, args, self.workdir) if self._reads else []
         for rule in _covering(self.deny, read):
             return Verdict(Decision.DENY, f"denied by the rule {_show(rule)} (no reading it)")
+        written = _written_subjects(call, args, self.workdir) if self._writes else []
+        for rule in _covering(self.deny, written, EDIT_TOOL):
+            return Verdict(Decision.DENY, f"denied by the rule {_show(rule)} (no writing it)")
         if self.mode is PermissionMode.PLAN and not tool.read_only:
             return Verdict(Decision.DENY, f"{tool.name} changes things and plan mode is read-only")
         for rule in self.ask:
             if rule.catches(call, args):
                 return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
         for rule in _covering(self.ask, read):
+            return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
+        for rule in _covering(self.ask, written, EDIT_TOOL):
             return Verdict(Decision.ASK, f"the rule {_show(rule)} asks for approval")
         for rule in self.allow:
             if rule.allows(call, args):
@@ -453,12 +491,23 @@ def _read_subjects(call: ToolCall, args: Any, workdir: str) -> list[str]:
     return [*paths, *globbed(paths, workdir)]
 
 
-def _covering(rules: Iterable[Rule], paths: Sequence[str]) -> Iterable[Rule]:
-    """The read rules (those for ``read_file`` with a path) that cover one of ``paths``."""
+def _written_subjects(call: ToolCall, args: Any, workdir: str) -> list[str]:
+    """The files a bash line writes that an edit rule also covers (Claude Code checks an
+    output redirection's target as a file write; best effort: ``write_paths``)."""
+    command = getattr(args, "command", None)
+    if call.name != "bash" or not isinstance(command, str):
+        return []
+    paths = write_paths(command)
+    return [*paths, *globbed(paths, workdir)]
+
+
+def _covering(rules: Iterable[Rule], paths: Sequence[str], tool: str = READ_TOOL) -> Iterable[Rule]:
+    """The rules for ``tool`` (``read_file``, or ``edit_file`` for writes) with a path
+    that cover one of ``paths``."""
     if not paths:
         return
     for rule in rules:
-        if rule.applies_to(READ_TOOL) and any(rule.covers_path(path) for path in paths):
+        if rule.applies_to(tool) and any(rule.covers_path(path) for path in paths):
             yield rule
 
 
