@@ -556,3 +556,18 @@ async def test_an_edit_rule_covers_what_a_bash_line_writes(tmp_path: Path, comma
 async def test_an_edit_rule_leaves_reads_and_the_null_device(tmp_path: Path, command: str) -> None:
     rules = policy({"deny": ["Edit(./config/**)"]}, tmp_path, "bypassPermissions")
     assert await decision(rules, "bash", command=command) is Decision.ALLOW
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo " + "$(" * 1300 + "rm x" + ")" * 1300,
+        "( " * 3000 + "rm x" + " )" * 3000,
+        "{ " * 2000 + "rm x;" + " }" * 2000,
+    ],
+)
+async def test_a_line_nested_past_the_parser_is_read_flat(tmp_path: Path, command: str) -> None:
+    """A line bashlex cannot take (or whose tree is deeper than Python recurses) is
+    split as words instead: the rule still sees ``rm``."""
+    rules = policy({"deny": ["Bash(rm *)"]}, tmp_path, "bypassPermissions")
+    assert await decision(rules, "bash", command=command) is Decision.DENY

@@ -61,8 +61,11 @@ def simple_commands(line: str) -> LineWords:
             trees = None
         if trees is not None:
             found = LineWords([], [], parsed=True)
-            for tree in trees:
-                _walk(tree, found)
+            try:
+                for tree in trees:
+                    _walk(tree, found)
+            except RecursionError:  # nested past Python's limit: the split reads it flat
+                return _split(line)
             return found
     return _split(line)
 
