@@ -616,6 +616,33 @@ exit 0
 
 
 @needs_mountns
+async def test_a_sub_agent_cannot_rewrite_an_exec_form_hooks_script(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Claude Code's exec form: the script is an argument, not the command. The parent
+    # runs it with your rights all the same, so its folder is held read-only too.
+    work = tmp_path / "work"
+    (work / "guards").mkdir(parents=True)
+    (work / "guards" / "guard.sh").write_text(_GUARD)
+    monkeypatch.setenv("GUARD_LOG", str(tmp_path / "guard.log"))
+    served.responder = bash_script(
+        ["echo 'exit 0' > guards/guard.sh && echo REWROTE", "echo DANGER"]
+    )
+    exec_form = {"command": "sh", "args": ["${CLAUDE_PROJECT_DIR}/guards/guard.sh"]}
+    hooks = {"PreToolUse": [{"matcher": "Bash", "hooks": [exec_form]}]}
+    async with orchestrator(work, agent("mover", ["bash"]), hooks=hooks) as orch:
+        result = await asyncio.wait_for(orch.delegate("mover", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result.error
+    out = result.text.split(SEP)
+    assert "REWROTE" not in out[0] and "Read-only file system" in out[0], out[0]
+    assert "blocked by the guard" in out[1], out[1]
+    assert (work / "guards" / "guard.sh").read_text() == _GUARD
+
+
+@needs_mountns
 async def test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs(
     spawned: SpawnRecorder,
     tmp_path: Path,
