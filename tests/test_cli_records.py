@@ -6,11 +6,13 @@ server, or the offline echo model)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
+from terminal_util import AGENTCELL, Screen
 from test_cli import agentcell, cli_env, project
 
 __all__ = ["project"]  # the fixture, shared with test_cli
@@ -144,3 +146,17 @@ def test_runs_show_reads_a_transcript_of_any_shape_without_a_traceback(project: 
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     assert "(not a message) 5" in shown.stdout and '["not", "text"]' in shown.stdout
     assert "→ ? " in shown.stdout and "→ {} " in shown.stdout  # the calls, as they are
+    # As a person sees it, on a terminal; and read by `| head -2`, which leaves early.
+    term = Screen(["runs", "show", run_id, "main"], project, env)
+    try:
+        screen = term.expect("(not a message) 5")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    assert '["not", "text"]' in screen and "Traceback" not in screen
+    headed = subprocess.run(
+        f"{AGENTCELL} runs show {run_id} main | head -2",
+        shell=True, cwd=project, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert headed.returncode == 0 and "Traceback" not in headed.stderr, headed.stderr
+    assert len(headed.stdout.splitlines()) == 2
