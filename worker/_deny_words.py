@@ -20,6 +20,7 @@ which is what a deny rule wants.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 import shlex
 from typing import Any
@@ -37,18 +38,29 @@ _REDIRECT = re.compile(r"&?[<>][<>&|]*")  # > >> < << <> >& <& &> &>> >|
 _INPUT = frozenset({"<", "<>", "<&"})
 
 
-@dataclasses.dataclass(slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class LineWords:
     """What a line runs (``commands``), reads by redirection (``inputs``) and writes by
     redirection (``outputs``); ``parsed``: bashlex read it (else the words come from the
-    fallback split)."""
+    fallback split). Frozen: ``simple_commands`` hands the same one to every rule."""
 
-    commands: list[list[str]]
-    inputs: list[str]
+    commands: tuple[tuple[str, ...], ...]
+    inputs: tuple[str, ...]
     parsed: bool
+    outputs: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(slots=True)
+class _Found:
+    commands: list[tuple[str, ...]] = dataclasses.field(default_factory=list)
+    inputs: list[str] = dataclasses.field(default_factory=list)
     outputs: list[str] = dataclasses.field(default_factory=list)
 
+    def words(self, parsed: bool) -> LineWords:
+        return LineWords(tuple(self.commands), tuple(self.inputs), parsed, tuple(self.outputs))
 
+
+@functools.lru_cache(maxsize=64)  # one line, read by every deny, ask, read and edit rule
 def simple_commands(line: str) -> LineWords:
     """Every simple command of ``line`` as its words, and the files it redirects in."""
     line = line.replace("\\\n", "")  # the shell removes a backslash-newline first
@@ -60,19 +72,19 @@ def simple_commands(line: str) -> LineWords:
         except Exception:  # bashlex raises several kinds: fall back to the split
             trees = None
         if trees is not None:
-            found = LineWords([], [], parsed=True)
+            found = _Found()
             try:
                 for tree in trees:
                     _walk(tree, found)
             except RecursionError:  # nested past Python's limit: the split reads it flat
                 return _split(line)
-            return found
+            return found.words(parsed=True)
     return _split(line)
 
 
-def _walk(node: Any, found: LineWords) -> None:
+def _walk(node: Any, found: _Found) -> None:
     if node.kind == "command":
-        words = [part.word for part in node.parts if part.kind == "word"]
+        words = tuple(part.word for part in node.parts if part.kind == "word")
         if words:
             found.commands.append(words)
     if node.kind == "redirect" and hasattr(node.output, "word"):
@@ -96,7 +108,7 @@ def _split(line: str) -> LineWords:
         tokens = list(lexer)
     except ValueError:  # an unclosed quote: the shell refuses it; judge the raw words
         tokens = line.split()
-    found = LineWords([], [], parsed=False)
+    found = _Found()
     words: list[str] = []
     for token in [*tokens, ";"]:
         if _OPERATOR.fullmatch(token):
@@ -104,10 +116,10 @@ def _split(line: str) -> LineWords:
             words = []
         else:
             words.append(token)
-    return found
+    return found.words(parsed=False)
 
 
-def _take(words: list[str], found: LineWords) -> None:
+def _take(words: list[str], found: _Found) -> None:
     kept: list[str] = []
     target_of = ""  # the redirection whose target the next word is
     for word in words:
@@ -127,4 +139,4 @@ def _take(words: list[str], found: LineWords) -> None:
             continue
         kept.append(word)
     if kept:
-        found.commands.append(kept)
+        found.commands.append(tuple(kept))

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 from agentcell.protocol import ToolCall
-from agentcell.worker._deny_words import simple_commands
+from agentcell.worker._deny_words import LineWords, simple_commands
 from agentcell.worker._shell import plain_commands
 from agentcell.worker._wrappers import inner_commands, too_long_to_unwrap
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
@@ -138,7 +138,7 @@ def command_pieces(command: str) -> tuple[str, ...] | None:
     line nobody can say is not theirs."""
     pieces = [command.strip()]
     commands = [segment.split() for segment in command_segments(command)]
-    commands += simple_commands(command).commands
+    commands += map(list, simple_commands(command).commands)
     for words in commands:
         if too_long_to_unwrap(words):
             return None
@@ -154,19 +154,11 @@ def _base(program: str) -> str:
 def read_paths(command: str) -> tuple[str, ...]:
     """Best effort, for read rules: the arguments of the file readers a line runs
     (``cat .env``, ``timeout 5 head -n1 .env``, ``xargs -n1 tail``, ``if …; then cat
-    .env; fi``), the files it redirects in (``< .env``), and what a glob among them names
-    here (``cat .e*``). Options are left out; other words (``sed``'s script, ``head``'s
-    count) are kept: extra subjects can only make a deny rule catch more."""
-    read = simple_commands(command)
-    paths: list[str] = list(read.inputs)
-    for words in read.commands:
-        if too_long_to_unwrap(words):
-            paths += words  # every word, linear: more subjects only catch more
-            continue
-        for inner in inner_commands(words):
-            if inner and _base(inner[0]) in FILE_READERS:
-                paths += [word for word in inner[1:] if not word.startswith("-")]
-    return tuple(paths)
+    .env; fi``) and the files it redirects in (``< .env``). Options are left out; other
+    words (``sed``'s script, ``head``'s count) are kept: extra subjects can only make a
+    deny rule catch more."""
+    line = simple_commands(command)
+    return (*line.inputs, *_file_arguments(line, lambda words: words[0] in FILE_READERS))
 
 
 @functools.lru_cache(maxsize=64)  # the parse alone, as for read_paths
@@ -175,17 +167,27 @@ def write_paths(command: str) -> tuple[str, ...]:
     ``>>``, ``2>``, ``&>``, ``>|``; ``/dev/null`` and the like left out, as Claude Code
     leaves them) and those ``tee`` or ``sed -i`` name. Extra subjects only catch more."""
     line = simple_commands(command)
-    paths = [target for target in line.outputs if target not in _NOT_FILES]
-    for words in line.commands:
+    outputs = [target for target in line.outputs if target not in _NOT_FILES]
+    return (*outputs, *_file_arguments(line, _writes_its_files))
+
+
+def _file_arguments(line: LineWords, picked: Callable[[list[str]], bool]) -> list[str]:
+    """The words that are no option of every command ``line`` runs (wrappers seen
+    through, the program by its base name) that ``picked`` takes; every word of a
+    wrapper line too long to take apart (linear, and more subjects only catch more)."""
+    paths: list[str] = []
+    for words in map(list, line.commands):
         if too_long_to_unwrap(words):
             paths += words
             continue
         for inner in inner_commands(words):
-            program = _base(inner[0]) if inner else ""
-            in_place = program == "sed" and any(_sed_in_place(w) for w in inner[1:])
-            if program == "tee" or in_place:
+            if inner and picked([_base(inner[0]), *inner[1:]]):
                 paths += [word for word in inner[1:] if not word.startswith("-")]
-    return tuple(paths)
+    return paths
+
+
+def _writes_its_files(words: list[str]) -> bool:
+    return words[0] == "tee" or (words[0] == "sed" and any(map(_sed_in_place, words[1:])))
 
 
 def _sed_in_place(word: str) -> bool:

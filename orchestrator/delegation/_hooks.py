@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -365,24 +366,36 @@ def _exit_outcome(code: int, out: str, err: str, where: str, event: str) -> Hook
     """Claude Code's reading of a hook's end: exit 2 blocks (with the JSON's reason
     when it gives one, else stderr); on any other code a JSON object on stdout decides
     alone; without one, any code but 0 is an error that decides nothing."""
+    doc = _json_document(out)
     if code == 2:
-        decided = _decision(out, where, event) if out.lstrip().startswith("{") else HookOutcome()
+        decided = _decision(doc, where) if doc is not None else HookOutcome()
         reason = decided.reason if decided.blocked else err.strip()
         return dataclasses.replace(
             decided, blocked=True, decision="", reason=reason or f"blocked by the {where}"
         )
-    if code != 0 and not _json_object(out):
+    if doc is not None:
+        return _decision(doc, where)
+    if code != 0:
         first = err.strip().splitlines()[0] if err.strip() else "no message"
         log.warning("%s failed (exit %d): %s; the run goes on", where, code, first)
         return HookOutcome()
-    return _decision(out, where, event)
+    text = out.strip()
+    if text.startswith("{"):
+        log.warning("%s printed something that is not JSON; ignored", where)
+        return HookOutcome()
+    # Plain output is context for these events alone, as in Claude Code.
+    return HookOutcome(context=text if event in _STDOUT_IS_CONTEXT else "")
 
 
-def _json_object(stdout: str) -> bool:
+def _json_document(stdout: str) -> dict[str, Any] | None:
+    """A hook's stdout as the JSON object Claude Code reads (None: not one)."""
+    if not stdout.lstrip().startswith("{"):
+        return None
     try:
-        return isinstance(json.loads(stdout), dict) if stdout.lstrip().startswith("{") else False
+        doc = json.loads(stdout)
     except ValueError:
-        return False
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) -> bool:
@@ -396,7 +409,7 @@ def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) ->
     tool, arguments = call
     if len(arguments) > MAX_IF_ARGUMENTS:
         return True  # a rule's cost grows with the square of a command's words: not judged
-    rules = translate_rule(hook.condition, cwd)
+    rules = _if_rules(hook.condition, cwd)
     if rules is None:
         return True
     try:
@@ -407,7 +420,14 @@ def condition_met(hook: HookCommand, call: tuple[str, str] | None, cwd: Path) ->
     if args is None or _unreadable_line(getattr(args, "command", None), hook.condition):
         return True
     asked = ToolCall(id="", name=tool, arguments=arguments)
-    return any(Rule.parse(rule).catches(asked, args) for rule in rules)
+    return any(rule.catches(asked, args) for rule in rules)
+
+
+@functools.lru_cache(maxsize=256)  # asked on every tool call a hook with an ``if`` sees
+def _if_rules(condition: str, cwd: Path) -> tuple[Rule, ...] | None:
+    """An ``if``'s permission rule as ours (None: a rule no tool of ours has)."""
+    translated = translate_rule(condition, cwd)
+    return None if translated is None else tuple(map(Rule.parse, translated))
 
 
 def _unreadable_line(command: object, condition: str) -> bool:
@@ -427,19 +447,8 @@ def _unreadable_line(command: object, condition: str) -> bool:
 _STDOUT_IS_CONTEXT = frozenset({"UserPromptSubmit", "SessionStart"})
 
 
-def _decision(stdout: str, where: str, event: str) -> HookOutcome:
-    """Exit 0: a JSON object is read as Claude Code reads it; plain output is context for
-    ``UserPromptSubmit`` and ``SessionStart`` and ignored for the other events."""
-    text = stdout.strip()
-    if not text.startswith("{"):
-        return HookOutcome(context=text if event in _STDOUT_IS_CONTEXT else "")
-    try:
-        doc = json.loads(text)
-    except ValueError:
-        log.warning("%s printed something that is not JSON; ignored", where)
-        return HookOutcome()
-    if not isinstance(doc, dict):
-        return HookOutcome()
+def _decision(doc: Mapping[str, Any], where: str) -> HookOutcome:
+    """A hook's JSON object, read as Claude Code reads it."""
     specific = doc.get("hookSpecificOutput")
     specific = specific if isinstance(specific, dict) else {}
     # permissionDecision is PreToolUse's; "decision" is the older spelling ("approve" /
