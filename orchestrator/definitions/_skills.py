@@ -45,8 +45,8 @@ class Skill:
     description: str
     body: str
     path: str
-    # Claude Code's ``disallowed-tools``, as agentcell names tools. Read, not yet applied:
-    # a preloaded skill's are taken from the run's tools where it is prepared.
+    # Claude Code's ``disallowed-tools``, as agentcell names tools: a preloaded skill's
+    # are taken from the run's tools where it is prepared (one loaded mid-run takes none).
     disallowed_tools: tuple[str, ...] = ()
     # One line per frontmatter key agentcell does not apply, naming the file and the key.
     notes: tuple[str, ...] = ()
@@ -73,9 +73,9 @@ def skill_dirs(project_dir: Path, *, home: Path | None = None) -> list[Path]:
     ]
 
 
-#: Skill frontmatter keys Claude Code acts on and agentcell does not (by their folded
-#: spelling: lower case, no '-' or '_'), and what that means. A guard written for Claude
-#: Code must not do nothing silently, so each one found is named once (``name_once``).
+#: Skill frontmatter keys Claude Code acts on and agentcell does not, or not always (by
+#: their folded spelling: lower case, no '-' or '_'), and what that means. A guard
+#: written for Claude Code must not do nothing silently: each one found is named once.
 SKILL_KEYS_NOT_APPLIED: dict[str, str] = {
     "hooks": "hooks in a skill are not run by agentcell; put them in the agent file or settings",
     "disallowedtools": "taken away for the whole run where an agent file's skills: preloads "
