@@ -384,9 +384,9 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
     names = {s.name for s in exporter.get_finished_spans()} - {"execute_tool task", "agent"}
     assert "span 0" not in names and "span 1" not in names  # unsigned, wrongly signed
     assert "span 2" not in names  # another trace's
-    assert len(names) == MAX_CHILD_SPANS and spans.dropped == flood - MAX_CHILD_SPANS
-    # The end of the span it opened counts past the limit: nothing is left for the parent
-    # to end as if the child had died.
+    # The span it opened took its place in the limit when it opened: its end is taken,
+    # and nothing is left for the parent to end as if the child had died.
+    assert len(names) == MAX_CHILD_SPANS - 1 and spans.dropped == flood - MAX_CHILD_SPANS + 1
     assert spans.open == {}
     (agent,) = [s for s in exporter.get_finished_spans() if s.name == "agent"]
     assert agent.status.status_code is not StatusCode.ERROR

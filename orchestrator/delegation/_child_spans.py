@@ -39,14 +39,26 @@ class ChildSpans:
         self.dropped = 0
 
     def take(self, frame: SpanBatch) -> None:
-        """One batch from the child: open spans are remembered, finished ones exported."""
+        """One batch from the child: open spans are remembered, finished ones exported.
+
+        Every span exported counts against the one room: an open span takes its place
+        there when it opens (so its end, or the parent's ending of it, is always taken),
+        a finished one when it arrives. A child that opens and ends spans over and over
+        runs out of room as one that sends finished spans does; past it, an open span is
+        not remembered and its end is dropped like any finished span over the limit."""
         finished, closing = [], []
         for record in frame.spans:
             if record.end_ns <= 0:
-                if len(self.open) < MAX_OPEN_SPANS and record.trace_id == self.trace_id:
+                if (
+                    record.span_id not in self.open
+                    and len(self.open) < MAX_OPEN_SPANS
+                    and record.trace_id == self.trace_id
+                    and self.room > 0
+                ):
                     self.open[record.span_id] = record
+                    self.room -= 1  # its end's place, taken now
             elif self.open.pop(record.span_id, None) is not None:
-                closing.append(record)  # the end of a span it opened: taken past the limit
+                closing.append(record)  # the end of a span it opened: its place is taken
             else:
                 finished.append(record)
         allowed = finished[: max(self.room, 0)]
