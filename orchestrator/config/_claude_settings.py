@@ -1,6 +1,6 @@
 """Claude Code's settings files as settings layers: ``~/.claude/settings.json`` (the
-user's own), and a trusted project's ``.claude/settings.json`` and
-``.claude/settings.local.json``.
+user's own), and a project's ``.claude/settings.json`` and ``.claude/settings.local.json``
+(all of them in a trusted folder; in an untrusted one, their deny and ask rules only).
 
 Two keys are read. ``hooks`` (Claude Code's nested ``matcher`` / ``hooks: [{type,
 command, timeout}]`` shape, which ``parse_hooks`` takes as it is) and ``permissions``:
@@ -14,10 +14,14 @@ file, the project for the project's), ``//path`` absolute, ``~/path`` in the hom
 A deny or ask rule is never narrower than Claude Code's; an allow rule never broader.
 Every other key (``env``, ``model``, ``statusLine``, ...) is Claude Code's own business.
 
-An untrusted folder's files run nothing and grant nothing: they are ignored with one
-line, like its ``.mcp.json``. The files sit inside the project, so they are opened
-without following a symlink anywhere on the way (``read_beneath``): a link planted in the
-checkout cannot make the parent read, and act on, a file outside it.
+An untrusted folder's files run nothing and grant nothing: their hooks, allow rules,
+``defaultMode``, ``additionalDirectories`` and every other key are ignored, with one line
+a file. Their deny and ask rules only narrow what agents may do, as an untrusted
+``agentcell.toml``'s do, so they apply with or without trust (the line counts them): a
+checkout's ``Read(./.env)`` holds before anyone trusts it. The files sit inside the
+project, so they are opened, trusted or not, without following a symlink anywhere on the
+way (``read_beneath``): a link planted in the checkout cannot make the parent read, and
+act on, a file outside it.
 """
 
 from __future__ import annotations
@@ -171,15 +175,31 @@ def claude_settings_layers(
         home, [USER_FILE], home, notes, beneath=False, cwd=workdir, root_anchor=home / ".claude"
     )
     present = [name for name in PROJECT_FILES if os.path.lexists(workdir / name)]
-    if present and not trusted:
-        for name in present:
-            notes.append(
-                f"{workdir / name}: hooks and permissions ignored: they run commands and grant "
-                "tools on this machine; this folder is not trusted (run 'agentcell trust' in "
-                "it to use them)"
-            )
-        return user, [], notes
-    return user, _layers(workdir, present, workdir, notes, beneath=True), notes
+    project = _layers(workdir, present, workdir, notes, beneath=True, narrowing_only=not trusted)
+    return user, project, notes
+
+
+#: The keys of an untrusted project's settings file that are read: rules that only narrow.
+_NARROWING_RULES = ("deny", "ask")
+
+
+def _narrowing_part(doc: dict[str, Any]) -> dict[str, Any]:
+    """An untrusted project's settings document cut to its deny and ask rules."""
+    permissions = doc.get("permissions")
+    if not isinstance(permissions, dict):
+        return {}
+    kept = {k: permissions[k] for k in _NARROWING_RULES if k in permissions}
+    return {"permissions": kept}
+
+
+def _untrusted_note(path: Path, applied: int) -> str:
+    rules = "rule" if applied == 1 else "rules"
+    return (
+        f"{path}: hooks and allow rules ignored; {applied} deny/ask {rules} applied: this "
+        "folder is not trusted, and its hooks, allow rules, defaultMode and "
+        "additionalDirectories would run commands and grant tools on this machine (run "
+        "'agentcell trust' in it to use them)"
+    )
 
 
 def _layers(
@@ -191,7 +211,10 @@ def _layers(
     beneath: bool,
     cwd: Path | None = None,
     root_anchor: Path | None = None,
+    narrowing_only: bool = False,
 ) -> list[tuple[str, dict[str, Any]]]:
+    """Each file's table. ``narrowing_only`` (an untrusted project's files): only their
+    deny and ask rules are read, and one line a file says so."""
     layers = []
     for name in names:
         path = root / name
@@ -210,7 +233,14 @@ def _layers(
         if not isinstance(doc, dict):
             notes.append(f"{path}: ignored: the top level is not a JSON object")
             continue
-        table = settings_table(doc, str(path), base, notes, cwd=cwd, root=root_anchor)
+        applied: list[str] = []
+        if narrowing_only:
+            doc = _narrowing_part(doc)
+        table = settings_table(
+            doc, str(path), base, notes, cwd=cwd, root=root_anchor, applied=applied
+        )
+        if narrowing_only:
+            notes.append(_untrusted_note(path, len(applied)))
         if table:
             layers.append((str(path), table))
     return layers
@@ -224,10 +254,12 @@ def settings_table(
     *,
     cwd: Path | None = None,
     root: Path | None = None,
+    applied: list[str] | None = None,
 ) -> dict[str, Any]:
     """Our settings from one Claude Code settings document. ``base``: the folder its
     relative ``additionalDirectories`` are in; ``cwd``: where ``./path`` rules are
-    anchored, ``root``: where ``/path`` ones are (both ``base`` unless given)."""
+    anchored, ``root``: where ``/path`` ones are (both ``base`` unless given);
+    ``applied``, when given, gets each of its rules that became one of ours."""
     table: dict[str, Any] = {}
     hooks = doc.get("hooks")
     if isinstance(hooks, dict):
@@ -239,7 +271,7 @@ def settings_table(
     permissions = doc.get("permissions")
     if isinstance(permissions, dict):
         anchors = (cwd or base, root or base)
-        table.update(_permissions(permissions, origin, base, notes, anchors))
+        table.update(_permissions(permissions, origin, base, notes, anchors, applied=applied))
     return table
 
 
@@ -260,6 +292,8 @@ def _permissions(
     base: Path,
     notes: list[str],
     anchors: tuple[Path, Path],
+    *,
+    applied: list[str] | None = None,
 ) -> dict[str, Any]:
     table: dict[str, Any] = {}
     cwd, root = anchors
@@ -283,6 +317,8 @@ def _permissions(
                 )
                 continue
             ours += translated
+            if translated and applied is not None:
+                applied.append(rule)
         if ours:
             table[f"{kind}_rules"] = ours
     mode = permissions.get("defaultMode")

@@ -4,7 +4,8 @@
    ``_claude_settings``), then ``~/.config/agentcell/config.toml`` (or
    ``$XDG_CONFIG_HOME/agentcell/config.toml``)
 2. the project: ``.mcp.json``, ``.claude/settings.json``, ``.claude/settings.local.json``
-   (those three only in a trusted folder), then ``agentcell.toml``, or ``[tool.agentcell]``
+   (those three only in a trusted folder, but for the settings files' deny and ask
+   rules, which hold anywhere), then ``agentcell.toml``, or ``[tool.agentcell]``
    in ``pyproject.toml`` — until the user trusts the folder (``agentcell trust``), only
    the keys that tighten the user's settings; each key left out is named in one line
    (see ``_trust``)
