@@ -144,9 +144,12 @@ PUBLIC_API: dict[str, list[str]] = {
         "tcp_connect",
     ],
     "agentcell.worker": [
+        "ACCEPT_ENCODING",
         "Approver",
         "ChildBoot",
         "ChildLink",
+        "CodingError",
+        "ContentDecoder",
         "Decision",
         "DenyTools",
         "Engine",

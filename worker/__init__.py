@@ -55,8 +55,12 @@ from agentcell.worker._secrets import (
 )
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
+from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
 
 __all__ = [
+    "ACCEPT_ENCODING",
+    "CodingError",
+    "ContentDecoder",
     "simple_commands",
     "MAX_ANSWER_BYTES",
     "cut_answer",

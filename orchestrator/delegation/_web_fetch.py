@@ -9,7 +9,9 @@ not followed (the model is told where it leads and may fetch that with a new cal
 asks), and no hop may reach a name that resolves to a private or loopback address unless
 an entry names that address itself; the connection goes to the address the check
 resolved (``_pinned_http``), so a rebinding name cannot answer the check and the
-connection differently. HTML comes back as markdown (``markdownify``), capped.
+connection differently. A compressed body is decoded here, every content coding in
+bounded steps in a worker thread, the cap on the decoded bytes (``_decoded``). HTML comes
+back as markdown (``markdownify``), capped.
 Without a small model configured for it, ``prompt`` is passed back with the page for the
 agent's own model to apply.
 """
@@ -34,7 +36,7 @@ from agentcell.orchestrator.delegation._approvals import ApprovalBroker, Approva
 from agentcell.orchestrator.delegation._egress import EgressProxy, Refused
 from agentcell.orchestrator.delegation._pinned_http import PinnedBackend, PinnedTransport
 from agentcell.protocol import AgentSpec, DelegateReply, DelegateRequest, RemoteTool, ToolCall
-from agentcell.worker import Rule
+from agentcell.worker import ACCEPT_ENCODING, CodingError, ContentDecoder, Rule
 
 log = logging.getLogger("agentcell.orchestrator")
 
@@ -243,18 +245,61 @@ def _first_catching(rules: tuple[Rule, ...], url: str) -> str:
 
 
 async def _get(client: httpx.AsyncClient, url: str) -> httpx.Response:
-    async with client.stream("GET", url, headers={"Accept": "text/html, text/*"}) as response:
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > MAX_BYTES:
-                raise Refused(f"the page is larger than {MAX_BYTES // 1024} KiB")
+    """The page at ``url``, its body decoded (``_decoded``) and capped at ``MAX_BYTES``;
+    a redirect's head alone. httpx is handed no content coding to undo: it would decode
+    each chunk whole, before any cap, and once more where a Response is rebuilt."""
+    headers = {"Accept": "text/html, text/*", "Accept-Encoding": ACCEPT_ENCODING}
+    async with client.stream("GET", url, headers=headers) as response:
+        plain = [(k, v) for k, v in response.headers.multi_items() if k not in _DECODED]
+        body = b""
+        if response.status_code not in _REDIRECTS or "location" not in response.headers:
+            body = await _decoded(response)
         return httpx.Response(
-            response.status_code,
-            headers=response.headers,
-            content=bytes(body),
-            request=response.request,
+            response.status_code, headers=plain, content=body, request=response.request
         )
+
+
+#: Headers of the raw body, not of the decoded one ``_get`` hands on.
+_DECODED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+
+async def _decoded(response: httpx.Response) -> bytes:
+    """The body with every content coding undone (``ContentDecoder``: bounded steps),
+    in a worker thread chunk by chunk, each stopped at the cap: a bomb's few hundred
+    bytes cost the parent ``MAX_BYTES`` and a thread's moment, never its event loop."""
+    try:
+        decoder = ContentDecoder(response.headers.get("content-encoding", ""))
+    except CodingError as exc:
+        raise Refused(str(exc)) from None
+    body = bytearray()
+    async for raw in response.aiter_raw():
+        if decoder.identity:
+            body += raw
+        else:
+            body += await asyncio.to_thread(_decode, decoder, raw, MAX_BYTES - len(body))
+        if len(body) > MAX_BYTES:
+            raise Refused(_TOO_LARGE)
+    try:
+        decoder.finish()
+    except CodingError as exc:
+        raise Refused(str(exc)) from None
+    return bytes(body)
+
+
+_TOO_LARGE = f"the page is larger than {MAX_BYTES // 1024} KiB"
+
+
+def _decode(decoder: ContentDecoder, raw: bytes, room: int) -> bytes:
+    """``raw`` decoded, up to ``room`` bytes and one piece more (the caller refuses)."""
+    out = bytearray()
+    try:
+        for piece in decoder.pieces(raw):
+            out += piece
+            if len(out) > room:
+                break
+    except CodingError as exc:
+        raise Refused(str(exc)) from None
+    return bytes(out)
 
 
 def _unplain(url: str) -> str:

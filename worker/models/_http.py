@@ -21,7 +21,6 @@ import math
 import os
 import random
 import time
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,6 +32,7 @@ from agentcell.worker.models._base import (
     TextPart,
     ToolCallStart,
 )
+from agentcell.worker.models._content_coding import CodingError, ContentDecoder
 from agentcell.worker.models._error_body import error_code, error_message
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 from agentcell.worker.models._transport import (
@@ -57,7 +57,6 @@ _HEAD_BYTES = 200  # bytes kept from the start of a body for error messages
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one event's data, all its lines together
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # one answer's body, after decompression
 DEFAULT_DEADLINE_S = 600.0  # one model request, start to end, whatever trickles in
-_INFLATE_STEP = 64 * 1024  # decompressed bytes produced per step (a bomb stays bounded)
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -182,35 +181,35 @@ class SSEDecoder:
 
 
 class Inflater:
-    """The body's bytes, decompressed in bounded steps (we ask for identity; a server or
-    proxy may compress anyway). httpx would inflate a whole chunk at once: a gzip bomb's
-    64 KiB chunk becomes gigabytes in one call that blocks the event loop."""
+    """The body's bytes, decoded in bounded steps (we ask for identity; a server or
+    proxy may compress anyway): every layer of its ``Content-Encoding``, at most 64 KiB
+    per step (``_content_coding``). httpx would inflate a whole chunk at once: a gzip
+    bomb's 64 KiB chunk becomes gigabytes in one call that blocks the event loop."""
+
+    __slots__ = ("_decoder", "_provider")
 
     def __init__(self, encoding: str, provider: str) -> None:
-        encoding = encoding.strip().lower()
-        if encoding in ("gzip", "x-gzip"):
-            self._z: Any = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif encoding == "deflate":
-            self._z = zlib.decompressobj()
-        elif encoding in ("", "identity"):
-            self._z = None
-        else:
-            raise ModelError(
-                ModelErrorKind.PROTOCOL,
-                f"{provider}: the server compressed the stream with {encoding!r}, which is "
-                "not supported (agentcell asks for identity)",
-            )
+        self._provider = provider
+        try:
+            self._decoder = ContentDecoder(encoding)
+        except CodingError as exc:
+            raise self._error(exc) from None
 
     def pieces(self, raw: bytes) -> Iterator[bytes]:
-        if self._z is None:
+        if self._decoder.identity:
             yield raw
             return
-        data = raw
-        while data:
-            out = self._z.decompress(data, _INFLATE_STEP)
-            if out:
-                yield out
-            data = self._z.unconsumed_tail
+        try:
+            yield from self._decoder.pieces(raw)
+        except CodingError as exc:
+            raise self._error(exc) from None
+
+    def _error(self, exc: CodingError) -> ModelError:
+        return ModelError(
+            ModelErrorKind.PROTOCOL,
+            f"{self._provider}: the server compressed the stream (agentcell asks for "
+            f"identity): {exc}",
+        )
 
 
 class BodyDecoder:
