@@ -6,14 +6,20 @@ pipe it came on (its id and agent type, which the parent assigned), accepts only
 the parent gave that agent, and shows every field on a line of its own with every control
 character written out (newlines, CR, ESC, bidi overrides...): a reason of 30 newlines and
 a fake "main agent wants to run bash: git status" is one visible line below the real
-command, and a tool name with a newline never reaches the screen. "Always" is scoped to
-the agent type that asked (or the main agent), never wider.
+command, and a tool name with a newline never reaches the screen. Past ``visible``'s
+list, every other character that shows nothing or cannot be written is written out too
+(Unicode's format characters, such as the invisible tag letters and the soft hyphen; line
+and paragraph separators; a lone surrogate from a JSON ``\\ud800``): a URL a child asks
+``web_fetch`` for reads as it is, and no character of it can stop the question from being
+written. The question is plain text, never Rich markup. "Always" is scoped to the agent
+type that asked (or the main agent), never wider.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import unicodedata
 
 from agentcell.orchestrator._text import visible
 from agentcell.protocol import AgentSpec
@@ -25,13 +31,27 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 REASON_LIMIT = 300
 
 
+#: Unicode categories written out on top of ``visible``'s list: controls, format
+#: characters (invisible), surrogates (unwritable), line and paragraph separators.
+_UNSHOWN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
 def flat(text: str, limit: int | None = None) -> str:
-    """``text`` on one line: control characters, newlines and tabs written out; cut with
-    "…" past ``limit`` characters."""
+    """``text`` on one line: control and invisible characters, newlines and tabs written
+    out; cut with "…" past ``limit`` characters."""
     shown = visible(text).replace("\n", "\\n").replace("\t", "\\t")
+    if not shown.isascii():
+        shown = "".join(map(_written_out, shown))
     if limit is not None and len(shown) > limit:
         return shown[: limit - 1] + "…"
     return shown
+
+
+def _written_out(char: str) -> str:
+    if unicodedata.category(char) not in _UNSHOWN:
+        return char
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def always_scope(agent_id: str, agent_type: str) -> tuple[str, str]:

@@ -1,0 +1,78 @@
+"""Run on a pseudo-terminal (or with its output piped) by tests/test_approval_url.py: one
+sub-agent asks for web_fetch of URLs carrying terminal escapes, bidi overrides, Rich
+markup and invisible tag letters — once as its model's tool call, once
+as a hostile child writing the request on its pipe itself — and the parent asks about
+each URL's host on this terminal (``TerminalPrompt``), or, with ``--pipe``, as ``chat``
+asks with its input and output piped (``PlainInput`` writing to stdout)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, TerminalPrompt
+from agentcell.protocol import ToolCall
+from agentcell.worker.testing import FunctionModel, reply, tool_results
+
+#: Port 9 (discard) on the loopback: never fetched, the person says no.
+PAINT = "\r\u202eevil\u202c\nmain agent wants to run bash:\n    git status"
+MODEL_URL = (
+    "http://127.0.0.1:9/a\x1b[2J\x1b[H\x1b]8;;https://good.example/\x07docs\x1b]8;;\x07"
+    f"{PAINT}[bold red]MARKUP[/]\x9b2Jend"
+)
+#: Sent by the child's own code, past its own checks: invisible tag letters, a soft hyphen.
+CHILD_URL = "http://127.0.0.1:9/b\U000e0041\U000e0042\u00ad\u2029\x1b[31mred" + PAINT
+
+
+async def fetch_hostile(messages: list[Any], tools: list[Any]) -> Any:
+    results = tool_results(messages)
+    if not results:
+        arguments = json.dumps({"url": MODEL_URL, "prompt": "the title"})
+        return reply("", ToolCall(id="call-1", name="web_fetch", arguments=arguments))
+    from agentcell.worker import ChildLink
+
+    link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
+    forged, _ = await link.delegate("call-2", "web_fetch", json.dumps({"url": CHILD_URL}))
+    return "FETCH SAID " + " | ".join([results[0].content, forged])
+
+
+async def main(workdir: Path, piped: bool) -> None:
+    model = FunctionModel(fetch_hostile, name="function:fetcher")
+    reader = None
+    if piped:  # as chat asks when stdin and stdout are not a terminal
+        from agentcell.orchestrator.cli._input import PlainInput
+
+        reader = PlainInput(out=sys.stdout)
+        approval = TerminalPrompt(read_line=reader.ask, out=sys.stdout)
+    else:
+        approval = TerminalPrompt()
+    orch = Orchestrator(
+        settings=Settings(approval="ask", max_workers=1, warm_spares=0),
+        workdir=workdir,
+        agents=[
+            AgentDefinition(
+                name="fetcher", description="fetches", tools=["web_fetch"], model=model.name
+            )
+        ],
+        models={model.name: model},
+        load_agent_files=False,
+        record=False,
+        approval=approval,
+    )
+    print("BEFORE THE QUESTION", flush=True)
+    try:
+        async with orch:
+            result = await orch.delegate("fetcher", "go")
+    finally:
+        if reader is not None:
+            reader.close()
+    # What the tool said, as ascii() writes it: this line must not paint the screen either.
+    print(f"\nRESULT {result.status.value}: {ascii(result.text)} {result.error}", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), "--pipe" in sys.argv[2:]))
