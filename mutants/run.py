@@ -98,6 +98,13 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/test_mutation_kills_route.py tests/test_model_route.py tests/test_model_relay.py",
         120,
     ),
+    # What a relayed child's request may make the parent spend: server-side tools, the
+    # tool choice, output limits, thinking and effort (issue 39, item 6).
+    "relay-checks": (
+        "orchestrator/delegation/_relay_checks.py",
+        "tests/test_relay_checks.py",
+        30,
+    ),
     # The parent's plain-HTTP route: the block guard, reuse only of finished answers,
     # the pool's bound and wait, and failures in the httpx route's words.
     "h11-route": (

@@ -48,6 +48,7 @@ class LimiterStats:
     in_flight: int = 0  # permits held right now
     max_in_flight: int = 0
     pauses: int = 0  # Retry-After reports that paused the model
+    tokens: int = 0  # charged by released permits: each its estimate, or its cost if more
 
 
 class ModelLimiter:
@@ -112,6 +113,7 @@ class ModelLimiter:
         if retry_after is not None:
             self.pause(retry_after)
         self.stats.in_flight -= 1
+        self.stats.tokens += max(estimate, tokens)
         if self._tokens is not None and tokens > estimate:
             # The estimate was low: the next request pays the rest first, so it and every
             # later one wait for it.

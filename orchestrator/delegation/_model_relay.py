@@ -5,14 +5,17 @@ Landlock layer allows none). Its provider code builds each request body as usual
 sends it as a ``ModelCall`` (``agentcell.worker._model_link``); ``ModelRelay`` checks it
 against what the child's definition allows — the body's ``model`` is the spec's, its
 top-level keys come from the provider's allow-list, its size and the calls in flight are
-capped — then adds the URL, headers and key from the parent's own configuration, takes a
-permit from the provider limiter, sends it from the parent's connection pools
-(``ModelPools``: small httpx clients, each child on one) and streams the raw body back
-in batched frames (``_model_batch``: what the upstream had ready, joined; a short
+capped, what in it costs money is bounded (``_relay_checks``: server-side tools, output
+limits, thinking, effort) — then adds the URL, headers and key from the parent's own
+configuration, takes a permit from the provider limiter, sends it from the parent's
+connection pools (``ModelPools``: small httpx clients, each child on one) and streams the
+raw body back in batched frames (``_model_batch``: what the upstream had ready, joined; a short
 answer in one frame), waiting on the channel's writability (a slow child is never
 buffered without bound). The child parses the answer (a hostile server's bytes are
 parsed in the sandbox); the relay reads only the usage the server reports in it, for the
-limiter. A ``ModelCancel``, the child's end and the run's end cancel the upstream request.
+limiter and the ledger. A ``ModelCancel``, the child's end and the run's end cancel the
+upstream request, and charge it (``UsageScan.given_up``): a call given up before its
+usage arrived is not free.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from agentcell.orchestrator.delegation._model_batch import (
     relay_chunks,
 )
 from agentcell.orchestrator.delegation._model_usage import UsageScan
+from agentcell.orchestrator.delegation._relay_checks import check_costs
+from agentcell.orchestrator.delegation._relay_checks import shown as _shown
 from agentcell.protocol import (
     AgentSpec,
     ChannelClosed,
@@ -116,8 +121,6 @@ MAX_CALLS_PER_CHILD = 4
 #: Refusals one child is answered (a refusal ends a genuine child's run; a compromised one
 #: asking on and reading nothing would have them queued for it without bound).
 MAX_REFUSALS = 64
-#: The characters of a child's string a refusal repeats.
-SHOWN_CHARS = 60
 #: Model options the parent uses to reach the provider: where, with which key, how long.
 UPSTREAM_KEYS = ("base_url", "api_key", "timeout", "max_connections")
 #: Options the child's copy of the model never gets.
@@ -137,38 +140,40 @@ def upstream_options(settings: Settings, model: str) -> dict[str, Any]:
     return {key: given[key] for key in UPSTREAM_KEYS if key in given}
 
 
-def _shown(text: str) -> str:
-    """``text`` as a refusal repeats it: quoted, cut (the child chose its length)."""
-    return repr(text[:SHOWN_CHARS]) + ("…" if len(text) > SHOWN_CHARS else "")
-
-
 def check_call(spec: AgentSpec, body: bytes) -> str:
     """Why the parent will not send ``body`` for this child ("" if it will)."""
     return _checked(spec, body)[0]
 
 
-def _checked(spec: AgentSpec, body: bytes) -> tuple[str, dict[str, msgspec.Raw]]:
-    """``check_call``'s answer, and the body's top level as it was checked (what goes
-    upstream, re-encoded: decoded once per call)."""
+def _checked(
+    spec: AgentSpec, body: bytes, tokens_left: int | None = None
+) -> tuple[str, dict[str, msgspec.Raw], list[str]]:
+    """``check_call``'s answer, the body's top level as it was checked (what goes
+    upstream, re-encoded: decoded once per call) and what the cost checks clamped in it
+    (``tokens_left``: the run's token budget left, None for none)."""
     provider, _, name = spec.model.partition(":")
     if not spec.model_via_parent or provider not in ALLOWED_KEYS:
         why = f"this sub-agent's model {spec.model!r} is not reached through the orchestrator"
-        return why, {}
+        return why, {}, []
     if len(body) > MAX_CALL_BYTES:
-        return f"the request body has {len(body)} bytes, more than the {MAX_CALL_BYTES} allowed", {}
+        why = f"the request body has {len(body)} bytes, more than the {MAX_CALL_BYTES} allowed"
+        return why, {}, []
     try:
         top = _decode_top(body)
         model = _decode_model(top["model"]) if "model" in top else ""
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return "the request body is not a JSON object with a string 'model'", {}
+        return "the request body is not a JSON object with a string 'model'", {}, []
     if model != name:
         why = f"the request names model {_shown(model)}, but this sub-agent runs on {name!r}"
-        return why, top
+        return why, top, []
     unknown = sorted(set(top) - ALLOWED_KEYS[provider])
     if unknown:
         shown = ", ".join(map(_shown, unknown[:4])) + (", …" if len(unknown) > 4 else "")
-        return f"the request sets {shown}, not allowed for {provider}", top
-    return _unpriced(spec, provider, top), top
+        return f"the request sets {shown}, not allowed for {provider}", top, []
+    if why := _unpriced(spec, provider, top):
+        return why, top, []
+    why, clamped = check_costs(spec, provider, top, tokens_left)
+    return why, top, clamped
 
 
 def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> str:
@@ -254,8 +259,26 @@ class ModelPools:
             await client.aclose()
 
 
+class _Call:
+    """One call in flight: its task, and what it is charged if it ends unfinished."""
+
+    __slots__ = ("charged", "estimate", "scan", "sent", "status", "task", "tokens")
+
+    def __init__(self, estimate: int, scan: UsageScan) -> None:
+        self.estimate = estimate  # its input tokens, guessed from the body
+        self.scan = scan
+        self.task: asyncio.Task[None] | None = None
+        self.sent = False  # the request went upstream (or was sent ahead)
+        self.status = 0  # the answer's, once its head is in
+        self.charged = False  # its cost is counted (or it has none to count)
+        self.tokens = 0  # what the limiter is told it cost
+
+
 class ModelRelay:
-    """One child's model calls, each served in a task of the child relay's group."""
+    """One child's model calls, each served in a task of the child relay's group.
+
+    ``tokens_left``: what the run's token budget has left (an output limit is clamped to
+    it), None where it has none."""
 
     def __init__(
         self,
@@ -268,8 +291,10 @@ class ModelRelay:
         send_nowait: Callable[[Frame], None],
         start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         ahead: CallAhead | None = None,
+        tokens_left: Callable[[], int | None] | None = None,
     ) -> None:
         self._spec = spec
+        self._tokens_left = tokens_left
         self._ahead = ahead  # its first request, sent while it started (_call_ahead)
         self._settings = settings
         self._limiter = limiter
@@ -277,7 +302,7 @@ class ModelRelay:
         self._send = send
         self._send_nowait = send_nowait
         self._start = start
-        self._calls: dict[int, asyncio.Task[None]] = {}
+        self._calls: dict[int, _Call] = {}
         self._upstream: ModelTransport | None = None
         self._secrets: list[bytes] = []  # the key in the upstream headers, to mask
         if ahead is not None:  # its shard and transport: the connection it opened
@@ -292,7 +317,8 @@ class ModelRelay:
     def counted_usage(self, reported: Usage) -> Usage:
         """The usage of the child's next ``UsageUpdate``: the tokens the servers reported
         in the answers relayed since the last one (the child parsed the same streams, and
-        reports only after their end), else the child's own report."""
+        reports only after their end), and what the calls given up since cost
+        (``_give_up``), else the child's own report."""
         counted, self._counted = self._counted, []
         if not counted:
             return reported
@@ -303,9 +329,13 @@ class ModelRelay:
             self._refuse(frame.id, f"call id {frame.id} is already in flight")
         elif len(self._calls) >= MAX_CALLS_PER_CHILD:
             self._refuse(frame.id, f"more than {MAX_CALLS_PER_CHILD} model calls in flight")
-        elif (checked := _checked(self._spec, frame.body))[0]:
+        elif (checked := _checked(self._spec, frame.body, self._left()))[0]:
             self._refuse(frame.id, checked[0])
         else:
+            if checked[2]:  # silent to the child (its request goes, bounded), not to us
+                log.warning(
+                    "%s: model request clamped: %s", self._spec.agent_id, "; ".join(checked[2])
+                )
             # What goes upstream is the object checked, re-encoded: a key given twice
             # ({"model": "a", "model": "b"}) would mean the last one to this check and
             # maybe the first to the server's parser.
@@ -319,19 +349,55 @@ class ModelRelay:
                 )
                 self._start(ahead.aclose())
                 ahead = None
-            task = self._start(self._serve(frame, ahead))
-            self._calls[frame.id] = task
+            call = _Call(estimate_tokens(body), UsageScan(self._spec.model.partition(":")[0]))
+            call.task = task = self._start(self._serve(frame, call, ahead))
+            self._calls[frame.id] = call
             task.add_done_callback(functools.partial(self._ended, frame.id))
 
+    def _left(self) -> int | None:
+        return None if self._tokens_left is None else self._tokens_left()
+
     def _ended(self, call_id: int, task: asyncio.Task[None]) -> None:
-        if self._calls.get(call_id) is task:
+        call = self._calls.get(call_id)
+        if call is not None and call.task is task:
             del self._calls[call_id]
 
     def on_cancel(self, frame: ModelCancel) -> None:
-        """The child gave the call up (an id it never used is ignored)."""
-        task = self._calls.pop(frame.id, None)
-        if task is not None:
-            task.cancel()
+        """The child gave the call up (an id it never used is ignored): cancelled, and
+        charged now, before the child's next ``UsageUpdate`` is read."""
+        call = self._calls.pop(frame.id, None)
+        if call is not None:
+            self._cancel(call)
+
+    def _cancel(self, call: _Call) -> None:
+        assert call.task is not None
+        call.task.cancel()
+        # What it relayed so far is all it relays: its task's next step is the cancel.
+        self._give_up(call)
+
+    def _give_up(self, call: _Call) -> None:
+        """A call that ends unfinished: charged what the server reported so far, never
+        less than its estimated input and the output relayed (``UsageScan.given_up``);
+        nothing if it never went upstream or the server refused it (no answer to bill)."""
+        if call.charged:
+            return
+        call.charged = True
+        if not call.sent or call.status not in (0, 200):
+            return
+        usage = call.scan.given_up(call.estimate)
+        call.tokens = usage.input_tokens + usage.output_tokens
+        self._counted.append(usage)
+
+    def _finished(self, call: _Call) -> None:
+        """A call whose answer was relayed whole: charged what the server reported."""
+        if call.charged:  # given up, but its cancel came too late to stop it
+            return
+        call.charged = True
+        scan = call.scan
+        scan.finish()
+        call.tokens = scan.tokens
+        if scan.tokens:
+            self._counted.append(scan.usage)
 
     async def close(self) -> None:
         """The child is gone: every call it had in flight is cancelled upstream."""
@@ -341,11 +407,11 @@ class ModelRelay:
         if self._ahead is not None:  # it never asked
             ahead, self._ahead = self._ahead, None
             await ahead.aclose()
-        tasks = list(self._calls.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
+        calls = list(self._calls.values())
+        for call in calls:  # each charged before the first wait: a cancelled close too
+            self._cancel(call)
+        if calls:
+            await asyncio.wait([call.task for call in calls if call.task is not None])
         self._calls.clear()
 
     def _refuse(self, call_id: int, why: str) -> None:
@@ -368,26 +434,29 @@ class ModelRelay:
             )
         return self._upstream
 
-    async def _serve(self, frame: ModelCall, ahead: CallAhead | None = None) -> None:
+    async def _serve(self, frame: ModelCall, call: _Call, ahead: CallAhead | None = None) -> None:
         cid = frame.id
         if ahead is None:
-            permit = await self._limiter.acquire(self._spec.model, estimate_tokens(frame.body))
+            permit = await self._limiter.acquire(self._spec.model, call.estimate)
         else:
             permit = ModelPermit(None, 0)  # released below; the one sent ahead has its own
         provider = self._spec.model.partition(":")[0]
-        scan = UsageScan(provider)
-        status, headers = 0, {}
+        scan = call.scan
+        headers: dict[str, str] = {}
         frames: CallFrames | None = None
         mask = KeyMask(())
         try:
             if ahead is None:
                 transport = self._transport()
                 mask = KeyMask(self._secrets)
+                call.sent = True
                 response = await transport.open(frame.body)
             else:
                 mask = KeyMask(ahead.secrets)
+                call.sent = True
                 permit, response = await ahead.take()
-            status, headers = response.status, response.headers
+            status = call.status = response.status
+            headers = response.headers
             try:
                 # Inflated here, so that the key can be masked and the usage read in it
                 # (we ask for identity; a server or proxy may compress anyway).
@@ -399,11 +468,10 @@ class ModelRelay:
                 frames.hold(await relay_chunks(chunks, frames.send))
             finally:
                 await response.aclose()
-            scan.finish()
-            if scan.tokens:
-                self._counted.append(scan.usage)
+            self._finished(call)
             end = ModelEnd(id=cid)
         except Retry as failure:
+            call.charged = True  # failed, not given up: its retry is what is charged
             end = ModelEnd(
                 id=cid,
                 error_kind=failure.kind.value,
@@ -412,11 +480,13 @@ class ModelRelay:
                 midstream=mask.text(failure.midstream or ""),
             )
         except ModelError as error:
+            call.charged = True
             end = ModelEnd(id=cid, error_kind=error.kind.value, message=mask.text(str(error)))
         except ChannelClosed:
-            return  # the child is gone: nobody to answer
+            return  # the child is gone: nobody to answer (its call given up, below)
         finally:
-            _release(permit, scan.tokens, status, headers)
+            self._give_up(call)  # cancelled, or the child gone, before its end
+            _release(permit, call.tokens, call.status, headers)
         with contextlib.suppress(ChannelClosed):
             await (self._send(end) if frames is None else frames.end(end))
 
@@ -448,7 +518,7 @@ def call_ahead(  # noqa: PLR0917 - the runner's one call
 ) -> CallAhead | None:
     """``body`` (the child's predicted first request) sent now, if the relay would send
     it as it is (checked and re-encoded the same way)."""
-    why, checked = _checked(spec, body)
+    why, checked, _ = _checked(spec, body)
     if why:
         return None
     shard = pools.take_shard()

@@ -7,6 +7,11 @@ two ends into events, and only events that mention ``usage`` are decoded, into t
 fields alone. OpenAI reports it in the last chunk (``stream_options.include_usage``); Anthropic
 in ``message_start`` and (cumulatively) ``message_delta``. A server that reports none
 costs what the child's estimate said.
+
+A call that ends unfinished (the child gave it up, left, or the run ended) may never
+reach its usage: ``given_up`` charges it what the server reported so far, never less
+than the request's estimated input and the output relayed (``BYTES_PER_TOKEN`` bytes a
+token).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from agentcell.worker.models import ModelError, SSEDecoder
 
 #: The largest event the scan decodes (usage events are small).
 MAX_SCANNED_EVENT = 64 * 1024
+#: The relayed bytes an output token is charged for, in an answer given up unfinished.
+BYTES_PER_TOKEN = 4
 
 
 class _PromptDetails(msgspec.Struct, gc=False):
@@ -70,6 +77,7 @@ class UsageScan:
         self.cache_read = 0
         self.cache_write = 0
         self._uncached = 0  # Anthropic's input_tokens: the prompt beyond the cache
+        self.relayed = 0  # body bytes fed
 
     @property
     def tokens(self) -> int:
@@ -85,7 +93,20 @@ class UsageScan:
             cache_write_tokens=self.cache_write,
         )
 
+    def given_up(self, estimate: int) -> Usage:
+        """What an answer given up unfinished costs: each count as the server reported it
+        so far, never less than the request's ``estimate`` (input) and the bytes relayed
+        (output)."""
+        self.finish()
+        return Usage(
+            input_tokens=max(self.input, estimate),
+            output_tokens=max(self.output, self.relayed // BYTES_PER_TOKEN),
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+        )
+
     def feed(self, raw: bytes) -> None:
+        self.relayed += len(raw)
         if len(self._head) < self.EDGE:
             self._head += raw[: self.EDGE - len(self._head)]
         tail = self._tail

@@ -164,6 +164,7 @@ class Relay:
             send_nowait=lease.send_nowait,
             start=group.create_task,
             ahead=self.child.ahead,
+            tokens_left=self.child.ledger.tokens_left,  # an output limit is clamped to it
         )
 
     async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:

@@ -86,6 +86,15 @@ class UsageLedger:
             return above if left is None else left
         return min(left, above)
 
+    def tokens_left(self) -> int | None:
+        """How many more tokens the budgets here and above allow (None: no limit)."""
+        limit = self.budgets.max_tokens
+        left = None if limit is None else max(0, limit - self.total.total_tokens)
+        above = self.parent.tokens_left() if self.parent is not None else None
+        if left is None or above is None:
+            return above if left is None else left
+        return min(left, above)
+
     def add_turn(self, agent_id: str, agent_type: str) -> None:
         self.agent(agent_id, agent_type).turns += 1
         self.turns += 1
