@@ -202,6 +202,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "stricter_sandbox",
         "tool_granted",
         "verified_lines",
+        "workdir_owner_note",
     ],
     "agentcell.worker.models": [
         "AnthropicModel",

@@ -46,6 +46,7 @@ from agentcell.worker._sandbox import parse_mode as parse_sandbox_mode
 from agentcell.worker._sandbox import probe as probe_sandbox
 from agentcell.worker._sandbox import release as release_sandbox
 from agentcell.worker._sandbox import stricter as stricter_sandbox
+from agentcell.worker._sandbox import workdir_owner_note
 from agentcell.worker._secrets import (
     SECRET_NAMES,
     hold_secrets,
@@ -108,6 +109,7 @@ __all__ = [
     "release_sandbox",
     "remove_protection_placeholders",
     "sandbox_missing",
+    "workdir_owner_note",
     "stricter_sandbox",
     "hold_secrets",
     "known_secrets",

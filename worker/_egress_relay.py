@@ -1,12 +1,14 @@
 """bash's one way out under a ``network:`` list: a relay on its own loopback.
 
 bash's commands run in a network namespace of their own with only ``lo`` (no route out).
-The sub-agent makes that namespace once, from a short-lived thread (a network namespace
-is per thread: the rest of the process stays in the host's), brings ``lo`` up there and
+The sub-agent has that namespace made once, owned by a user namespace of its own
+(``_bash_userns``: bash's preexec, holding no capability, could not join it otherwise),
+enters it from a short-lived thread (a network namespace is per thread: the rest of the
+process stays in the host's), brings ``lo`` up there and
 binds a listener on the namespace's ``127.0.0.1:PORT``, where PORT is the parent's proxy
 port. A socket stays in the namespace it was made in, so the sub-agent's own event loop
 (in the host's namespace) accepts on it and copies each connection to the parent's proxy
-on the host's ``127.0.0.1:PORT``. bash's preexec only ``setns``-es into the namespace: no
+on the host's ``127.0.0.1:PORT``. bash's preexec only ``setns``-es into the namespaces: no
 socket is made after the seccomp filter that refuses ``AF_UNIX`` is in place, and the
 Landlock layers allow TCP to PORT alone (the child's layer to reach the proxy, bash's to
 reach the relay), so a connection that bypasses the proxy has nowhere to go.
@@ -33,7 +35,8 @@ _CHUNK = 64 * 1024
 class Namespace:
     """The network namespace bash's commands join, and the relay's listener in it."""
 
-    def __init__(self, nsfd: int, listener: socket.socket, port: int) -> None:
+    def __init__(self, userfd: int, nsfd: int, listener: socket.socket, port: int) -> None:
+        self.userfd = userfd  # the user namespace that owns it (bash joins that first)
         self.nsfd = nsfd
         self.listener = listener
         self.port = port
@@ -60,8 +63,9 @@ class Namespace:
         if self._server is not None:
             self._server.close()
         self.listener.close()
-        with contextlib.suppress(OSError):
-            os.close(self.nsfd)
+        for fd in (self.nsfd, self.userfd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -79,32 +83,35 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.close()
 
 
-def make_namespace(port: int) -> Namespace | str:
-    """A fresh network namespace with ``lo`` up and a listener on its 127.0.0.1:``port``,
-    or why not (one line)."""
-    found: list[Namespace | str] = []
-    thread = threading.Thread(target=_in_new_namespace, args=(port, found), daemon=True)
+def make_namespace(port: int, userfd: int, nsfd: int) -> Namespace | str:
+    """The network namespace ``nsfd`` (owned by the user namespace ``userfd``, both made
+    by ``_bash_userns``) with ``lo`` up and a listener on its 127.0.0.1:``port``, or why
+    not (one line). The namespace keeps both descriptors."""
+    found: list[tuple[socket.socket] | str] = []
+    thread = threading.Thread(target=_in_namespace, args=(nsfd, port, found), daemon=True)
     thread.start()
     thread.join()
+    if found and not isinstance(found[0], str):
+        return Namespace(userfd, nsfd, found[0][0], port)
+    os.close(nsfd)
     return found[0] if found else "the namespace thread ended without an answer"
 
 
-def _in_new_namespace(port: int, found: list[Namespace | str]) -> None:
+def _in_namespace(nsfd: int, port: int, found: list[tuple[socket.socket] | str]) -> None:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(_CLONE_NEWNET) != 0:  # this thread only: the process stays outside
-        found.append(f"unshare(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
+    if libc.setns(nsfd, _CLONE_NEWNET) != 0:  # this thread only: the process stays outside
+        found.append(f"setns(CLONE_NEWNET): {os.strerror(ctypes.get_errno())}")
         return
     try:
-        nsfd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         _bring_up_loopback()
         listener = socket.create_server(("127.0.0.1", port), backlog=64)
         listener.setblocking(False)
     except OSError as exc:
         found.append(f"loopback relay: {exc.strerror or exc}")
         return
-    found.append(Namespace(nsfd, listener, port))
+    found.append((listener,))
 
 
 def _bring_up_loopback() -> None:

@@ -84,16 +84,24 @@ _in_user_namespace = False  # set by prepare: this process made a user namespace
 
 
 def prepare(mode: str) -> None:
-    """For a user who is not root, at the start of a ``workspace`` run while the process
-    still has one thread (a user namespace cannot be entered later, once a drain thread
-    or an MCP server's reader runs): a user namespace of its own, with the same uid and
-    gid, so that the mount namespace ``protect`` makes later is allowed."""
+    """At the start of a walled run, while the process still has one thread (a user
+    namespace cannot be entered later, once a drain thread or an MCP server's reader
+    runs): a user namespace of its own, with the same uid and gid, root or not. A user
+    who is not root needs it for the mount namespace ``protect`` makes later; for every
+    user it means the sub-agent holds no capability over anything of the machine's, and
+    ``CAP_SETPCAP`` inside it, to drop every capability set once its set-up is done
+    (``_capabilities``). Where the kernel refuses one, the walls go on without it."""
     global _in_user_namespace
-    if mode.strip().lower() != "workspace" or os.geteuid() == 0 or _in_user_namespace:
+    if mode.strip().lower() in ("off", "") or _in_user_namespace:
         return
     if len(os.listdir("/proc/self/task")) != 1:
         return  # protect then reports what is missing
     _in_user_namespace = _enter_user_namespace()
+
+
+def in_user_namespace() -> bool:
+    """Whether ``prepare`` put this process in a user namespace of its own."""
+    return _in_user_namespace
 
 
 def _enter_user_namespace() -> bool:

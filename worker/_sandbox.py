@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.worker import (
+    _bash_userns,
+    _capabilities,
     _cgroup,
     _common_rules,
     _egress_relay,
@@ -120,6 +122,7 @@ def _probe() -> dict[str, Any]:
         "seccomp": "filter" if seccomp["available"] else f"not available: {seccomp['reason']}",
         "seccomp_refuses": seccomp["refuses"],
         "seccomp_bash_refuses": seccomp["bash_refuses"],
+        "capabilities": _capabilities.probe(),
     }
 
 
@@ -138,10 +141,33 @@ def missing_for(mode: str, caps: dict[str, Any]) -> list[str]:
         missing.append("a process cap (a writable cgroup pids controller)")
     if not caps["seccomp_refuses"]:
         missing.append(f"the seccomp filter (keyring, ptrace, io_uring, …): {caps['seccomp']}")
+    if not str(caps.get("capabilities", "none")).startswith("none"):
+        missing.append(f"dropping every capability: {caps['capabilities']}")
     if caps.get("mount_namespace") is None and mode == "workspace":
         missing.append(_mountns.MISSING)
         missing.append(_tmpcap.MISSING)
     return missing
+
+
+def workdir_owner_note(workdir: str) -> str:
+    """One line when ``workdir`` belongs to another uid than the one running agentcell
+    ("" otherwise): a sub-agent holds no capability, root's included, so it gets what the
+    folder's mode bits give its group or other users, not what its owner gets."""
+    try:
+        info = os.stat(workdir)
+    except OSError:
+        return ""
+    me = os.geteuid()
+    if info.st_uid == me:
+        return ""
+    group = info.st_gid == os.getegid() or info.st_gid in os.getgroups()
+    bits = (info.st_mode >> (3 if group else 0)) & 0o7
+    perm = "".join(c if bits & m else "-" for c, m in (("r", 4), ("w", 2), ("x", 1)))
+    return (
+        f"the workdir {workdir} is owned by uid {info.st_uid}, not by uid {me} that runs "
+        "agentcell: sub-agents hold no capability, so they get what its mode bits give "
+        f"{'its group' if group else 'other users'} ({perm})"
+    )
 
 
 # -- the child applying it to itself ----------------------------------------------------------
@@ -169,6 +195,8 @@ class Sandbox:
         self._bash_filter: _seccomp.Filter | None = None  # no AF_UNIX sockets for bash
         self.egress_port: int | None = None  # the parent's proxy: bash's only way out
         self.egress: _egress_relay.Namespace | None = None  # bash's namespace and relay
+        self.bash_userns = -1  # the user namespace bash's commands enter (_bash_userns)
+        self.capabilities = ""  # what _capabilities dropped, in the report's words
 
     # The shape recorded on SubAgentResult.sandbox.
     def report(self) -> str:
@@ -187,6 +215,8 @@ class Sandbox:
             parts.append(
                 "seccomp" if self._bash_filter is None else "seccomp, bash no unix sockets"
             )
+        if self.capabilities:
+            parts.append(self.capabilities)
         if self.protected:
             parts.append(self.protected)
         if self.tmp_cap:
@@ -203,23 +233,29 @@ class Sandbox:
         return self.cap is not None and self.cap.times_hit() > 0
 
     def bash_preexec(self) -> Callable[[], None] | None:
-        """What bash's child runs between fork and exec: the no-network domain, then the
-        filter without UNIX sockets (last: nothing before it needs a socket)."""
+        """What bash's child runs between fork and exec: its network namespace (inside
+        the user namespace made for it, ``_bash_userns``), the capabilities it got there
+        dropped, the no-network domain, then the filter without UNIX sockets (last:
+        nothing before it needs a socket)."""
         unix_filter = self._bash_filter
         if self.bash_network:
             return None if unix_filter is None else unix_filter.install_in_child
         ruleset = self._bash_ruleset
         libc = ctypes.CDLL(None, use_errno=True)  # loaded now, not after fork
         unshare, setns = libc.unshare, libc.setns
-        nsfd = self.egress.nsfd if self.egress is not None else -1
-        via_host = self.egress is None and self.egress_port is not None
+        egress = self.egress
+        nsfd = egress.nsfd if egress is not None else -1
+        userfd = egress.userfd if egress is not None else self.bash_userns
+        via_host = egress is None and self.egress_port is not None
+        dropper = _capabilities.dropper() if self.capabilities else None
 
         def enter() -> None:
-            if ruleset is not None:
-                ruleset.restrict_self_in_child()
-            # A network namespace of its own (no UDP, no abstract sockets either): as
-            # root directly, else through a user namespace; where neither is allowed,
-            # the Landlock layer above still refuses every TCP connection.
+            # The user namespace made for bash, where the sub-agent's uid holds what a
+            # network namespace needs: joining it cannot fail but by a kernel's refusal.
+            if userfd >= 0 and setns(userfd, _CLONE_NEWUSER) != 0:
+                os._exit(126)
+            # A network namespace of its own (no UDP, no abstract sockets either); where
+            # none can be had, the Landlock layer below still refuses every TCP connection.
             if nsfd >= 0:  # under a network: list: the namespace with the proxy's relay
                 isolated = setns(nsfd, _CLONE_NEWNET) == 0
                 if not isolated:
@@ -230,6 +266,10 @@ class Sandbox:
                 isolated = (
                     unshare(_CLONE_NEWNET) == 0 or unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0
                 )
+            if dropper is not None:  # what a user namespace entered above gave
+                dropper.drop_in_child()
+            if ruleset is not None:
+                ruleset.restrict_self_in_child()
             if not isolated and ruleset is None:
                 os._exit(126)  # no wall at all would be a silent skip: refuse instead
             if unix_filter is not None:
@@ -323,6 +363,8 @@ def apply(
         box.egress_port = egress_port
         if env is not None:
             env.update(_egress_relay.proxy_env(egress_port))
+    # Before the walls: the child that makes them writes its own uid map under /proc.
+    bash_namespaces = _make_bash_namespaces(box, network=network, starts_processes=cap_processes)
     if caps_abi < 1:
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
@@ -339,11 +381,21 @@ def apply(
     if box.egress_port is not None:
         # After the mount namespace (which needs this process single-threaded: the
         # namespace is made from a thread) and before the seccomp filter.
-        _prepare_egress(box, box.egress_port)
+        _prepare_egress(box, box.egress_port, bash_namespaces)
     if not network:
         _prepare_bash_wall(box, caps_abi)
+    _drop_capabilities(box)
     _install_seccomp(box, bash_unix_sockets=network)
     return box
+
+
+def _drop_capabilities(box: Sandbox) -> None:
+    """Last of the set-up, before the filter: every capability set, for good."""
+    try:
+        kept = _capabilities.drop()
+    except _capabilities.CapabilityError as exc:
+        raise OSError(exc.errno, f"cannot drop its capabilities: {exc.strerror}") from None
+    box.capabilities = "no capabilities" + (f" ({kept})" if kept else "")
 
 
 def launcher_seccomp(mode: str) -> str:
@@ -467,10 +519,29 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
         box.missing.append("bash network wall")
 
 
-def _prepare_egress(box: Sandbox, port: int) -> None:
+def _make_bash_namespaces(
+    box: Sandbox, *, network: bool, starts_processes: bool
+) -> tuple[int, int] | str:
+    """The user namespace bash's commands enter (``_bash_userns``) and, under a
+    ``network:`` list, the network namespace of the relay: (user fd, net fd or -1), or
+    why not. None is needed with ``network: true``, nor for a run without bash (the
+    fork is spared)."""
+    if network or not starts_processes and box.egress_port is None:
+        return "not needed"
+    made = _bash_userns.make(net=box.egress_port is not None)
+    if not isinstance(made, str):
+        box.bash_userns = made[0]
+    return made
+
+
+def _prepare_egress(box: Sandbox, port: int, namespaces: tuple[int, int] | str) -> None:
     """bash's way to the parent's proxy: a namespace with a relay where the kernel lets
-    us (as root), else the host's loopback with Landlock allowing the proxy's port alone."""
-    made = _egress_relay.make_namespace(port)
+    us, else the host's loopback with Landlock allowing the proxy's port alone."""
+    made = (
+        namespaces
+        if isinstance(namespaces, str)
+        else _egress_relay.make_namespace(port, *namespaces)
+    )
     if isinstance(made, str):
         box.missing.append(f"bash's own network namespace ({made}): Landlock walls it alone")
     else:

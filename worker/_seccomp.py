@@ -52,9 +52,47 @@ REFUSED_CALLS = (
     "bpf",
     "perf_event_open",
     "userfaultfd",
+    # What no sub-agent needs, and a root one could otherwise do to the whole machine
+    # (capabilities are dropped too: ``_capabilities``; this holds where that could not).
+    "reboot",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "swapon",
+    "swapoff",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "syslog",
+    "iopl",
+    "ioperm",
+    "acct",
+    "sethostname",
+    "setdomainname",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
 )
+#: Calls ``REFUSED_CALLS`` names that an architecture does not have (nothing to refuse).
+_ABSENT = {"aarch64": ("iopl", "ioperm")}
 REFUSED_IOCTLS = {"TIOCSTI": 0x5412, "TIOCLINUX": 0x541C}  # the same on both architectures
 AF_UNIX = 1
+AF_NETLINK = 16
+AF_PACKET = 17
+SOCK_RAW = 3
+_SOCK_TYPE_MASK = 0xF  # the type, without SOCK_NONBLOCK and SOCK_CLOEXEC
+#: The sockets the filter refuses, in the words ``agentcell sandbox`` prints.
+REFUSED_SOCKETS = ("socket(AF_PACKET)", "socket(SOCK_RAW)")
 
 # Per architecture: the audit arch value the kernel puts in seccomp_data, and the system
 # call numbers (arch/x86/entry/syscalls/syscall_64.tbl; include/uapi/asm-generic/unistd.h).
@@ -76,6 +114,34 @@ _ARCHES: dict[str, dict[str, int]] = {
         "bpf": 321,
         "perf_event_open": 298,
         "userfaultfd": 323,
+        "reboot": 169,
+        "kexec_load": 246,
+        "kexec_file_load": 320,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "swapon": 167,
+        "swapoff": 168,
+        "settimeofday": 164,
+        "clock_settime": 227,
+        "clock_adjtime": 305,
+        "adjtimex": 159,
+        "syslog": 103,
+        "iopl": 172,
+        "ioperm": 173,
+        "acct": 163,
+        "sethostname": 170,
+        "setdomainname": 171,
+        "mount": 165,
+        "umount2": 166,
+        "pivot_root": 155,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
     },
     "aarch64": {
         "AUDIT_ARCH": 0xC00000B7,
@@ -94,6 +160,32 @@ _ARCHES: dict[str, dict[str, int]] = {
         "bpf": 280,
         "perf_event_open": 241,
         "userfaultfd": 282,
+        "reboot": 142,
+        "kexec_load": 104,
+        "kexec_file_load": 294,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
+        "swapon": 224,
+        "swapoff": 225,
+        "settimeofday": 170,
+        "clock_settime": 112,
+        "clock_adjtime": 266,
+        "adjtimex": 171,
+        "syslog": 116,
+        "acct": 89,
+        "sethostname": 161,
+        "setdomainname": 162,
+        "mount": 40,
+        "umount2": 39,
+        "pivot_root": 41,
+        "open_tree": 428,
+        "move_mount": 429,
+        "fsopen": 430,
+        "fsconfig": 431,
+        "fsmount": 432,
+        "fspick": 433,
+        "mount_setattr": 442,
     },
 }
 _X32_SYSCALL_BIT = 0x40000000
@@ -103,6 +195,7 @@ _LD_W_ABS = 0x20  # BPF_LD | BPF_W | BPF_ABS
 _JEQ_K = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
 _JGE_K = 0x35  # BPF_JMP | BPF_JGE | BPF_K
 _RET_K = 0x06  # BPF_RET | BPF_K
+_AND_K = 0x54  # BPF_ALU | BPF_AND | BPF_K
 _RET_ALLOW = 0x7FFF0000
 _RET_ERRNO = 0x00050000
 _OFFSET_NR = 0  # struct seccomp_data: int nr; u32 arch; u64 ip; u64 args[6]
@@ -143,6 +236,9 @@ class _Program:
     def jump_if(self, op: int, value: int, then: int | str, otherwise: int | str = 0) -> None:
         self.code.append((op, then, otherwise, value))
 
+    def and_(self, value: int) -> None:
+        self.code.append((_AND_K, 0, 0, value))
+
     def ret(self, value: int) -> None:
         self.code.append((_RET_K, 0, 0, value))
 
@@ -175,25 +271,40 @@ def build(machine: str, *, refuse_unix_sockets: bool) -> bytes:
     program.load(_OFFSET_NR)
     if machine == "x86_64":
         program.jump_if(_JGE_K, _X32_SYSCALL_BIT, "refuse")
-    for name in REFUSED_CALLS:
+    for name in refused_calls(machine):
         program.jump_if(_JEQ_K, numbers[name], "refuse")
     program.jump_if(_JEQ_K, numbers["ioctl"], "ioctl")
-    if refuse_unix_sockets:
-        program.jump_if(_JEQ_K, numbers["socket"], "socket")
+    program.jump_if(_JEQ_K, numbers["socket"], "socket")
     program.ret(_RET_ALLOW)
     program.label("ioctl")
     program.load(_OFFSET_ARG1_LOW)
     for request in REFUSED_IOCTLS.values():
         program.jump_if(_JEQ_K, request, "refuse")
     program.ret(_RET_ALLOW)
+    # socket(family, type, protocol): no packet socket of any type (it reads every frame
+    # on an interface: another process's model request on lo, say), and no SOCK_RAW in a
+    # family but netlink, where it is the ordinary type (getifaddrs, ip); bash without
+    # network: no UNIX socket either. ICMP datagram sockets stay (ping).
+    program.label("socket")
+    program.load(_OFFSET_ARG0_LOW)
+    program.jump_if(_JEQ_K, AF_PACKET, "refuse")
     if refuse_unix_sockets:
-        program.label("socket")
-        program.load(_OFFSET_ARG0_LOW)
         program.jump_if(_JEQ_K, AF_UNIX, "refuse")
-        program.ret(_RET_ALLOW)
+    program.jump_if(_JEQ_K, AF_NETLINK, "allow")
+    program.load(_OFFSET_ARG1_LOW)
+    program.and_(_SOCK_TYPE_MASK)
+    program.jump_if(_JEQ_K, SOCK_RAW, "refuse")
+    program.label("allow")
+    program.ret(_RET_ALLOW)
     program.label("refuse")
     program.ret(_RET_ERRNO | errno.EPERM)
     return program.assemble()
+
+
+def refused_calls(machine: str) -> tuple[str, ...]:
+    """``REFUSED_CALLS`` that ``machine`` has."""
+    absent = _ABSENT.get(machine, ())
+    return tuple(name for name in REFUSED_CALLS if name not in absent)
 
 
 class _SockFprog(ctypes.Structure):
@@ -335,26 +446,43 @@ def probe() -> dict[str, Any]:
     return {"available": True, "reason": "", "refuses": process, "bash_refuses": bash}
 
 
+#: The calls ``REFUSED_CALLS`` added for a root sub-agent, probed with every argument -1:
+#: each then fails on its own (a wrong reboot magic, a host name longer than 64 bytes, a
+#: bad address or flag), so one the filter let through does nothing, even as root.
+_PROBED_WITH_ALL_ONES = frozenset(REFUSED_CALLS[REFUSED_CALLS.index("reboot") :])
+
+
 def _refused_here(machine: str) -> list[str]:
     """The calls that return EPERM in this (filtered) process. Each is made with arguments
     it would fail on anyway, so a call the filter let through does nothing."""
     numbers = _ARCHES[machine]
     refused = []
-    for name in REFUSED_CALLS:
-        if _fails_with_eperm(numbers[name], -1, 0, 0, 0, 0):
+    for name in refused_calls(machine):
+        args = (-1,) * 6 if name in _PROBED_WITH_ALL_ONES else (-1, 0, 0, 0, 0)
+        if _fails_with_eperm(numbers[name], *args):
             refused.append(name)
     for name, request in REFUSED_IOCTLS.items():
         if _fails_with_eperm(numbers["ioctl"], -1, request, 0):
             refused.append(f"ioctl {name}")
     if machine == "x86_64" and _fails_with_eperm(_X32_SYSCALL_BIT | 39):  # x32 getpid
         refused.append("x32 system calls")
-    fd = _syscall(numbers["socket"], AF_UNIX, 1 | 0x80000, 0)  # SOCK_STREAM | SOCK_CLOEXEC
-    if fd < 0 and ctypes.get_errno() == errno.EPERM:
-        refused.append("socket(AF_UNIX)")
-    elif fd >= 0:
+    for label, family, kind in (
+        ("socket(AF_PACKET)", AF_PACKET, 2),  # SOCK_DGRAM: refused by family alone
+        ("socket(SOCK_RAW)", 2, SOCK_RAW | 0x80000),  # AF_INET, SOCK_CLOEXEC: flags aside
+        ("socket(AF_UNIX)", AF_UNIX, 1 | 0x80000),
+    ):
+        if _socket_refused(numbers["socket"], family, kind):
+            refused.append(label)
+    return refused
+
+
+def _socket_refused(number: int, family: int, kind: int) -> bool:
+    fd = _syscall(number, family, kind, 0)
+    if fd >= 0:
         with contextlib.suppress(OSError):
             os.close(fd)
-    return refused
+        return False
+    return ctypes.get_errno() == errno.EPERM
 
 
 def _fails_with_eperm(number: int, *args: int) -> bool:

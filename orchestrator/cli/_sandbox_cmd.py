@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
-from agentcell.worker import SANDBOX_MODES, probe_sandbox, sandbox_missing
+from agentcell.worker import SANDBOX_MODES, probe_sandbox, sandbox_missing, workdir_owner_note
 
 
 def describe(caps: dict[str, Any]) -> dict[str, Any]:
@@ -21,8 +22,10 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
         )
     if caps["landlock_tcp"]:
         walls.append(
-            "sub-agent process: TCP only to its model endpoint's port (unless custom "
-            "Python tools or a model object run in it)"
+            "sub-agent process: no model connection at all — the parent sends its model "
+            "requests and holds the key — and no TCP but its http MCP servers' ports (custom "
+            "Python tools or a model object given in code keep their own network; "
+            'ray.model_route = "node" reaches the model endpoint\'s port alone)'
         )
     bash_net = [
         w
@@ -56,6 +59,11 @@ def describe(caps: dict[str, Any]) -> dict[str, Any]:
     if caps["process_cap"]:
         walls.append(f"process cap per sub-agent tree ({caps['process_cap']})")
     walls.append("no_new_privs: no setuid or file-capability gains")
+    walls.append(
+        f"capabilities: {caps['capabilities']}, whatever user runs agentcell: every set "
+        "dropped and the securebits locked once its namespaces are made; its MCP servers, "
+        "their warden and bash hold none either"
+    )
     walls.append("no terminal: no controlling tty, no tty device, no inherited tty descriptor")
     walls += seccomp_walls(caps)
     missing = sandbox_missing("workspace", caps)
@@ -92,6 +100,12 @@ def seccomp_walls(caps: dict[str, Any]) -> list[str]:
     if not refused:
         return []
     lines = ["seccomp on every thread and all descendants, EPERM for: " + ", ".join(refused)]
+    if "socket(SOCK_RAW)" in refused:
+        lines.append(
+            "sockets: no AF_PACKET and no SOCK_RAW (netlink's aside), also under network: "
+            "true; ICMP datagram sockets stay, so ping works where net.ipv4.ping_group_range "
+            "lets its group"
+        )
     bash_only = [name for name in caps["seccomp_bash_refuses"] if name not in refused]
     if bash_only:
         lines.append(
@@ -104,6 +118,7 @@ def seccomp_walls(caps: dict[str, Any]) -> list[str]:
 
 def show_sandbox(*, as_json: bool) -> None:
     report = describe(probe_sandbox())
+    report["workdir_owner"] = workdir_owner_note(os.getcwd())
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
@@ -115,6 +130,9 @@ def show_sandbox(*, as_json: bool) -> None:
     click.echo(f"  network: lists:     {egress_mechanism(caps) or 'not available'}")
     click.echo(f"  process cap:        {caps['process_cap'] or 'not available'}")
     click.echo(f"  seccomp:            {caps['seccomp']}")
+    click.echo(f"  capabilities:       {caps['capabilities']}")
+    if owner := workdir_owner_note(os.getcwd()):
+        click.echo(f"  workdir:            {owner}")
     for mode, what in report["modes"].items():
         click.echo(f"\nsandbox = {mode!r}" + (f" ({what['note']})" if what.get("note") else ""))
         for line in what["enforced"]:

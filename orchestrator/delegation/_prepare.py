@@ -66,6 +66,7 @@ from agentcell.worker import (
     known_secrets,
     secret_digests,
     stricter_sandbox,
+    workdir_owner_note,
 )
 from agentcell.worker.models import ToolSpec, thinking_control, thinking_max_tokens
 from agentcell.worker.tools import Tool
@@ -145,6 +146,12 @@ class Preparer:
         )
         skills = skills_for(definition, Path(self.workdir))
         warnings = [*warnings, *skills.warnings, *web_tool_warnings(definition, model)]
+        sandbox = stricter_sandbox(
+            "workspace" if settings.sandbox == "required" else settings.sandbox,
+            definition.sandbox,
+        )
+        if sandbox != "off" and (owner := workdir_owner_note(self.workdir)):
+            warnings.append(owner)
         for line in warnings:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(
@@ -178,10 +185,7 @@ class Preparer:
             background=background,
             env=env,
             bash_env=bash_env,
-            sandbox=stricter_sandbox(
-                "workspace" if settings.sandbox == "required" else settings.sandbox,
-                definition.sandbox,
-            ),
+            sandbox=sandbox,
             network=bash_network(settings.network, definition.network),
             max_processes=definition.max_processes or settings.max_processes,
             tmp_size_mb=settings.tmp_size_mb,
