@@ -64,6 +64,12 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
     _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
+    _sandbox.prepare_bash_namespaces(
+        spec.sandbox,
+        network=spec.network,
+        egress=spec.egress_port is not None,
+        processes="bash" in spec.tools or bool(start.objects),
+    )
     if _sandbox.parse_mode(spec.sandbox) != "off":  # only walls need it: no pools, slower
         one_thread.numeric_libraries()
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
@@ -83,7 +89,12 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     transcript = _open_transcript(spec)
     compactor = attach_compactor(spec, engine, link, transcript)
     # Before the walls go up: a server process that already runs keeps its own view of
-    # the machine (its command and runtime stay reachable), and it is in our tree.
+    # the machine (its command and runtime stay reachable), and it is in our tree. It
+    # gains no capability (what this process executes from here on gains none).
+    try:
+        _sandbox.before_servers(spec.sandbox)
+    except OSError as exc:
+        return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
     servers = await start_mcp_servers(spec, engine, link)
     # Last step before the agent's first action: what is open now (the pipe, the record
     # files) stays usable; everything opened from here on goes through the walls.

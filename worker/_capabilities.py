@@ -20,8 +20,8 @@ initial namespace's) to begin with. Processes that enter another user namespace 
 (bash's commands, for their network namespace) get a full set inside it, and drop it
 again in their preexec (``drop_in_child``) before they run anything.
 
-This module imports nothing of agentcell: the MCP warden (run by path, started in
-milliseconds) loads it from its own folder to drop its capabilities too.
+What a walled sub-agent executes before its set-up ends (its MCP servers and their
+warden) gains nothing either: it calls ``lock`` first (``_sandbox.before_servers``).
 """
 
 from __future__ import annotations
@@ -87,27 +87,44 @@ class Dropper:
         self._zero = (_Data * 2)()
         self._last = last_capability()
 
-    def drop(self) -> str:
-        """Drop every capability of this thread for good; raise if a step fails. Returns
-        what could not be dropped, in one line ("" when nothing is left): a process of a
+    def lock(self) -> str:
+        """Make sure nothing this process executes from now on gains a capability: the
+        securebits locked (NOROOT: not even uid 0), the bounding and ambient sets empty.
+        Its own permitted and effective sets stay, for the set-up still to come (``drop``
+        ends them). Returns what could not be done ("" when all was): a process of a
         normal user outside any user namespace holds no capability, but cannot empty its
         bounding set or lock its securebits either (both need ``CAP_SETPCAP``);
         ``no_new_privs`` keeps that bounding set from ever giving one back."""
         prctl = self._prctl
         kept = ""
-        if self._has_setpcap():  # both need it: before the capset
+        if prctl(_PR_GET_SECUREBITS, 0, 0, 0, 0) == LOCKED_SECUREBITS and not self._bounded():
+            pass  # locked before (by ``lock``, or inherited from a process that was)
+        elif self._has_setpcap():
             if prctl(_PR_SET_SECUREBITS, LOCKED_SECUREBITS, 0, 0, 0) != 0:
                 self._fail("prctl(PR_SET_SECUREBITS)")
             for number in range(self._last + 1):
                 if prctl(_PR_CAPBSET_DROP, number, 0, 0, 0) != 0:
                     self._fail(f"prctl(PR_CAPBSET_DROP, {number})")
-        elif prctl(_PR_GET_SECUREBITS, 0, 0, 0, 0) != LOCKED_SECUREBITS:
+        else:
             kept = "bounding set and securebits kept (no user namespace; no_new_privs holds)"
         if prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
             self._fail("prctl(PR_CAP_AMBIENT_CLEAR_ALL)")
+        return kept
+
+    def drop(self) -> str:
+        """``lock``, then the permitted, effective and inheritable sets emptied: every
+        capability of this thread gone for good. Raises if a step fails; returns what
+        ``lock`` could not do."""
+        kept = self.lock()
         if self._capset(ctypes.byref(self._header), self._zero) != 0:
             self._fail("capset")
         return kept
+
+    def _bounded(self) -> bool:
+        """Whether the bounding set still holds a capability."""
+        return any(
+            self._prctl(_PR_CAPBSET_READ, number, 0, 0, 0) == 1 for number in range(self._last + 1)
+        )
 
     def _has_setpcap(self) -> bool:
         data = (_Data * 2)()
@@ -171,10 +188,14 @@ def drop() -> str:
     return dropper().drop()
 
 
+def lock() -> str:
+    return dropper().lock()
+
+
 def probe() -> str:
     """What a sub-agent holds here, tried in a throwaway child as a sub-agent does it (a
     user namespace of its own where the kernel allows one, then ``drop``): one line."""
-    from agentcell.worker import _mountns  # imported here: the warden loads this file alone
+    from agentcell.worker import _mountns  # only here: _mountns is a sibling of the walls
 
     read_end, write_end = os.pipe()
     pid = os.fork()

@@ -18,9 +18,9 @@ as ``-m agentcell...``: it imports nothing of agentcell, so it starts in millise
 reason, for the agent's "failed to start" message. ``SECCOMP`` (or ``-``) is the
 sub-agent's filter, ``<seccomp syscall number>:<program hex>`` (``worker/_seccomp.py``),
 installed in the server's process before it runs the server: the server starts before the
-sub-agent's walls go up and would not otherwise be under it. For the same reason the warden
-drops every capability first (``_capabilities``, loaded from this file's folder): neither
-it nor the server holds one, whatever user runs agentcell.
+sub-agent's walls go up and would not otherwise be under it. Neither the warden nor the
+server gains a capability, whatever user runs agentcell: the sub-agent locked its
+securebits and emptied its bounding set before it started them (``_sandbox.before_servers``).
 """
 
 from __future__ import annotations
@@ -32,11 +32,6 @@ import select
 import signal
 import stat
 import sys
-
-# Run by path: its sibling ``_capabilities`` (which imports nothing of agentcell either) is
-# found in this file's folder, even under -P or PYTHONSAFEPATH.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _capabilities
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NO_NEW_PRIVS = 38
@@ -194,12 +189,6 @@ def _watch(owner_fd: int, server_fd: int, stdin: int | None) -> bool:
 
 def serve(owner: int, status_file: str, seccomp: str, command: list[str]) -> int:
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-    if seccomp != "-":  # a walled run (the filter travels only then): no capabilities
-        try:
-            _capabilities.drop()
-        except OSError as exc:
-            _note(status_file, f"cannot drop its capabilities: {exc.strerror}")
-            return EXIT_CANNOT_RUN
     try:
         owner_fd = os.pidfd_open(owner)
     except ProcessLookupError:

@@ -363,8 +363,7 @@ def apply(
         box.egress_port = egress_port
         if env is not None:
             env.update(_egress_relay.proxy_env(egress_port))
-    # Before the walls: the child that makes them writes its own uid map under /proc.
-    bash_namespaces = _make_bash_namespaces(box, network=network, starts_processes=cap_processes)
+    bash_namespaces = _take_bash_namespaces(box)
     if caps_abi < 1:
         box.missing.append("file walls (no Landlock)")
         _landlock.set_no_new_privs()
@@ -396,6 +395,18 @@ def _drop_capabilities(box: Sandbox) -> None:
     except _capabilities.CapabilityError as exc:
         raise OSError(exc.errno, f"cannot drop its capabilities: {exc.strerror}") from None
     box.capabilities = "no capabilities" + (f" ({kept})" if kept else "")
+
+
+def before_servers(mode: str) -> None:
+    """Before a walled run starts its MCP servers (outside the walls, but in its user
+    namespace): whatever it executes from now on gains no capability (``_capabilities.
+    lock``), root's programs included; its own capabilities end with its set-up."""
+    if parse_mode(mode) == "off":
+        return
+    try:
+        _capabilities.lock()
+    except _capabilities.CapabilityError as exc:
+        raise OSError(exc.errno, f"cannot drop its capabilities: {exc.strerror}") from None
 
 
 def launcher_seccomp(mode: str) -> str:
@@ -519,16 +530,29 @@ def _prepare_bash_wall(box: Sandbox, abi: int) -> None:
         box.missing.append("bash network wall")
 
 
-def _make_bash_namespaces(
-    box: Sandbox, *, network: bool, starts_processes: bool
-) -> tuple[int, int] | str:
-    """The user namespace bash's commands enter (``_bash_userns``) and, under a
-    ``network:`` list, the network namespace of the relay: (user fd, net fd or -1), or
-    why not. None is needed with ``network: true``, nor for a run without bash (the
+#: What ``prepare_bash_namespaces`` made for this process: (user fd, net fd or -1), or why
+#: none; None when it was not called (nothing was needed).
+_bash_namespaces: tuple[int, int] | str | None = None
+
+
+def prepare_bash_namespaces(mode: str, *, network: bool, egress: bool, processes: bool) -> None:
+    """At the start of a walled run, before it turns non-dumpable: the user namespace bash's
+    commands enter (``_bash_userns``) and, with ``egress`` (a ``network:`` list), the
+    network namespace of the relay. Its maker writes its own uid map under /proc, which
+    it may only while this process is dumpable (and not yet behind Landlock). None is
+    needed with ``network: true`` or ``off``, nor for a run that starts no process (the
     fork is spared)."""
-    if network or not starts_processes and box.egress_port is None:
-        return "not needed"
-    made = _bash_userns.make(net=box.egress_port is not None)
+    global _bash_namespaces
+    if parse_mode(mode) == "off" or network or not (processes or egress):
+        return
+    _bash_namespaces = _bash_userns.make(net=egress)
+
+
+def _take_bash_namespaces(box: Sandbox) -> tuple[int, int] | str:
+    global _bash_namespaces
+    made, _bash_namespaces = _bash_namespaces, None
+    if made is None:
+        return "not made"
     if not isinstance(made, str):
         box.bash_userns = made[0]
     return made

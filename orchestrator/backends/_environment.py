@@ -28,6 +28,9 @@ ALLOWED = (
     "VIRTUAL_ENV",
     "PYTHONPATH",
     "PYTHONHASHSEED",
+    # An interpreter built with a shared libpython outside the loader's paths (a copied
+    # or relocated build, some distributions) cannot start a child without it.
+    "LD_LIBRARY_PATH",
     # Version managers: where their Python lives (the sandbox lets bash run it) and which.
     "PYENV_ROOT",
     "PYENV_VERSION",
