@@ -98,7 +98,11 @@ def test_a_granted_web_search_is_clamped_to_its_searches(given: int | None, goes
     assert sent({"tools": [explicit_null]}, web_search=5)[0]["tools"][0]["max_uses"] == 5
 
 
-@pytest.mark.parametrize("kind", ["code_execution_20250522", "bash_20250124", "web_fetch_x"])
+@pytest.mark.parametrize(
+    "kind",
+    # Sorting before the search tool's type and after it (a later version of it too).
+    ["code_execution_20250522", "bash_20250124", "web_fetch_x", "web_search_20260209", "zz"],
+)
 def test_other_typed_tools_are_refused_even_with_a_search_granted(kind: str) -> None:
     why = refused({"tools": [{"type": kind, "name": "x"}]}, web_search=5)
     assert f"of type {kind!r}" in why and "function tools and one web_search" in why, why
@@ -180,6 +184,11 @@ def test_a_choice_may_force_only_a_tool_the_request_sends() -> None:
         ("openai", {"type": "function", "function": "read"}),
         ("openai", {"type": "function", "function": {"name": 1}}),
         ("openai", {"type": "tool", "name": "read"}),
+        # A forcing shape under another type (sorting before it and after it).
+        ("openai", {"type": "allowed_tools", "function": {"name": "read"}}),
+        ("openai", {"type": "tool", "function": {"name": "read"}}),
+        ("anthropic", {"type": "function", "name": "read"}),
+        ("anthropic", {"type": "web", "name": "read"}),
         ("anthropic", "auto"),
         ("anthropic", {"type": "required"}),
         ("anthropic", {"type": "function", "function": {"name": "read"}}),
@@ -358,6 +367,7 @@ def test_an_output_config_without_effort_passes_and_another_shape_is_refused() -
 def test_what_a_refusal_repeats_is_cut() -> None:
     assert shown("x" * 61) == repr("x" * 60) + "…"
     assert shown("x" * 60) == repr("x" * 60)
+    assert shown("abc") == "'abc'"
     why = refused({"tools": [{"type": "t" * 500}]})
     assert len(why) < 300 and "…" in why
 
