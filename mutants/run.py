@@ -39,6 +39,7 @@ TRUST_KILLS = (
 
 TABLE_KILLS = "tests/test_mutation_kills_trust_table.py"
 PATHS = "tests/test_walls_paths.py::"
+PRIVILEGE = "tests/test_walls_privilege.py::"
 
 #: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
 MODULES: dict[str, tuple[str, str, float]] = {
@@ -172,6 +173,25 @@ MODULES: dict[str, tuple[str, str, float]] = {
     "sandbox-spare": (
         "worker/_sandbox_spare.py",
         "tests/test_sandbox_spare.py",
+        90,
+    ),
+    # No capability for a sub-agent: the drop, the lock before its servers, the probe.
+    "capabilities": (
+        "worker/_capabilities.py",
+        "tests/test_mutation_kills_capabilities.py "
+        f"{PRIVILEGE}test_the_drop_alone_takes_every_capability_root_had "
+        f"{PRIVILEGE}test_what_root_executes_after_lock_gains_no_capability "
+        f"{PRIVILEGE}test_a_sub_agent_its_bash_its_mcp_server_and_warden_hold_no_capability",
+        90,
+    ),
+    # The seccomp filter: its program on both architectures, what it refuses with every
+    # capability held, and what ``agentcell sandbox`` says it refuses.
+    "seccomp": (
+        "worker/_seccomp.py",
+        "tests/test_walls_kernel.py::"
+        "test_the_filter_refuses_exactly_what_it_says_on_each_architecture "
+        "tests/test_mutation_kills_capabilities.py "
+        f"{PRIVILEGE}test_the_filter_alone_refuses_what_every_capability_would_allow",
         90,
     ),
     # The proof that mutants run in the children: only the line of the child's own

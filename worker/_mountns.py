@@ -57,6 +57,7 @@ MISSING = (
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUSER = 0x10000000
+_PR_GET_DUMPABLE = 3
 _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
@@ -106,6 +107,10 @@ def in_user_namespace() -> bool:
 
 def _enter_user_namespace() -> bool:
     uid, gid = os.geteuid(), os.getegid()
+    # A process that is not dumpable (one that changed its uid, say) may not write its own
+    # uid map (/proc/self is root's then): it would be left in a namespace with no map.
+    if _libc.prctl(_PR_GET_DUMPABLE, 0, 0, 0, 0) != 1:
+        return False
     if _libc.unshare(_CLONE_NEWUSER) != 0:
         return False  # no user namespaces for this user here
     # Stay who we are inside: the same uid and gid map onto themselves.

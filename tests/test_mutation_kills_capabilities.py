@@ -1,0 +1,166 @@
+"""Fast checks of the capability drop and the seccomp filter's probe, each in a forked
+child (both change the caller for good): the kill tests of ``make mutants
+MUTANTS="capabilities seccomp"`` (mutants/run.py), with test_walls_privilege's."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from agentcell.worker import _capabilities, _mountns, _seccomp
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a normal user has none")
+NOBODY = 65534
+
+
+def _in_child(steps: Callable[[], Any]) -> Any:
+    """``steps()`` in a forked child; its JSON-able answer, or the exception's text."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(read_end)
+            try:
+                answer = {"value": steps()}
+            except Exception as exc:
+                answer = {"raised": f"{type(exc).__name__}: {exc}"}
+            os.write(write_end, json.dumps(answer).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        text = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return json.loads(text)
+
+
+def _securebits() -> int:
+    return int(_capabilities.dropper()._prctl(27, 0, 0, 0, 0))
+
+
+@needs_root
+def test_drop_empties_every_set_and_locks_exactly_the_securebits() -> None:
+    def steps() -> Any:
+        kept = _capabilities.drop()
+        return kept, _capabilities.held(), _securebits(), _capabilities.holds_none()
+
+    kept, held, bits, none = _in_child(steps)["value"]
+    assert kept == ""
+    assert held == {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapBnd": 0, "CapAmb": 0}
+    assert bits == 0xEF == _capabilities.LOCKED_SECUREBITS
+    assert none is True
+
+
+@needs_root
+def test_lock_keeps_the_own_sets_and_empties_the_bounding_set() -> None:
+    def steps() -> Any:
+        before = _capabilities.held()
+        kept = _capabilities.lock()
+        again = _capabilities.lock()  # locked already: nothing to do, nothing raised
+        return before, kept, again, _capabilities.held(), _securebits()
+
+    before, kept, again, after, bits = _in_child(steps)["value"]
+    assert kept == again == ""
+    assert after["CapEff"] == before["CapEff"] != 0
+    assert after["CapPrm"] == before["CapPrm"] != 0
+    assert after["CapBnd"] == 0 and after["CapAmb"] == 0
+    assert bits == _capabilities.LOCKED_SECUREBITS
+
+
+@needs_root
+def test_a_normal_user_outside_a_user_namespace_is_told_what_it_keeps() -> None:
+    def steps() -> Any:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+        kept = _capabilities.drop()
+        return kept, _capabilities.held(), _securebits()
+
+    kept, held, bits = _in_child(steps)["value"]
+    assert kept == "bounding set and securebits kept (no user namespace; no_new_privs holds)"
+    assert held["CapEff"] == held["CapPrm"] == held["CapAmb"] == 0
+    assert held["CapBnd"] != 0 and bits == 0
+
+
+@needs_root
+def test_a_normal_user_in_a_user_namespace_drops_everything() -> None:
+    def steps() -> Any:
+        os.setgroups([])
+        os.setresgid(NOBODY, NOBODY, NOBODY)
+        os.setresuid(NOBODY, NOBODY, NOBODY)
+        if _mountns._enter_user_namespace():
+            return "entered while not dumpable"  # it could not have mapped its uid
+        _capabilities.dropper()._prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE: as a user's own
+        if not _mountns._enter_user_namespace():
+            return "no user namespace"
+        return _capabilities.drop(), _capabilities.held(), _securebits()
+
+    answer = _in_child(steps)["value"]
+    if answer == "no user namespace":
+        pytest.skip("no unprivileged user namespaces here")
+    kept, held, bits = answer
+    assert kept == "" and not any(held.values()) and bits == _capabilities.LOCKED_SECUREBITS
+
+
+def test_a_failing_step_raises_naming_it() -> None:
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        dropper._capset = lambda header, data: -1  # the kernel refusing the last step
+        return dropper.drop()
+
+    answer = _in_child(steps)
+    assert answer["raised"].startswith("CapabilityError: [Errno"), answer
+    assert "capset" in answer["raised"]
+
+
+def test_held_reads_every_set_of_a_status_text() -> None:
+    status = (
+        "Name:\tx\nCapInh:\t0000000000000000\nCapPrm:\t0000000000000001\n"
+        "CapEff:\t0000000000000000\nCapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\n"
+    )
+    assert _capabilities.held(status) == {
+        "CapInh": 0, "CapPrm": 1, "CapEff": 0, "CapBnd": 0x1FFFFFFFFFF, "CapAmb": 0,
+    }  # fmt: skip
+    assert not _capabilities.holds_none(status)
+    empty = "".join(f"{name}:\t{'0' * 16}\n" for name in ("CapInh", "CapPrm", "CapBnd"))
+    assert _capabilities.holds_none(empty)
+
+
+def test_last_capability_is_the_kernels() -> None:
+    with open("/proc/sys/kernel/cap_last_cap") as file:
+        assert _capabilities.last_capability() == int(file.read())
+
+
+def test_the_probe_says_none_where_a_sub_agent_gets_a_user_namespace() -> None:
+    line = _capabilities.probe()
+    assert line == "none (in a user namespace of its own)", line
+
+
+# -- the seccomp filter, as agentcell sandbox reports it ---------------------------------------
+
+
+def test_the_probe_lists_every_refused_call_and_socket() -> None:
+    report = _seccomp.probe()
+    if not report["available"]:
+        pytest.skip(report["reason"])
+    machine = _seccomp.arch()
+    assert machine is not None
+    calls = list(_seccomp.refused_calls(machine))
+    ioctls = [f"ioctl {name}" for name in _seccomp.REFUSED_IOCTLS]
+    x32 = ["x32 system calls"] if machine == "x86_64" else []
+    sockets = ["socket(AF_PACKET)", "socket(SOCK_RAW)"]
+    assert report["refuses"] == [*calls, *ioctls, *x32, *sockets]
+    assert report["bash_refuses"] == [*calls, *ioctls, *x32, *sockets, "socket(AF_UNIX)"]
+
+
+def test_only_calls_an_architecture_lacks_are_left_out() -> None:
+    assert _seccomp.refused_calls("x86_64") == _seccomp.REFUSED_CALLS
+    arm = _seccomp.refused_calls("aarch64")
+    assert set(_seccomp.REFUSED_CALLS) - set(arm) == {"iopl", "ioperm"}
+    assert [name for name in _seccomp.REFUSED_CALLS if name in arm] == list(arm)
