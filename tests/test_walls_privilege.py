@@ -238,3 +238,48 @@ async def test_root_over_another_users_workdir_gets_its_mode_bits_and_is_told(
     (note,) = [w for w in result.warnings if "owned by uid" in w]
     assert f"{work} is owned by uid {nobody_runtime.NOBODY}, not by uid 0" in note
     assert note.endswith("(r-x)"), note
+
+
+# -- what agentcell sandbox says ----------------------------------------------------------
+
+
+def _sandbox_command(cwd: Path, *args: str) -> str:
+    agentcell = str(Path(sys.executable).with_name("agentcell"))
+    run = subprocess.run(
+        [agentcell, "sandbox", *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def test_agentcell_sandbox_lists_no_capability_the_refusals_and_no_model_connection(
+    tmp_path: Path,
+) -> None:
+    text = _sandbox_command(tmp_path)
+    assert "  capabilities:       none (in a user namespace of its own)" in text.splitlines()
+    workspace = text.split("sandbox = 'workspace'")[1].split("sandbox = 'read-only'")[0]
+    assert "capabilities: none (in a user namespace of its own), whatever user" in workspace
+    assert "no model connection at all" in workspace
+    assert "model endpoint's port" not in workspace.replace("reaches the model endpoint's", "")
+    for name in ("reboot", "sethostname", "syslog", "mount", "socket(AF_PACKET)"):
+        assert name in workspace, name
+    assert "ICMP datagram sockets stay, so ping works" in workspace
+    assert "MISSING" not in workspace
+    assert "workdir:" not in text  # the folder is the running user's own
+    report = json.loads(_sandbox_command(tmp_path, "--json"))
+    assert report["machine"]["capabilities"].startswith("none")
+    assert report["workdir_owner"] == ""
+
+
+@needs_root
+def test_agentcell_sandbox_says_when_the_workdir_is_another_users(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o750)
+    theirs.chmod(0o750)
+    os.chown(theirs, nobody_runtime.NOBODY, nobody_runtime.NOBODY)
+    (line,) = [x for x in _sandbox_command(theirs).splitlines() if x.startswith("  workdir:")]
+    assert line.endswith(
+        f"the workdir {theirs} is owned by uid {nobody_runtime.NOBODY}, not by uid 0 that "
+        "runs agentcell: sub-agents hold no capability, so they get what its mode bits "
+        "give other users (---)"
+    ), line
