@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import hardening_handlers
+import nobody_runtime
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, wait_gone
@@ -199,36 +200,20 @@ _PARENT_KEY = "sk-parent-key-that-no-tool-may-read-0123456789"
 _NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def _nobody_cannot_run_agentcell() -> str | None:
-    """Why user nobody cannot import agentcell here (a checkout, virtualenv or Python in a
-    private folder such as root's home), or None when it can."""
-    probe = subprocess.run(
-        [*_NOBODY, sys.executable, "-c", "import agentcell.orchestrator"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd="/",
-    )
-    if probe.returncode == 0:
-        return None
-    last = (probe.stderr.strip().splitlines() or ["exit code " + str(probe.returncode)])[-1]
-    return (
-        f"user nobody cannot run agentcell from {sys.prefix} ({last}); "
-        "clone outside a private folder to run it"
-    )
-
-
 def test_a_same_user_process_cannot_read_the_orchestrators_keys(spawned: SpawnRecorder) -> None:
     # The orchestrator and the reader both run as nobody: the reader is any same-user
     # process (a sub-agent's bash, say). Root reads every /proc file; see the next test.
-    if (why := _nobody_cannot_run_agentcell()) is not None:
+    # Nobody runs a copy of agentcell it can reach (a checkout may sit in a private folder).
+    if (why := nobody_runtime.unavailable()) is not None:
         pytest.skip(why)
+    runtime = nobody_runtime.runtime()
     workdir = tempfile.mkdtemp(prefix="agentcell-nobody-")
     os.chmod(workdir, 0o777)
-    env = {**os.environ, "HOME": workdir, "OPENAI_API_KEY": _PARENT_KEY}
+    env = {**runtime.env, "HOME": workdir, "OPENAI_API_KEY": _PARENT_KEY}
     with subprocess.Popen(
-        [*_NOBODY, sys.executable, "-c", _ORCHESTRATOR, workdir],
+        runtime.command("-c", _ORCHESTRATOR, workdir),
         env=env,
+        cwd="/",
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nobody_runtime
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus
@@ -340,17 +341,8 @@ def open_tmp() -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _user_python() -> str | None:
-    """A Python that user nobody can run (this one may live in root's home)."""
-    for python in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.access(python, os.X_OK):
-            return python
-    return None
-
-
 @pytest.mark.skipif(
-    os.geteuid() != 0 or not _user_python() or not Path("/usr/bin/setpriv").exists(),
-    reason="needs root (to become user nobody), setpriv and a system python3",
+    nobody_runtime.unavailable() is not None, reason=str(nobody_runtime.unavailable())
 )
 @pytest.mark.parametrize("late", [False, True])
 def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
@@ -365,11 +357,12 @@ def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
     script.write_text(_AS_A_USER)
     for path in (work, *work.rglob("*")):
         os.chown(path, 65534, 65534)
-    module = MOUNTNS
+    # The module as user nobody can reach it (a checkout may sit in a private folder).
+    runtime = nobody_runtime.runtime()
+    module = runtime.folder / "pkg" / "agentcell" / "worker" / "_mountns.py"
     run = subprocess.run(
-        ["/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-         str(_user_python()), str(script), str(module), str(work), "late" if late else "early"],
-        capture_output=True, text=True, timeout=60, check=False,
+        runtime.command(str(script), str(module), str(work), "late" if late else "early"),
+        env=runtime.env, capture_output=True, text=True, timeout=60, check=False, cwd="/",
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     lines = dict(line.split(" -> ", 1) for line in run.stdout.splitlines()[1:])

@@ -34,7 +34,7 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker import _mountns, _proc, _sandbox
+from agentcell.worker import _bash_userns, _mountns, _proc, _sandbox
 from agentcell.worker import _one_thread as one_thread
 from agentcell.worker._child import ChildLink
 from agentcell.worker._compaction import Compactor
@@ -63,7 +63,9 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     spec = start.spec
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
-    _mountns.prepare(spec.sandbox)  # while this process has one thread (see there)
+    pair = _bash_userns.shared()  # the fork server's user namespaces, if it made them
+    # While this process has one thread (see there).
+    _mountns.prepare(spec.sandbox, None if pair is None else pair[0])
     _sandbox.prepare_bash_namespaces(
         spec.sandbox,
         network=spec.network,

@@ -82,9 +82,10 @@ def _mount(source: str | None, target: str, flags: int) -> None:
 
 
 _in_user_namespace = False  # set by prepare: this process made a user namespace
+joined_shared = False  # ... by joining the fork server's (``_bash_userns.shared``)
 
 
-def prepare(mode: str) -> None:
+def prepare(mode: str, shared: int | None = None) -> None:
     """At the start of a walled run, while the process still has one thread (a user
     namespace cannot be entered later, once a drain thread or an MCP server's reader
     runs): a user namespace of its own, with the same uid and gid, root or not. A user
@@ -97,6 +98,11 @@ def prepare(mode: str) -> None:
         return
     if len(os.listdir("/proc/self/task")) != 1:
         return  # protect then reports what is missing
+    global joined_shared
+    # ``shared``: the fork server's namespace (``_bash_userns.shared``): joined, not made.
+    if shared is not None and _libc.setns(shared, _CLONE_NEWUSER) == 0:
+        _in_user_namespace = joined_shared = True
+        return
     _in_user_namespace = _enter_user_namespace()
 
 

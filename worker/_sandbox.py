@@ -545,6 +545,10 @@ def prepare_bash_namespaces(mode: str, *, network: bool, egress: bool, processes
     global _bash_namespaces
     if parse_mode(mode) == "off" or network or not (processes or egress):
         return
+    pair = _bash_userns.shared()
+    if not egress and _mountns.joined_shared and pair is not None:
+        _bash_namespaces = (pair[1], -1)  # the inner one, below the outer this process joined
+        return
     _bash_namespaces = _bash_userns.make(net=egress)
 
 
@@ -685,6 +689,7 @@ def warm_path_cache(sys_path: Iterable[str] | None = None) -> None:
     key = _common_rules.etc_key_now()
     _common_rules.etc_paths(key)
     _seccomp.warm()
+    _bash_userns.warm()
     stable = [*_common_rules.SYSTEM_READ, *runtime, *version_manager_paths(home, os.environ, None)]
     _landlock_held.hold([*stable, "/etc", *_common_rules.DEVICES])
     _landlock_held.hold_etc(_common_rules.etc_paths(key), key)
