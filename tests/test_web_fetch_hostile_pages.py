@@ -8,6 +8,8 @@ held the parent's event loop — every sibling's relay, the approval prompt — 
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import http.server
 import json
 import threading
@@ -16,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation import _web_fetch
 from agentcell.protocol import RunStatus
+from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from model_servers import ModelServer, serving
 from test_net_egress import run_calls
@@ -129,3 +133,53 @@ async def test_a_redirect_does_not_carry_a_fetch_past_the_agents_own_rules(kind:
                 assert "not followed" in text
             unjudged, _ = await web_fetch(first, entries, ask=never)
             assert "DENIED-HOST-CONTENT" in unjudged  # the same fetch, without the rules
+
+
+async def test_a_url_with_control_characters_is_refused_in_one_line(
+    spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
+) -> None:
+    urls = ["http://127.0.0.1:9/\x1b[2J\r", "http://127.0.0.1:9/\x85"]
+    calls = [("web_fetch", {"url": url}) for url in urls]
+    result = await run_calls(tmp_path, calls, openai_served, tools=["WebFetch"], network=True)
+    assert result.status is RunStatus.COMPLETED, result
+    outputs = [
+        m["content"] for m in openai_served.requests[-1].body["messages"] if m["role"] == "tool"
+    ]
+    assert len(outputs) == 2, outputs
+    for output in outputs:
+        assert output.split("refused ")[1].startswith(
+            ("http://127.0.0.1:9/\\x1b[2J\\r:", "http://127.0.0.1:9/\\x85:")
+        ), output
+        assert "it has control characters or lone surrogates" in output, output
+        assert "\x1b" not in output and "\r" not in output and "\x85" not in output
+
+
+async def _forge_surrogate_fetch(messages: list[Any], tools: list[Any]) -> Any:
+    """A compromised child's own code: a web_fetch request whose JSON holds a lone
+    surrogate (its model's tool call would have been refused as bad JSON in the child)."""
+    from agentcell.worker import ChildLink
+
+    link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
+    said, is_error = await link.delegate("call-1", "web_fetch", '{"url": "http://x.test/\\ud800"}')
+    return f"FETCH SAID {is_error} {said}"
+
+
+async def test_a_forged_url_with_a_lone_surrogate_is_refused_not_a_parent_traceback(
+    spawned: SpawnRecorder, tmp_path: Path
+) -> None:
+    # JSON's "\ud800" decodes to a lone surrogate in the parent: its reply quoting the URL
+    # could not be encoded, and the run ended with the parent's traceback.
+    model = FunctionModel(_forge_surrogate_fetch, name="function:forger")
+    definition = AgentDefinition(
+        name="forger", description="forger", tools=["web_fetch"], model=model.name
+    )
+    orch = Orchestrator(
+        settings=Settings(approval="allow", max_workers=1, warm_spares=0, network=True),
+        workdir=tmp_path, agents=[definition], models={model.name: model},
+        load_agent_files=False, record=False,
+    )  # fmt: skip
+    async with orch:
+        result = await asyncio.wait_for(orch.delegate("forger", "go"), 60)
+    assert result.status is RunStatus.COMPLETED, result
+    assert result.text.startswith("FETCH SAID True web_fetch refused"), result.text
+    assert "http://x.test/\\ud800: it has control characters or lone surrogates" in result.text

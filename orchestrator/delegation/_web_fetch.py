@@ -125,7 +125,8 @@ async def web_fetch(
         return 'web_fetch needs {"url": "https://…", "prompt": "…"}', True
     unplain = _unplain(url)
     if unplain:
-        return f"web_fetch refused {url}: {unplain}; write the URL plainly", True
+        shown = url.encode("unicode_escape").decode("ascii")  # inert, and never a surrogate
+        return f"web_fetch refused {shown}: {unplain}; write the URL plainly", True
     checker = EgressProxy(entries, agent_id="", agent_type="")
     try:
         async with asyncio.timeout(TIMEOUT_S):
@@ -304,6 +305,9 @@ def _decode(decoder: ContentDecoder, raw: bytes, room: int) -> bytes:
 
 def _unplain(url: str) -> str:
     """Why ``url`` is not written plainly (deny rules are globs on the URL as written)."""
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F or 0xD800 <= ord(c) <= 0xDFFF for c in url):
+        # A URL holds none; a lone surrogate would also fail every frame that quoted it.
+        return "it has control characters or lone surrogates"
     parts = urlsplit(url)
     if "@" in parts.netloc:
         return "it has a user part (user@host)"
