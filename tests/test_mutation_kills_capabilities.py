@@ -4,8 +4,12 @@ MUTANTS="capabilities seccomp"`` (mutants/run.py), with test_walls_privilege's."
 
 from __future__ import annotations
 
+import ctypes
+import io
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -164,3 +168,74 @@ def test_only_calls_an_architecture_lacks_are_left_out() -> None:
     arm = _seccomp.refused_calls("aarch64")
     assert set(_seccomp.REFUSED_CALLS) - set(arm) == {"iopl", "ioperm"}
     assert [name for name in _seccomp.REFUSED_CALLS if name in arm] == list(arm)
+
+
+def _set_effective(low: int, high: int = 0) -> None:
+    """This (forked, root) process's effective set: ``low`` and ``high`` 32-bit words."""
+    dropper = _capabilities.dropper()
+    data = (_capabilities._Data * 2)()
+    dropper._libc.capget(ctypes.byref(dropper._header), data)
+    data[0].effective, data[1].effective = low, high
+    assert dropper._capset(ctypes.byref(dropper._header), data) == 0
+
+
+@needs_root
+def test_setpcap_is_read_from_its_own_bit_of_the_low_word() -> None:
+    setpcap = 1 << 8
+
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        answers = []
+        permitted = _capabilities.held()["CapPrm"]  # what the effective set may hold
+        all_low, all_high = permitted & 0xFFFFFFFF, permitted >> 32
+        for low, high in ((setpcap, 0), (all_low & ~setpcap, all_high), (setpcap | 1 | 8, 0)):
+            _set_effective(low, high)
+            answers.append(dropper._has_setpcap())
+        return answers
+
+    assert _in_child(steps)["value"] == [True, False, True]
+
+
+@needs_root
+def test_lock_drops_the_last_capability_left_in_the_bounding_set() -> None:
+    # Locked securebits and one capability left, the kernel's last: lock must see it.
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        last = _capabilities.last_capability()
+        for number in range(last):
+            dropper._prctl(24, number, 0, 0, 0)  # PR_CAPBSET_DROP
+        dropper._prctl(28, _capabilities.LOCKED_SECUREBITS, 0, 0, 0)  # PR_SET_SECUREBITS
+        before = _capabilities.held()["CapBnd"]
+        dropper.lock()
+        return before, _capabilities.held()["CapBnd"], last
+
+    before, after, last = _in_child(steps)["value"]
+    assert before == 1 << last and after == 0
+
+
+def test_the_probe_changes_nothing_in_the_process_that_asks() -> None:
+    # Run in a process of its own: a probe that took the caller for its throwaway child
+    # would enter a namespace, drop, and end the caller.
+    script = (
+        "from agentcell.worker import _capabilities\n"
+        "print(_capabilities.probe())\n"
+        "print('still here', open('/proc/self/uid_map').read().split()[2])\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    line, after = run.stdout.splitlines()
+    assert line.startswith("none")
+    assert after == "still here 4294967295"  # the machine's map: not in a namespace
+
+
+def test_a_kernel_file_that_does_not_read_as_a_number_gives_the_highest_possible(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_capabilities, "open", lambda *a, **k: io.BytesIO(b"n/a\n"), raising=False)
+    assert _capabilities.last_capability() == 63
+    monkeypatch.setattr(_capabilities, "open", _missing, raising=False)
+    assert _capabilities.last_capability() == 63
+
+
+def _missing(*args: Any, **kwargs: Any) -> Any:
+    raise FileNotFoundError("/proc/sys/kernel/cap_last_cap")
