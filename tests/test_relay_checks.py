@@ -261,6 +261,32 @@ def test_an_output_limit_is_clamped_to_the_budget_left_and_none_goes_when_it_is_
     assert "used up" in _checked(spec("openai"), body("openai"), -3)[0]
 
 
+def test_a_request_with_no_output_limit_gets_the_budget_left_in_its_providers_key() -> None:
+    # Leaving the limit out was the model's whole maximum, past the budget.
+    official = {"base_url": "https://api.openai.com/v1/"}
+    assert sent({}, provider="openai", left=5, **official) == (
+        {**sent({}, provider="openai")[0], "max_completion_tokens": 5},
+        [],
+    )
+    local = {"base_url": "http://127.0.0.1:9/v1"}
+    assert sent({}, provider="openai", left=7, **local)[0]["max_tokens"] == 7
+    named = local | {"max_tokens_field": "max_completion_tokens"}
+    assert sent({}, provider="openai", left=7, **named)[0]["max_completion_tokens"] == 7
+    assert sent({}, left=9)[0]["max_tokens"] == 9  # (Anthropic's own always sets one)
+    # No budget: as agentcell's own request, none; one set is clamped, never doubled.
+    assert "max_tokens" not in sent({}, provider="openai", **local)[0]
+    upstream = sent({"max_completion_tokens": 3}, provider="openai", left=7, **local)[0]
+    assert upstream["max_completion_tokens"] == 3 and "max_tokens" not in upstream
+
+
+def test_the_usage_flag_goes_upstream_as_it_was_read() -> None:
+    raw = body("openai").replace(
+        b'{"include_usage":true}', b'{"include_usage":false,"include_usage":true}'
+    )
+    why, top, _ = _checked(spec("openai"), raw)
+    assert why == "" and bytes(top["stream_options"]) == b'{"include_usage":true}'
+
+
 # -- thinking ----------------------------------------------------------------------------
 
 

@@ -46,11 +46,14 @@ class CallAhead:
         start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         shard: int = 0,
         on_done: Callable[[], None] | None = None,
+        tokens_left: int | None = None,
     ) -> None:
         """``shard``: the pool shard it is sent from; ``on_done`` gives it back (unless a
-        relay ``adopt``s it)."""
+        relay ``adopt``s it); ``tokens_left``: the run's token budget left when it was
+        checked (None: no budget)."""
         self.spec = spec
         self.body = body
+        self.tokens_left = tokens_left
         self.transport = transport
         self.secrets = secrets
         self._estimate = estimate_tokens(body)

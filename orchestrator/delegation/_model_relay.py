@@ -186,6 +186,10 @@ def _unpriced(spec: AgentSpec, provider: str, top: dict[str, msgspec.Raw]) -> st
     options = msgspec.json.decode(top["stream_options"]) if "stream_options" in top else None
     if not isinstance(options, dict) or options.get("include_usage") is not True:
         return "the request does not ask for the usage chunk (stream_options.include_usage)"
+    # Upstream as it was read: {"include_usage": false, "include_usage": true} is true
+    # here, and would be false to a server whose parser keeps the first key (no usage
+    # chunk: a call that cost the child nothing).
+    top["stream_options"] = msgspec.Raw(msgspec.json.encode(options))
     return ""
 
 
@@ -339,10 +343,10 @@ class ModelRelay:
             # What goes upstream is the object checked, re-encoded: a key given twice
             # ({"model": "a", "model": "b"}) would mean the last one to this check and
             # maybe the first to the server's parser.
-            body = msgspec.json.encode(checked[1])
+            body, asked = msgspec.json.encode(checked[1]), frame.body
             frame = msgspec.structs.replace(frame, body=body)
             ahead, self._ahead = self._ahead, None
-            if ahead is not None and ahead.body != body:
+            if ahead is not None and not self._same_as_ahead(ahead, body, asked):
                 log.warning(
                     "%s: its first model request was not the one sent ahead: that one is cancelled",
                     self._spec.agent_id,
@@ -356,6 +360,18 @@ class ModelRelay:
 
     def _left(self) -> int | None:
         return None if self._tokens_left is None else self._tokens_left()
+
+    def _same_as_ahead(self, ahead: CallAhead, body: bytes, asked: bytes) -> bool:
+        """Is the child's first call (``body``: ``asked`` as checked now) the one sent
+        ahead? That one was checked against the run's budget left then (an output limit
+        clamped, or set, to it): under a budget that moved since, ``asked`` is compared
+        checked the same way."""
+        if ahead.body == body:
+            return True
+        if ahead.tokens_left is None:
+            return False
+        why, top, _ = _checked(self._spec, asked, ahead.tokens_left)
+        return not why and msgspec.json.encode(top) == ahead.body
 
     def _ended(self, call_id: int, task: asyncio.Task[None]) -> None:
         call = self._calls.get(call_id)
@@ -515,10 +531,12 @@ def call_ahead(  # noqa: PLR0917 - the runner's one call
     limiter: ProviderLimiter,
     pools: ModelPools,
     start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    tokens_left: int | None = None,
 ) -> CallAhead | None:
     """``body`` (the child's predicted first request) sent now, if the relay would send
-    it as it is (checked and re-encoded the same way)."""
-    why, checked, _ = _checked(spec, body)
+    it as it is (checked and re-encoded the same way; ``tokens_left``: the run's token
+    budget left now, which bounds its output limit)."""
+    why, checked, _ = _checked(spec, body, tokens_left)
     if why:
         return None
     shard = pools.take_shard()
@@ -537,6 +555,7 @@ def call_ahead(  # noqa: PLR0917 - the runner's one call
         start=start,
         shard=shard,
         on_done=lambda: pools.leave_shard(shard),
+        tokens_left=tokens_left,
     )
 
 

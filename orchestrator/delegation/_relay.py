@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -280,19 +279,17 @@ class Relay:
         )
 
     async def _pre_compact(self, frame: HookRequest) -> HookReply:
-        """Claude Code's PreCompact input: the trigger and its custom instructions (none
-        for an automatic compaction). One that blocks (exit 2, ``"decision": "block"``)
-        skips the compaction, as in Claude Code."""
+        """Claude Code's PreCompact input: the trigger and its custom instructions. One
+        that blocks (exit 2, ``"decision": "block"``) skips the compaction, as in Claude
+        Code. A sub-agent's compaction is automatic (``hooked_tools`` offers "auto"
+        alone), and an automatic one has no instructions: none are taken from the child
+        (its words would reach your hook as the ones a user typed after ``/compact``)."""
         spec = self.child.spec
-        try:
-            given = json.loads(frame.arguments or "{}")
-        except ValueError:
-            given = {}
         payload = {
             "agent_id": spec.agent_id,
             "agent_type": spec.agent_type,
             "trigger": frame.tool,
-            "custom_instructions": str(given.get("custom_instructions", ""))[:10_000],
+            "custom_instructions": "",
         }
         outcome = await self.child.hooks.run("PreCompact", payload, frame.tool)
         return HookReply(request_id=frame.request_id, blocked=outcome.blocked)

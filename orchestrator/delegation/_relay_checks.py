@@ -18,7 +18,8 @@ decoded again, never the whole body) and writes back what it clamps:
 * ``max_tokens`` / ``max_completion_tokens``: clamped to the agent's model options (else
   the limit agentcell itself sends: ``DEFAULT_MAX_TOKENS``, raised for a thinking
   effort as the provider code raises it) and to what the run's token budget has left;
-  a budget used up refuses the request.
+  a request with neither under a budget gets the budget left as its limit (in the key
+  its provider code uses: ``limit_key``); a budget used up refuses the request.
 * ``thinking.budget_tokens``: clamped under that output limit.
 * ``reasoning_effort`` (OpenAI), ``output_config.effort`` (Anthropic): no higher than
   the definition's ``effort`` gives (else the provider's default).
@@ -40,6 +41,7 @@ from agentcell.worker.models._anthropic import (
     WEB_SEARCH_TOOL,
     thinking_max_tokens,
 )
+from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OPENAI_OFFICIAL_URL
 
 #: The characters of a child's string a refusal repeats.
 SHOWN_CHARS = 60
@@ -225,7 +227,24 @@ def _output_limit(
             clamped.append(f"{key} {given} -> {cap}")
             given = cap
         limit = min(limit, given)
+    if tokens_left is not None and not {"max_tokens", "max_completion_tokens"} & set(top):
+        # No limit at all is the model's own maximum, past any budget: the budget left
+        # goes as the limit. Not logged: an OpenAI request of agentcell's own sets none.
+        top[limit_key(spec, provider)] = msgspec.Raw(_encode(tokens_left))
     return limit
+
+
+def limit_key(spec: AgentSpec, provider: str) -> str:
+    """The key of the output limit this agent's provider code sends (``OpenAIChatModel``'s
+    ``max_tokens_field``: ``max_completion_tokens`` for the official API, else
+    ``max_tokens``, unless the model options name one)."""
+    if provider != "openai":
+        return "max_tokens"
+    named = spec.model_options.get("max_tokens_field")
+    if named in ("max_tokens", "max_completion_tokens"):
+        return str(named)
+    base = str(spec.model_options.get("base_url") or OPENAI_OFFICIAL_URL).rstrip("/")
+    return "max_completion_tokens" if base == OPENAI_OFFICIAL_URL else "max_tokens"
 
 
 def _thinking(top: dict[str, msgspec.Raw], limit: int, clamped: list[str]) -> None:
