@@ -17,8 +17,9 @@ import model_servers
 import pytest
 import smuggle_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation._model_relay import ModelPools
 from agentcell.protocol import RunStatus
-from agentcell.worker.models import Retry, _client
+from agentcell.worker.models import ModelError, ModelErrorKind, Retry, _client, resolve_model
 from conftest import SpawnRecorder
 from h2_hostile_server import ATTACKS, FLOOD_FRAMES, HostileH2Server
 from model_servers import Call, ModelServer, Reply
@@ -258,3 +259,20 @@ async def test_a_first_request_sent_ahead_under_a_budget_is_bounded_and_still_ta
     (ahead,) = served.requests
     assert ahead.body["max_tokens"] == 100_000
     assert "sent ahead was not" not in caplog.text and "not the one sent ahead" not in caplog.text
+
+
+async def test_a_key_with_a_stray_character_is_refused_before_sending_on_http2_too(
+    h2_server: HostileH2Server,
+) -> None:
+    # h11 refuses a header value with CR, LF or NUL; h2 sent it as it was (to an HTTP/1.1
+    # hop behind the server, a second header), and the child heard "Server disconnected".
+    pools = ModelPools()
+    for key in ("sk-abc\r\nx-evil: 1", "sk-abc\x00", "sk-abc\n"):
+        model = resolve_model("openai:test", {"base_url": h2_server.base_url, "api_key": key})
+        transport = model.transport_over(lambda url, h, where: pools.transport(url, h, where, 0))
+        with pytest.raises(ModelError) as caught:
+            await transport.open(smuggle_tools.SMUGGLED["usage twice"])
+        assert caught.value.kind is ModelErrorKind.CONFIG
+        assert "check OPENAI_API_KEY" in str(caught.value) and "sk-abc" not in str(caught.value)
+    await pools.aclose()
+    assert h2_server.header_lists == [] and h2_server.connections == []
