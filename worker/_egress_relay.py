@@ -91,10 +91,11 @@ def make_namespace(port: int, userfd: int, nsfd: int) -> Namespace | str:
     thread = threading.Thread(target=_in_namespace, args=(nsfd, port, found), daemon=True)
     thread.start()
     thread.join()
-    if found and not isinstance(found[0], str):
-        return Namespace(userfd, nsfd, found[0][0], port)
-    os.close(nsfd)
-    return found[0] if found else "the namespace thread ended without an answer"
+    answer = found[0] if found else "the namespace thread ended without an answer"
+    if isinstance(answer, str):
+        os.close(nsfd)
+        return answer
+    return Namespace(userfd, nsfd, answer[0], port)
 
 
 def _in_namespace(nsfd: int, port: int, found: list[tuple[socket.socket] | str]) -> None:
