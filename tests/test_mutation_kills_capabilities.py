@@ -44,6 +44,28 @@ def _in_child(steps: Callable[[], Any]) -> Any:
     return json.loads(text)
 
 
+def test_the_probes_change_nothing_in_the_process_that_asks() -> None:
+    # First in this file, and in a process of its own: a probe that took the caller for
+    # its throwaway child would enter a namespace, drop or filter, and end the caller —
+    # pytest itself, exiting 0, were it run in-process.
+    script = (
+        "import os\n"
+        "from agentcell.worker import _capabilities, _seccomp\n"
+        "print(_capabilities.probe())\n"
+        "print(_seccomp.probe()['available'])\n"
+        "status = open('/proc/self/status').read()\n"
+        "seccomp = [l.split()[1] for l in status.splitlines() if l.startswith('Seccomp:')]\n"
+        "print('still here', os.getpid(), open('/proc/self/uid_map').read().split()[2], *seccomp)\n"
+    )
+    with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as run:
+        out, _ = run.communicate(timeout=60)
+    assert run.returncode == 0
+    line, available, after = out.splitlines()
+    assert line.startswith("none") and available == "True"
+    # The process that asked, not a copy of it: in the machine's namespace, unfiltered.
+    assert after == f"still here {run.pid} 4294967295 0"
+
+
 def _securebits() -> int:
     return int(_capabilities.dropper()._prctl(27, 0, 0, 0, 0))
 
@@ -213,21 +235,6 @@ def test_lock_drops_the_last_capability_left_in_the_bounding_set() -> None:
     assert before == 1 << last and after == 0
 
 
-def test_the_probe_changes_nothing_in_the_process_that_asks() -> None:
-    # Run in a process of its own: a probe that took the caller for its throwaway child
-    # would enter a namespace, drop, and end the caller.
-    script = (
-        "from agentcell.worker import _capabilities\n"
-        "print(_capabilities.probe())\n"
-        "print('still here', open('/proc/self/uid_map').read().split()[2])\n"
-    )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    line, after = run.stdout.splitlines()
-    assert line.startswith("none")
-    assert after == "still here 4294967295"  # the machine's map: not in a namespace
-
-
 def test_a_kernel_file_that_does_not_read_as_a_number_gives_the_highest_possible(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -239,3 +246,70 @@ def test_a_kernel_file_that_does_not_read_as_a_number_gives_the_highest_possible
 
 def _missing(*args: Any, **kwargs: Any) -> Any:
     raise FileNotFoundError("/proc/sys/kernel/cap_last_cap")
+
+
+@needs_root
+def test_bounded_reads_the_bounding_set_and_changes_nothing() -> None:
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        full = dropper._bounded()
+        still = _capabilities.held()["CapBnd"]
+        for number in range(_capabilities.last_capability() + 1):
+            dropper._prctl(24, number, 0, 0, 0)  # PR_CAPBSET_DROP
+        return full, still, dropper._bounded()
+
+    full, still, empty = _in_child(steps)["value"]
+    assert full is True and still != 0 and empty is False
+
+
+@needs_root
+def test_lock_locks_the_securebits_of_a_process_whose_bounding_set_is_empty() -> None:
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        for number in range(_capabilities.last_capability() + 1):
+            dropper._prctl(24, number, 0, 0, 0)  # PR_CAPBSET_DROP, securebits left as they are
+        before = _securebits()
+        return before, dropper.lock(), _securebits()
+
+    before, kept, after = _in_child(steps)["value"]
+    assert before == 0 and kept == "" and after == _capabilities.LOCKED_SECUREBITS
+
+
+@needs_root
+def test_a_process_locked_and_without_capabilities_locks_again_quietly() -> None:
+    # The MCP warden's case: it inherits locked securebits and an empty bounding set, and
+    # holds no CAP_SETPCAP to set them again.
+    def steps() -> Any:
+        _capabilities.drop()
+        again = _capabilities.Dropper()
+        return again.lock(), again.drop(), _capabilities.held()
+
+    lock, drop, held = _in_child(steps)["value"]
+    assert lock == "" and drop == "" and not any(held.values())
+
+
+def test_a_preexec_whose_drop_fails_ends_its_child_with_126() -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            dropper = _capabilities.Dropper()
+            dropper._capset = lambda header, data: -1
+            dropper.drop_in_child()
+        finally:
+            os._exit(0)  # the command would have run: never reached
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 126
+
+
+@needs_root
+def test_the_probe_says_what_it_found_in_each_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_mountns, "_enter_user_namespace", lambda: False)
+    assert _capabilities.probe() == "none (no user namespace)"
+    monkeypatch.setattr(_capabilities, "drop", lambda: "the bounding set kept")
+    assert _capabilities.probe() == "none effective (the bounding set kept)"
+
+    def refused() -> str:
+        raise _capabilities.CapabilityError(1, "capset: Operation not permitted")
+
+    monkeypatch.setattr(_capabilities, "drop", refused)
+    assert _capabilities.probe() == "not dropped here: [Errno 1] capset: Operation not permitted"
