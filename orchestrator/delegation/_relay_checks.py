@@ -34,14 +34,14 @@ from typing import Any
 
 import msgspec
 from agentcell.protocol import AgentSpec
-from agentcell.worker.models._anthropic import (
-    _ADAPTIVE_EFFORT,
-    DEFAULT_MAX_TOKENS,
+from agentcell.worker.models import ADAPTIVE_EFFORT as _ADAPTIVE_EFFORT
+from agentcell.worker.models import ANTHROPIC_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from agentcell.worker.models import (
+    OPENAI_OFFICIAL_URL,
     THINKING_BUDGETS,
     WEB_SEARCH_TOOL,
     thinking_max_tokens,
 )
-from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OPENAI_OFFICIAL_URL
 
 #: The characters of a child's string a refusal repeats.
 SHOWN_CHARS = 60
