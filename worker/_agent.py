@@ -63,17 +63,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     spec = start.spec
     if spec is None:
         return RunResult(status=RunStatus.ERROR, error="the Start frame carries no agent spec")
-    pair = _bash_userns.shared()  # the fork server's user namespaces, if it made them
-    # While this process has one thread (see there).
-    _mountns.prepare(spec.sandbox, None if pair is None else pair[0])
-    _sandbox.prepare_bash_namespaces(
-        spec.sandbox,
-        network=spec.network,
-        egress=spec.egress_port is not None,
-        processes="bash" in spec.tools or bool(start.objects),
-    )
-    if _sandbox.parse_mode(spec.sandbox) != "off":  # only walls need it: no pools, slower
-        one_thread.numeric_libraries()
+    prepare_walls(spec, start)
     # The blob comes from our own parent over a private pipe: trusted like the code itself.
     objects: dict[str, Any] = dill.loads(start.objects) if start.objects else {}  # noqa: S301
     _take_environment(spec)
@@ -91,13 +81,11 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     transcript = _open_transcript(spec)
     compactor = attach_compactor(spec, engine, link, transcript)
     # Before the walls go up: a server process that already runs keeps its own view of
-    # the machine (its command and runtime stay reachable), and it is in our tree. It
-    # gains no capability (what this process executes from here on gains none).
+    # the machine (its command and runtime stay reachable), and it is in our tree.
     try:
-        _sandbox.before_servers(spec.sandbox)
+        servers = await start_mcp_servers(spec, engine, link)
     except OSError as exc:
         return RunResult(status=RunStatus.ERROR, error=f"cannot enter the sandbox: {exc}")
-    servers = await start_mcp_servers(spec, engine, link)
     # Last step before the agent's first action: what is open now (the pipe, the record
     # files) stays usable; everything opened from here on goes through the walls.
     try:
@@ -190,11 +178,30 @@ def _child_tracer(start: Start, link: ChildLink) -> Any:
     return child_tracer(start, link.channel.send_nowait)
 
 
+def prepare_walls(spec: AgentSpec, start: Start) -> None:
+    """What must happen while this process has one thread and is still dumpable: the
+    user namespace it joins (the fork server's) or makes, the ones its bash commands
+    will enter, and the numeric libraries kept from starting thread pools."""
+    pair = _bash_userns.shared()
+    _mountns.prepare(spec.sandbox, None if pair is None else pair[0])
+    _sandbox.prepare_bash_namespaces(
+        spec.sandbox,
+        network=spec.network,
+        egress=spec.egress_port is not None,
+        processes="bash" in spec.tools or bool(start.objects),
+    )
+    if _sandbox.parse_mode(spec.sandbox) != "off":  # only walls need it: no pools, slower
+        one_thread.numeric_libraries()
+
+
 async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) -> Any:
     """Start the run's MCP servers and give the engine their tools (None: it has none).
-    A server that fails is a notice now and a line in the result; the run goes on."""
+    A server that fails is a notice now and a line in the result; the run goes on. They
+    gain no capability: what this process executes from here on gains none (raises
+    ``OSError`` where that cannot be made so)."""
     if not spec.mcp_servers:
         return None
+    _sandbox.before_servers(spec.sandbox)
     from agentcell.worker._mcp import McpServers
 
     seccomp = _sandbox.launcher_seccomp(spec.sandbox)  # the servers get the filter too

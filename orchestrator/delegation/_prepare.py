@@ -117,6 +117,21 @@ class Preparer:
         # What is the same for every sub-agent until the files or the environment change.
         self.instructions = InstructionCache()
         self.environments = EnvironmentCache()
+        self._owner_note: str | None = None  # workdir_owner_note, looked up once
+
+    def _sandbox(self, definition: AgentDefinition) -> tuple[str, list[str]]:
+        """The child's sandbox mode, and the line a walled child gets when the workdir
+        belongs to another uid (no capability: it gets what the mode bits give)."""
+        settings = self.settings
+        sandbox = stricter_sandbox(
+            "workspace" if settings.sandbox == "required" else settings.sandbox,
+            definition.sandbox,
+        )
+        if sandbox == "off":
+            return sandbox, []
+        if self._owner_note is None:
+            self._owner_note = workdir_owner_note(self.workdir)
+        return sandbox, [self._owner_note] if self._owner_note else []
 
     def spec(
         self,
@@ -145,13 +160,8 @@ class Preparer:
             definition, settings.mcp_servers, project_dir=self.workdir
         )
         skills = skills_for(definition, Path(self.workdir))
-        warnings = [*warnings, *skills.warnings, *web_tool_warnings(definition, model)]
-        sandbox = stricter_sandbox(
-            "workspace" if settings.sandbox == "required" else settings.sandbox,
-            definition.sandbox,
-        )
-        if sandbox != "off" and (owner := workdir_owner_note(self.workdir)):
-            warnings.append(owner)
+        sandbox, owner = self._sandbox(definition)
+        warnings = [*warnings, *skills.warnings, *web_tool_warnings(definition, model), *owner]
         for line in warnings:
             log.warning("%s: %s", definition.name, line)
         spec = AgentSpec(

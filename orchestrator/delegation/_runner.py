@@ -74,7 +74,6 @@ from agentcell.orchestrator.delegation._worktree import (
 )
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
-    AgentSpec,
     ChannelClosed,
     Control,
     ControlAction,
@@ -463,9 +462,7 @@ class Runner:
     ) -> _Ended:
         """A process leased, sent its start, walled, relayed to its end and released."""
         async with asyncio.TaskGroup() as group:  # its call ahead's task, if any
-            admitted.ahead = await self._call_ahead(
-                admitted.prepared.spec, group.create_task, admitted.ledger.tokens_left()
-            )
+            admitted.ahead = await self._call_ahead(admitted, group.create_task)
             return await self._leased(admitted, start, scope, handle, started)
 
     async def _leased(
@@ -515,15 +512,12 @@ class Runner:
         return ended
 
     async def _call_ahead(
-        self,
-        spec: AgentSpec,
-        start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
-        tokens_left: int | None,
+        self, admitted: _Admitted, start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     ) -> CallAhead | None:
         """The child's first model request, sent now if the parent can build it
         (``_call_ahead``): its answer is then under way while the process starts. Its
-        output limit is bounded by the run's token budget left (``tokens_left``)."""
-        parent, settings = self._parent, self.settings
+        output limit is bounded by the run's token budget left."""
+        parent, settings, spec = self._parent, self.settings, admitted.prepared.spec
         # Not under a provider limiter: a run still waiting for a process would hold a
         # permit its running siblings wait for (max_concurrent), and none would move.
         if not settings.call_ahead or not predictable(spec) or parent.limiter.applies(spec.model):
@@ -536,7 +530,8 @@ class Runner:
             return None
         if body is None:
             return None
-        return call_ahead(spec, body, settings, parent.limiter, parent.pools, start, tokens_left)
+        left = admitted.ledger.tokens_left()
+        return call_ahead(spec, body, settings, parent.limiter, parent.pools, start, left)
 
     def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
         """The limits the parent enforces on the leased process."""
