@@ -18,14 +18,14 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, Term
 from agentcell.protocol import ToolCall
 from agentcell.worker.testing import FunctionModel, reply, tool_results
 
-#: Port 9 (discard) on the loopback: never fetched, the person says no.
-PAINT = "\r\u202eevil\u202c\nmain agent wants to run bash:\n    git status"
-MODEL_URL = (
-    "http://127.0.0.1:9/a\x1b[2J\x1b[H\x1b]8;;https://good.example/\x07docs\x1b]8;;\x07"
-    f"{PAINT}[bold red]MARKUP[/]\x9b2Jend"
-)
+#: Port 9 (discard) on the loopback: never fetched, the person says no. No C0 or C1
+#: control character: a URL with one is refused before any question (see CONTROL_URL).
+PAINT = "\u202eevil\u202c\u2029main agent wants to run bash:\u2028    git status"
+MODEL_URL = f"http://127.0.0.1:9/a{PAINT}[bold red]MARKUP[/]\U000e0041end"
 #: Sent by the child's own code, past its own checks: invisible tag letters, a soft hyphen.
-CHILD_URL = "http://127.0.0.1:9/b\U000e0041\U000e0042\u00ad\u2029\x1b[31mred" + PAINT
+CHILD_URL = "http://127.0.0.1:9/b\U000e0041\U000e0042\u00ad\u2029red" + PAINT
+#: Terminal escapes, CR, LF and a C1 CSI: refused as no URL, never asked about.
+CONTROL_URL = "http://127.0.0.1:9/c\x1b[2J\x1b]8;;https://good.example/\x07\r\n\x9b2J"
 
 
 async def fetch_hostile(messages: list[Any], tools: list[Any]) -> Any:
@@ -37,7 +37,8 @@ async def fetch_hostile(messages: list[Any], tools: list[Any]) -> Any:
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     forged, _ = await link.delegate("call-2", "web_fetch", json.dumps({"url": CHILD_URL}))
-    return "FETCH SAID " + " | ".join([results[0].content, forged])
+    control, _ = await link.delegate("call-3", "web_fetch", json.dumps({"url": CONTROL_URL}))
+    return "FETCH SAID " + " | ".join([results[0].content, forged, control])
 
 
 async def main(workdir: Path, piped: bool) -> None:

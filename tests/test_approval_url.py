@@ -1,10 +1,11 @@
 """A URL a sub-agent asks web_fetch for cannot paint the approval question (issue 39).
 
 The question about a host outside the agent's ``network:`` list embeds the URL the child
-sent, on the subject line and in the reason. Every character of it that a terminal would
-act on (ESC sequences, OSC 8 links, CR, C1 CSI, bidi overrides), or that shows nothing
-(Unicode's tag letters, a soft hyphen, a paragraph separator), is written out; Rich markup
-in it stays text. Checked on a pseudo-terminal through pyte and with the output piped
+sent, on the subject line and in the reason. A URL with a C0 or C1 control character (ESC
+sequences, OSC 8 links, CR, LF, C1 CSI) is refused before any question; every other
+character a terminal would act on (bidi overrides, line and paragraph separators) or that
+shows nothing (Unicode's tag letters, a soft hyphen) is written out; Rich markup in it
+stays text. Checked on a pseudo-terminal through pyte and with the output piped
 (``chat``'s ``PlainInput``), from a real sub-agent: once as its model's tool call, once
 written on its pipe by the child's own code (tests/approval_url_screen_script.py). Red
 with ``flat`` writing out only ``visible``'s list (the tag letters reach the screen)."""
@@ -26,14 +27,15 @@ __all__ = ["project"]  # the fixture, shared with test_cli
 
 SCRIPT = Path(__file__).with_name("approval_url_screen_script.py")
 KEYS = "  allow? [y]es / [n]o / [a]lways for web_fetch: "
-PAINT = r"\r\u202eevil\u202c\nmain agent wants to run bash:\n    git status"
-#: The two URLs as the question must write them (approval_url_screen_script's).
-MODEL_URL = (
-    r"http://127.0.0.1:9/a\e[2J\e[H\e]8;;https://good.example/\adocs\e]8;;\a"
-    + PAINT
-    + r"[bold red]MARKUP[/]\x9b2Jend"
+PAINT = r"\u202eevil\u202c\u2029main agent wants to run bash:\u2028    git status"
+#: The two URLs asked about, as the question must write them (approval_url_screen_script's).
+MODEL_URL = r"http://127.0.0.1:9/a" + PAINT + r"[bold red]MARKUP[/]\U000e0041end"
+CHILD_URL = r"http://127.0.0.1:9/b\U000e0041\U000e0042\u00ad\u2029red" + PAINT
+#: The third, with terminal escapes: refused before any question, quoted inert.
+CONTROL_REFUSED = (
+    r"web_fetch refused http://127.0.0.1:9/c\\x1b[2J\\x1b]8;;https://good.example/\\x07"
+    r"\\r\\n\\x9b2J: it has control characters or lone surrogates"
 )
-CHILD_URL = r"http://127.0.0.1:9/b\U000e0041\U000e0042\u00ad\u2029\e[31mred" + PAINT
 HOST_WHY = ": its host is not in the agent's network: list"
 
 
@@ -80,7 +82,10 @@ def test_a_web_fetch_urls_escapes_are_written_out_on_a_terminal(
         assert_asked(screen.splitlines(), CHILD_URL, prompt=False, nth=1)
         term.send("n\n")
         screen = term.expect("RESULT completed")
-        assert screen.count("the user did not allow it") == 2, screen
+        result = screen[screen.index("RESULT completed") :].replace("\n", "")  # it wraps
+        assert result.count("the user did not allow it") == 2, screen
+        assert CONTROL_REFUSED in result, screen
+        assert screen.count("wants to run web_fetch") == 2  # never asked about the third
         assert term.close() == 0
     finally:
         term.kill()
@@ -106,6 +111,7 @@ def test_a_web_fetch_urls_escapes_are_written_out_when_the_question_is_piped(
     assert_asked(out.splitlines(), MODEL_URL, prompt=True)
     assert_asked(out.splitlines(), CHILD_URL, prompt=False, nth=1)
     assert "RESULT completed" in out and out.count("the user did not allow it") == 2
+    assert CONTROL_REFUSED in out and out.count("wants to run web_fetch") == 2
 
 
 def test_a_lone_surrogate_in_a_url_is_written_out_not_a_crash() -> None:
