@@ -39,7 +39,6 @@ TRUST_KILLS = (
 
 TABLE_KILLS = "tests/test_mutation_kills_trust_table.py"
 PATHS = "tests/test_walls_paths.py::"
-PRIVILEGE = "tests/test_walls_privilege.py::"
 
 #: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
 MODULES: dict[str, tuple[str, str, float]] = {
@@ -178,20 +177,17 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # No capability for a sub-agent: the drop, the lock before its servers, the probe.
     "capabilities": (
         "worker/_capabilities.py",
-        "tests/test_mutation_kills_capabilities.py "
-        f"{PRIVILEGE}test_the_drop_alone_takes_every_capability_root_had "
-        f"{PRIVILEGE}test_what_root_executes_after_lock_gains_no_capability",
+        "tests/test_mutation_kills_capabilities.py",
         60,
     ),
-    # The seccomp filter: its program on both architectures, what it refuses with every
-    # capability held, and what ``agentcell sandbox`` says it refuses.
+    # The seccomp filter: its program on both architectures, and what it refuses with every
+    # capability held, as ``agentcell sandbox`` says it. Neither file probes the machine
+    # when imported: a mutant that ran a probe's child branch in pytest itself would end
+    # it with status 0, a survivor, before any test ran.
     "seccomp": (
         "worker/_seccomp.py",
-        "tests/test_walls_kernel.py::"
-        "test_the_filter_refuses_exactly_what_it_says_on_each_architecture "
-        "tests/test_mutation_kills_capabilities.py "
-        f"{PRIVILEGE}test_the_filter_alone_refuses_what_every_capability_would_allow",
-        90,
+        "tests/test_seccomp_program.py tests/test_mutation_kills_capabilities.py",
+        60,
     ),
     # The proof that mutants run in the children: only the line of the child's own
     # approval check is mutated, and only a child-side test can kill its mutants.

@@ -313,3 +313,20 @@ def test_the_probe_says_what_it_found_in_each_case(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(_capabilities, "drop", refused)
     assert _capabilities.probe() == "not dropped here: [Errno 1] capset: Operation not permitted"
+
+
+@needs_root
+def test_lock_clears_the_ambient_set() -> None:
+    def steps() -> Any:
+        dropper = _capabilities.dropper()
+        data = (_capabilities._Data * 2)()
+        dropper._libc.capget(ctypes.byref(dropper._header), data)
+        data[0].inheritable |= 1 << 10  # CAP_NET_BIND_SERVICE, then raised as ambient
+        assert dropper._capset(ctypes.byref(dropper._header), data) == 0
+        assert dropper._prctl(47, 2, 10, 0, 0) == 0  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE
+        before = _capabilities.held()["CapAmb"]
+        _capabilities.Dropper().lock()
+        return before, _capabilities.held()["CapAmb"]
+
+    before, after = _in_child(steps)["value"]
+    assert before == 1 << 10 and after == 0
