@@ -6,42 +6,17 @@ from __future__ import annotations
 
 import ctypes
 import io
-import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 from agentcell.worker import _capabilities, _mountns, _seccomp
+from forked import in_child
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a normal user has none")
 NOBODY = 65534
-
-
-def _in_child(steps: Callable[[], Any]) -> Any:
-    """``steps()`` in a forked child; its JSON-able answer, or the exception's text."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read_end)
-            try:
-                answer = {"value": steps()}
-            except Exception as exc:
-                answer = {"raised": f"{type(exc).__name__}: {exc}"}
-            os.write(write_end, json.dumps(answer).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        text = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    return json.loads(text)
 
 
 def test_the_probes_change_nothing_in_the_process_that_asks() -> None:
@@ -76,7 +51,7 @@ def test_drop_empties_every_set_and_locks_exactly_the_securebits() -> None:
         kept = _capabilities.drop()
         return kept, _capabilities.held(), _securebits(), _capabilities.holds_none()
 
-    kept, held, bits, none = _in_child(steps)["value"]
+    kept, held, bits, none = in_child(steps)["value"]
     assert kept == ""
     assert held == {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapBnd": 0, "CapAmb": 0}
     assert bits == 0xEF == _capabilities.LOCKED_SECUREBITS
@@ -91,7 +66,7 @@ def test_lock_keeps_the_own_sets_and_empties_the_bounding_set() -> None:
         again = _capabilities.lock()  # locked already: nothing to do, nothing raised
         return before, kept, again, _capabilities.held(), _securebits()
 
-    before, kept, again, after, bits = _in_child(steps)["value"]
+    before, kept, again, after, bits = in_child(steps)["value"]
     assert kept == again == ""
     assert after["CapEff"] == before["CapEff"] != 0
     assert after["CapPrm"] == before["CapPrm"] != 0
@@ -108,7 +83,7 @@ def test_a_normal_user_outside_a_user_namespace_is_told_what_it_keeps() -> None:
         kept = _capabilities.drop()
         return kept, _capabilities.held(), _securebits()
 
-    kept, held, bits = _in_child(steps)["value"]
+    kept, held, bits = in_child(steps)["value"]
     assert kept == "bounding set and securebits kept (no user namespace; no_new_privs holds)"
     assert held["CapEff"] == held["CapPrm"] == held["CapAmb"] == 0
     assert held["CapBnd"] != 0 and bits == 0
@@ -127,7 +102,7 @@ def test_a_normal_user_in_a_user_namespace_drops_everything() -> None:
             return "no user namespace"
         return _capabilities.drop(), _capabilities.held(), _securebits()
 
-    answer = _in_child(steps)["value"]
+    answer = in_child(steps)["value"]
     if answer == "no user namespace":
         pytest.skip("no unprivileged user namespaces here")
     kept, held, bits = answer
@@ -140,7 +115,7 @@ def test_a_failing_step_raises_naming_it() -> None:
         dropper._capset = lambda header, data: -1  # the kernel refusing the last step
         return dropper.drop()
 
-    answer = _in_child(steps)
+    answer = in_child(steps)
     assert answer["raised"].startswith("CapabilityError: [Errno"), answer
     assert "capset" in answer["raised"]
 
@@ -215,7 +190,7 @@ def test_setpcap_is_read_from_its_own_bit_of_the_low_word() -> None:
             answers.append(dropper._has_setpcap())
         return answers
 
-    assert _in_child(steps)["value"] == [True, False, True]
+    assert in_child(steps)["value"] == [True, False, True]
 
 
 @needs_root
@@ -231,7 +206,7 @@ def test_lock_drops_the_last_capability_left_in_the_bounding_set() -> None:
         dropper.lock()
         return before, _capabilities.held()["CapBnd"], last
 
-    before, after, last = _in_child(steps)["value"]
+    before, after, last = in_child(steps)["value"]
     assert before == 1 << last and after == 0
 
 
@@ -258,7 +233,7 @@ def test_bounded_reads_the_bounding_set_and_changes_nothing() -> None:
             dropper._prctl(24, number, 0, 0, 0)  # PR_CAPBSET_DROP
         return full, still, dropper._bounded()
 
-    full, still, empty = _in_child(steps)["value"]
+    full, still, empty = in_child(steps)["value"]
     assert full is True and still != 0 and empty is False
 
 
@@ -271,7 +246,7 @@ def test_lock_locks_the_securebits_of_a_process_whose_bounding_set_is_empty() ->
         before = _securebits()
         return before, dropper.lock(), _securebits()
 
-    before, kept, after = _in_child(steps)["value"]
+    before, kept, after = in_child(steps)["value"]
     assert before == 0 and kept == "" and after == _capabilities.LOCKED_SECUREBITS
 
 
@@ -284,7 +259,7 @@ def test_a_process_locked_and_without_capabilities_locks_again_quietly() -> None
         again = _capabilities.Dropper()
         return again.lock(), again.drop(), _capabilities.held()
 
-    lock, drop, held = _in_child(steps)["value"]
+    lock, drop, held = in_child(steps)["value"]
     assert lock == "" and drop == "" and not any(held.values())
 
 
@@ -328,5 +303,5 @@ def test_lock_clears_the_ambient_set() -> None:
         _capabilities.Dropper().lock()
         return before, _capabilities.held()["CapAmb"]
 
-    before, after = _in_child(steps)["value"]
+    before, after = in_child(steps)["value"]
     assert before == 1 << 10 and after == 0

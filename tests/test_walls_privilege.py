@@ -27,6 +27,7 @@ import privilege_probe
 import pytest
 from agentcell.protocol import RunStatus
 from agentcell.worker import _capabilities, _seccomp, probe_sandbox
+from forked import in_child
 from model_servers import ModelServer
 from test_sandbox import agent, bash_script, orchestrator, served
 
@@ -120,24 +121,15 @@ def test_a_sub_agent_its_bash_its_mcp_server_and_warden_hold_no_capability(
 
 def _in_child(*steps: Any, locked_file: str = "") -> dict[str, Any]:
     """``privilege_probe`` in a forked child of this (root) process, after ``steps``."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read_end)
-            for step in steps:
-                step()
-            os.write(write_end, json.dumps(privilege_probe.probe(locked_file)).encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        text = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    result: dict[str, Any] = json.loads(text)
+
+    def probe() -> dict[str, Any]:
+        for step in steps:
+            step()
+        return privilege_probe.probe(locked_file)
+
+    answer = in_child(probe)
+    assert "value" in answer, answer
+    result: dict[str, Any] = answer["value"]
     return result
 
 
