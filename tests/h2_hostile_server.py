@@ -1,6 +1,6 @@
-"""``H2ModelServer`` with a script: what it answers each request (``responder``), the raw
-bytes and header lists it received, and, for the requests ``attacks`` names, a hostile
-answer written frame by frame past h2's own state machine:
+"""``H2ModelServer`` with a script: what it answers each request (``responder``) and, for
+the requests ``attacks`` names, a hostile answer written frame by frame past h2's own
+state machine:
 
 - ``continuation flood``: a HEADERS frame without END_HEADERS, then CONTINUATION frames
   of 16,000 bytes, one after another until the client stops reading (at most
@@ -17,23 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import ssl
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from h2.config import H2Configuration
 from h2.connection import H2Connection
-from h2.events import (
-    ConnectionTerminated,
-    DataReceived,
-    PingAckReceived,
-    RequestReceived,
-    StreamEnded,
-)
-from h2_model_server import Connection, H2ModelServer
+from h2.events import PingAckReceived
+from h2_model_server import H2ModelServer, Takeover
 from hyperframe.frame import ContinuationFrame, HeadersFrame
-from model_servers import Reply, _openai_events
+from model_servers import Reply
 
 FLOOD_FRAMES = 20_000
 ATTACKS = ("continuation flood", "hpack bomb", "header list", "broken framing")
@@ -45,72 +37,21 @@ class HostileH2Server(H2ModelServer):
         self.responder = responder or (lambda body: Reply(text=self.text))
         self.attacks: list[str] = []
         self.attacked: list[str] = []
-        self.raw_bodies: list[bytes] = []
-        self.header_lists: list[list[tuple[str, str]]] = []
         self.flood_frames = 0
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        tls = writer.get_extra_info("ssl_object")
-        record = Connection(tls.selected_alpn_protocol() if tls else None)
+    def _answer(self, h2: H2Connection, stream: int, body: dict[str, Any], n: int) -> Takeover:
+        """The next attack of ``attacks``, if any, takes the connection over; else the
+        ``responder``'s answer."""
         with self._lock:
-            self.connections.append(record)
-        h2 = H2Connection(H2Configuration(client_side=False, header_encoding="utf-8"))
-        h2.initiate_connection()
-        bodies: dict[int, bytearray] = {}
-        try:
-            while True:
-                writer.write(h2.data_to_send())
-                await writer.drain()
-                data = await reader.read(65536)
-                if not data:
-                    return
-                for event in h2.receive_data(data):
-                    if isinstance(event, ConnectionTerminated):
-                        return
-                    attack = self._take(h2, event, bodies, record)
-                    if attack:  # the connection is the attack's now, then done
-                        writer.write(h2.data_to_send())
-                        await self._attack(attack, h2, event.stream_id, reader, writer)
-                        return
-        except (ConnectionError, ssl.SSLError):
-            return
-        finally:
-            writer.close()
-
-    def _take(
-        self, h2: H2Connection, event: Any, bodies: dict[int, bytearray], record: Connection
-    ) -> str:
-        """Handles one event; returns the attack this request gets ("" for an answer)."""
-        if isinstance(event, RequestReceived):
-            bodies[event.stream_id] = bytearray()
-            with self._lock:
-                self.header_lists.append([(str(k), str(v)) for k, v in event.headers])
-                self.headers.append(dict(event.headers))
-        elif isinstance(event, DataReceived):
-            bodies[event.stream_id] += event.data
-            h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
-        elif isinstance(event, StreamEnded):
-            raw = bytes(bodies.pop(event.stream_id))
-            body = json.loads(raw)
-            with self._lock:
-                self.raw_bodies.append(raw)
-                self.bodies.append(body)
-                record.streams += 1
-                n = len(self.bodies)
-                attack = self.attacks.pop(0) if self.attacks else ""
-                if attack:
-                    self.attacked.append(attack)
+            attack = self.attacks.pop(0) if self.attacks else ""
             if attack:
-                return attack
-            events = _openai_events(self.responder(body), str(body["model"]), n, True)
-            h2.send_headers(
-                event.stream_id, [(":status", "200"), ("content-type", "text/event-stream")]
-            )
-            data = b"".join(events)  # (small answers: within the first flow window)
-            for at in range(0, len(data), 16_000):
-                end = at + 16_000 >= len(data)
-                h2.send_data(event.stream_id, data[at : at + 16_000], end_stream=end)
-        return ""
+                self.attacked.append(attack)
+        if not attack:
+            return super()._answer(h2, stream, body, n)
+        return functools.partial(self._attack, attack, h2, stream)
+
+    def _reply(self, body: dict[str, Any]) -> Reply:
+        return self.responder(body)
 
     async def _attack(
         self,

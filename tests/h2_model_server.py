@@ -10,17 +10,45 @@ A client that does not offer ``h2`` is refused in the handshake.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import ssl
 import threading
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
 
+import pytest
 import trustme
+from agentcell.worker.models import _client
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, RequestReceived, StreamEnded
 from model_servers import Reply, _openai_events
+
+S = TypeVar("S", bound="H2ModelServer")
+#: What may take a connection over in place of an answer (``H2ModelServer._answer``).
+Takeover = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]] | None
+
+
+@contextlib.contextmanager
+def serving_openai(
+    server: S, key: str, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[S]:
+    """``server``, started, as the ``openai`` provider (under ``key``) of every
+    orchestrator the test makes, its CA trusted (a file in ``folder``). The parent loads
+    its CA bundle once per process: it loads it again with this CA, and once more after,
+    so no later test trusts the test CA."""
+    with server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", key)
+        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(str(folder)))
+        _client._shared_ssl_context.cache_clear()
+        try:
+            yield server
+        finally:
+            _client._shared_ssl_context.cache_clear()
 
 
 @dataclasses.dataclass
@@ -32,14 +60,18 @@ class Connection:
 
 
 class H2ModelServer:
-    """``with H2ModelServer() as server:`` serves ``/v1/chat/completions`` over HTTP/2."""
+    """``with H2ModelServer() as server:`` serves ``/v1/chat/completions`` over HTTP/2,
+    recording each request's headers (as a dict and as the list received), its body and
+    the body's raw bytes."""
 
     def __init__(self, text: str = "over h2") -> None:
         self.text = text
         self.ca = trustme.CA()
         self.connections: list[Connection] = []
         self.bodies: list[dict[str, Any]] = []
+        self.raw_bodies: list[bytes] = []
         self.headers: list[dict[str, str]] = []
+        self.header_lists: list[list[tuple[str, str]]] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
@@ -101,29 +133,52 @@ class H2ModelServer:
                 for event in h2.receive_data(data):
                     if isinstance(event, ConnectionTerminated):
                         return
-                    self._handle(h2, event, bodies, record)
+                    request = self._take(h2, event, bodies, record)
+                    if request is None:
+                        continue
+                    takeover = self._answer(h2, event.stream_id, *request)
+                    if takeover is not None:  # the connection is its now, then done
+                        writer.write(h2.data_to_send())
+                        await takeover(reader, writer)
+                        return
         except (ConnectionError, ssl.SSLError):
             return
         finally:
             writer.close()
 
-    def _handle(
+    def _take(
         self, h2: H2Connection, event: Any, bodies: dict[int, bytearray], record: Connection
-    ) -> None:
+    ) -> tuple[dict[str, Any], int] | None:
+        """Records one event; once a request has all come, its body and its number."""
         if isinstance(event, RequestReceived):
             bodies[event.stream_id] = bytearray()
             with self._lock:
+                self.header_lists.append([(str(k), str(v)) for k, v in event.headers])
                 self.headers.append(dict(event.headers))
         elif isinstance(event, DataReceived):
             bodies[event.stream_id] += event.data
             h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
         elif isinstance(event, StreamEnded):
-            body = json.loads(bytes(bodies.pop(event.stream_id)))
+            raw = bytes(bodies.pop(event.stream_id))
+            body = json.loads(raw)
             with self._lock:
+                self.raw_bodies.append(raw)
                 self.bodies.append(body)
                 record.streams += 1
-                n = len(self.bodies)
-            events = _openai_events(Reply(text=self.text), str(body["model"]), n, True)
-            headers = [(":status", "200"), ("content-type", "text/event-stream")]
-            h2.send_headers(event.stream_id, headers)
-            h2.send_data(event.stream_id, b"".join(events), end_stream=True)
+                return body, len(self.bodies)
+        return None
+
+    def _answer(self, h2: H2Connection, stream: int, body: dict[str, Any], n: int) -> Takeover:
+        """Answers the ``n``-th request (``body``, on ``stream``) with ``_reply``'s
+        stream. A subclass may return, in place of an answer, what takes the connection
+        over (what is queued on it written first)."""
+        events = _openai_events(self._reply(body), str(body["model"]), n, True)
+        h2.send_headers(stream, [(":status", "200"), ("content-type", "text/event-stream")])
+        data = b"".join(events)  # (small answers: within the first flow window)
+        for at in range(0, len(data), 16_000):
+            end = at + 16_000 >= len(data)
+            h2.send_data(stream, data[at : at + 16_000], end_stream=end)
+        return None
+
+    def _reply(self, body: dict[str, Any]) -> Reply:
+        return Reply(text=self.text)

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_relay import ModelPools
-from agentcell.worker.models import _client
-from h2_model_server import H2ModelServer
+from h2_model_server import H2ModelServer, serving_openai
 
 KEY = "sk-h2-relay-key-0099"
 SUB_AGENTS = 12
@@ -18,17 +17,8 @@ SUB_AGENTS = 12
 
 @pytest.fixture
 def h2_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[H2ModelServer]:
-    with H2ModelServer() as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(str(tmp_path)))
-        # The parent loads its CA bundle once per process: load it again with this CA,
-        # and once more after, so no later test trusts the test CA.
-        _client._shared_ssl_context.cache_clear()
-        try:
-            yield server
-        finally:
-            _client._shared_ssl_context.cache_clear()
+    with serving_openai(H2ModelServer(), KEY, tmp_path, monkeypatch) as server:
+        yield server
 
 
 async def test_relayed_model_requests_go_over_http2_when_the_server_offers_it(

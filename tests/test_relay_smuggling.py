@@ -13,15 +13,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import model_servers
 import pytest
 import smuggle_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_relay import ModelPools
 from agentcell.protocol import RunStatus
-from agentcell.worker.models import ModelError, ModelErrorKind, Retry, _client, resolve_model
+from agentcell.worker.models import ModelError, ModelErrorKind, Retry, resolve_model
 from conftest import SpawnRecorder
 from h2_hostile_server import ATTACKS, FLOOD_FRAMES, HostileH2Server
+from h2_model_server import serving_openai
 from model_servers import Call, ModelServer, Reply
 from smuggle_tools import MARKER, PIPELINED
 from test_h11_transport import RawServer, pool_for, post, read_request
@@ -44,15 +44,8 @@ H2_HEADERS = {
 
 @pytest.fixture
 def h2_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HostileH2Server]:
-    with HostileH2Server() as server:
-        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file(str(tmp_path)))
-        _client._shared_ssl_context.cache_clear()  # this CA now, and not after
-        try:
-            yield server
-        finally:
-            _client._shared_ssl_context.cache_clear()
+    with serving_openai(HostileH2Server(), KEY, tmp_path, monkeypatch) as server:
+        yield server
 
 
 @pytest.fixture
@@ -60,20 +53,6 @@ def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     yield model_server
-
-
-@pytest.fixture
-def raw_bodies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every request body the HTTP/1.1 model server received, byte for byte."""
-    bodies: list[bytes] = []
-    original = model_servers._Handler._read_body
-
-    def recording(self: Any) -> bytes:
-        bodies.append(original(self))
-        return bodies[-1]
-
-    monkeypatch.setattr(model_servers._Handler, "_read_body", recording)
-    return bodies
 
 
 def orchestrator(workdir: Path, tools: list[str], **settings: Any) -> Orchestrator:
