@@ -11,11 +11,10 @@ import json
 import os
 import select
 import struct
-from typing import Any
 
 import msgspec
-from agentcell.worker.models import ModelError
 from agentcell.worker.tools import function_tool
+from relay_tools import link_transport, send_each
 
 #: The text of every forged request: the server must never see it.
 MARKER = "FORGED-BY-A-SOCKET-THIEF"
@@ -31,12 +30,6 @@ class _ForgedCall(msgspec.Struct, tag="model_call", tag_field="t", omit_defaults
     mac: bytes = b""  # (none: the field is left out)
 
 
-def _transport() -> object:
-    from agentcell.worker._model_link import LinkTransport
-
-    return next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
-
-
 def forge_unsigned_calls() -> str:
     """Writes ModelCall frames with no MAC, sixteen zero bytes and another key's MAC
     straight onto this process's socket to the parent (what a process holding a stolen
@@ -44,7 +37,7 @@ def forge_unsigned_calls() -> str:
     body = json.dumps(
         {"model": "test", "messages": [{"role": "user", "content": MARKER}], "stream": True}
     ).encode()
-    fd = _transport()._link.channel._fd  # type: ignore[attr-defined]
+    fd = link_transport()._link.channel._fd
     macs = (b"", bytes(16), os.urandom(16))
     for call_id, mac in zip(FORGED_IDS, macs, strict=True):
         frame = msgspec.msgpack.encode(_ForgedCall(id=call_id, body=body, mac=mac))
@@ -63,7 +56,7 @@ TWICE: dict[str, bytes] = {
 
 async def send_model_twice() -> str:
     """Sends each body of TWICE through this process's own link to the parent."""
-    return await _send_each(TWICE)
+    return await send_each(TWICE)
 
 
 async def show_response_headers() -> str:
@@ -77,7 +70,7 @@ async def show_response_headers() -> str:
             "stream_options": {"include_usage": True},
         }
     )
-    response = await _transport().open(body.encode())  # type: ignore[attr-defined]
+    response = await link_transport().open(body.encode())
     data = b"".join([raw async for raw in response.chunks()])
     await response.aclose()
     seen = {"status": response.status, "headers": response.headers, "body": data.decode()}
@@ -104,7 +97,7 @@ async def flood_refused_calls(gate: str, flood: str) -> str:
     child that asks and never reads the answers."""
     from agentcell.protocol import ModelCall, encode_frame, sign_frame
 
-    transport: Any = _transport()
+    transport = link_transport()
     key, fd = transport._link.start.frame_key, transport._link.channel._fd
     calls, body, _ = FLOODS[flood]
     for n in range(calls):
@@ -131,25 +124,7 @@ UNPAID: dict[str, bytes] = {
 
 async def make_unpaid_calls() -> str:
     """Sends each body of UNPAID through this process's own link; reports what happened."""
-    return await _send_each(UNPAID)
-
-
-async def _send_each(bodies: dict[str, bytes]) -> str:
-    """Each body through this process's own link to the parent: a line per body saying
-    whether it was sent (and the status) or refused (and why)."""
-    transport: Any = _transport()
-    lines = []
-    for name, body in bodies.items():
-        try:
-            response = await transport.open(body)
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        async for _ in response.chunks():
-            pass
-        await response.aclose()
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-    return "\n".join(lines)
+    return await send_each(UNPAID)
 
 
 unpaid = function_tool(make_unpaid_calls, name="unpaid")
@@ -183,7 +158,7 @@ NEAR_MISSES: dict[str, bytes] = {
 
 async def send_near_misses() -> str:
     """Sends each body of NEAR_MISSES through this process's own link to the parent."""
-    return await _send_each(NEAR_MISSES)
+    return await send_each(NEAR_MISSES)
 
 
 near = function_tool(send_near_misses, name="near")
@@ -192,7 +167,7 @@ near = function_tool(send_near_misses, name="near")
 async def call_then_vanish() -> str:
     """One priced call the engine never hears of, then the process ends: no
     ``UsageUpdate`` ever follows the answer the parent relayed."""
-    transport: Any = _transport()
+    transport = link_transport()
     response = await transport.open(_call(messages=[{"role": "user", "content": "vanish"}]))
     async for _ in response.chunks():
         pass

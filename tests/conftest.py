@@ -14,7 +14,11 @@ from agentcell.orchestrator.backends import RayHead, forkserver_pids, local_ray_
 from agentcell.orchestrator.backends import _forkserver as _pool
 from agentcell.worker import _proc
 from hypothesis import HealthCheck, settings
-from model_servers import model_server, openai_served  # noqa: F401  (fixtures for every test module)
+from model_servers import (  # noqa: F401  (fixtures for every test module)
+    model_server,
+    openai_served,
+    raw_bodies,
+)
 from provider_util import server, sleeps  # noqa: F401  (fixtures of the provider tests)
 
 # No test may reach a real model: providers refuse any host but loopback. Set before any

@@ -4,21 +4,14 @@ arrives, and requests carrying cost-bearing keys the child's definition never gr
 
 from __future__ import annotations
 
-import gc
 import json
 from typing import Any
 
-from agentcell.worker.models import ModelError
 from agentcell.worker.tools import function_tool
+from relay_tools import link_transport, send_each
 
 #: The user text of every request a tool here makes (the server answers those apart).
 MARKER = "FORGED-FOR-COSTS"
-
-
-def _transport() -> Any:
-    from agentcell.worker._model_link import LinkTransport
-
-    return next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
 
 
 def _body(provider: str, **fields: Any) -> bytes:
@@ -35,7 +28,7 @@ async def read_then_give_up(until: str, at_least: int = 0) -> str:
     """One streamed request of its own; reads its answer until ``at_least`` bytes came
     (or, with ``until``, those bytes appeared), then gives it up (a ModelCancel).
     Returns the bytes it had read."""
-    response = await _transport().open(_body("openai"))
+    response = await link_transport().open(_body("openai"))
     seen = b""
     async for raw in response.chunks():
         seen += raw
@@ -72,21 +65,8 @@ COSTLY: dict[str, tuple[str, dict[str, Any]]] = {
 async def send_costly(provider: str) -> str:
     """Sends each request of COSTLY for ``provider`` through this process's own link; a
     line each: `name: SENT, HTTP <status>` or `name: <the refusal>`."""
-    transport = _transport()
-    lines = []
-    for name, (shape, fields) in COSTLY.items():
-        if shape != provider:
-            continue
-        try:
-            response = await transport.open(_body(shape, **fields))
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        async for _ in response.chunks():
-            pass
-        await response.aclose()
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-    return "\n".join(lines)
+    asks = [(name, fields) for name, (shape, fields) in COSTLY.items() if shape == provider]
+    return await send_each({name: _body(provider, **fields) for name, fields in asks})
 
 
 costly = function_tool(send_costly, name="costly")

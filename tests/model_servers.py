@@ -45,6 +45,7 @@ __all__ = [
     "events_through_last_tool_name",
     "model_server",
     "openai_served",
+    "raw_bodies",
     "serving",
 ]
 
@@ -324,6 +325,20 @@ def openai_served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-served-test-key")
     return model_server
+
+
+@pytest.fixture
+def raw_bodies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every request body the test's model servers received, byte for byte."""
+    bodies: list[bytes] = []
+    original = _Handler._read_body
+
+    def recording(self: _Handler) -> bytes:
+        bodies.append(original(self))
+        return bodies[-1]
+
+    monkeypatch.setattr(_Handler, "_read_body", recording)
+    return bodies
 
 
 @contextlib.contextmanager

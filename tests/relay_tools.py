@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from agentcell.worker.models import ModelError
 from agentcell.worker.tools import function_tool
 
 #: The forged bodies, by what is wrong with them (the spec's model is "test").
@@ -20,22 +21,50 @@ FORGED: dict[str, bytes] = {
 }
 
 
+def link_transport() -> Any:
+    """This process's own link transport to the parent, that its model calls go through."""
+    from agentcell.worker._model_link import LinkTransport
+
+    return next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
+
+
+def _send_each() -> Callable[[dict[str, bytes]], Awaitable[str]]:
+    # Made inside a function, ``send_each`` travels by value when a tool defined in a
+    # test refers to it (dill carries a function it cannot import by name whole, imports
+    # and all): a Ray node imports no test module.
+    async def send_each(bodies: dict[str, bytes]) -> str:
+        """Each body through this process's own link to the parent, its answer read to
+        the end: a line per body, ``name: SENT, HTTP <status>`` or ``name: <the
+        refusal>``."""
+        import gc
+
+        from agentcell.worker._model_link import LinkTransport
+        from agentcell.worker.models import ModelError
+
+        transport = next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
+        lines = []
+        for name, body in bodies.items():
+            try:
+                response = await transport.open(body)
+            except ModelError as exc:
+                lines.append(f"{name}: {exc}")
+                continue
+            async for _ in response.chunks():
+                pass
+            await response.aclose()
+            lines.append(f"{name}: SENT, HTTP {response.status}")
+        return "\n".join(lines)
+
+    return send_each
+
+
+send_each = _send_each()
+
+
 async def forge_model_calls() -> str:
     """Sends each forged body over this process's own link transport; reports each
     refusal (or, if one went through, its status) as `name: what happened`."""
-    from agentcell.worker._model_link import LinkTransport
-
-    transport = next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
-    lines = []
-    for name, body in FORGED.items():
-        try:
-            response = await transport.open(body)
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-        await response.aclose()
-    return "\n".join(lines)
+    return await send_each(FORGED)
 
 
 forge = function_tool(forge_model_calls, name="forge")

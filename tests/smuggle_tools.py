@@ -11,8 +11,8 @@ import gc
 import json
 from typing import Any
 
-from agentcell.worker.models import ModelError
 from agentcell.worker.tools import function_tool
+from relay_tools import send_each
 
 #: The user text of every request a tool here makes (the servers answer those apart).
 MARKER = "SMUGGLED-BY-A-CHILD"
@@ -22,12 +22,6 @@ PIPELINED = (
     "\r\n\r\nPOST /v1/evil HTTP/1.1\r\nHost: evil\r\nContent-Length: 0\r\n\r\n"
     "\x00:authority: evil\r\ntransfer-encoding: chunked\r\n"
 )
-
-
-def _transport() -> Any:
-    from agentcell.worker._model_link import LinkTransport
-
-    return next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
 
 
 def _body(content: str = MARKER, **fields: Any) -> bytes:
@@ -60,27 +54,9 @@ SMUGGLED: dict[str, bytes] = {
 SENT = ("pipelined in a string", "usage twice")
 
 
-async def _send_each(bodies: dict[str, bytes]) -> str:
-    """Each body through this process's own link to the parent: a line per body,
-    ``name: SENT, HTTP <status>`` or ``name: <the refusal>``."""
-    transport = _transport()
-    lines = []
-    for name, body in bodies.items():
-        try:
-            response = await transport.open(body)
-        except ModelError as exc:
-            lines.append(f"{name}: {exc}")
-            continue
-        async for _ in response.chunks():
-            pass
-        await response.aclose()
-        lines.append(f"{name}: SENT, HTTP {response.status}")
-    return "\n".join(lines)
-
-
 async def send_smuggled() -> str:
     """Sends each body of SMUGGLED through this process's own link."""
-    return await _send_each(SMUGGLED)
+    return await send_each(SMUGGLED)
 
 
 smuggle = function_tool(send_smuggled, name="smuggle")
@@ -89,7 +65,7 @@ smuggle = function_tool(send_smuggled, name="smuggle")
 async def send_unlimited() -> str:
     """One request with no output limit at all (no max_tokens, no
     max_completion_tokens): the model's own maximum, whatever the run's budget left."""
-    return await _send_each({"unlimited": _body(MARKER)})
+    return await send_each({"unlimited": _body(MARKER)})
 
 
 unlimited = function_tool(send_unlimited, name="unlimited")

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import attack_tools
-import model_servers
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
@@ -59,20 +58,6 @@ def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     yield model_server
-
-
-@pytest.fixture
-def raw_bodies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every request body the model server received, byte for byte."""
-    bodies: list[bytes] = []
-    original = model_servers._Handler._read_body
-
-    def recording(self: Any) -> bytes:
-        bodies.append(original(self))
-        return bodies[-1]
-
-    monkeypatch.setattr(model_servers._Handler, "_read_body", recording)
-    return bodies
 
 
 @pytest.fixture

@@ -90,20 +90,6 @@ def served(model_server: ModelServer, monkeypatch: pytest.MonkeyPatch) -> Iterat
     yield model_server
 
 
-@pytest.fixture
-def raw_bodies(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every request body the model server received, byte for byte."""
-    bodies: list[bytes] = []
-    original = model_servers._Handler._read_body
-
-    def recording(self: Any) -> bytes:
-        bodies.append(original(self))
-        return bodies[-1]
-
-    monkeypatch.setattr(model_servers._Handler, "_read_body", recording)
-    return bodies
-
-
 def estimate(raw: bytes) -> int:
     """The relay's guess at a request's input tokens (``estimate_tokens``)."""
     return len(raw) // 4 + 1

@@ -19,6 +19,7 @@ from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from agentcell.worker.tools import function_tool
 from model_servers import Call, ModelServer, Reply
+from relay_tools import send_each
 
 pytest.importorskip("ray", reason="the ray extra is not installed (no wheel for this Python?)")
 pytestmark = [
@@ -33,17 +34,13 @@ BUDGET = 100_000
 
 def _costly_tool() -> Any:
     """A tool defined here (a Ray node cannot import the tests' modules: the tool goes
-    by value) that sends three requests of its own through its link to the parent."""
+    by value, ``send_each`` with it) that sends three requests of its own through its
+    link to the parent."""
 
     async def costly() -> str:
         """Sends a hosted tool, a huge output limit and no output limit at all."""
-        import gc
         import json as _json
 
-        from agentcell.worker._model_link import LinkTransport
-        from agentcell.worker.models import ModelError
-
-        link = next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
         base = {
             "model": "test",
             "messages": [{"role": "user", "content": "FORGED-ON-A-RAY-NODE"}],
@@ -55,18 +52,7 @@ def _costly_tool() -> Any:
             "huge limit": {"max_completion_tokens": 10_000_000},
             "no limit": {},
         }
-        lines = []
-        for name, fields in asks.items():
-            try:
-                response = await link.open(_json.dumps(base | fields).encode())
-            except ModelError as exc:
-                lines.append(f"{name}: {exc}")
-                continue
-            async for _ in response.chunks():
-                pass
-            await response.aclose()
-            lines.append(f"{name}: SENT, HTTP {response.status}")
-        return "\n".join(lines)
+        return await send_each({n: _json.dumps(base | f).encode() for n, f in asks.items()})
 
     return function_tool(costly, name="costly")
 
