@@ -19,9 +19,9 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator
 from agentcell.orchestrator.config import load_settings
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
-from model_servers import Call, ModelServer, Reply
+from model_servers import ModelServer
+from test_claude_settings import SEP, calls_then_report
 
-SEP = "\n=====\n"
 ENV_SECRET = "sk-live-untrusted-dotenv-SECRET-7"
 KEY_SECRET = "untrusted-secrets-key-SECRET-8"
 ASKED = "asked-about-notes-CONTENT-9"
@@ -67,17 +67,6 @@ def untrusted_project(tmp_path: Path) -> tuple[Path, Path, dict[str, str]]:
         },
     )
     return home, project, {"XDG_CONFIG_HOME": str(home / ".config")}
-
-
-def calls_then_report(calls: list[tuple[str, dict[str, Any]]]) -> Any:
-    def respond(body: dict[str, Any], api: str) -> Reply:
-        outputs = [m["content"] for m in body["messages"] if m["role"] == "tool"]
-        if len(outputs) < len(calls):
-            name, arguments = calls[len(outputs)]
-            return Reply(tool_calls=[Call(name, arguments)])
-        return Reply(text=SEP.join(outputs))
-
-    return respond
 
 
 async def test_an_untrusted_projects_deny_and_ask_rules_hold_in_a_real_sub_agent(
