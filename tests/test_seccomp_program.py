@@ -4,7 +4,9 @@ kernel needed, and nothing probed when the module is imported (the mutation run 
 
 from __future__ import annotations
 
+import re
 import struct
+from pathlib import Path
 
 import pytest
 from agentcell.worker import _seccomp
@@ -75,3 +77,29 @@ def test_the_filter_refuses_exactly_what_it_says_on_each_architecture(machine: s
         assert _run_bpf(program, 0x40000000 | 39, native) == _EPERM
     for name in set(_seccomp.REFUSED_CALLS) - set(_seccomp.refused_calls(machine)):
         assert name not in numbers, name  # left out only where the call does not exist
+
+
+#: The kernel's own numbering, as the C library's headers give it (linux-libc-dev).
+HEADERS = {
+    "x86_64": Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h"),
+    "aarch64": Path("/usr/include/asm-generic/unistd.h"),  # arm64 takes the generic table
+}
+
+
+@pytest.mark.parametrize("machine", sorted(_seccomp._ARCHES))
+def test_every_call_number_is_the_kernels(machine: str) -> None:
+    # The filter compares numbers: one wrong number refuses another call and lets the
+    # named one through, and every other test reads the same table.
+    header = HEADERS[machine]
+    if not header.exists():
+        pytest.skip(f"no {header} here (the linux-libc-dev headers)")
+    numbers = dict(re.findall(r"^#define __NR_(\w+) (\d+)$", header.read_text(), re.MULTILINE))
+    table = _seccomp._ARCHES[machine]
+    for name, number in table.items():
+        if name != "AUDIT_ARCH":
+            assert numbers[name] == str(number), (machine, name, number, numbers[name])
+    assert set(_seccomp.refused_calls(machine)) <= set(table)
+    # AUDIT_ARCH_X86_64 and AUDIT_ARCH_AARCH64 (linux/audit.h): the ELF machine number,
+    # 64-bit and little-endian.
+    elf_machine = {"x86_64": 62, "aarch64": 183}[machine]
+    assert table["AUDIT_ARCH"] == elf_machine | 0x80000000 | 0x40000000
