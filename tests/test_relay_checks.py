@@ -270,6 +270,8 @@ def test_a_request_with_no_output_limit_gets_the_budget_left_in_its_providers_ke
     )
     local = {"base_url": "http://127.0.0.1:9/v1"}
     assert sent({}, provider="openai", left=7, **local)[0]["max_tokens"] == 7
+    after = {"base_url": "https://zz.example/v1"}  # sorts after the official URL
+    assert sent({}, provider="openai", left=7, **after)[0]["max_tokens"] == 7
     named = local | {"max_tokens_field": "max_completion_tokens"}
     assert sent({}, provider="openai", left=7, **named)[0]["max_completion_tokens"] == 7
     assert sent({}, left=9)[0]["max_tokens"] == 9  # (Anthropic's own always sets one)
