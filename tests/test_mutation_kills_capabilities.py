@@ -31,12 +31,17 @@ def test_the_probes_change_nothing_in_the_process_that_asks() -> None:
         "status = open('/proc/self/status').read()\n"
         "seccomp = [l.split()[1] for l in status.splitlines() if l.startswith('Seccomp:')]\n"
         "print('still here', os.getpid(), open('/proc/self/uid_map').read().split()[2], *seccomp)\n"
+        "try:\n"
+        "    print('a child left:', os.waitpid(-1, os.WNOHANG))\n"
+        "except ChildProcessError:\n"
+        "    print('no child left')\n"
     )
     with subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) as run:
         out, _ = run.communicate(timeout=60)
     assert run.returncode == 0
-    line, available, after = out.splitlines()
+    line, available, after, children = out.splitlines()
     assert line.startswith("none") and available == "True"
+    assert children == "no child left"  # each probe reaped its throwaway child
     # The process that asked, not a copy of it: in the machine's namespace, unfiltered.
     assert after == f"still here {run.pid} 4294967295 0"
 
@@ -305,3 +310,17 @@ def test_lock_clears_the_ambient_set() -> None:
 
     before, after = in_child(steps)["value"]
     assert before == 1 << 10 and after == 0
+
+
+@needs_root
+def test_a_step_the_kernel_refuses_is_said_with_its_error() -> None:
+    # KEEP_CAPS set and locked: no process of agentcell's has it, and none may unset it.
+    def steps() -> Any:
+        dropper = _capabilities.Dropper()
+        assert dropper._prctl(28, 0xFF, 0, 0, 0) == 0  # PR_SET_SECUREBITS: every bit
+        return dropper.lock()
+
+    answer = in_child(steps)
+    assert answer == {
+        "raised": "CapabilityError: [Errno 1] prctl(PR_SET_SECUREBITS): Operation not permitted"
+    }
