@@ -324,3 +324,43 @@ def test_a_step_the_kernel_refuses_is_said_with_its_error() -> None:
     assert answer == {
         "raised": "CapabilityError: [Errno 1] prctl(PR_SET_SECUREBITS): Operation not permitted"
     }
+
+
+def _status_field(name: str) -> str:
+    with open("/proc/self/status") as status:
+        return next(line.split(":")[1].strip() for line in status if line.startswith(name + ":"))
+
+
+def test_a_preexec_installs_the_filter_and_then_it_is_said_available() -> None:
+    ready = _seccomp.Prepared()
+    if ready.reason is not None:
+        pytest.skip(ready.reason)
+    assert ready.process is not None and ready.bash is not None
+
+    def steps() -> Any:
+        assert ready.bash is not None
+        ready.bash.install_in_child()  # exits 126 on any failure: in_child then fails
+        return _status_field("Seccomp"), _status_field("NoNewPrivs"), _seccomp.unavailable()
+
+    assert in_child(steps)["value"] == ["2", "1", None]
+
+
+def test_the_fork_servers_filters_are_the_ones_its_children_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_seccomp, "_prepared", None)
+    _seccomp.warm()
+    warmed = _seccomp._prepared
+    assert warmed is not None and _seccomp.prepared() is warmed
+    assert warmed.process is not None and not warmed.process.refuse_unix_sockets
+    assert warmed.bash is not None and warmed.bash.refuse_unix_sockets
+
+
+def test_where_no_filter_can_be_had_the_probe_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_seccomp, "unavailable", lambda: "no seccomp on this kernel")
+    assert _seccomp.probe() == {
+        "available": False,
+        "reason": "no seccomp on this kernel",
+        "refuses": [],
+        "bash_refuses": [],
+    }
