@@ -206,8 +206,8 @@ PUBLIC_API: dict[str, list[str]] = {
     ],
     "agentcell.worker.models": [
         "ADAPTIVE_EFFORT",
-        "ANTHROPIC_MAX_TOKENS",
         "AnthropicModel",
+        "DEFAULT_ANTHROPIC_MAX_TOKENS",
         "Endpoint",
         "H11Pool",
         "HttpxTransport",
@@ -218,7 +218,7 @@ PUBLIC_API: dict[str, list[str]] = {
         "ModelRequest",
         "ModelResponse",
         "ModelTransport",
-        "OPENAI_OFFICIAL_URL",
+        "OFFICIAL_OPENAI_URL",
         "OpenAIChatModel",
         "PROVIDERS",
         "Permit",

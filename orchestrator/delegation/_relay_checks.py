@@ -35,9 +35,9 @@ from typing import Any
 import msgspec
 from agentcell.protocol import AgentSpec
 from agentcell.worker.models import ADAPTIVE_EFFORT as _ADAPTIVE_EFFORT
-from agentcell.worker.models import ANTHROPIC_MAX_TOKENS as DEFAULT_MAX_TOKENS
+from agentcell.worker.models import DEFAULT_ANTHROPIC_MAX_TOKENS as DEFAULT_MAX_TOKENS
 from agentcell.worker.models import (
-    OPENAI_OFFICIAL_URL,
+    OFFICIAL_OPENAI_URL,
     THINKING_BUDGETS,
     WEB_SEARCH_TOOL,
     thinking_max_tokens,
@@ -243,8 +243,8 @@ def limit_key(spec: AgentSpec, provider: str) -> str:
     named = spec.model_options.get("max_tokens_field")
     if named in ("max_tokens", "max_completion_tokens"):
         return str(named)
-    base = str(spec.model_options.get("base_url") or OPENAI_OFFICIAL_URL).rstrip("/")
-    return "max_completion_tokens" if base == OPENAI_OFFICIAL_URL else "max_tokens"
+    base = str(spec.model_options.get("base_url") or OFFICIAL_OPENAI_URL).rstrip("/")
+    return "max_completion_tokens" if base == OFFICIAL_OPENAI_URL else "max_tokens"
 
 
 def _thinking(top: dict[str, msgspec.Raw], limit: int, clamped: list[str]) -> None:

@@ -12,7 +12,7 @@ server's template is ~12 MiB smaller without it).
 from typing import TYPE_CHECKING, Any
 
 from agentcell.worker.models._anthropic import _ADAPTIVE_EFFORT as ADAPTIVE_EFFORT
-from agentcell.worker.models._anthropic import DEFAULT_MAX_TOKENS as ANTHROPIC_MAX_TOKENS
+from agentcell.worker.models._anthropic import DEFAULT_MAX_TOKENS as DEFAULT_ANTHROPIC_MAX_TOKENS
 from agentcell.worker.models._anthropic import (
     THINKING_BUDGETS,
     WEB_SEARCH_TOOL,
@@ -35,7 +35,7 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
 from agentcell.worker.models._http import Inflater, SSEDecoder, parse_retry_after
-from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OPENAI_OFFICIAL_URL
+from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OFFICIAL_OPENAI_URL
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import PROVIDERS, resolve_model
 from agentcell.worker.models._transport import (
@@ -69,8 +69,8 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ADAPTIVE_EFFORT",
-    "ANTHROPIC_MAX_TOKENS",
-    "OPENAI_OFFICIAL_URL",
+    "DEFAULT_ANTHROPIC_MAX_TOKENS",
+    "OFFICIAL_OPENAI_URL",
     "PROVIDERS",
     "RELAYED_HEADERS",
     "THINKING_BUDGETS",
