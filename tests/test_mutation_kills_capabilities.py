@@ -364,3 +364,66 @@ def test_where_no_filter_can_be_had_the_probe_says_so(monkeypatch: pytest.Monkey
         "refuses": [],
         "bash_refuses": [],
     }
+
+
+def test_install_filters_a_thread_already_running() -> None:
+    ready = _seccomp.Prepared()
+    if ready.reason is not None or ready.process is None:
+        pytest.skip(str(ready.reason))
+    process = ready.process
+
+    def steps() -> Any:
+        import threading
+
+        stop = threading.Event()
+        thread = threading.Thread(target=stop.wait)
+        thread.start()
+        process.install()  # TSYNC: every thread of the process
+        modes = []
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as status:
+                modes += [line.split()[1] for line in status if line.startswith("Seccomp:")]
+        stop.set()
+        thread.join()
+        return modes
+
+    assert in_child(steps)["value"] == ["2", "2"]
+
+
+def _refusing_syscall(*args: Any) -> int:
+    ctypes.set_errno(22)  # EINVAL, as the kernel answers a filter it will not take
+    return -1
+
+
+def test_a_filter_the_kernel_refuses_raises_and_ends_a_preexec_with_126(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ready = _seccomp.Prepared()
+    if ready.reason is not None or ready.process is None:
+        pytest.skip(str(ready.reason))
+    monkeypatch.setattr(_seccomp, "_syscall", _refusing_syscall)
+    answer = in_child(ready.process.install)
+    assert answer == {
+        "raised": "SeccompError: [Errno 22] seccomp(SET_MODE_FILTER): Invalid argument"
+    }
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ready.process.install_in_child()
+        finally:
+            os._exit(0)  # the command would have run without its wall
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 126
+
+
+def test_a_probe_whose_child_fails_says_none_is_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    if _seccomp.unavailable() is not None:
+        pytest.skip("no seccomp here")
+
+    def refused(self: Any) -> None:
+        raise _seccomp.SeccompError(22, "seccomp(SET_MODE_FILTER): Invalid argument")
+
+    monkeypatch.setattr(_seccomp.Filter, "install", refused)
+    report = _seccomp.probe()
+    assert report["available"] is False
+    assert report["reason"] == "the filter could not be installed here"

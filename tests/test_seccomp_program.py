@@ -75,6 +75,7 @@ def test_the_filter_refuses_exactly_what_it_says_on_each_architecture(machine: s
         assert _run_bpf(program, socket_nr, native, (16, 3 | 0x80000, 0)) == _ALLOW
     if machine == "x86_64":  # x32: the same arch value, bit 30 set in the number
         assert _run_bpf(program, 0x40000000 | 39, native) == _EPERM
+        assert _run_bpf(program, 0x40000000, native) == _EPERM  # x32's read: the bit alone
         assert _run_bpf(program, 0x3FFFFFFF, native) == _ALLOW  # below it: no x32 call
     else:  # no x32 ABI here: a number that high is no call (the kernel says ENOSYS)
         assert _run_bpf(program, 0x40000000 | 39, native) == _ALLOW
