@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ from agentcell.protocol import RunStatus
 from agentcell.worker import _capabilities, _seccomp, probe_sandbox
 from forked import in_child
 from model_servers import ModelServer
+from terminal_util import Screen
 from test_sandbox import agent, bash_script, orchestrator, served
 
 __all__ = ["served"]  # the fixture, shared with test_sandbox
@@ -275,3 +277,32 @@ def test_agentcell_sandbox_says_when_the_workdir_is_another_users(tmp_path: Path
         "runs agentcell: sub-agents hold no capability, so they get what its mode bits "
         "give other users (---)"
     ), line
+
+
+@needs_root
+def test_agentcell_sandbox_on_a_terminal_and_through_head_shows_a_hostile_folder_inert(
+    tmp_path: Path,
+) -> None:
+    # A folder of another user, named to clear the screen and paint a line.
+    theirs = tmp_path / "x\x1b[2J\x1b[31mpainted\r"
+    theirs.mkdir()
+    os.chown(theirs, nobody_runtime.NOBODY, nobody_runtime.NOBODY)
+    term = Screen(["sandbox"], theirs, {**os.environ, "HOME": str(tmp_path)}, cols=400)
+    try:
+        screen = term.expect("sandbox = 'required'")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    lines = screen.splitlines()
+    assert lines[0] == "This machine:"  # nothing cleared the screen
+    (line,) = [x for x in lines if x.startswith("  workdir:")]
+    assert "x\\e[2J\\e[31mpainted\\r is owned by uid 65534" in line, line
+    assert not any(cell.fg == "red" for row in term.screen.buffer.values() for cell in row.values())
+    # | head -3: the reader leaves early; the command ends quietly.
+    agentcell = str(Path(sys.executable).with_name("agentcell"))
+    shell = f"{shlex.quote(agentcell)} sandbox | head -3"
+    done = subprocess.run(
+        ["sh", "-c", shell], cwd=theirs, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.splitlines()[0] == "This machine:"
+    assert "Traceback" not in done.stderr and "Broken pipe" not in done.stderr, done.stderr

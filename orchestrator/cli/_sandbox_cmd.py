@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 import click
+from agentcell.orchestrator._text import visible
 from agentcell.worker import SANDBOX_MODES, probe_sandbox, sandbox_missing, workdir_owner_note
 
 
@@ -131,8 +132,8 @@ def show_sandbox(*, as_json: bool) -> None:
     click.echo(f"  process cap:        {caps['process_cap'] or 'not available'}")
     click.echo(f"  seccomp:            {caps['seccomp']}")
     click.echo(f"  capabilities:       {caps['capabilities']}")
-    if owner := workdir_owner_note(os.getcwd()):
-        click.echo(f"  workdir:            {owner}")
+    if owner := workdir_owner_note(os.getcwd()):  # a folder's name is never read as escapes
+        click.echo(f"  workdir:            {visible(owner)}")
     for mode, what in report["modes"].items():
         click.echo(f"\nsandbox = {mode!r}" + (f" ({what['note']})" if what.get("note") else ""))
         for line in what["enforced"]:
