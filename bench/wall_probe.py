@@ -36,12 +36,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
 #: These children are forked here, not spares: nothing is made before the walls
 #: (``_sandbox_spare.prepare``), so every part is on the clock.
 SECTIONS = (
-    ("_sandbox", "apply", "_sandbox.apply (all)"),
-    ("_sandbox", "_restrict_process", "  Landlock ruleset (with the mounts)"),
-    ("_sandbox", "_read_paths", "    read paths worked out"),
-    ("_common_rules", "allow", "    rules from held descriptors (~165)"),
-    ("_sandbox", "_grant_folders", "    grants (+ mount namespace, tmp cap)"),
-    ("_sandbox", "_install_seccomp", "  seccomp filter (check + install)"),
+    ("sandbox._apply", "apply", "sandbox._apply.apply (all)"),
+    ("sandbox._apply", "_restrict_process", "  Landlock ruleset (with the mounts)"),
+    ("sandbox._apply", "_read_paths", "    read paths worked out"),
+    ("sandbox._landlock_rules", "allow", "    rules from held descriptors (~165)"),
+    ("sandbox._apply", "_grant_folders", "    grants (+ mount namespace, tmp cap)"),
+    ("sandbox._apply", "_install_seccomp", "  seccomp filter (check + install)"),
 )
 
 
@@ -75,7 +75,7 @@ def _timed(sections: dict[str, list[float]]) -> None:
 def wall_forks(conn: Any, workdir: str, variant: str, n: int) -> None:
     """Fork ``n`` children that put up ``variant``'s walls; send their (user µs,
     system µs, minor faults) lives and the sections' means (ms, faults), then leave."""
-    from agentcell.worker import _sandbox
+    from agentcell.worker.sandbox import _apply as _sandbox
 
     walls = VARIANTS[variant]
     out = []

@@ -170,13 +170,13 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # What a spare made before its Hello is used only where it still fits.
     "sandbox-spare": (
-        "worker/_sandbox_spare.py",
+        "worker/sandbox/_spare.py",
         "tests/test_sandbox_spare.py",
         90,
     ),
     # No capability for a sub-agent: the drop, the lock before its servers, the probe.
     "capabilities": (
-        "worker/_capabilities.py",
+        "worker/sandbox/_capabilities.py",
         "tests/test_mutation_kills_capabilities.py",
         60,
     ),
@@ -185,7 +185,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # when imported: a mutant that ran a probe's child branch in pytest itself would end
     # it with status 0, a survivor, before any test ran.
     "seccomp": (
-        "worker/_seccomp.py",
+        "worker/sandbox/_seccomp.py",
         "tests/test_seccomp_program.py tests/test_mutation_kills_capabilities.py",
         60,
     ),

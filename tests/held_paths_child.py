@@ -17,7 +17,9 @@ from agentcell.worker.process import child_main
 
 
 def counting_child(report: str, use_held: bool, conn: Any, *args: Any) -> None:
-    from agentcell.worker import _landlock_held, _sandbox, _sandbox_spare
+    from agentcell.worker.sandbox import _apply as _sandbox
+    from agentcell.worker.sandbox import _landlock_held
+    from agentcell.worker.sandbox import _spare as _sandbox_spare
 
     if not use_held:
         _landlock_held.forget()  # the control: every path opened here, as before

@@ -24,7 +24,8 @@ def _status(*names: str) -> dict[str, str]:
 
 
 def recording_child(report: str, use_prepared: bool, conn: Any, *args: Any) -> None:
-    from agentcell.worker import _landlock_held, _sandbox, _seccomp
+    from agentcell.worker.sandbox import _apply as _sandbox
+    from agentcell.worker.sandbox import _landlock_held, _seccomp
 
     if not use_prepared:
         _seccomp._prepared = None

@@ -1,4 +1,4 @@
-"""Landlock rule descriptors opened once in the fork server (worker/_landlock_held.py).
+"""Landlock rule descriptors opened once in the fork server (worker/sandbox/_landlock_held.py).
 
 A real sub-agent (the default ``workspace`` sandbox, a scripted model server, bash) adds
 the rules for the shared paths from the descriptors it inherited, opens only its own
@@ -22,7 +22,8 @@ import held_paths_child
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings, WorkerPool
 from agentcell.protocol import RunStatus
-from agentcell.worker import _landlock_held, probe_sandbox
+from agentcell.worker import probe_sandbox
+from agentcell.worker.sandbox import _landlock_held
 from conftest import SpawnRecorder
 from model_servers import ModelServer
 from test_sandbox import SEP, agent, bash_script

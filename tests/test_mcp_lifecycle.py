@@ -238,7 +238,7 @@ REAPER = textwrap.dedent(
 
 
 @pytest.mark.skipif(
-    __import__("agentcell.worker._landlock", fromlist=["abi_version"]).abi_version() < 6,
+    __import__("agentcell.worker.sandbox._landlock", fromlist=["abi_version"]).abi_version() < 6,
     reason="Landlock's signal scope needs ABI 6",
 )
 def test_reaping_does_not_wait_on_a_child_it_may_not_signal() -> None:

@@ -32,8 +32,9 @@ from agentcell.protocol import (
     Start,
     UserMessage,
 )
-from agentcell.worker import Redactor, _cgroup
+from agentcell.worker import Redactor
 from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest, OpenAIChatModel
+from agentcell.worker.sandbox import _cgroup
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
@@ -230,7 +231,7 @@ async def test_the_request_deadline_covers_every_retry(server: ModelServer) -> N
 
 _ONE_STEP_CAP = """
 import sys
-from agentcell.worker import _cgroup
+from agentcell.worker.sandbox import _cgroup
 cap = _cgroup.ProcessCap.create(37)
 print("none" if cap is None else (cap.path / "pids.max").read_text().strip())
 """

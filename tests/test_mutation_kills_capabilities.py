@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from agentcell.worker import _capabilities, _mountns, _seccomp
+from agentcell.worker.sandbox import _capabilities, _mountns, _seccomp
 from forked import in_child
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a normal user has none")
@@ -25,7 +25,7 @@ def test_the_probes_change_nothing_in_the_process_that_asks() -> None:
     # pytest itself, exiting 0, were it run in-process.
     script = (
         "import os\n"
-        "from agentcell.worker import _capabilities, _seccomp\n"
+        "from agentcell.worker.sandbox import _capabilities, _seccomp\n"
         "print(_capabilities.probe())\n"
         "print(_seccomp.probe()['available'])\n"
         "status = open('/proc/self/status').read()\n"

@@ -168,7 +168,7 @@ async def test_a_new_pool_removes_the_temp_folders_a_killed_orchestrators_childr
     spawned: SpawnRecorder,
 ) -> None:
     from agentcell.orchestrator import WorkerPool
-    from agentcell.worker._sandbox import private_tmp
+    from agentcell.worker.sandbox._apply import private_tmp
 
     gone = await asyncio.create_subprocess_exec("true")
     await gone.wait()  # a pid that no longer exists: a sub-agent SIGKILLed with its parent

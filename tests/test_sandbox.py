@@ -382,7 +382,7 @@ async def test_a_crashed_child_is_recorded_with_the_mode_it_was_asked_to_apply(
 def test_the_etc_listing_is_reused_until_etc_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     # The fork server lists /etc once and its children reuse the answer; an entry added
     # to (or removed from) /etc changes its mtime, and the next sandbox lists it again.
-    from agentcell.worker import _common_rules
+    from agentcell.worker.sandbox import _landlock_rules as _common_rules
 
     stamp = [1]
     listed: list[str] = []
@@ -411,7 +411,7 @@ async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_
     # does it before its Hello. The cap stays per sub-agent (one process, one cgroup),
     # and the pool itself removes the cgroup once the child is gone, whoever leased it.
     from agentcell.orchestrator import WorkerPool
-    from agentcell.worker import _cgroup
+    from agentcell.worker.sandbox import _cgroup
     from pool_util import run_op
 
     if _cgroup.controller() is None:
@@ -439,7 +439,7 @@ def test_a_pool_removes_the_cgroups_a_killed_orchestrator_left_behind(
     # An orchestrator SIGKILLed with spares alive leaves their (empty) cgroups; the next
     # pool removes those of processes that are gone, never one with members.
     from agentcell.orchestrator import WorkerPool
-    from agentcell.worker import _cgroup
+    from agentcell.worker.sandbox import _cgroup
 
     found = _cgroup.controller()
     if found is None:

@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.protocol import PROTOCOL_VERSION, Start
-from agentcell.worker import ChildBoot, _sandbox, _sandbox_spare
+from agentcell.worker import ChildBoot
+from agentcell.worker.sandbox import _apply as _sandbox
+from agentcell.worker.sandbox import _spare as _sandbox_spare
 from conftest import SpawnRecorder
 
 CAPS = _sandbox.probe()
@@ -243,7 +245,7 @@ def test_a_run_without_walls_closes_the_spares_ruleset(
 def test_a_ruleset_is_made_before_the_hello_exactly_where_landlock_is(
     monkeypatch: pytest.MonkeyPatch, abi: int
 ) -> None:
-    from agentcell.worker import _landlock
+    from agentcell.worker.sandbox import _landlock
 
     monkeypatch.setattr(_landlock, "abi_version", lambda: abi)
     _sandbox_spare.prepare()
@@ -262,7 +264,7 @@ def test_a_ruleset_is_made_before_the_hello_exactly_where_landlock_is(
 def test_a_ruleset_that_could_not_be_filled_is_closed_and_left_to_the_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentcell.worker import _common_rules
+    from agentcell.worker.sandbox import _landlock_rules as _common_rules
 
     made: list[Any] = []
     new_ruleset = _common_rules.new_ruleset

@@ -1,6 +1,6 @@
 """The seccomp filter's program on both architectures, run through a BPF interpreter: no
 kernel needed, and nothing probed when the module is imported (the mutation run of
-``worker/_seccomp.py`` collects it: mutants/run.py)."""
+``worker/sandbox/_seccomp.py`` collects it: mutants/run.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 import pytest
-from agentcell.worker import _seccomp
+from agentcell.worker.sandbox import _seccomp
 
 
 def _run_bpf(program: bytes, nr: int, arch: int, args: tuple[int, ...] = ()) -> int:

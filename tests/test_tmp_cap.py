@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.worker._sandbox import private_tmp, remove_stale_tmps
+from agentcell.worker.sandbox._apply import private_tmp, remove_stale_tmps
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 from test_sandbox import CAPS, agent, orchestrator, served
@@ -74,7 +74,7 @@ def test_sandbox_output_says_the_temp_folder_is_uncapped_without_a_mount_namespa
 
     from agentcell.orchestrator.cli import _sandbox_cmd
     from agentcell.orchestrator.cli._main import cli as command
-    from agentcell.worker._tmpcap import MISSING
+    from agentcell.worker.sandbox._tmpcap import MISSING
     from click.testing import CliRunner
 
     here = json.loads(CliRunner().invoke(command, ["sandbox", "--json"]).output)

@@ -30,7 +30,8 @@ import thread_attack_tools
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.cli._sandbox_cmd import describe
 from agentcell.protocol import RunStatus
-from agentcell.worker import _seccomp, probe_sandbox
+from agentcell.worker import probe_sandbox
+from agentcell.worker.sandbox import _seccomp
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 from test_sandbox import SEP, agent, bash_script, orchestrator, served
@@ -468,7 +469,7 @@ async def test_code_in_the_sub_agent_cannot_read_past_landlock_through_its_drain
 def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentcell.worker import _sandbox
+    from agentcell.worker.sandbox import _apply as _sandbox
 
     bare = {**CAPS, "seccomp": "not available: no seccomp", "seccomp_refuses": []}
     bare["seccomp_bash_refuses"] = []
@@ -486,7 +487,7 @@ def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
 
 _THREADS_SCRIPT = """
 import asyncio, sys, threading
-from agentcell.worker import _one_thread
+from agentcell.worker.sandbox import _one_thread
 
 async def main(case):
     loop = asyncio.get_running_loop()
@@ -532,7 +533,7 @@ def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
 
 _EXECUTOR_LOOP = """
 import asyncio
-from agentcell.worker import _one_thread
+from agentcell.worker.sandbox import _one_thread
 
 async def main():
     loop, refused = asyncio.get_running_loop(), 0

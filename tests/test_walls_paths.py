@@ -30,7 +30,7 @@ from model_servers import ModelServer, Reply
 from test_sandbox import SEP, agent, bash_script, orchestrator
 
 CAPS = probe_sandbox()
-MOUNTNS = Path(__file__).parents[1] / "worker" / "_mountns.py"  # run on its own, too
+MOUNTNS = Path(__file__).parents[1] / "worker" / "sandbox" / "_mountns.py"  # run on its own, too
 pytestmark = pytest.mark.skipif(
     not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
 )
@@ -359,7 +359,7 @@ def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
         os.chown(path, 65534, 65534)
     # The module as user nobody can reach it (a checkout may sit in a private folder).
     runtime = nobody_runtime.runtime()
-    module = runtime.folder / "pkg" / "agentcell" / "worker" / "_mountns.py"
+    module = runtime.folder / "pkg" / "agentcell" / "worker" / "sandbox" / "_mountns.py"
     run = subprocess.run(
         runtime.command(str(script), str(module), str(work), "late" if late else "early"),
         env=runtime.env, capture_output=True, text=True, timeout=60, check=False, cwd="/",
@@ -523,7 +523,7 @@ def test_placeholders_stay_while_any_sub_agent_still_holds_the_workdir(tmp_path:
 
 
 def _mark_as_placeholder(folder: Path) -> None:
-    from agentcell.worker._mountns import PLACEHOLDER_MTIME_NS as when
+    from agentcell.worker.sandbox._mountns import PLACEHOLDER_MTIME_NS as when
 
     os.utime(folder, ns=(when, when))
 

@@ -20,7 +20,8 @@ from typing import Any
 import prepared_walls_child
 import pytest
 from agentcell.protocol import RunStatus
-from agentcell.worker import _seccomp, probe_sandbox
+from agentcell.worker import probe_sandbox
+from agentcell.worker.sandbox import _seccomp
 from conftest import SpawnRecorder
 from model_servers import ModelServer
 from test_held_descriptors import delegate_bash_on

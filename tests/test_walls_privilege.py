@@ -27,7 +27,8 @@ import nobody_runtime
 import privilege_probe
 import pytest
 from agentcell.protocol import RunStatus
-from agentcell.worker import _capabilities, _seccomp, probe_sandbox
+from agentcell.worker import probe_sandbox
+from agentcell.worker.sandbox import _capabilities, _seccomp
 from forked import in_child
 from model_servers import ModelServer
 from terminal_util import Screen

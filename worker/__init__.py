@@ -32,7 +32,6 @@ from agentcell.worker._hooks import (
     describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
-from agentcell.worker._mountns import remove_placeholders as remove_protection_placeholders
 from agentcell.worker._record_chain import (
     RecordTampered,
     chain_end,
@@ -40,13 +39,6 @@ from agentcell.worker._record_chain import (
     verified_lines,
 )
 from agentcell.worker._redact import Redactor, secret_digests
-from agentcell.worker._sandbox import MODES as SANDBOX_MODES
-from agentcell.worker._sandbox import missing_for as sandbox_missing
-from agentcell.worker._sandbox import parse_mode as parse_sandbox_mode
-from agentcell.worker._sandbox import probe as probe_sandbox
-from agentcell.worker._sandbox import release as release_sandbox
-from agentcell.worker._sandbox import stricter as stricter_sandbox
-from agentcell.worker._sandbox import workdir_owner_note
 from agentcell.worker._secrets import (
     SECRET_NAMES,
     hold_secrets,
@@ -57,6 +49,14 @@ from agentcell.worker._secrets import (
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
+from agentcell.worker.sandbox._apply import MODES as SANDBOX_MODES
+from agentcell.worker.sandbox._apply import missing_for as sandbox_missing
+from agentcell.worker.sandbox._apply import parse_mode as parse_sandbox_mode
+from agentcell.worker.sandbox._apply import probe as probe_sandbox
+from agentcell.worker.sandbox._apply import release as release_sandbox
+from agentcell.worker.sandbox._apply import stricter as stricter_sandbox
+from agentcell.worker.sandbox._apply import workdir_owner_note
+from agentcell.worker.sandbox._mountns import remove_placeholders as remove_protection_placeholders
 
 __all__ = [
     "ACCEPT_ENCODING",

@@ -34,8 +34,7 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker import _bash_userns, _mountns, _proc, _sandbox
-from agentcell.worker import _one_thread as one_thread
+from agentcell.worker import _proc
 from agentcell.worker._child import ChildLink
 from agentcell.worker._compaction import Compactor
 from agentcell.worker._engine import Engine, Limits
@@ -46,6 +45,9 @@ from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
+from agentcell.worker.sandbox import _apply as _sandbox
+from agentcell.worker.sandbox import _bash_userns, _mountns
+from agentcell.worker.sandbox import _one_thread as one_thread
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
 from agentcell.worker.tools._skill import SkillTool

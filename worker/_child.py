@@ -59,8 +59,11 @@ from agentcell.protocol import (
     frame_is_authentic,
     sign_frame,
 )
-from agentcell.worker import _cgroup, _landlock_held, _proc, _sandbox, _sandbox_spare
+from agentcell.worker import _proc
 from agentcell.worker._answer_cap import capped_answer, fitted_events
+from agentcell.worker.sandbox import _apply as _sandbox
+from agentcell.worker.sandbox import _cgroup, _landlock_held
+from agentcell.worker.sandbox import _spare as _sandbox_spare
 
 #: Exit codes a child uses on its own (anything else is a crash or a handler's choice).
 EXIT_OK = 0

@@ -49,7 +49,7 @@ def _warm() -> None:
     """
     import tempfile
 
-    from agentcell.worker import _sandbox
+    from agentcell.worker.sandbox import _apply as _sandbox
     from agentcell.worker.tools import builtin_tools
 
     _sandbox.warm_path_cache(PARENT_PATH)  # the path its children will have

@@ -16,7 +16,7 @@ Run by path (``python _mcp_warden.py OWNER STATUS_FILE SECCOMP COMMAND ARGS...``
 as ``-m agentcell...``: it imports nothing of agentcell, so it starts in milliseconds.
 ``STATUS_FILE`` (or ``-``) receives one line if the server cannot be run or exits: the
 reason, for the agent's "failed to start" message. ``SECCOMP`` (or ``-``) is the
-sub-agent's filter, ``<seccomp syscall number>:<program hex>`` (``worker/_seccomp.py``),
+sub-agent's filter, ``<seccomp syscall number>:<program hex>`` (``worker/sandbox/_seccomp.py``),
 installed in the server's process before it runs the server: the server starts before the
 sub-agent's walls go up and would not otherwise be under it. Neither the warden nor the
 server gains a capability, whatever user runs agentcell: the sub-agent locked its

@@ -5,7 +5,6 @@ lean start request its children are forked for, and the Linux process plumbing t
 parent uses to watch and end a child's whole tree.
 """
 
-from agentcell.worker._cgroup import remove_stale_caps
 from agentcell.worker._child import ChildBoot, child_main
 from agentcell.worker._fork_request import encode_request
 from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES, preload_environment
@@ -23,7 +22,8 @@ from agentcell.worker._proc import (
     tree_cpu_seconds,
     tree_rss,
 )
-from agentcell.worker._sandbox import remove_stale_tmps
+from agentcell.worker.sandbox._apply import remove_stale_tmps
+from agentcell.worker.sandbox._cgroup import remove_stale_caps
 
 __all__ = [
     "BOOT_MODULE",

@@ -8,7 +8,7 @@ could rewrite any of them, and the next hook, server or child would run what it 
 Files under ``.claude/`` are protected paths already; for the others, the entry of the
 workdir that holds the file (``scripts``, ``tools``, or the file itself at the top) goes
 read-only to every sub-agent (``AgentSpec.code_entries``, bound by the child in
-``worker/_mountns.py``), and one that is absent is held by a placeholder, so that it
+``worker/sandbox/_mountns.py``), and one that is absent is held by a placeholder, so that it
 cannot be made either. The whole entry, since a sub-agent that may rename a folder above
 the file could put another file at its path.
 

@@ -1,8 +1,9 @@
 """The parent's egress proxy: a sub-agent's bash reaches the hosts of its ``network:`` list.
 
-One proxy per sub-agent run with a list, on the parent's ``127.0.0.1``. bash's commands run
-in a network namespace whose only way out is a relay to this proxy (``worker._egress_relay``),
-with ``HTTP(S)_PROXY`` pointing at it. Each connection names its host once, in the
+One proxy per sub-agent run with a list, on the parent's ``127.0.0.1``. bash's commands
+run in a network namespace whose only way out is a relay to this proxy
+(``worker.sandbox._egress_relay``), with ``HTTP(S)_PROXY`` pointing at it. Each connection
+names its host once, in the
 ``CONNECT host:port`` line (HTTPS and anything tunnelled) or in the absolute URL of a plain
 HTTP request (whose ``Host`` header must agree, as a tunnel's TLS server name must); the
 proxy allows it only if an entry of the list matches, resolves the name itself, and

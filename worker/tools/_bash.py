@@ -170,7 +170,8 @@ def _kill_group(proc: asyncio.subprocess.Process) -> None:
 
 def _network_hint(text: str) -> str | None:
     """Where a failure looks like the sandbox's network wall, a line that says so."""
-    from agentcell.worker import _egress_relay, _sandbox
+    from agentcell.worker.sandbox import _apply as _sandbox
+    from agentcell.worker.sandbox import _egress_relay
 
     box = _sandbox.CURRENT
     if box is None or box.mode == "off":

@@ -195,7 +195,7 @@ def lock() -> str:
 def probe() -> str:
     """What a sub-agent holds here, tried in a throwaway child as a sub-agent does it (a
     user namespace of its own where the kernel allows one, then ``drop``): one line."""
-    from agentcell.worker import _mountns  # only here: _mountns is a sibling of the walls
+    from agentcell.worker.sandbox import _mountns  # only here: _mountns is a sibling of the walls
 
     read_end, write_end = os.pipe()
     pid = os.fork()

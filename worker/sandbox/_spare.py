@@ -16,8 +16,9 @@ import stat
 import tempfile
 from pathlib import Path
 
-from agentcell.worker import _common_rules, _landlock
-from agentcell.worker._landlock import Ruleset
+from agentcell.worker.sandbox import _landlock
+from agentcell.worker.sandbox import _landlock_rules as _common_rules
+from agentcell.worker.sandbox._landlock import Ruleset
 
 
 def private_tmp(pid: int) -> Path:

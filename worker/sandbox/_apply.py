@@ -38,23 +38,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import (
+from agentcell.worker.sandbox import (
     _bash_userns,
     _capabilities,
     _cgroup,
-    _common_rules,
     _egress_relay,
     _grants,
     _landlock,
     _mountns,
-    _sandbox_spare,
     _seccomp,
     _tmpcap,
 )
-from agentcell.worker._landlock import Ruleset
-from agentcell.worker._sandbox_paths import read_paths as _read_paths
-from agentcell.worker._sandbox_paths import version_manager_paths, warm_path_cache
-from agentcell.worker._sandbox_spare import private_tmp
+from agentcell.worker.sandbox import _landlock_rules as _common_rules
+from agentcell.worker.sandbox import _spare as _sandbox_spare
+from agentcell.worker.sandbox._landlock import Ruleset
+from agentcell.worker.sandbox._paths import read_paths as _read_paths
+from agentcell.worker.sandbox._paths import version_manager_paths, warm_path_cache
+from agentcell.worker.sandbox._spare import private_tmp
 
 # Where the parent, the fork server and the tests have always found them.
 __all__ = ["private_tmp", "version_manager_paths", "warm_path_cache"]

@@ -11,7 +11,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from agentcell.worker import _bash_userns, _common_rules, _landlock_held, _seccomp
+from agentcell.worker.sandbox import _bash_userns, _landlock_held, _seccomp
+from agentcell.worker.sandbox import _landlock_rules as _common_rules
 
 
 def read_paths(workdir: str, extra: Iterable[str] = ()) -> list[str]:
@@ -50,7 +51,7 @@ def _runtime_paths(
     runtime.add(os.path.dirname(os.path.realpath(executable)))
     runtime.update(entry for entry in sys_path if entry)
     # The folder this package is installed from (an editable install: the source checkout).
-    runtime.add(str(Path(__file__).resolve().parents[1]))
+    runtime.add(str(Path(__file__).resolve().parents[2]))
     base = os.path.realpath(prefixes[1])
     if _contains(home, base):
         # A Python manager in the home (~/.pyenv): its shims on PATH need all of it.

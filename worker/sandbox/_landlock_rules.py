@@ -13,8 +13,8 @@ import contextlib
 import os
 from collections.abc import Iterable
 
-from agentcell.worker import _landlock, _landlock_held
-from agentcell.worker._landlock import Ruleset
+from agentcell.worker.sandbox import _landlock, _landlock_held
+from agentcell.worker.sandbox._landlock import Ruleset
 
 #: Files of /etc that hold secrets: never readable inside the sandbox.
 _ETC_SECRETS = frozenset(
