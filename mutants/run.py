@@ -62,13 +62,13 @@ MODULES: dict[str, tuple[str, str, float]] = {
         120,
     ),
     "allow-rules": (
-        "worker/_exec_args.py",
+        "worker/rules/_exec_args.py",
         f"{EXEC}test_a_line_that_runs_another_program_is_never_auto_allowed "
         f"{EXEC}test_plain_lines_of_those_programs_are_still_allowed tests/test_allow_rules.py",
         60,
     ),
     "shell": (
-        "worker/_shell.py",
+        "worker/rules/_shell.py",
         "tests/test_mutation_kills_shell.py tests/test_allow_rules.py "
         f"{EXEC}test_a_line_that_runs_another_program_is_never_"
         f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
@@ -143,7 +143,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # The wrappers a deny rule sees through and an allow rule may strip (Claude Code's).
     "wrappers": (
-        "worker/_wrappers.py",
+        "worker/rules/_wrappers.py",
         "tests/test_mutation_kills_wrappers.py tests/test_claude_rules_compat.py "
         "tests/test_allow_rules.py",
         60,

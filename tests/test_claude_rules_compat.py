@@ -429,7 +429,7 @@ async def test_a_wrapper_line_too_long_to_take_apart_is_caught_whole(tmp_path: P
     ``MAX_WRAPPED_WORDS`` the line is judged whole: a deny or ask rule catches it, a read
     rule is matched against every word. A line as long that runs no wrapper is judged as
     before (a long heredoc is not denied)."""
-    from agentcell.worker._wrappers import MAX_WRAPPED_WORDS
+    from agentcell.worker.rules._wrappers import MAX_WRAPPED_WORDS
 
     rules = policy({"deny": ["Bash(rm *)", "Read(./.env)"]}, tmp_path, "bypassPermissions")
     long_wrapped = "env " + "a " * MAX_WRAPPED_WORDS + "ls"

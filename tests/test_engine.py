@@ -540,7 +540,7 @@ def test_tool_output_type_is_public() -> None:
     ],
 )
 def test_allow_rules_cover_every_command_of_a_chain(command: str, allowed: bool) -> None:
-    from agentcell.worker._hooks import Rule
+    from agentcell.worker.rules._policy import Rule
 
     class Args:
         def __init__(self, command: str) -> None:
@@ -562,7 +562,7 @@ def test_allow_rules_cover_every_command_of_a_chain(command: str, allowed: bool)
     ],
 )
 def test_deny_rules_catch_any_command_of_a_chain(command: str) -> None:
-    from agentcell.worker._hooks import Rule
+    from agentcell.worker.rules._policy import Rule
 
     class Args:
         def __init__(self, command: str) -> None:
@@ -572,7 +572,7 @@ def test_deny_rules_catch_any_command_of_a_chain(command: str) -> None:
 
 
 def test_path_rules_see_through_spelling() -> None:
-    from agentcell.worker._hooks import Rule
+    from agentcell.worker.rules._policy import Rule
 
     class Args:
         path = "./src/../secrets/key.pem"

@@ -1,4 +1,4 @@
-"""Tests that kill the mutants of worker/_shell.py that the rest of its test selection
+"""Tests that kill the mutants of worker/rules/_shell.py that the rest of its test selection
 lets live (issue 21, item 9): the longest line parsed, loops, every redirection of a line,
 and lines a rule with a wildcard program would match (``bash(* --help)``), where the
 wrapper, shell and path checks are all that stands between the rule and another program.

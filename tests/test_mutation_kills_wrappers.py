@@ -1,10 +1,10 @@
 """The wrappers' readings at their edges (``make mutants MUTANTS=wrappers``): each case
-is one a mutant of ``worker/_wrappers.py`` survived in the rules' own tests."""
+is one a mutant of ``worker/rules/_wrappers.py`` survived in the rules' own tests."""
 
 from __future__ import annotations
 
 import pytest
-from agentcell.worker._wrappers import inner_commands, stripped
+from agentcell.worker.rules._wrappers import inner_commands, stripped
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ from agentcell.worker._beneath import (
     real_folder,
 )
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
-from agentcell.worker._deny_words import simple_commands
 from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
 from agentcell.worker._first_call import first_request_body, predictable
 from agentcell.worker._hook_relay import (
@@ -19,17 +18,6 @@ from agentcell.worker._hook_relay import (
     RelayedHooks,
     matcher_matches,
     matcher_problem,
-)
-from agentcell.worker._hooks import (
-    Approver,
-    Decision,
-    DenyTools,
-    Hook,
-    PermissionMode,
-    PermissionPolicy,
-    Rule,
-    Verdict,
-    describe_arguments,
 )
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
 from agentcell.worker._record_chain import (
@@ -49,6 +37,18 @@ from agentcell.worker._secrets import (
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
+from agentcell.worker.rules._deny_words import simple_commands
+from agentcell.worker.rules._policy import (
+    Approver,
+    Decision,
+    DenyTools,
+    Hook,
+    PermissionMode,
+    PermissionPolicy,
+    Rule,
+    Verdict,
+    describe_arguments,
+)
 from agentcell.worker.sandbox._apply import MODES as SANDBOX_MODES
 from agentcell.worker.sandbox._apply import missing_for as sandbox_missing
 from agentcell.worker.sandbox._apply import parse_mode as parse_sandbox_mode

@@ -39,12 +39,12 @@ from agentcell.worker._child import ChildLink
 from agentcell.worker._compaction import Compactor
 from agentcell.worker._engine import Engine, Limits
 from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
-from agentcell.worker._hooks import DenyTools, Hook, PermissionPolicy
 from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
 from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
+from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _bash_userns, _mountns
 from agentcell.worker.sandbox import _one_thread as one_thread

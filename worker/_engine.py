@@ -37,7 +37,6 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker._compaction import Compactor
-from agentcell.worker._hooks import Approver, Decision, Hook, judge
 from agentcell.worker._session import Session
 from agentcell.worker.models import (
     Model,
@@ -48,6 +47,7 @@ from agentcell.worker.models import (
     TextPart,
     ToolCallStart,
 )
+from agentcell.worker.rules._policy import Approver, Decision, Hook, judge
 from agentcell.worker.tools import (
     Tool,
     ToolContext,

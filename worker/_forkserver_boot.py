@@ -128,9 +128,9 @@ async def _rehearse(workdir: str) -> None:
         encode_frame,
     )
     from agentcell.worker._engine import Engine
-    from agentcell.worker._hooks import PermissionPolicy
     from agentcell.worker._model_link import LinkTransport
     from agentcell.worker.models import OpenAIChatModel
+    from agentcell.worker.rules._policy import PermissionPolicy
     from agentcell.worker.tools import builtin_tools
 
     # The path a child really takes: its model over the link to the parent (frames),

@@ -24,9 +24,9 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker._engine import StopRun, TurnHook
-from agentcell.worker._hooks import Decision, Hook, Verdict
 from agentcell.worker._mcp import MCP_PREFIX
 from agentcell.worker._session import Session
+from agentcell.worker.rules._policy import Decision, Hook, Verdict
 from agentcell.worker.tools import Tool, ToolOutput
 
 #: ``ChildLink.run_hooks``: (event, call_id=, tool=, arguments=, response=, is_error=) →

@@ -439,7 +439,7 @@ def _parameter_rules(
     name: str, tools: tuple[str, ...], parameter: tuple[str, str], kind: str, notes: list[str]
 ) -> list[str]:
     """``Agent(model:opus)`` → ``task(model:opus)``: the call's own argument is matched
-    (``worker._hooks``). Left out, with the reason, where Claude Code ignores it or our
+    (``worker.rules._policy``). Left out, with the reason, where Claude Code ignores it or our
     tool has no such argument (no call could ever set it here)."""
     field, value = parameter
     if kind == "allow":

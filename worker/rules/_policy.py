@@ -21,9 +21,9 @@ from urllib.parse import urlsplit
 
 import msgspec
 from agentcell.protocol import ToolCall
-from agentcell.worker._deny_words import LineWords, simple_commands
-from agentcell.worker._shell import plain_commands
-from agentcell.worker._wrappers import inner_commands, too_long_to_unwrap
+from agentcell.worker.rules._deny_words import LineWords, simple_commands
+from agentcell.worker.rules._shell import plain_commands
+from agentcell.worker.rules._wrappers import inner_commands, too_long_to_unwrap
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
 
 

@@ -20,8 +20,8 @@ import posixpath
 import re
 from typing import Any
 
-from agentcell.worker._exec_args import runs_another
-from agentcell.worker._wrappers import stripped
+from agentcell.worker.rules._exec_args import runs_another
+from agentcell.worker.rules._wrappers import stripped
 
 #: Programs whose job is to run another program given in their arguments.
 WRAPPERS = frozenset(
