@@ -57,7 +57,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("  bash's network namespace + relay", "agentcell.worker.sandbox._apply", "_prepare_egress"),
     ("  bash wall prepared", "agentcell.worker.sandbox._apply", "_prepare_bash_wall"),
     ("  seccomp filter (check + install)", "agentcell.worker.sandbox._apply", "_install_seccomp"),
-    ("engine.run (3 model turns + tools)", "agentcell.worker._engine", "Engine.run"),
+    ("engine.run (3 model turns + tools)", "agentcell.worker.engine._loop", "Engine.run"),
     ("  model request #1", "agentcell.worker.models._http", "SSEClient.stream#1"),
     ("  model requests #2+", "agentcell.worker.models._http", "SSEClient.stream#2+"),
     ("model.aclose", "agentcell.worker.models._chat_model", "HttpChatModel.aclose"),

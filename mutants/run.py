@@ -137,7 +137,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # Claude Code's hook matchers, and the ones said never to fire.
     "hook-matcher": (
-        "worker/_hook_relay.py",
+        "worker/engine/_hook_relay.py",
         "tests/test_hooks.py tests/test_subagent_stop.py tests/test_hooks_claude.py",
         120,
     ),

@@ -1,5 +1,5 @@
 """A sub-agent's first model request sent by the parent while its process starts
-(``_call_ahead``, ``worker/_first_call.py``), against the loopback model server and real
+(``_call_ahead``, ``worker/engine/_first_call.py``), against the loopback model server and real
 children: the child's own identical first call takes the answer under way; a different
 one cancels it and is sent; a child that never asks leaves nothing open."""
 

@@ -162,7 +162,7 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
     # In process, with no usage reported: the size is estimated from the text.
     from agentcell.protocol import AssistantMessage, ToolMessage
     from agentcell.worker import Engine, Session
-    from agentcell.worker._compaction import SUMMARY_HEADER, Compactor
+    from agentcell.worker.engine._compaction import SUMMARY_HEADER, Compactor
     from agentcell.worker.testing import FunctionModel, reply, tool_call
     from agentcell.worker.tools import function_tool
 

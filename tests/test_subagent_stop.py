@@ -299,7 +299,7 @@ async def test_the_cap_counts_blocks_in_a_row_and_an_accepted_answer_resets_it()
 
     from agentcell.protocol import AssistantMessage
     from agentcell.worker import StopRun
-    from agentcell.worker._hook_relay import relayed_stop_hook
+    from agentcell.worker.engine._hook_relay import relayed_stop_hook
 
     assert MAX_STOP_HOOK_CONTINUATIONS == 8
     blocks: list[bool] = []

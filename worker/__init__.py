@@ -4,21 +4,12 @@ Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``
 this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
-from agentcell.worker._answer_cap import MAX_ANSWER_BYTES, cut_answer
 from agentcell.worker._beneath import (
     OutsideRoot,
     read_beneath,
     real_folder,
 )
 from agentcell.worker._child import ChildBoot, ChildLink, child_main
-from agentcell.worker._engine import Engine, EventSink, Limits, StopRun, StreamWatcher, TurnHook
-from agentcell.worker._first_call import first_request_body, predictable
-from agentcell.worker._hook_relay import (
-    MAX_STOP_HOOK_CONTINUATIONS,
-    RelayedHooks,
-    matcher_matches,
-    matcher_problem,
-)
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
 from agentcell.worker._record_chain import (
     RecordTampered,
@@ -34,8 +25,24 @@ from agentcell.worker._secrets import (
     release_secrets,
     secret,
 )
-from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript
+from agentcell.worker.engine._answer_cap import MAX_ANSWER_BYTES, cut_answer
+from agentcell.worker.engine._first_call import first_request_body, predictable
+from agentcell.worker.engine._hook_relay import (
+    MAX_STOP_HOOK_CONTINUATIONS,
+    RelayedHooks,
+    matcher_matches,
+    matcher_problem,
+)
+from agentcell.worker.engine._loop import (
+    Engine,
+    EventSink,
+    Limits,
+    StopRun,
+    StreamWatcher,
+    TurnHook,
+)
+from agentcell.worker.engine._session import Session
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
 from agentcell.worker.rules._deny_words import simple_commands
 from agentcell.worker.rules._policy import (

@@ -36,13 +36,13 @@ from agentcell.protocol import (
 )
 from agentcell.worker import _proc
 from agentcell.worker._child import ChildLink
-from agentcell.worker._compaction import Compactor
-from agentcell.worker._engine import Engine, Limits
-from agentcell.worker._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
-from agentcell.worker._session import Session
 from agentcell.worker._transcript import Transcript, private_file
+from agentcell.worker.engine._compaction import Compactor
+from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
+from agentcell.worker.engine._loop import Engine, Limits
+from agentcell.worker.engine._session import Session
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
 from agentcell.worker.sandbox import _apply as _sandbox

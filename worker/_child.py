@@ -60,7 +60,7 @@ from agentcell.protocol import (
     sign_frame,
 )
 from agentcell.worker import _proc
-from agentcell.worker._answer_cap import capped_answer, fitted_events
+from agentcell.worker.engine._answer_cap import capped_answer, fitted_events
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _cgroup, _landlock_held
 from agentcell.worker.sandbox import _spare as _sandbox_spare

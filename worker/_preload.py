@@ -37,7 +37,7 @@ PRELOAD_MODULES: list[str] = [
     "agentcell.worker._proc",
     "agentcell.worker._child",
     "agentcell.worker._agent",
-    "agentcell.worker._engine",
+    "agentcell.worker.engine._loop",
     "agentcell.worker.models._openai",
     "agentcell.worker.models._anthropic",
     "agentcell.worker.tools._builtin",

@@ -3,7 +3,7 @@
 A sub-agent's process takes milliseconds of CPU to fork, boot and wall itself before it
 sends its first model request; at a fan-out of dozens on a small machine, the starts
 queue and the last sub-agent's first request leaves hundreds of milliseconds after the
-task call. But that first request is fixed by the spec (``worker/_first_call.py``), so
+task call. But that first request is fixed by the spec (``worker/engine/_first_call.py``), so
 the parent builds it, checks it as it checks a child's, and sends it at once, with its
 own key, from its pools (never under a provider's limits: see ``Runner._call_ahead``;
 its permit is the limiter's bookkeeping alone). ``CallAhead`` holds the request

@@ -36,8 +36,8 @@ from agentcell.protocol import (
     UsageUpdate,
     UserMessage,
 )
-from agentcell.worker._compaction import Compactor
-from agentcell.worker._session import Session
+from agentcell.worker.engine._compaction import Compactor
+from agentcell.worker.engine._session import Session
 from agentcell.worker.models import (
     Model,
     ModelError,

@@ -25,7 +25,7 @@ from agentcell.protocol import (
     ToolMessage,
     UserMessage,
 )
-from agentcell.worker._session import Session
+from agentcell.worker.engine._session import Session
 from agentcell.worker.models import Model, ModelRequest, ModelResponse
 
 #: A token is about four characters of English or code: the estimate where no usage comes.
