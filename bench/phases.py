@@ -21,7 +21,7 @@ from typing import Any
 
 #: (phase, module, attribute path): what a child's life is made of, in order.
 PHASES: tuple[tuple[str, str, str], ...] = (
-    ("harden (setsid, prctl, oom, fds, faulthandler)", "agentcell.worker._child", "_harden"),
+    ("harden (setsid, prctl, oom, fds, faulthandler)", "agentcell.worker.child._main", "_harden"),
     (
         "spare's cgroup, made before its Hello",
         "agentcell.worker.sandbox._cgroup",
@@ -34,12 +34,12 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ),
     ("pre-connect to the model endpoint", "agentcell.worker.models._client", "prepare_connection"),
     ("open the pipe", "agentcell.protocol", "PipeChannel.open"),
-    ("Hello → Start → run → Result (all of _serve)", "agentcell.worker._child", "_serve"),
-    ("run_agent (the handler)", "agentcell.worker._agent", "run_agent"),
+    ("Hello → Start → run → Result (all of _serve)", "agentcell.worker.child._main", "_serve"),
+    ("run_agent (the handler)", "agentcell.worker.child._agent", "run_agent"),
     ("dill.loads of the Start's objects", "dill", "loads"),
-    ("resolve the model", "agentcell.worker._agent", "resolve_model"),
-    ("build the engine (registry, hooks)", "agentcell.worker._agent", "build_engine"),
-    ("enter the sandbox (all)", "agentcell.worker._agent", "enter_sandbox"),
+    ("resolve the model", "agentcell.worker.child._agent", "resolve_model"),
+    ("build the engine (registry, hooks)", "agentcell.worker.child._agent", "build_engine"),
+    ("enter the sandbox (all)", "agentcell.worker.child._agent", "enter_sandbox"),
     ("  cgroup pids cap", "agentcell.worker.sandbox._cgroup", "ProcessCap.create"),
     (
         "  Landlock ruleset (with the mounts below)",
@@ -61,7 +61,7 @@ PHASES: tuple[tuple[str, str, str], ...] = (
     ("  model request #1", "agentcell.worker.models._http", "SSEClient.stream#1"),
     ("  model requests #2+", "agentcell.worker.models._http", "SSEClient.stream#2+"),
     ("model.aclose", "agentcell.worker.models._chat_model", "HttpChatModel.aclose"),
-    ("reap descendants at exit", "agentcell.worker._child", "_reap_descendants"),
+    ("reap descendants at exit", "agentcell.worker.child._main", "_reap_descendants"),
 )
 
 

@@ -312,7 +312,7 @@ def seeds() -> list[bytes]:
         Start(
             protocol_version=1,
             run_id="a1",
-            handler="agentcell.worker._agent:run_agent",
+            handler="agentcell.worker.child._agent:run_agent",
             spec=AgentSpec(
                 agent_id="a1",
                 agent_type="Explore",

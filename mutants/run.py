@@ -163,7 +163,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (
-        "worker/_fork_request.py",
+        "worker/child/_fork_request.py",
         "tests/test_fork_request.py "
         "tests/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
         90,
@@ -192,7 +192,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # The proof that mutants run in the children: only the line of the child's own
     # approval check is mutated, and only a child-side test can kill its mutants.
     "child-approval": (
-        "worker/_child.py",
+        "worker/child/_main.py",
         f"{KILLS}test_an_approval_with_a_wrong_signature_is_ignored_by_the_child",
         120,
     ),

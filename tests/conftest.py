@@ -12,7 +12,7 @@ import psutil
 import pytest
 from agentcell.orchestrator.backends import RayHead, forkserver_pids, local_ray_head
 from agentcell.orchestrator.backends import _forkserver as _pool
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from hypothesis import HealthCheck, settings
 from model_servers import (  # noqa: F401  (fixtures for every test module)
     model_server,

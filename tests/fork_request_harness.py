@@ -1,4 +1,4 @@
-"""Runs worker/_fork_request.py's fork-server side in a throwaway process, for
+"""Runs worker/child/_fork_request.py's fork-server side in a throwaway process, for
 tests/test_mutation_kills_fork.py: what a fork server's child does with one request, and
 what the fork server's peer check accepts. It prints one JSON object.
 
@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agentcell.worker import _fork_request
+from agentcell.worker.child import _fork_request
 
 SEEN: dict[str, Any] = {}
 LOADS: list[str] = []

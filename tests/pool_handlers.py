@@ -89,7 +89,7 @@ async def run(start: Start, link: ChildLink) -> RunResult:
         os._exit(0)
     if op == "modules":
         # Everything this child imported itself (its fork server had not preloaded it).
-        from agentcell.worker import _child
+        from agentcell.worker.child import _main as _child
 
         fresh = sorted(
             m for m in sys.modules if m not in _child.INHERITED_MODULES and m != __name__
@@ -116,8 +116,8 @@ def child_that_never_greets(conn: object, boot: object) -> None:
 
 async def agent_then_modules(start: Start, link: ChildLink) -> RunResult:
     """Run the real agent handler, then report what this child imported by itself."""
-    from agentcell.worker import _child
-    from agentcell.worker._agent import run_agent
+    from agentcell.worker.child import _main as _child
+    from agentcell.worker.child._agent import run_agent
 
     result = await run_agent(start, link)
     result.data["imported"] = sorted(

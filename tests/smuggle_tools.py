@@ -75,7 +75,7 @@ async def ask_pre_compact(instructions: str) -> str:
     """A PreCompact hook request of this process's own, its payload naming
     ``instructions`` as the user's custom instructions (an automatic compaction has
     none); returns whether the parent's hook blocked it."""
-    from agentcell.worker._child import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     payload = {"trigger": "auto", "custom_instructions": instructions}

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 import pytest
 from agentcell.orchestrator.cli import cli
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
 from terminal_util import AGENTCELL

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from model_servers import Call, ModelServer, Reply
 from terminal_util import Screen
 from test_cli import assert_gone, cli_env, project

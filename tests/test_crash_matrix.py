@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import OutcomeKind, WorkerPool
 from agentcell.protocol import Control, ControlAction, Limits, RunStatus
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start
 

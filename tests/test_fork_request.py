@@ -1,4 +1,4 @@
-"""The fork server's lean start request (worker/_fork_request.py), and what it keeps."""
+"""The fork server's lean start request (worker/child/_fork_request.py), and what it keeps."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from agentcell.protocol import (
     decode_body,
     encode_frame,
 )
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -249,7 +249,7 @@ async def test_keys_live_in_memory_while_an_orchestrator_runs(
     spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from agentcell.orchestrator.backends import child_environment
-    from agentcell.worker import _proc
+    from agentcell.worker.child import _proc
 
     monkeypatch.setenv("OPENAI_API_KEY", _PARENT_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", "fake-anthropic-other-provider-key-0123456789")

@@ -483,6 +483,6 @@ async def test_cancel_reaches_a_daemon_that_left_the_session(
             )
     assert result.status is RunStatus.CANCELLED
     (pid,) = daemon
-    from agentcell.worker import _proc
+    from agentcell.worker.child import _proc
 
     assert not _proc.is_alive(pid), "a daemon that called setsid outlived the cancelled sub-agent"

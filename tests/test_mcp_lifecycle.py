@@ -216,7 +216,8 @@ async def test_a_child_that_hangs_after_its_report_keeps_its_result(
 REAPER = textwrap.dedent(
     """
     import os, signal
-    from agentcell.worker import _child, _landlock, _proc
+    from agentcell.worker.sandbox import _landlock
+    from agentcell.worker.child import _main as _child, _proc
 
     _proc.set_child_subreaper()
     ready, tell = os.pipe()

@@ -17,7 +17,7 @@ from pathlib import Path
 import multiprocess.process
 import pytest
 from agentcell.orchestrator.backends import _mp_tempdir
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 
 #: An orchestrator that prints its multiprocess temp folder and fork server, then waits
 #: (to be killed) or, with "exit", leaves cleanly.

@@ -1,6 +1,6 @@
 """What agentcell patches in ``multiprocess``, checked against the installed one.
 
-The fork server's peer check and lean start request (worker/_fork_request.py), the
+The fork server's peer check and lean start request (worker/child/_fork_request.py), the
 explicit environment of a fork server's exec (orchestrator/backends/_starters.py) and the
 skipped ``__main__`` (orchestrator/backends/_forkserver.py) replace or wrap multiprocess
 internals. multiprocess ships those internals per Python version, so these checks run on

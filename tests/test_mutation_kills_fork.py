@@ -1,4 +1,4 @@
-"""Tests that kill the mutants of worker/_fork_request.py (the fork server's lean start
+"""Tests that kill the mutants of worker/child/_fork_request.py (the fork server's lean start
 request and its peer check) that its child-level tests let live (issue 21, item 9).
 
 Each runs in a fraction of a second: the request's encoding here, and the fork server's

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 
 HERE = Path(__file__).parent
 

@@ -22,7 +22,7 @@ from agentcell.protocol import (
     RunStatus,
     Start,
 )
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start
 
@@ -307,7 +307,7 @@ def test_a_command_line_start_does_not_build_the_shell_parsers_tables() -> None:
 
 
 def test_forkserver_boot_module_is_never_imported_in_the_parent() -> None:
-    assert "agentcell.worker._forkserver_boot" not in sys.modules
+    assert "agentcell.worker.child._forkserver_boot" not in sys.modules
 
 
 def test_a_sentinel_past_descriptor_1024_still_reports_the_exit() -> None:

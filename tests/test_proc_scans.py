@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import OutcomeKind, WorkerPool
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start
 
@@ -58,7 +58,7 @@ async def test_scans_after_crashes_and_kills_stay_off_the_event_loop(
 #: script's own group (not the test's), and signal 0 sends nothing to anyone.
 _NO_PID_SCRIPT = """
 import signal
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 print(_proc.kill_session(0, signal.SIGTERM), _proc.kill_session(-1, 0),
       _proc.kill_tree(0, 0), _proc.kill_tree(-1, 0), _proc.kill_descendants(0, 0),
       _proc._signal(0, 0), _proc._signal(-1, 0), flush=True)

@@ -29,7 +29,7 @@ from agentcell.protocol import (
     Notice,
     Start,
 )
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, _files
 from agentcell.worker.tools._bash import HEAD_BYTES, TAIL_BYTES, Bash
 from agentcell.worker.tools._builtin import BUILTIN_TOOL_NAMES, builtin_tools

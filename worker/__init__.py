@@ -9,7 +9,6 @@ from agentcell.worker._beneath import (
     read_beneath,
     real_folder,
 )
-from agentcell.worker._child import ChildBoot, ChildLink, child_main
 from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
 from agentcell.worker._record_chain import (
     RecordTampered,
@@ -18,14 +17,15 @@ from agentcell.worker._record_chain import (
     verified_lines,
 )
 from agentcell.worker._redact import Redactor, secret_digests
-from agentcell.worker._secrets import (
+from agentcell.worker._transcript import Transcript
+from agentcell.worker.child._main import ChildBoot, ChildLink, child_main
+from agentcell.worker.child._secrets import (
     SECRET_NAMES,
     hold_secrets,
     known_secrets,
     release_secrets,
     secret,
 )
-from agentcell.worker._transcript import Transcript
 from agentcell.worker.engine._answer_cap import MAX_ANSWER_BYTES, cut_answer
 from agentcell.worker.engine._first_call import first_request_body, predictable
 from agentcell.worker.engine._hook_relay import (

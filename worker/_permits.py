@@ -7,7 +7,7 @@ over its pipe, so K children together never exceed what the provider allows.
 
 from __future__ import annotations
 
-from agentcell.worker._child import ChildLink
+from agentcell.worker.child._main import ChildLink
 from agentcell.worker.models import ModelError, ModelErrorKind, Permit
 
 

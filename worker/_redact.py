@@ -7,7 +7,7 @@ import secrets as _random
 from collections.abc import Iterable, Mapping
 
 from agentcell.protocol import SecretDigest
-from agentcell.worker._secrets import SECRET_NAMES, known_secrets
+from agentcell.worker.child._secrets import SECRET_NAMES, known_secrets
 
 MASK = "[REDACTED]"
 _MIN_LENGTH = 8  # shorter values are left alone (masking "abc" would garble records)

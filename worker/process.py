@@ -5,10 +5,10 @@ lean start request its children are forked for, and the Linux process plumbing t
 parent uses to watch and end a child's whole tree.
 """
 
-from agentcell.worker._child import ChildBoot, child_main
-from agentcell.worker._fork_request import encode_request
-from agentcell.worker._preload import BOOT_MODULE, PRELOAD_MODULES, preload_environment
-from agentcell.worker._proc import (
+from agentcell.worker.child._fork_request import encode_request
+from agentcell.worker.child._main import ChildBoot, child_main
+from agentcell.worker.child._preload import BOOT_MODULE, PRELOAD_MODULES, preload_environment
+from agentcell.worker.child._proc import (
     ProcInfo,
     descendants,
     is_alive,

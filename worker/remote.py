@@ -15,7 +15,7 @@ import json
 import sys
 
 from agentcell.protocol import tcp_connect
-from agentcell.worker._child import ChildBoot, ChildChannel, remote_child_main
+from agentcell.worker.child._main import ChildBoot, ChildChannel, remote_child_main
 
 
 def main() -> None:

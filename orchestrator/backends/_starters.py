@@ -43,7 +43,7 @@ def _interrupts_blocked() -> Iterator[None]:
     and a terminal's Ctrl-C, sent to the whole foreground process group, would kill it
     mid-import with a ``KeyboardInterrupt`` traceback on the user's screen and fail every
     start after it. Its boot module ignores SIGINT and unblocks it
-    (``worker/_forkserver_boot.py``). multiprocess's resource tracker unblocks SIGINT
+    (``worker/child/_forkserver_boot.py``). multiprocess's resource tracker unblocks SIGINT
     after starting itself, so it is started first."""
     from multiprocess import resource_tracker
 

@@ -71,7 +71,7 @@ from agentcell.worker import (
 from agentcell.worker.models import ToolSpec, thinking_control, thinking_max_tokens
 from agentcell.worker.tools import Tool
 
-AGENT_HANDLER = "agentcell.worker._agent:run_agent"
+AGENT_HANDLER = "agentcell.worker.child._agent:run_agent"
 
 # The name predates the split: operators filter on it.
 log = logging.getLogger("agentcell.runner")

@@ -48,7 +48,7 @@ async def first_request_body(spec: AgentSpec, custom_tools: Sequence[Tool]) -> b
     its Start carries), or None when it cannot be known here."""
     if not predictable(spec):
         return None
-    from agentcell.worker._agent import child_registry  # the engine's own module
+    from agentcell.worker.child._agent import child_registry  # the engine's own module
 
     registry = child_registry(spec, custom_tools, None)  # type: ignore[arg-type]
     messages: list[Any] = [SystemMessage(content=spec.system_prompt)] if spec.system_prompt else []

@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar
 
-from agentcell.worker._secrets import secret
+from agentcell.worker.child._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
 from agentcell.worker.models._transport import Endpoint, ModelTransport

@@ -34,9 +34,9 @@ PRELOAD_MODULES: list[str] = [
     # The allow rules' shell parser, imported at its first use (it builds its parse
     # tables at import, ~120 ms): here so that no child builds them again.
     "bashlex",
-    "agentcell.worker._proc",
-    "agentcell.worker._child",
-    "agentcell.worker._agent",
+    "agentcell.worker.child._proc",
+    "agentcell.worker.child._main",
+    "agentcell.worker.child._agent",
     "agentcell.worker.engine._loop",
     "agentcell.worker.models._openai",
     "agentcell.worker.models._anthropic",
@@ -45,7 +45,7 @@ PRELOAD_MODULES: list[str] = [
 ]
 
 #: Imported last: it records what loaded and arms the fork server's exit hook.
-BOOT_MODULE = "agentcell.worker._forkserver_boot"
+BOOT_MODULE = "agentcell.worker.child._forkserver_boot"
 
 #: How the fork server learns the caller's own preload list (the ``preload`` setting,
 #: ``WorkerPool(preload=)``) and the parent's ``sys.path``: multiprocess passes its fork

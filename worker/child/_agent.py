@@ -34,11 +34,11 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker import _proc
-from agentcell.worker._child import ChildLink
 from agentcell.worker._permits import LinkGate
 from agentcell.worker._redact import Redactor
 from agentcell.worker._transcript import Transcript, private_file
+from agentcell.worker.child import _proc
+from agentcell.worker.child._main import ChildLink
 from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker.engine._loop import Engine, Limits

@@ -59,7 +59,7 @@ from agentcell.protocol import (
     frame_is_authentic,
     sign_frame,
 )
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 from agentcell.worker.engine._answer_cap import capped_answer, fitted_events
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _cgroup, _landlock_held
@@ -402,7 +402,9 @@ def _pidfd_child_watcher() -> None:
 
 
 def _harden(boot: ChildBoot) -> None:
-    from agentcell.worker import _forkserver_boot  # inherited from the fork server, not re-imported
+    from agentcell.worker.child import (
+        _forkserver_boot,  # inherited from the fork server, not re-imported
+    )
 
     os.setsid()
     _proc.set_parent_death_signal(signal.SIGKILL)
@@ -445,10 +447,10 @@ def _release_multiprocess_fds() -> None:
 
 
 def _preload_status() -> tuple[bool, list[str]]:
-    from agentcell.worker import _forkserver_boot
+    from agentcell.worker.child import _forkserver_boot
 
     if os.getpid() == _forkserver_boot.BOOT_PID:
-        return False, ["agentcell.worker._forkserver_boot"]
+        return False, ["agentcell.worker.child._forkserver_boot"]
     missing = [*_forkserver_boot.MISSING_PRELOAD, *_forkserver_boot.PRELOAD_PROBLEMS]
     return not missing, missing
 

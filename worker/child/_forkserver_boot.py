@@ -23,9 +23,9 @@ import warnings
 from typing import Any
 
 import multiprocess.forkserver
-from agentcell.worker import _proc
-from agentcell.worker._fork_request import guard_fork_requests, serve_one
-from agentcell.worker._preload import PRELOAD_MODULES, import_preload, take_preload_request
+from agentcell.worker.child import _proc
+from agentcell.worker.child._fork_request import guard_fork_requests, serve_one
+from agentcell.worker.child._preload import PRELOAD_MODULES, import_preload, take_preload_request
 
 BOOT_PID = os.getpid()
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 
-from agentcell.worker import _proc
+from agentcell.worker.child import _proc
 
 #: Environment variables whose values are secrets wherever they appear.
 SECRET_NAMES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
