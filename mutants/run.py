@@ -75,7 +75,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
         120,
     ),
     "redaction": (
-        "worker/_redact.py",
+        "worker/records/_redact.py",
         f"{KILLS}test_a_secret_that_extends_another_is_masked_whole "
         "tests/test_isolation.py::test_secrets_are_redacted_from_records "
         "tests/test_hardening_processes.py::test_a_child_redacts_the_keys_it_was_never_given",

@@ -65,7 +65,7 @@ def owner() -> int:
     parent = os.getppid()
     try:
         with open(f"/proc/{parent}/cmdline", "rb") as handle:
-            launched_by_warden = b"_mcp_warden.py" in handle.read()
+            launched_by_warden = b"mcp/_warden.py" in handle.read()
         with open(f"/proc/{parent}/stat", "rb") as handle:
             stat = handle.read()
     except OSError:

@@ -273,7 +273,7 @@ def test_a_record_on_a_full_disk_ends_at_its_last_whole_line_and_its_chain_holds
     tmp_path: Path,
 ) -> None:
     from agentcell.worker import Transcript
-    from agentcell.worker._record_chain import verified_lines
+    from agentcell.worker.records._chain import verified_lines
 
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "size=1m")

@@ -1,6 +1,6 @@
 """Run records a sub-agent cannot rewrite, and that nobody else can read.
 
-Each record line is chained and keyed (worker/_record_chain.py): ``agentcell runs resume``
+Each record line is chained and keyed (worker/records/_chain.py): ``agentcell runs resume``
 and ``task(resume=ID)`` refuse a record whose lines were changed, moved, removed or added
 after they were written. The attacks run from a real sub-agent's bash, under the default
 ``workspace`` sandbox, against a local model server; the permission checks walk the

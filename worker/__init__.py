@@ -9,15 +9,6 @@ from agentcell.worker._beneath import (
     read_beneath,
     real_folder,
 )
-from agentcell.worker._mcp import MCP_PREFIX, McpServers, McpTool, mcp_tool_name, tool_granted
-from agentcell.worker._record_chain import (
-    RecordTampered,
-    chain_end,
-    record_key,
-    verified_lines,
-)
-from agentcell.worker._redact import Redactor, secret_digests
-from agentcell.worker._transcript import Transcript
 from agentcell.worker.child._main import ChildBoot, ChildLink, child_main
 from agentcell.worker.child._secrets import (
     SECRET_NAMES,
@@ -43,7 +34,22 @@ from agentcell.worker.engine._loop import (
     TurnHook,
 )
 from agentcell.worker.engine._session import Session
+from agentcell.worker.mcp._client import (
+    MCP_PREFIX,
+    McpServers,
+    McpTool,
+    mcp_tool_name,
+    tool_granted,
+)
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
+from agentcell.worker.records._chain import (
+    RecordTampered,
+    chain_end,
+    record_key,
+    verified_lines,
+)
+from agentcell.worker.records._redact import Redactor, secret_digests
+from agentcell.worker.records._transcript import Transcript
 from agentcell.worker.rules._deny_words import simple_commands
 from agentcell.worker.rules._policy import (
     Approver,

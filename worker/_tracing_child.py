@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 from agentcell.protocol import AgentSpec, ChannelClosed, SpanBatch, SpanRecord, Start, sign_frame
-from agentcell.worker._redact import Redactor
 from agentcell.worker._tracing import (
     CAPTURE_KEY,
     CONVERSATION_KEY,
@@ -24,6 +23,7 @@ from agentcell.worker._tracing import (
     context_from_headers,
 )
 from agentcell.worker._tracing_export import MAX_CHILD_SPANS
+from agentcell.worker.records._redact import Redactor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 #: Spans per frame: a frame stays far below the frame size limit.

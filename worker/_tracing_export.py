@@ -22,7 +22,6 @@ from typing import Any
 
 import msgspec
 from agentcell.protocol import SpanRecord
-from agentcell.worker._redact import Redactor
 from agentcell.worker._tracing import (
     CAPTURE_KEY,
     CONVERSATION,
@@ -34,6 +33,7 @@ from agentcell.worker._tracing import (
     trace_id_of,
 )
 from agentcell.worker._tracing_env import tracing_requested
+from agentcell.worker.records._redact import Redactor
 
 log = logging.getLogger("agentcell.tracing")
 

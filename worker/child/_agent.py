@@ -35,8 +35,6 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker._permits import LinkGate
-from agentcell.worker._redact import Redactor
-from agentcell.worker._transcript import Transcript, private_file
 from agentcell.worker.child import _proc
 from agentcell.worker.child._main import ChildLink
 from agentcell.worker.engine._compaction import Compactor
@@ -44,6 +42,8 @@ from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker.engine._loop import Engine, Limits
 from agentcell.worker.engine._session import Session
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
+from agentcell.worker.records._redact import Redactor
+from agentcell.worker.records._transcript import Transcript, private_file
 from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _bash_userns, _mountns
@@ -204,7 +204,7 @@ async def start_mcp_servers(spec: AgentSpec, engine: Engine, link: ChildLink) ->
     if not spec.mcp_servers:
         return None
     _sandbox.before_servers(spec.sandbox)
-    from agentcell.worker._mcp import McpServers
+    from agentcell.worker.mcp._client import McpServers
 
     seccomp = _sandbox.launcher_seccomp(spec.sandbox)  # the servers get the filter too
     log_prefix = os.path.join(spec.run_dir, f"{spec.agent_id}.mcp-") if spec.run_dir else ""

@@ -23,9 +23,9 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker._mcp import MCP_PREFIX
 from agentcell.worker.engine._loop import StopRun, TurnHook
 from agentcell.worker.engine._session import Session
+from agentcell.worker.mcp._client import MCP_PREFIX
 from agentcell.worker.rules._policy import Decision, Hook, Verdict
 from agentcell.worker.tools import Tool, ToolOutput
 

@@ -21,7 +21,7 @@ from typing import IO, Any
 
 import msgspec
 from agentcell.protocol import AgentEvent, Message, RunResult
-from agentcell.worker._record_chain import last_mac, seal
+from agentcell.worker.records._chain import last_mac, seal
 
 _encoder = msgspec.json.Encoder()
 _chain_lock = threading.Lock()  # one line at a time, whoever in this process writes it

@@ -2,7 +2,7 @@
 
 Each server lives in an asyncio task of its own that holds the SDK's ``Client`` open (the
 SDK's transports are anyio task groups: entered and left in one task) until ``stop``.
-A stdio server runs under a warden (``_mcp_warden.py``), a child process of this one: the
+A stdio server runs under a warden (``_warden.py``), a child process of this one: the
 subreaper of everything the server starts, it ends the server's whole tree — helpers that
 left with ``setsid`` included — when the server exits, when it is stopped, and when this
 process is gone however it ended. A server that exits before it answers is said at once,
@@ -47,7 +47,7 @@ STOP_TIMEOUT_S = 5.0
 #: gone, do not start), a status file for the reason the server stopped, the sub-agent's
 #: seccomp filter as ``<seccomp syscall number>:<program hex>`` or ``-`` (none; the server
 #: would not otherwise have it: it starts before the sub-agent's walls go up), command, args.
-WARDEN = str(Path(__file__).with_name("_mcp_warden.py"))
+WARDEN = str(Path(__file__).with_name("_warden.py"))
 
 
 def mcp_tool_name(server: str, tool: str) -> str:

@@ -12,7 +12,7 @@ warden's subtree, where a /proc walk finds it. It is started before the sub-agen
 go up and is outside its Landlock domain, so it may signal the server's processes, which
 the sub-agent itself may not (Landlock's signal scope): the sub-agent never has to.
 
-Run by path (``python _mcp_warden.py OWNER STATUS_FILE SECCOMP COMMAND ARGS...``), not
+Run by path (``python _warden.py OWNER STATUS_FILE SECCOMP COMMAND ARGS...``), not
 as ``-m agentcell...``: it imports nothing of agentcell, so it starts in milliseconds.
 ``STATUS_FILE`` (or ``-``) receives one line if the server cannot be run or exits: the
 reason, for the agent's "failed to start" message. ``SECCOMP`` (or ``-``) is the
