@@ -23,7 +23,7 @@ def tracing_from_env() -> Any:
 def tracing_preload(tracing: Any) -> list[str] | None:
     """What a traced run's fork server imports for its children: the SDK and the span
     frames (~0.2 s a child would otherwise pay on its first span)."""
-    return ["agentcell.worker._tracing_child"] if tracing is not None else None
+    return ["agentcell.worker.tracing._child"] if tracing is not None else None
 
 
 def main_tracer(tracing: Any, *, model: str, run_dir: Path | None) -> Any:

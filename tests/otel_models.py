@@ -26,7 +26,7 @@ def read_notes_then_answer(messages: list[Message], tools: list[ToolSpec]) -> Mo
 
 
 def _span(start: Start, i: int, *, trace_id: bytes | None = None) -> SpanRecord:
-    from agentcell.worker._tracing import trace_id_of
+    from agentcell.worker.tracing._spans import trace_id_of
 
     return SpanRecord(
         trace_id=trace_id or trace_id_of(start.trace_context),

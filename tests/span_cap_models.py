@@ -18,7 +18,7 @@ def open_and_end_spans(messages: list[Message], tools: list[ToolSpec]) -> str:
     """Code in the child's own process (a hostile custom tool, say) writes signed span
     frames of its own trace: each opens a span and ends it at once, reusing the open
     slots, ``PAIRS`` times over; then it answers."""
-    from agentcell.worker._tracing import trace_id_of
+    from agentcell.worker.tracing._spans import trace_id_of
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     start = link.start

@@ -173,7 +173,7 @@ def attach_compactor(
 
 def _child_tracer(start: Start, link: ChildLink) -> Any:
     try:
-        from agentcell.worker._tracing_child import child_tracer
+        from agentcell.worker.tracing._child import child_tracer
     except ImportError:
         link.emit(Notice(message="tracing: the OpenTelemetry SDK is not installed here"))
         return None

@@ -149,7 +149,7 @@ class ChildLink:
         request_id, answer = self._new_request()
         trace: dict[str, str] = {}
         if self.start.trace_context:  # traced: what it starts nests under this call's span
-            from agentcell.worker._tracing import current_trace_context
+            from agentcell.worker.tracing._spans import current_trace_context
 
             trace = current_trace_context()
         await self.channel.send(

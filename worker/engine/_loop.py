@@ -58,7 +58,7 @@ from agentcell.worker.tools import (
 )
 
 if TYPE_CHECKING:
-    from agentcell.worker._tracing import AgentTracer
+    from agentcell.worker.tracing._spans import AgentTracer
 
 #: Called at each turn boundary, before the model is asked again, or (as a finish hook)
 #: when the model has answered; returns messages to add (steering text, background

@@ -22,7 +22,9 @@ from typing import Any
 
 import msgspec
 from agentcell.protocol import SpanRecord
-from agentcell.worker._tracing import (
+from agentcell.worker.records._redact import Redactor
+from agentcell.worker.tracing._env import tracing_requested
+from agentcell.worker.tracing._spans import (
     CAPTURE_KEY,
     CONVERSATION,
     CONVERSATION_KEY,
@@ -32,8 +34,6 @@ from agentcell.worker._tracing import (
     current_trace_context,
     trace_id_of,
 )
-from agentcell.worker._tracing_env import tracing_requested
-from agentcell.worker.records._redact import Redactor
 
 log = logging.getLogger("agentcell.tracing")
 

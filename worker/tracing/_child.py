@@ -16,14 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 from agentcell.protocol import AgentSpec, ChannelClosed, SpanBatch, SpanRecord, Start, sign_frame
-from agentcell.worker._tracing import (
+from agentcell.worker.records._redact import Redactor
+from agentcell.worker.tracing._export import MAX_CHILD_SPANS
+from agentcell.worker.tracing._spans import (
     CAPTURE_KEY,
     CONVERSATION_KEY,
     AgentTracer,
     context_from_headers,
 )
-from agentcell.worker._tracing_export import MAX_CHILD_SPANS
-from agentcell.worker.records._redact import Redactor
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 #: Spans per frame: a frame stays far below the frame size limit.

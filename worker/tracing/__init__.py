@@ -3,18 +3,23 @@
 ``tracing_requested`` reads the ``OTEL_*`` variables without importing anything; the rest
 imports OpenTelemetry when first used (``pip install 'agentcell[otel]'`` for the SDK and
 the OTLP/HTTP exporter), so a run that traces nothing pays nothing for it.
+
+_env      whether this process traces at all (no OpenTelemetry import)
+_spans    ``AgentTracer``: the spans of one agent run (GenAI semantic conventions)
+_child    a sub-agent's spans, made in its process and sent to the parent as frames
+_export   ``Tracing``: where spans go, one exporter in the parent for every process
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentcell.worker._tracing_env import tracing_requested
+from agentcell.worker.tracing._env import tracing_requested
 
 if TYPE_CHECKING:  # imported on first use (see __getattr__): OpenTelemetry comes with them
-    from agentcell.worker._tracing import AgentTracer
-    from agentcell.worker._tracing_child import child_tracer
-    from agentcell.worker._tracing_export import MAX_CHILD_SPANS, Tracing
+    from agentcell.worker.tracing._child import child_tracer
+    from agentcell.worker.tracing._export import MAX_CHILD_SPANS, Tracing
+    from agentcell.worker.tracing._spans import AgentTracer
 
 __all__ = [
     "MAX_CHILD_SPANS",
@@ -25,10 +30,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AgentTracer": "agentcell.worker._tracing",
-    "Tracing": "agentcell.worker._tracing_export",
-    "MAX_CHILD_SPANS": "agentcell.worker._tracing_export",
-    "child_tracer": "agentcell.worker._tracing_child",
+    "AgentTracer": "agentcell.worker.tracing._spans",
+    "Tracing": "agentcell.worker.tracing._export",
+    "MAX_CHILD_SPANS": "agentcell.worker.tracing._export",
+    "child_tracer": "agentcell.worker.tracing._child",
 }
 
 
