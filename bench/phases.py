@@ -32,7 +32,11 @@ PHASES: tuple[tuple[str, str, str], ...] = (
         "agentcell.worker.sandbox._spare",
         "prepare",
     ),
-    ("pre-connect to the model endpoint", "agentcell.worker.models._client", "prepare_connection"),
+    (
+        "pre-connect to the model endpoint",
+        "agentcell.worker.models.transports._client",
+        "prepare_connection",
+    ),
     ("open the pipe", "agentcell.protocol", "PipeChannel.open"),
     ("Hello → Start → run → Result (all of _serve)", "agentcell.worker.child._main", "_serve"),
     ("run_agent (the handler)", "agentcell.worker.child._agent", "run_agent"),
@@ -72,7 +76,7 @@ def _faults() -> int:
 
 #: Instrumented only where the child has imported them itself: importing the direct
 #: HTTP route here would load httpx (~12 MiB) into a child that never uses it.
-_ONLY_IF_LOADED = frozenset({"agentcell.worker.models._client"})
+_ONLY_IF_LOADED = frozenset({"agentcell.worker.models.transports._client"})
 
 
 def _resolve(module: str, path: str) -> tuple[Any, str]:

@@ -108,7 +108,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # The parent's plain-HTTP route: the block guard, reuse only of finished answers,
     # the pool's bound and wait, and failures in the httpx route's words.
     "h11-route": (
-        "worker/models/_h11_transport.py",
+        "worker/models/transports/_h11.py",
         "tests/test_h11_transport.py",
         60,
     ),

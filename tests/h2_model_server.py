@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import pytest
 import trustme
-from agentcell.worker.models import _client
+from agentcell.worker.models.transports import _client
 from h2.config import H2Configuration
 from h2.connection import H2Connection
 from h2.events import ConnectionTerminated, DataReceived, RequestReceived, StreamEnded

@@ -23,7 +23,7 @@ FORGED: dict[str, bytes] = {
 
 def link_transport() -> Any:
     """This process's own link transport to the parent, that its model calls go through."""
-    from agentcell.worker._model_link import LinkTransport
+    from agentcell.worker.models.transports._parent import LinkTransport
 
     return next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
 
@@ -38,8 +38,8 @@ def _send_each() -> Callable[[dict[str, bytes]], Awaitable[str]]:
         refusal>``."""
         import gc
 
-        from agentcell.worker._model_link import LinkTransport
         from agentcell.worker.models import ModelError
+        from agentcell.worker.models.transports._parent import LinkTransport
 
         transport = next(o for o in gc.get_objects() if isinstance(o, LinkTransport))
         lines = []

@@ -29,8 +29,8 @@ from agentcell.protocol import (
     RunStatus,
     TextDelta,
 )
-from agentcell.worker._model_link import LinkTransport
-from agentcell.worker.models._transport import Retry
+from agentcell.worker.models.transports._base import Retry
+from agentcell.worker.models.transports._parent import LinkTransport
 from conftest import SpawnRecorder
 from model_servers import Reply, _openai_events
 

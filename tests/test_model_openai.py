@@ -27,7 +27,7 @@ from agentcell.protocol import (
     Usage,
     UserMessage,
 )
-from agentcell.worker.models import _client, _http
+from agentcell.worker.models import _http
 from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
@@ -37,6 +37,7 @@ from agentcell.worker.models._base import (
     TextPart,
 )
 from agentcell.worker.models._openai import TOOL_ERROR_PREFIX, OpenAIChatModel
+from agentcell.worker.models.transports import _client
 from model_servers import Call, ModelServer, Reply
 from provider_util import READ, fail_stream, run_stream
 

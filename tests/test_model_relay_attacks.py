@@ -21,7 +21,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation._model_relay import ModelRelay
 from agentcell.protocol import ModelCall, RunStatus, Usage
-from agentcell.worker.models._transport import RELAYED_HEADERS
+from agentcell.worker.models.transports._base import RELAYED_HEADERS
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 

@@ -13,7 +13,7 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, UserMessage
 from agentcell.worker.models import OpenAIChatModel, complete
 from agentcell.worker.models._base import ModelRequest
-from agentcell.worker.models._client import _prepared, prepare_connection
+from agentcell.worker.models.transports._client import _prepared, prepare_connection
 from conftest import SpawnRecorder
 from model_servers import ModelServer
 

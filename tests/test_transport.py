@@ -22,7 +22,6 @@ from agentcell.orchestrator.delegation._model_relay import (
 )
 from agentcell.orchestrator.delegation._model_usage import UsageScan
 from agentcell.protocol import AgentSpec, ModelCall, ModelCancel, ModelEnd, Usage, UserMessage
-from agentcell.worker._model_link import end_error
 from agentcell.worker.models import (
     Inflater,
     ModelError,
@@ -33,10 +32,11 @@ from agentcell.worker.models import (
     _http,
     complete,
 )
-from agentcell.worker.models._client import make_client
 from agentcell.worker.models._http import BodyDecoder
-from agentcell.worker.models._httpx_transport import HttpxTransport
-from agentcell.worker.models._transport import Endpoint
+from agentcell.worker.models.transports._base import Endpoint
+from agentcell.worker.models.transports._client import make_client
+from agentcell.worker.models.transports._direct import HttpxTransport
+from agentcell.worker.models.transports._parent import end_error
 from model_servers import ModelServer, Reply
 
 REQUEST = ModelRequest(messages=[UserMessage(content="hi")])

@@ -2,7 +2,7 @@
 
 A child on the local backend holds no provider key and may open no TCP connection (its
 Landlock layer allows none). Its provider code builds each request body as usual and
-sends it as a ``ModelCall`` (``agentcell.worker._model_link``); ``ModelRelay`` checks it
+sends it as a ``ModelCall`` (``worker.models.transports._parent``); ``ModelRelay`` checks it
 against what the child's definition allows — the body's ``model`` is the spec's, its
 top-level keys come from the provider's allow-list, its size and the calls in flight are
 capped, what in it costs money is bounded (``_relay_checks``: server-side tools, output

@@ -34,7 +34,6 @@ from agentcell.protocol import (
     ToolCall,
     UserMessage,
 )
-from agentcell.worker._permits import LinkGate
 from agentcell.worker.child import _proc
 from agentcell.worker.child._main import ChildLink
 from agentcell.worker.engine._compaction import Compactor
@@ -42,6 +41,7 @@ from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker.engine._loop import Engine, Limits
 from agentcell.worker.engine._session import Session
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
+from agentcell.worker.models.transports._permits import LinkGate
 from agentcell.worker.records._redact import Redactor
 from agentcell.worker.records._transcript import Transcript, private_file
 from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
@@ -266,7 +266,7 @@ def _own_model(spec: AgentSpec, link: ChildLink) -> Model:
     (the parent holds the URL and the key), else straight to the provider."""
     if not spec.model_via_parent:
         return resolve_model(spec.model, spec.model_options)
-    from agentcell.worker._model_link import LinkTransport
+    from agentcell.worker.models.transports._parent import LinkTransport
 
     transport = LinkTransport(link, link.start.frame_key)
     return resolve_model(spec.model, {**spec.model_options, "transport": transport})

@@ -127,9 +127,9 @@ async def _rehearse(workdir: str) -> None:
         decode_body,
         encode_frame,
     )
-    from agentcell.worker._model_link import LinkTransport
     from agentcell.worker.engine._loop import Engine
     from agentcell.worker.models import OpenAIChatModel
+    from agentcell.worker.models.transports._parent import LinkTransport
     from agentcell.worker.rules._policy import PermissionPolicy
     from agentcell.worker.tools import builtin_tools
 

@@ -295,7 +295,7 @@ def child_main(conn: Any, boot: ChildBoot) -> None:
 
     async def pipe() -> ChildChannel:
         if boot.prepare_url:  # before the Hello: a ready spare is a connected one
-            from agentcell.worker.models._client import prepare_connection
+            from agentcell.worker.models.transports._client import prepare_connection
 
             await prepare_connection(boot.prepare_url)
         return await PipeChannel.open(conn, max_frame_bytes=boot.max_frame_bytes)

@@ -24,7 +24,7 @@ from agentcell.protocol import (
     TextDelta,
     ToolStarted,
 )
-from agentcell.worker import _outputs
+from agentcell.worker.tools import _outputs
 
 #: A quarter of a frame: the rest of the Result (error, usage, data) and framing fit.
 MAX_ANSWER_BYTES = MAX_FRAME_BYTES // 4

@@ -38,7 +38,7 @@ from agentcell.worker.models._http import Inflater, SSEDecoder, parse_retry_afte
 from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OFFICIAL_OPENAI_URL
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import PROVIDERS, resolve_model
-from agentcell.worker.models._transport import (
+from agentcell.worker.models.transports._base import (
     RELAYED_HEADERS,
     Endpoint,
     ModelTransport,
@@ -47,15 +47,15 @@ from agentcell.worker.models._transport import (
 )
 
 if TYPE_CHECKING:
-    from agentcell.worker.models._client import make_client
-    from agentcell.worker.models._h11_transport import H11Pool, h11_route
-    from agentcell.worker.models._httpx_transport import HttpxTransport
+    from agentcell.worker.models.transports._client import make_client
+    from agentcell.worker.models.transports._direct import HttpxTransport
+    from agentcell.worker.models.transports._h11 import H11Pool, h11_route
 
 _DIRECT_ROUTE = {
-    "HttpxTransport": "agentcell.worker.models._httpx_transport",
-    "make_client": "agentcell.worker.models._client",
-    "H11Pool": "agentcell.worker.models._h11_transport",
-    "h11_route": "agentcell.worker.models._h11_transport",
+    "HttpxTransport": "agentcell.worker.models.transports._direct",
+    "make_client": "agentcell.worker.models.transports._client",
+    "H11Pool": "agentcell.worker.models.transports._h11",
+    "h11_route": "agentcell.worker.models.transports._h11",
 }
 
 

@@ -38,7 +38,7 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._chat_model import HttpChatModel
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
-from agentcell.worker.models._transport import ModelTransport
+from agentcell.worker.models.transports._base import ModelTransport
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"

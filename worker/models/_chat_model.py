@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 from agentcell.worker.child._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
 from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
-from agentcell.worker.models._transport import Endpoint, ModelTransport
+from agentcell.worker.models.transports._base import Endpoint, ModelTransport
 
 
 class HttpChatModel:

@@ -33,18 +33,18 @@ from agentcell.worker.models._base import (
     ToolCallStart,
 )
 from agentcell.worker.models._content_coding import CodingError, ContentDecoder
-from agentcell.worker.models._error_body import error_code, error_message
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
-from agentcell.worker.models._transport import (
+from agentcell.worker.models.transports._base import (
     Endpoint,
     ModelTransport,
     Retry,
     TransportResponse,
 )
+from agentcell.worker.models.transports._error_body import error_code, error_message
 
 if TYPE_CHECKING:  # imported where a model sends directly (never in a sub-agent's process)
     import httpx
-    from agentcell.worker.models._httpx_transport import HttpxTransport
+    from agentcell.worker.models.transports._direct import HttpxTransport
 
 #: Awaited between attempts. Tests replace it to observe the delays without waiting.
 sleep: Callable[[float], Any] = asyncio.sleep
@@ -371,7 +371,7 @@ class SSEClient:
             )
         pid = os.getpid()
         if self._client is None or self._pid != pid:
-            from agentcell.worker.models._client import _adopt_prepared, make_client
+            from agentcell.worker.models.transports._client import _adopt_prepared, make_client
 
             self._client = _adopt_prepared(
                 self.base_url, self.timeout, self.max_connections
@@ -397,7 +397,7 @@ class SSEClient:
 
     def http_transport(self, url: str, headers: Mapping[str, str]) -> HttpxTransport:
         """The direct route: POST ``url`` from this model's own pool (``client``)."""
-        from agentcell.worker.models._httpx_transport import HttpxTransport
+        from agentcell.worker.models.transports._direct import HttpxTransport
 
         return HttpxTransport(lambda: self.client, url, headers, self.endpoint)
 

@@ -192,7 +192,7 @@ def protect(
     # to be the very folders granted, before the read-only mounts cover them.
     again = [(_same_folder(fd, path), path) for fd, path in writable]
     if private is not None:
-        from agentcell.worker import _outputs  # (this module also runs on its own: tests)
+        from agentcell.worker.tools import _outputs  # (this module also runs on its own: tests)
 
         _outputs.keep(_same_folder(*private))  # on the writable mount beneath; kept
     _hold(workdir)  # before any placeholder is made (see remove_placeholders)

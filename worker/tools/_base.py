@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
 
 import msgspec
-from agentcell.worker import _outputs
 from agentcell.worker.models._base import ToolSpec
+from agentcell.worker.tools import _outputs
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,8 +27,7 @@ from collections.abc import AsyncIterator, Mapping
 import h11
 import httpx
 from agentcell.worker.models._base import ModelError
-from agentcell.worker.models._client import _connect_cause, _env_proxy, check_not_blocked
-from agentcell.worker.models._transport import (
+from agentcell.worker.models.transports._base import (
     Endpoint,
     Retry,
     cannot_connect,
@@ -39,6 +38,7 @@ from agentcell.worker.models._transport import (
     pool_busy,
     relayed_headers,
 )
+from agentcell.worker.models.transports._client import _connect_cause, _env_proxy, check_not_blocked
 
 #: The most bytes one read takes from a connection (an answer's burst is one read).
 READ_BYTES = 64 * 1024

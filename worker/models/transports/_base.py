@@ -11,7 +11,7 @@ client/transport model, one level up:
   parent, the in-process engine, and the parent's relay of its children's requests use
   it. It is the only piece that needs httpx, which a sub-agent's process never imports
   (the fork server's template is ~12 MiB smaller without the HTTP stack);
-- the link transport (``agentcell.worker._model_link``) sends the body to the parent as
+- the link transport (``transports._parent``) sends the body to the parent as
   a frame and gets the answer back as frames: a sub-agent process never holds a key nor
   opens a connection to a model server.
 

@@ -31,7 +31,7 @@ from agentcell.protocol import (
     sign_frame,
 )
 from agentcell.worker.models import ModelError, ModelErrorKind
-from agentcell.worker.models._transport import Retry
+from agentcell.worker.models.transports._base import Retry
 
 #: ``ModelEnd.error_kind`` of a call the parent's checks refused (nothing was sent).
 REFUSED = "refused"

@@ -10,8 +10,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 import httpx
 from agentcell.worker.models._base import ModelError, ModelErrorKind
-from agentcell.worker.models._client import _connect_cause
-from agentcell.worker.models._transport import (
+from agentcell.worker.models.transports._base import (
     Endpoint,
     TransportResponse,
     cannot_connect,
@@ -22,6 +21,7 @@ from agentcell.worker.models._transport import (
     pool_busy,
     relayed_headers,
 )
+from agentcell.worker.models.transports._client import _connect_cause
 
 try:  # httpx speaks HTTP/2 through h2 where it is installed (the parent offers it)
     from h2.exceptions import ProtocolError as _H2ProtocolError
