@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agentcell.orchestrator.delegation import _model_relay, _runner
+from agentcell.orchestrator.delegation import _runner
+from agentcell.orchestrator.model_relay import _relay as _model_relay
 
 from bench.runner import configure_environment
 from bench.script import Spec

@@ -94,14 +94,14 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # A relayed child's copy of the base URL: no password, token or query.
     "model-route": (
-        "orchestrator/delegation/_model_route.py",
+        "orchestrator/model_relay/_route.py",
         "tests/test_mutation_kills_route.py tests/test_model_route.py tests/test_model_relay.py",
         120,
     ),
     # What a relayed child's request may make the parent spend: server-side tools, the
     # tool choice, output limits, thinking and effort (issue 39, item 6).
     "relay-checks": (
-        "orchestrator/delegation/_relay_checks.py",
+        "orchestrator/model_relay/_checks.py",
         "tests/test_relay_checks.py",
         30,
     ),
@@ -115,7 +115,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # The parent's key masked in what the relay hands a child: whole, split across
     # chunks, in headers and error words.
     "key-mask": (
-        "orchestrator/delegation/_key_mask.py",
+        "orchestrator/model_relay/_key_mask.py",
         "tests/test_key_mask.py",
         30,
     ),

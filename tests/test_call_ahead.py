@@ -18,9 +18,9 @@ import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import ProviderLimits
 from agentcell.orchestrator.delegation import _runner
-from agentcell.orchestrator.delegation._call_ahead import CallAhead
-from agentcell.orchestrator.delegation._limiter import ProviderLimiter
-from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.orchestrator.model_relay._call_ahead import CallAhead
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.model_relay._relay import ModelRelay
 from agentcell.protocol import AgentSpec, RunStatus
 from agentcell.worker import first_request_body
 from conftest import SpawnRecorder

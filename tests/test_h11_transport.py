@@ -11,7 +11,7 @@ import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
-from agentcell.orchestrator.delegation._model_relay import ModelPools
+from agentcell.orchestrator.model_relay._relay import ModelPools
 from agentcell.worker.models import (
     Endpoint,
     H11Pool,

@@ -7,8 +7,8 @@ import base64
 
 import pytest
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation._key_mask import MASK, KeyMask, header_secrets, url_secrets
-from agentcell.orchestrator.delegation._model_relay import ModelPools, parent_transport
+from agentcell.orchestrator.model_relay._key_mask import MASK, KeyMask, header_secrets, url_secrets
+from agentcell.orchestrator.model_relay._relay import ModelPools, parent_transport
 from agentcell.protocol import AgentSpec
 from agentcell.worker.models import ModelError, Retry
 from hypothesis import given

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._model_batch import relay_chunks
-from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.orchestrator.model_relay._batch import relay_chunks
+from agentcell.orchestrator.model_relay._relay import ModelRelay
 from agentcell.protocol import (
     Frame,
     ModelCall,

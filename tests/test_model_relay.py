@@ -18,7 +18,7 @@ import pytest
 import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.delegation import _prepare
-from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay
+from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta, Usage
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder

@@ -19,7 +19,7 @@ import attack_tools
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._model_relay import ModelRelay
+from agentcell.orchestrator.model_relay._relay import ModelRelay
 from agentcell.protocol import ModelCall, RunStatus, Usage
 from agentcell.worker.models.transports._base import RELAYED_HEADERS
 from conftest import SpawnRecorder

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._model_relay import ModelPools
+from agentcell.orchestrator.model_relay._relay import ModelPools
 from h2_model_server import H2ModelServer, serving_openai
 
 KEY = "sk-h2-relay-key-0099"

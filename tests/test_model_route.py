@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from agentcell.orchestrator.delegation._model_route import without_credentials
+from agentcell.orchestrator.model_relay._route import without_credentials
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply

@@ -1,4 +1,4 @@
-"""Which way a sub-agent's model requests go (``delegation/_model_route.py``), decided
+"""Which way a sub-agent's model requests go (``model_relay/_route.py``), decided
 on the spec alone: every backend and Ray route, a model object, a provider the parent
 does not relay, options the parent cannot resolve. ``make mutants`` runs these."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Settings
-from agentcell.orchestrator.delegation._model_route import route_model
+from agentcell.orchestrator.model_relay._route import route_model
 from agentcell.protocol import AgentSpec
 
 KEY = "sk-route-test-key-0042"

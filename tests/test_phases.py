@@ -10,10 +10,10 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, AgentRegistry, Settings
 from agentcell.orchestrator.backends import ChildOutcome, OutcomeKind
 from agentcell.orchestrator.delegation import DelegationRequest, Scope, UsageLedger
-from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._prepare import Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Progress
 from agentcell.orchestrator.delegation._settle import settle, with_cancel_reason
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.protocol import Limits, RunResult, RunStatus, Usage
 
 

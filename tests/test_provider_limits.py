@@ -21,7 +21,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config import ConfigError, ProviderLimits, load_settings
 from agentcell.orchestrator.delegation import SubAgentProcess, SubAgentStarted
-from agentcell.orchestrator.delegation._limiter import (
+from agentcell.orchestrator.model_relay._limiter import (
     MAX_OPEN_PER_CHILD,
     ChildPermits,
     ModelLimiter,

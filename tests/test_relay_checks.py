@@ -1,4 +1,4 @@
-"""The cost checks of a relayed model request (``delegation/_relay_checks.py``), on the
+"""The cost checks of a relayed model request (``model_relay/_checks.py``), on the
 body alone: server-side tools, tool choice, output limits, thinking and effort, for both
 request shapes. ``make mutants`` runs these; tests/test_model_relay_costs.py runs the
 same walls from a real sub-agent."""
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator.config import Budgets
-from agentcell.orchestrator.delegation._model_relay import _checked
-from agentcell.orchestrator.delegation._model_usage import UsageScan
-from agentcell.orchestrator.delegation._relay_checks import output_cap, shown
 from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.orchestrator.model_relay._checks import output_cap, shown
+from agentcell.orchestrator.model_relay._relay import _checked
+from agentcell.orchestrator.model_relay._usage import UsageScan
 from agentcell.protocol import AgentSpec, Usage
 
 SEARCH = "web_search_20250305"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import smuggle_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._model_relay import ModelPools
+from agentcell.orchestrator.model_relay._relay import ModelPools
 from agentcell.protocol import RunStatus
 from agentcell.worker.models import ModelError, ModelErrorKind, Retry, resolve_model
 from conftest import SpawnRecorder

@@ -24,8 +24,8 @@ from agentcell.orchestrator.delegation._context import instructions_prompt
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
-from agentcell.orchestrator.delegation._limiter import ProviderLimiter
 from agentcell.orchestrator.delegation._prepare import Preparer
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder

@@ -22,7 +22,7 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, RunReport, Set
 from agentcell.orchestrator.backends._workers import Lease
 from agentcell.orchestrator.config import ProviderLimits
 from agentcell.orchestrator.delegation import _finishing
-from agentcell.orchestrator.delegation._limiter import ModelLimiter
+from agentcell.orchestrator.model_relay._limiter import ModelLimiter
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from agentcell.worker.tools import function_tool
 from conftest import SpawnRecorder

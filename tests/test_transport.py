@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation._limiter import ProviderLimiter
-from agentcell.orchestrator.delegation._model_relay import (
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.model_relay._relay import (
     ModelPools,
     ModelRelay,
     check_call,
     inflated_chunks,
 )
-from agentcell.orchestrator.delegation._model_usage import UsageScan
+from agentcell.orchestrator.model_relay._usage import UsageScan
 from agentcell.protocol import AgentSpec, ModelCall, ModelCancel, ModelEnd, Usage, UserMessage
 from agentcell.worker.models import (
     Inflater,

@@ -908,8 +908,8 @@ def test_the_preparer_holds_a_tools_module_unless_it_is_preloaded(
 
     from agentcell.orchestrator.definitions import AgentRegistry
     from agentcell.orchestrator.delegation import HookRunner
-    from agentcell.orchestrator.delegation._limiter import ProviderLimiter
     from agentcell.orchestrator.delegation._prepare import Preparer
+    from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
     from agentcell.worker.tools import FunctionTool
 
     work = tmp_path / "work"

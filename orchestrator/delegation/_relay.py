@@ -27,18 +27,18 @@ from agentcell.orchestrator.delegation._approvals import (
     ApprovalBroker,
     ApprovalQuery,
 )
-from agentcell.orchestrator.delegation._call_ahead import CallAhead
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
-from agentcell.orchestrator.delegation._limiter import ChildPermits, ProviderLimiter
-from agentcell.orchestrator.delegation._model_relay import ModelPools, ModelRelay
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
+from agentcell.orchestrator.model_relay._call_ahead import CallAhead
+from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
+from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.protocol import (
     AgentSpec,
     ApprovalReply,

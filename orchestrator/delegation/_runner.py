@@ -36,7 +36,6 @@ from agentcell.orchestrator.backends import (
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker
-from agentcell.orchestrator.delegation._call_ahead import CallAhead
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._egress import EgressProxy, network_value, open_proxy
 from agentcell.orchestrator.delegation._events import (
@@ -51,8 +50,6 @@ from agentcell.orchestrator.delegation._hooks import (
     SubagentStopHooks,
     agent_transcript,
 )
-from agentcell.orchestrator.delegation._limiter import ProviderLimiter
-from agentcell.orchestrator.delegation._model_relay import call_ahead
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
@@ -72,6 +69,9 @@ from agentcell.orchestrator.delegation._worktree import (
     WorktreeError,
     finish_worktree,
 )
+from agentcell.orchestrator.model_relay._call_ahead import CallAhead
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     ChannelClosed,

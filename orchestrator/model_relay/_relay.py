@@ -31,16 +31,16 @@ from typing import Any
 import httpx
 import msgspec
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation._call_ahead import CallAhead
-from agentcell.orchestrator.delegation._key_mask import KeyMask, header_secrets, url_secrets
-from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
-from agentcell.orchestrator.delegation._model_batch import (
+from agentcell.orchestrator.model_relay._batch import (
     CallFrames,
     relay_chunks,
 )
-from agentcell.orchestrator.delegation._model_usage import UsageScan
-from agentcell.orchestrator.delegation._relay_checks import check_costs
-from agentcell.orchestrator.delegation._relay_checks import shown as _shown
+from agentcell.orchestrator.model_relay._call_ahead import CallAhead
+from agentcell.orchestrator.model_relay._checks import check_costs
+from agentcell.orchestrator.model_relay._checks import shown as _shown
+from agentcell.orchestrator.model_relay._key_mask import KeyMask, header_secrets, url_secrets
+from agentcell.orchestrator.model_relay._limiter import ModelPermit, ProviderLimiter
+from agentcell.orchestrator.model_relay._usage import UsageScan
 from agentcell.protocol import (
     AgentSpec,
     ChannelClosed,

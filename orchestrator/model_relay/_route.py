@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from agentcell.orchestrator.backends import PROVIDER_ENV
 from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation._model_relay import (
+from agentcell.orchestrator.model_relay._relay import (
     PARENT_ONLY_KEYS,
     relayed,
     upstream_options,

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agentcell.orchestrator.delegation._limiter import ModelPermit, ProviderLimiter
+from agentcell.orchestrator.model_relay._limiter import ModelPermit, ProviderLimiter
 from agentcell.protocol import AgentSpec
 from agentcell.worker.models import ModelTransport, TransportResponse, estimate_tokens
 

@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.delegation._key_mask import KeyMask
+from agentcell.orchestrator.model_relay._key_mask import KeyMask
 from agentcell.protocol import Frame, ModelData, ModelEnd, ModelHead
 
 #: The most bytes joined into one batch.
