@@ -88,7 +88,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # web_fetch connects to the address it checked, never one the name resolves to later.
     "pinned-http": (
-        "orchestrator/delegation/_pinned_http.py",
+        "orchestrator/network/_pinned_http.py",
         "tests/test_web_fetch_rebinding.py tests/test_mutation_kills_pinned.py",
         120,
     ),
@@ -150,7 +150,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     ),
     # The egress proxy's reading of a request and a tunnel's ClientHello.
     "egress": (
-        "orchestrator/delegation/_egress.py",
+        "orchestrator/network/_egress.py",
         "tests/test_mutation_kills_egress.py tests/test_egress_smuggling.py",
         60,
     ),

@@ -15,8 +15,8 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import pytest
-from agentcell.orchestrator.delegation import _egress
-from agentcell.orchestrator.delegation._egress import EgressProxy
+from agentcell.orchestrator.network import _egress
+from agentcell.orchestrator.network._egress import EgressProxy
 
 NAME = "allowed.test"  # resolved (by the test's resolver) to 127.0.0.1
 EVIL = "evil.example"

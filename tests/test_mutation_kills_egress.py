@@ -1,11 +1,11 @@
 """The egress proxy's checks at their edges (``make mutants MUTANTS=egress``): each case is
-one a mutant of ``orchestrator/delegation/_egress.py`` survived in the proxy's own tests.
+one a mutant of ``orchestrator/network/_egress.py`` survived in the proxy's own tests.
 Plain functions and one proxy on 127.0.0.1; no child, no other host."""
 
 from __future__ import annotations
 
 import pytest
-from agentcell.orchestrator.delegation._egress import (
+from agentcell.orchestrator.network._egress import (
     EgressProxy,
     Refused,
     _client_hello_wants_more,

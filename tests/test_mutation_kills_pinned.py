@@ -1,4 +1,4 @@
-"""The pinned transport web_fetch sends through (``delegation/_pinned_http.py``), piece by
+"""The pinned transport web_fetch sends through (``network/_pinned_http.py``), piece by
 piece: it reaches the pinned address and nothing else, keeps the name for Host and TLS,
 and reports every failure as httpx's error of the same kind (web_fetch's words come
 from those). ``make mutants`` runs these against each mutant of the module."""
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpcore
 import httpx
 import pytest
-from agentcell.orchestrator.delegation._pinned_http import (
+from agentcell.orchestrator.network._pinned_http import (
     PinnedBackend,
     PinnedTransport,
     _as_httpx,

@@ -22,8 +22,8 @@ from typing import Any
 
 import brotli
 import pytest
-from agentcell.orchestrator.delegation import _web_fetch
 from agentcell.orchestrator.model_relay._relay import inflated_chunks
+from agentcell.orchestrator.network import _web_fetch
 from agentcell.protocol import RunStatus, UserMessage
 from agentcell.worker import CodingError, ContentDecoder
 from agentcell.worker.models import (

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation import _web_fetch
+from agentcell.orchestrator.network import _web_fetch
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
@@ -111,7 +111,7 @@ async def test_a_redirect_does_not_carry_a_fetch_past_the_agents_own_rules(kind:
     redirecting to the denied host brought its content back (a second attack review). Each
     hop is now judged by the agent's own rules: denied, or, for an ask rule, not followed
     (the model may fetch it with a call of its own, which asks)."""
-    from agentcell.orchestrator.delegation._web_fetch import UrlRules, web_fetch
+    from agentcell.orchestrator.network._web_fetch import UrlRules, web_fetch
     from agentcell.worker import Rule
 
     async def never(url: str) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.delegation import _egress
+from agentcell.orchestrator.network import _egress
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import ModelServer, serving

@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from agentcell.orchestrator._host_rules import parse_rules
 from agentcell.orchestrator.definitions._claude_compat import claude_notes
 from agentcell.orchestrator.definitions._model import (
     AgentDefinition,
@@ -42,6 +41,7 @@ from agentcell.orchestrator.definitions._model import (
     validation_messages,
 )
 from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
+from agentcell.orchestrator.network._host_rules import parse_rules
 from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import ValidationError
 

@@ -36,20 +36,20 @@ from agentcell.orchestrator.delegation._context import (
     memory_prompt,
     prepare_memory,
 )
-from agentcell.orchestrator.delegation._egress import bash_network
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._hooks import HookRunner
 from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
-from agentcell.orchestrator.delegation._web_fetch import (
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.model_relay._route import route_model
+from agentcell.orchestrator.network._egress import bash_network
+from agentcell.orchestrator.network._web_fetch import (
     web_search_options,
     web_tool_warnings,
     web_tools,
 )
-from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
-from agentcell.orchestrator.model_relay._route import route_model
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,

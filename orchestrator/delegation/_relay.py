@@ -34,11 +34,11 @@ from agentcell.orchestrator.delegation._request import DelegationRequest, RunAcc
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.delegation._usage import UsageLedger
-from agentcell.orchestrator.delegation._web_fetch import NAME as WEB_FETCH
-from agentcell.orchestrator.delegation._web_fetch import answer as answer_web_fetch
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
+from agentcell.orchestrator.network._web_fetch import NAME as WEB_FETCH
+from agentcell.orchestrator.network._web_fetch import answer as answer_web_fetch
 from agentcell.protocol import (
     AgentSpec,
     ApprovalReply,

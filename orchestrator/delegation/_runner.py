@@ -37,7 +37,6 @@ from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._approvals import ApprovalBroker
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
-from agentcell.orchestrator.delegation._egress import EgressProxy, network_value, open_proxy
 from agentcell.orchestrator.delegation._events import (
     EventBus,
     SubAgentEnded,
@@ -72,6 +71,7 @@ from agentcell.orchestrator.delegation._worktree import (
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
+from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     ChannelClosed,
