@@ -122,7 +122,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # What runs outside the walls: the entries of the workdir a hook, an MCP server or a
     # custom tool's module hold, found in their commands (and bound read-only by a child).
     "code-files": (
-        "orchestrator/delegation/_code_files.py",
+        "orchestrator/workspace/_code_files.py",
         f"{PATHS}test_the_entries_holding_code_that_runs_outside_the_walls_are_found "
         f"{PATHS}test_a_custom_tools_module_is_found_where_a_child_imports_it_again "
         f"{PATHS}test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs "

@@ -313,7 +313,7 @@ def test_memory_folders_by_scope_and_a_local_one_is_git_ignored(tmp_path: Path) 
     import subprocess
 
     from agentcell.orchestrator.delegation import MEMORY_MAX_LINES, memory_dir
-    from agentcell.orchestrator.delegation._context import memory_prompt, prepare_memory
+    from agentcell.orchestrator.prompt._context import memory_prompt, prepare_memory
 
     work, home = tmp_path / "work", tmp_path / "home"
     subprocess.run(["git", "init", "-q", str(work)], check=True)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from agentcell.orchestrator.config import parse_hooks
 from agentcell.orchestrator.delegation import HookRunner
-from agentcell.orchestrator.delegation._code_files import code_entries
 from agentcell.orchestrator.delegation._hook_shape import tool_document
 from agentcell.orchestrator.delegation._hooks import local_tool_hooks
+from agentcell.orchestrator.workspace._code_files import code_entries
 from agentcell.protocol import ToolCall
 from agentcell.worker import matcher_matches, matcher_problem
 from agentcell.worker.tools import ToolOutput

@@ -13,7 +13,7 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._worktree import create_worktree, finish_worktree
+from agentcell.orchestrator.workspace._worktree import create_worktree, finish_worktree
 from agentcell.protocol import RunStatus
 from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder

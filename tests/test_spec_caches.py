@@ -1,5 +1,5 @@
 """The parent's caches of what every sub-agent of a run shares: the instruction files'
-prompt section and the child environment (orchestrator/delegation/_instruction_cache.py,
+prompt section and the child environment (orchestrator/prompt/_instruction_cache.py,
 _environment_cache.py).
 
 What is kept must still follow the files and the environment: an AGENTS.md a sub-agent
@@ -20,12 +20,12 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import AgentDefinition, AgentRegistry, Settings
 from agentcell.orchestrator.delegation import DelegationRequest, Scope
-from agentcell.orchestrator.delegation._context import instructions_prompt
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._hooks import HookRunner
-from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._prepare import Preparer
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.prompt._context import instructions_prompt
+from agentcell.orchestrator.prompt._instruction_cache import InstructionCache
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder

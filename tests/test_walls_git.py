@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation._safe_git import SafeGit, discover
-from agentcell.orchestrator.delegation._worktree import (
+from agentcell.orchestrator.workspace._safe_git import SafeGit, discover
+from agentcell.orchestrator.workspace._worktree import (
     WorktreeError,
     create_worktree,
     finish_worktree,

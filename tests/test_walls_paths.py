@@ -232,7 +232,8 @@ async def test_a_memory_folder_swapped_for_a_link_before_the_grant_does_not_wide
     home = _fake_home(tmp_path, monkeypatch)
     work = tmp_path / "repo"
     work.mkdir()
-    from agentcell.orchestrator.delegation import _context, _prepare
+    from agentcell.orchestrator.delegation import _prepare
+    from agentcell.orchestrator.prompt import _context
 
     real_prepare = _context.prepare_memory
 
@@ -683,7 +684,7 @@ async def test_a_sub_agent_cannot_rewrite_a_hook_script_the_parent_runs(
 
 
 def test_the_entries_holding_code_that_runs_outside_the_walls_are_found(tmp_path: Path) -> None:
-    from agentcell.orchestrator.delegation._code_files import code_entries, mcp_commands
+    from agentcell.orchestrator.workspace._code_files import code_entries, mcp_commands
 
     work = tmp_path / "work's"  # a quote in the path: words are split before it is put in
     files = ["tools/lint.sh", "hooks/check.py", "conf/x.toml", ".claude/hooks/h.sh", "guard.sh"]
@@ -737,7 +738,7 @@ def _tool_here(x: int) -> int:
 
 
 def test_a_custom_tools_module_is_found_where_a_child_imports_it_again() -> None:
-    from agentcell.orchestrator.delegation._code_files import module_files
+    from agentcell.orchestrator.workspace._code_files import module_files
     from agentcell.worker.tools import FunctionTool
 
     def local(x: int) -> int:
@@ -792,13 +793,13 @@ async def test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir(
 
 
 def _entries(work: Path, *commands: str | list[str], modules: list[str] | None = None) -> list[str]:
-    from agentcell.orchestrator.delegation._code_files import code_entries
+    from agentcell.orchestrator.workspace._code_files import code_entries
 
     return code_entries(list(commands), modules or [], cwd=str(work), project_dir=str(work))
 
 
 def test_interpreters_nesting_and_names_at_the_edges(tmp_path: Path) -> None:
-    from agentcell.orchestrator.delegation._code_files import mcp_commands
+    from agentcell.orchestrator.workspace._code_files import mcp_commands
 
     work = tmp_path / "work"
     for path in ("pkg/guard.py", "two/x.sh", "three/x.sh", "..hooks/x.sh", "-tools/x.sh"):
@@ -873,7 +874,7 @@ def test_a_file_with_other_hard_links_is_said_once(
 def test_a_preloaded_tools_module_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
     import types
 
-    from agentcell.orchestrator.delegation._code_files import module_files
+    from agentcell.orchestrator.workspace._code_files import module_files
     from agentcell.worker.tools import FunctionTool
 
     module = types.ModuleType("Amod")  # a name that sorts before "__main__"

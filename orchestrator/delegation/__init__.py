@@ -14,12 +14,6 @@ from agentcell.orchestrator.delegation._approvals import (
     DenyAll,
     TerminalPrompt,
 )
-from agentcell.orchestrator.delegation._context import (
-    MEMORY_MAX_CHARS,
-    MEMORY_MAX_LINES,
-    instructions_prompt,
-    memory_dir,
-)
 from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
@@ -76,6 +70,12 @@ from agentcell.orchestrator.delegation._usage import (
     AgentUsage,
     BudgetExceeded,
     UsageLedger,
+)
+from agentcell.orchestrator.prompt._context import (
+    MEMORY_MAX_CHARS,
+    MEMORY_MAX_LINES,
+    instructions_prompt,
+    memory_dir,
 )
 
 __all__ = [

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from agentcell.orchestrator._tasks import TaskNursery
-from agentcell.orchestrator.delegation._worktree import (
+from agentcell.orchestrator.workspace._worktree import (
     Worktree,
     WorktreeError,
     create_worktree,

@@ -24,24 +24,11 @@ from agentcell.orchestrator.definitions import (
     resolve_model_alias,
     resolve_tools,
 )
-from agentcell.orchestrator.delegation._code_files import (
-    code_entries,
-    mcp_commands,
-    module_files,
-)
 from agentcell.orchestrator.delegation._compact import compact_threshold
-from agentcell.orchestrator.delegation._context import (
-    gets_instructions,
-    memory_dir,
-    memory_prompt,
-    prepare_memory,
-)
 from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._hooks import HookRunner
-from agentcell.orchestrator.delegation._instruction_cache import InstructionCache
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
-from agentcell.orchestrator.delegation._skill_offer import skilled_prompt, skills_for
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._route import route_model
 from agentcell.orchestrator.network._egress import bash_network
@@ -49,6 +36,19 @@ from agentcell.orchestrator.network._web_fetch import (
     web_search_options,
     web_tool_warnings,
     web_tools,
+)
+from agentcell.orchestrator.prompt._context import (
+    gets_instructions,
+    memory_dir,
+    memory_prompt,
+    prepare_memory,
+)
+from agentcell.orchestrator.prompt._instruction_cache import InstructionCache
+from agentcell.orchestrator.prompt._skill_offer import skilled_prompt, skills_for
+from agentcell.orchestrator.workspace._code_files import (
+    code_entries,
+    mcp_commands,
+    module_files,
 )
 from agentcell.protocol import (
     MAX_FRAME_BYTES,

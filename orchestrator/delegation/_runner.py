@@ -63,15 +63,15 @@ from agentcell.orchestrator.delegation._settle import (
     with_cancel_reason,
 )
 from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
-from agentcell.orchestrator.delegation._worktree import (
-    Worktree,
-    WorktreeError,
-    finish_worktree,
-)
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
+from agentcell.orchestrator.workspace._worktree import (
+    Worktree,
+    WorktreeError,
+    finish_worktree,
+)
 from agentcell.protocol import (
     MAX_FRAME_BYTES,
     ChannelClosed,

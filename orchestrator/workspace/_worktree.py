@@ -33,7 +33,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from agentcell.orchestrator.delegation._safe_git import GitError, GitPlace, SafeGit, discover
+from agentcell.orchestrator.workspace._safe_git import GitError, GitPlace, SafeGit, discover
 from agentcell.worker import remove_protection_placeholders
 
 

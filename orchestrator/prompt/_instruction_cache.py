@@ -23,7 +23,7 @@ import os
 import stat
 from pathlib import Path
 
-from agentcell.orchestrator.delegation._context import (
+from agentcell.orchestrator.prompt._context import (
     instruction_candidates,
     instruction_sources,
     render_instructions,
