@@ -145,7 +145,7 @@ async def test_always_for_one_agent_type_allows_neither_another_nor_the_main_age
 
 
 def test_only_a_tool_the_parent_gave_that_agent_can_be_asked_about() -> None:
-    from agentcell.orchestrator.delegation._approval_question import refused_tool
+    from agentcell.orchestrator.approvals._question import refused_tool
     from agentcell.protocol import AgentSpec, McpServer, RemoteTool
 
     spec = AgentSpec(

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import terminal_util
 from agentcell.orchestrator import ApprovalQuery
-from agentcell.orchestrator.delegation._approvals import question_text
+from agentcell.orchestrator.approvals._channel import question_text
 from terminal_util import Screen
 from test_cli import cli_env, project
 

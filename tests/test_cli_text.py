@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from agentcell.orchestrator import Orchestrator
 from agentcell.orchestrator._text import one_line, visible
+from agentcell.orchestrator.approvals._channel import question_text
+from agentcell.orchestrator.approvals._question import flat
 from agentcell.orchestrator.cli._agents_cmd import list_agents, show_agent
 from agentcell.orchestrator.cli._chat import Chat, ChatAnswer, ChatRecord
 from agentcell.orchestrator.cli._display import ProgressView, results_table
@@ -28,8 +30,6 @@ from agentcell.orchestrator.delegation import (
     SubAgentStarted,
     TerminalPrompt,
 )
-from agentcell.orchestrator.delegation._approval_question import flat
-from agentcell.orchestrator.delegation._approvals import question_text
 from agentcell.protocol import (
     Notice,
     RunFinished,

@@ -377,12 +377,12 @@ async def test_the_real_before_stop_hook_runs_from_the_project_as_claude_code_ru
 
 
 def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> None:
-    from agentcell.orchestrator.delegation import HookRunner
-    from agentcell.orchestrator.delegation._hook_shape import (
+    from agentcell.orchestrator.approvals._hook_shape import (
         claude_tool_input,
         claude_tool_name,
         our_arguments,
     )
+    from agentcell.orchestrator.delegation import HookRunner
 
     cases = {
         "bash": ({"command": "ls", "timeout_s": 1.5, "description": "list"}, "Bash"),

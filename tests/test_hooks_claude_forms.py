@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentcell.orchestrator.approvals._hook_shape import tool_document
+from agentcell.orchestrator.approvals._hooks import local_tool_hooks
 from agentcell.orchestrator.config import parse_hooks
 from agentcell.orchestrator.delegation import HookRunner
-from agentcell.orchestrator.delegation._hook_shape import tool_document
-from agentcell.orchestrator.delegation._hooks import local_tool_hooks
 from agentcell.orchestrator.workspace._code_files import code_entries
 from agentcell.protocol import ToolCall
 from agentcell.worker import matcher_matches, matcher_problem
@@ -193,7 +193,7 @@ async def test_an_if_is_not_judged_on_arguments_past_its_bound(tmp_path: Path) -
     """A child's hook request is judged in the parent's event loop, and a wrapper's rule
     costs the square of its words: past ``MAX_IF_ARGUMENTS`` the ``if`` is not judged and
     the hook runs (the guard still guards), as Claude Code runs one it cannot read."""
-    from agentcell.orchestrator.delegation._hooks import MAX_IF_ARGUMENTS
+    from agentcell.orchestrator.approvals._hooks import MAX_IF_ARGUMENTS
 
     hook = {"if": "Bash(git *)", "command": "echo 'judged by the hook' >&2; exit 2"}
     runner = _runner(tmp_path, "PreToolUse", hook)

@@ -4,7 +4,7 @@ Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``
 this ``__all__`` is what other layers of agentcell may import, and may change.
 """
 
-from agentcell.orchestrator.delegation._approvals import (
+from agentcell.orchestrator.approvals._channel import (
     AllowAll,
     ApprovalAnswer,
     ApprovalBroker,
@@ -13,6 +13,15 @@ from agentcell.orchestrator.delegation._approvals import (
     CallbackChannel,
     DenyAll,
     TerminalPrompt,
+)
+from agentcell.orchestrator.approvals._hooks import (
+    HookOutcome,
+    HookRunner,
+    SessionHooks,
+    SubagentStopHooks,
+    local_tool_hooks,
+    notification_hook,
+    stop_hook,
 )
 from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._events import (
@@ -23,15 +32,6 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentEnded,
     SubAgentProcess,
     SubAgentStarted,
-)
-from agentcell.orchestrator.delegation._hooks import (
-    HookOutcome,
-    HookRunner,
-    SessionHooks,
-    SubagentStopHooks,
-    local_tool_hooks,
-    notification_hook,
-    stop_hook,
 )
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
 from agentcell.orchestrator.delegation._prepare import stricter_mode

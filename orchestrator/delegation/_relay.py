@@ -18,18 +18,18 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.backends import WorkerLease
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
-from agentcell.orchestrator.delegation._approval_question import refused_tool
-from agentcell.orchestrator.delegation._approvals import (
+from agentcell.orchestrator.approvals._channel import (
     ApprovalAnswer,
     ApprovalBroker,
     ApprovalQuery,
 )
+from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.approvals._question import refused_tool
+from agentcell.orchestrator.backends import WorkerLease
+from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
-from agentcell.orchestrator.delegation._hooks import HookRunner, SubagentStopHooks
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments

@@ -27,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+from agentcell.orchestrator.approvals._channel import ApprovalBroker
+from agentcell.orchestrator.approvals._hooks import (
+    HookRunner,
+    SubagentStopHooks,
+    agent_transcript,
+)
 from agentcell.orchestrator.backends import (
     Backend,
     ChildOutcome,
@@ -35,7 +41,6 @@ from agentcell.orchestrator.backends import (
 )
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
-from agentcell.orchestrator.delegation._approvals import ApprovalBroker
 from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._events import (
     EventBus,
@@ -44,11 +49,6 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentStarted,
 )
 from agentcell.orchestrator.delegation._finishing import FinishingSteps
-from agentcell.orchestrator.delegation._hooks import (
-    HookRunner,
-    SubagentStopHooks,
-    agent_transcript,
-)
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope

@@ -29,9 +29,9 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import httpx
+from agentcell.orchestrator.approvals._channel import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, normalize_tool_names
-from agentcell.orchestrator.delegation._approvals import ApprovalBroker, ApprovalQuery
 from agentcell.orchestrator.network._egress import EgressProxy, Refused
 from agentcell.orchestrator.network._host_rules import HostRule, parse_rules
 from agentcell.orchestrator.network._pinned_http import PinnedBackend, PinnedTransport

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Protocol, TextIO
 
-from agentcell.orchestrator.delegation._approval_question import (
+from agentcell.orchestrator.approvals._question import (
     always_scope,
     flat,
     keys_line,

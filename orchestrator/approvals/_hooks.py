@@ -29,10 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._tasks import gather_owned
-from agentcell.orchestrator.config import HookCommand, parse_hooks, translate_rule
-from agentcell.orchestrator.definitions import AgentDefinition
-from agentcell.orchestrator.delegation._approvals import ApprovalQuery
-from agentcell.orchestrator.delegation._hook_shape import (
+from agentcell.orchestrator.approvals._channel import ApprovalQuery
+from agentcell.orchestrator.approvals._hook_shape import (
     claude_permission_mode,
     claude_tool_name,
     matcher_names,
@@ -40,6 +38,8 @@ from agentcell.orchestrator.delegation._hook_shape import (
     updated_arguments,
     updated_output,
 )
+from agentcell.orchestrator.config import HookCommand, parse_hooks, translate_rule
+from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.protocol import (
     AgentSpec,
     AssistantMessage,
