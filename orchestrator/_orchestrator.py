@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator._background import BackgroundRuns
 from agentcell.orchestrator._main_run import (
     RunReport,
     blocked_report,
@@ -75,6 +74,7 @@ from agentcell.orchestrator.delegation import (
     stop_hook,
     task_tool_spec,
 )
+from agentcell.orchestrator.task_tools._background import BackgroundRuns
 from agentcell.protocol import RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
     ChildBoot,

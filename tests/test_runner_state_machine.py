@@ -46,7 +46,7 @@ from agentcell.orchestrator import (
 )
 from agentcell.orchestrator.backends import _forkserver as _pool
 from agentcell.orchestrator.delegation._task_args import TaskArgs
-from agentcell.orchestrator.delegation._task_tools import (
+from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
     TaskControlTool,
     TaskTool,

@@ -21,7 +21,7 @@ import dataclasses
 from pathlib import Path
 
 from agentcell.orchestrator import SubAgentResult, TaskRecord, TaskState, TaskTracker
-from agentcell.orchestrator.delegation._task_tools import (
+from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
     TaskControlTool,
     TaskWaitArgs,
@@ -374,7 +374,7 @@ async def test_task_wait_hands_out_only_what_fits_and_keeps_the_rest() -> None:
     from pathlib import Path
 
     from agentcell.orchestrator import SubAgentResult, TaskTracker
-    from agentcell.orchestrator.delegation._task_tools import TaskWaitArgs, TaskWaitTool
+    from agentcell.orchestrator.task_tools._tools import TaskWaitArgs, TaskWaitTool
     from agentcell.protocol import RunStatus
     from agentcell.worker.tools import ToolContext
 

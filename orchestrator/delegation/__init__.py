@@ -23,7 +23,6 @@ from agentcell.orchestrator.approvals._hooks import (
     notification_hook,
     stop_hook,
 )
-from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
@@ -47,24 +46,10 @@ from agentcell.orchestrator.delegation._results import (
 from agentcell.orchestrator.delegation._resume import read_session
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner
 from agentcell.orchestrator.delegation._settle import unstarted
-from agentcell.orchestrator.delegation._start_ahead import StartAhead
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,
     parse_task_arguments,
     task_tool_spec,
-)
-from agentcell.orchestrator.delegation._task_tools import (
-    TaskControlTool,
-    TaskStatusTool,
-    TaskTool,
-    TaskWaitTool,
-    background_finisher,
-    background_injector,
-)
-from agentcell.orchestrator.delegation._tracker import (
-    TaskRecord,
-    TaskState,
-    TaskTracker,
 )
 from agentcell.orchestrator.delegation._usage import (
     AgentUsage,
@@ -76,6 +61,21 @@ from agentcell.orchestrator.prompt._context import (
     MEMORY_MAX_LINES,
     instructions_prompt,
     memory_dir,
+)
+from agentcell.orchestrator.task_tools._delivery import ResultDelivery
+from agentcell.orchestrator.task_tools._start_ahead import StartAhead
+from agentcell.orchestrator.task_tools._tools import (
+    TaskControlTool,
+    TaskStatusTool,
+    TaskTool,
+    TaskWaitTool,
+    background_finisher,
+    background_injector,
+)
+from agentcell.orchestrator.task_tools._tracker import (
+    TaskRecord,
+    TaskState,
+    TaskTracker,
 )
 
 __all__ = [

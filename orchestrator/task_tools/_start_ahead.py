@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from agentcell.orchestrator.backends import Backend
-from agentcell.orchestrator.delegation._task_tools import TaskTool
+from agentcell.orchestrator.task_tools._tools import TaskTool
 from agentcell.worker.models import ToolCallStart
 
 #: The tools whose calls each start a sub-agent process (foreground and background).

@@ -14,7 +14,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.definitions import AgentRegistry
-from agentcell.orchestrator.delegation._delivery import ResultDelivery
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner
@@ -24,7 +23,8 @@ from agentcell.orchestrator.delegation._task_args import (
     parse_task_arguments,
     task_tool_spec,
 )
-from agentcell.orchestrator.delegation._tracker import TaskRecord, TaskTracker
+from agentcell.orchestrator.task_tools._delivery import ResultDelivery
+from agentcell.orchestrator.task_tools._tracker import TaskRecord, TaskTracker
 from agentcell.protocol import Message, RunStatus, UserMessage
 from agentcell.worker import Session
 from agentcell.worker.models import ToolSpec
