@@ -42,7 +42,6 @@ from agentcell.orchestrator._records_disk import (
 from agentcell.orchestrator._run_stream import stream_run
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery, gather_owned
-from agentcell.orchestrator._tracing_setup import main_tracer, tracing_from_env, tracing_preload
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings, base_url_problem
 from agentcell.orchestrator.definitions import AgentDefinition
@@ -75,6 +74,11 @@ from agentcell.orchestrator.delegation import (
     task_tool_spec,
 )
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
+from agentcell.orchestrator.telemetry._tracing_setup import (
+    main_tracer,
+    tracing_from_env,
+    tracing_preload,
+)
 from agentcell.protocol import RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import (
     ChildBoot,

@@ -112,7 +112,7 @@ def test_a_queued_sub_agent_stopped_by_a_budget_keeps_the_budget_status() -> Non
 
     from agentcell.orchestrator.delegation._relay import Progress
     from agentcell.orchestrator.delegation._settle import settle, with_cancel_reason
-    from agentcell.orchestrator.delegation._usage import UsageLedger
+    from agentcell.orchestrator.telemetry._usage import UsageLedger
     from agentcell.protocol import Limits
 
     base = dict(agent_id="a1", agent_type="x", description="", background=False, depth=1)
@@ -131,7 +131,7 @@ def test_a_queued_sub_agent_cancelled_by_name_stays_an_error_with_the_reason() -
 
     from agentcell.orchestrator.delegation._relay import Progress
     from agentcell.orchestrator.delegation._settle import settle, with_cancel_reason
-    from agentcell.orchestrator.delegation._usage import UsageLedger
+    from agentcell.orchestrator.telemetry._usage import UsageLedger
     from agentcell.protocol import Limits
 
     base = dict(agent_id="a1", agent_type="x", description="", background=False, depth=1)

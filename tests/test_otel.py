@@ -356,7 +356,7 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
     trace and beyond the limit: only its own, signed, this trace's, up to the limit, are
     exported."""
     from agentcell.orchestrator.backends import WorkerPool
-    from agentcell.orchestrator.delegation._child_spans import ChildSpans
+    from agentcell.orchestrator.telemetry._child_spans import ChildSpans
     from agentcell.protocol import PROTOCOL_VERSION, SpanBatch, Start
     from agentcell.worker.tracing import MAX_CHILD_SPANS
 

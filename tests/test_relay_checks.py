@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator.config import Budgets
-from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.model_relay._checks import output_cap, shown
 from agentcell.orchestrator.model_relay._relay import _checked
 from agentcell.orchestrator.model_relay._usage import UsageScan
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import AgentSpec, Usage
 
 SEARCH = "web_search_20250305"

@@ -9,8 +9,8 @@ import click
 from agentcell.orchestrator._main_run import report_json
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import literal, visible
-from agentcell.orchestrator._usage_text import usage_split
 from agentcell.orchestrator.cli._display import results_table
+from agentcell.orchestrator.telemetry._usage_text import usage_split
 from agentcell.worker import Redactor
 
 

@@ -51,11 +51,6 @@ from agentcell.orchestrator.delegation._task_args import (
     parse_task_arguments,
     task_tool_spec,
 )
-from agentcell.orchestrator.delegation._usage import (
-    AgentUsage,
-    BudgetExceeded,
-    UsageLedger,
-)
 from agentcell.orchestrator.prompt._context import (
     MEMORY_MAX_CHARS,
     MEMORY_MAX_LINES,
@@ -76,6 +71,11 @@ from agentcell.orchestrator.task_tools._tracker import (
     TaskRecord,
     TaskState,
     TaskTracker,
+)
+from agentcell.orchestrator.telemetry._usage import (
+    AgentUsage,
+    BudgetExceeded,
+    UsageLedger,
 )
 
 __all__ = [

@@ -28,17 +28,17 @@ from agentcell.orchestrator.approvals._question import refused_tool
 from agentcell.orchestrator.backends import WorkerLease
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
-from agentcell.orchestrator.delegation._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
-from agentcell.orchestrator.delegation._usage import UsageLedger
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.orchestrator.network._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.network._web_fetch import answer as answer_web_fetch
+from agentcell.orchestrator.telemetry._child_spans import ChildSpans, nested_trace
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import (
     AgentSpec,
     ApprovalReply,

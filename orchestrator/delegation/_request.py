@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from agentcell.orchestrator.delegation._results import SubAgentResult
-from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import Message
 
 

@@ -41,7 +41,6 @@ from agentcell.orchestrator.backends import (
 )
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
-from agentcell.orchestrator.delegation._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.delegation._events import (
     EventBus,
     SubAgentEnded,
@@ -62,11 +61,12 @@ from agentcell.orchestrator.delegation._settle import (
     start_failure,
     with_cancel_reason,
 )
-from agentcell.orchestrator.delegation._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
+from agentcell.orchestrator.telemetry._child_spans import ChildSpans, child_spans
+from agentcell.orchestrator.telemetry._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.workspace._worktree import (
     Worktree,
     WorktreeError,

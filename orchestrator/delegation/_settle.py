@@ -17,7 +17,7 @@ import msgspec
 from agentcell.orchestrator.backends import ChildOutcome, OutcomeKind
 from agentcell.orchestrator.delegation._relay import Progress
 from agentcell.orchestrator.delegation._results import SubAgentResult
-from agentcell.orchestrator.delegation._usage import UsageLedger
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.orchestrator.workspace._worktree import Worktree, finish_worktree
 from agentcell.protocol import Limits, RunStatus
 from agentcell.worker import MAX_ANSWER_BYTES, cut_answer
