@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._records import subagent_json, write_summary_or_say
-from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend
 from agentcell.orchestrator.config import Settings
@@ -39,6 +37,8 @@ from agentcell.orchestrator.delegation import (
     unstarted,
     wire_server,
 )
+from agentcell.orchestrator.records._key import key_for
+from agentcell.orchestrator.records._store import subagent_json, write_summary_or_say
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
 from agentcell.worker import Hook, PermissionPolicy, Redactor, Transcript
 from agentcell.worker.tools import Tool, builtin_tools

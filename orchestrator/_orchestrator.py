@@ -32,13 +32,6 @@ from agentcell.orchestrator._main_run import (
     tee,
     write_call_summary,
 )
-from agentcell.orchestrator._records import new_run_dir
-from agentcell.orchestrator._records_disk import (
-    disk_full_report,
-    disk_full_result,
-    disk_refusal,
-    finish_record,
-)
 from agentcell.orchestrator._run_stream import stream_run
 from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery, gather_owned
@@ -73,6 +66,13 @@ from agentcell.orchestrator.delegation import (
     stop_hook,
     task_tool_spec,
 )
+from agentcell.orchestrator.records._disk import (
+    disk_full_report,
+    disk_full_result,
+    disk_refusal,
+    finish_record,
+)
+from agentcell.orchestrator.records._store import new_run_dir
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
 from agentcell.orchestrator.telemetry._tracing_setup import (
     main_tracer,

@@ -24,7 +24,7 @@ from provider_util import server, sleeps  # noqa: F401  (fixtures of the provide
 # No test may reach a real model: providers refuse any host but loopback. Set before any
 # fork server starts, so every child process inherits it too.
 os.environ["AGENTCELL_BLOCK_REAL_MODELS"] = "1"
-# The run records' key (see orchestrator/_records_key.py) is made in a folder of the test
+# The run records' key (see orchestrator/records/_key.py) is made in a folder of the test
 # session's own, never in the home of whoever runs the tests. Made by pytest's own process
 # only: Ray workers and other processes that import a test module import this one too,
 # and each left an empty folder in /tmp when it was killed (279 of them in one day).

@@ -285,10 +285,10 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
 
 
 def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path) -> None:
-    from agentcell.orchestrator._records_key import key_for
     from agentcell.orchestrator.definitions import AgentRegistry
     from agentcell.orchestrator.delegation import DelegationRequest
     from agentcell.orchestrator.delegation._resume import RecordedAgents
+    from agentcell.orchestrator.records._key import key_for
     from agentcell.protocol import UserMessage
     from agentcell.worker import Transcript
 

@@ -182,7 +182,7 @@ def test_a_definitions_colour_styles_its_rows_in_the_live_table() -> None:
 def test_runs_resume_continues_a_recorded_main_session(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcell.orchestrator._records import list_runs, load_run
+    from agentcell.orchestrator.records._store import list_runs, load_run
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / ".config"))

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from agentcell.orchestrator import _records
 from agentcell.orchestrator.cli._chat import ChatRecord
+from agentcell.orchestrator.records import _store as _records
 from agentcell.protocol import Usage
 
 

@@ -154,7 +154,7 @@ def test_a_full_disk_is_reported_and_the_answer_still_reaches_the_caller(
 def test_a_failed_rewrite_of_a_record_keeps_the_previous_one_and_no_temporary_file(
     tmp_path: Path,
 ) -> None:
-    from agentcell.orchestrator._records import write_summary
+    from agentcell.orchestrator.records._store import write_summary
 
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "size=1m")
@@ -210,7 +210,7 @@ async def test_the_api_returns_the_answer_with_the_full_disk_named(tmp_path: Pat
 
 
 def test_the_start_check_counts_space_and_inodes(tmp_path: Path) -> None:
-    from agentcell.orchestrator._records_disk import DiskFull, check_free
+    from agentcell.orchestrator.records._disk import DiskFull, check_free
 
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "size=4m,nr_inodes=64")

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator._records import recorded_main_session
-from agentcell.orchestrator._records_key import key_for, key_path, user_key, verified_record
 from agentcell.orchestrator.prompt._context import prepare_memory
+from agentcell.orchestrator.records._key import key_for, key_path, user_key, verified_record
+from agentcell.orchestrator.records._store import recorded_main_session
 from agentcell.protocol import RunStatus
 from agentcell.worker import Transcript, chain_end
 from conftest import SpawnRecorder

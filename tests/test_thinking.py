@@ -348,7 +348,7 @@ def test_a_continuation_of_a_run_stopped_inside_a_tool_loop_drops_the_masked_tur
         AssistantMessage(content="", tool_calls=[call], reasoning=[masked]),
         ToolMessage(tool_call_id="c1", name="read_file", content="data"),
     ]
-    from agentcell.orchestrator._records_key import key_for
+    from agentcell.orchestrator.records._key import key_for
     from agentcell.worker import Transcript
 
     record = tmp_path / "a1.jsonl"

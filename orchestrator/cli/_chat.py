@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
-from agentcell.orchestrator._records import new_run_dir, subagent_json, write_summary_or_say
 from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._chat_turns import (
@@ -45,6 +44,7 @@ from agentcell.orchestrator.delegation import (
     SubAgentResult,
     TerminalPrompt,
 )
+from agentcell.orchestrator.records._store import new_run_dir, subagent_json, write_summary_or_say
 from agentcell.orchestrator.telemetry._usage_text import split_counts, usage_split
 from agentcell.protocol import RunStatus, TextDelta, TurnStarted
 from agentcell.worker import Redactor, Session

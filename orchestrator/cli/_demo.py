@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from agentcell.orchestrator._orchestrator import Orchestrator
-from agentcell.orchestrator._records import new_run_dir
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._report import emit_report
 from agentcell.orchestrator.config import Settings
 from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.records._store import new_run_dir
 
 from agentcell import protocol
 

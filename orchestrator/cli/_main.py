@@ -455,7 +455,7 @@ def runs_resume(
     """Continue a recorded main session (RUN_ID may be a unique prefix or suffix), with the
     model it used unless --model says otherwise: with PROMPT, one more run on it (`-` reads
     it from stdin); without, a chat that goes on from it."""
-    from agentcell.orchestrator._records import recorded_main_session, recorded_model
+    from agentcell.orchestrator.records._store import recorded_main_session, recorded_model
     from agentcell.worker import Session
 
     _setup_logging(debug)

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from agentcell.orchestrator._orchestrator import Orchestrator
-from agentcell.orchestrator._records import mark_resumed, new_run_dir
+from agentcell.orchestrator.records._store import mark_resumed, new_run_dir
 from agentcell.protocol import ToolMessage, UserMessage
 from agentcell.worker import Session
 

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from agentcell.orchestrator._records import find_run_dir, list_runs, load_run
-from agentcell.orchestrator._records_key import key_path, user_key
 from agentcell.orchestrator._text import literal, one_line, plural, visible
 from agentcell.orchestrator.cli._display import output_console
+from agentcell.orchestrator.records._key import key_path, user_key
+from agentcell.orchestrator.records._store import find_run_dir, list_runs, load_run
 from agentcell.orchestrator.telemetry._usage_text import usage_split
 from agentcell.worker import RecordTampered, record_key, verified_lines
 from rich.console import Console

@@ -20,8 +20,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator._records import _write_private, find_run_dir, load_run
 from agentcell.orchestrator._text import visible
+from agentcell.orchestrator.records._store import _write_private, find_run_dir, load_run
 from agentcell.orchestrator.telemetry._usage_text import usage_split
 
 #: What a page may do: styles of its own, nothing else (no script, image, font, fetch).

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import dill
-from agentcell.orchestrator._records_key import key_for
 from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.config import Settings, parse_hooks
 from agentcell.orchestrator.definitions import (
@@ -45,6 +44,7 @@ from agentcell.orchestrator.prompt._context import (
 )
 from agentcell.orchestrator.prompt._instruction_cache import InstructionCache
 from agentcell.orchestrator.prompt._skill_offer import skilled_prompt, skills_for
+from agentcell.orchestrator.records._key import key_for
 from agentcell.orchestrator.workspace._code_files import (
     code_entries,
     mcp_commands,

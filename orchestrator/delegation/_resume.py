@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 
 import msgspec
-from agentcell.orchestrator._records_key import record_end, verified_record
 from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
 from agentcell.orchestrator.delegation._request import DelegationRequest
+from agentcell.orchestrator.records._key import record_end, verified_record
 from agentcell.protocol import AssistantMessage, Message, ThinkingBlock
 from agentcell.worker import Redactor
 

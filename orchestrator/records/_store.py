@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._records_key import verified_record
-from agentcell.orchestrator._records_missing import summary_from_records
 from agentcell.orchestrator.delegation import SubAgentResult
+from agentcell.orchestrator.records._key import verified_record
+from agentcell.orchestrator.records._missing import summary_from_records
 from agentcell.protocol import Message
 from agentcell.worker import Redactor, real_folder
 
