@@ -381,7 +381,7 @@ def test_without_ray_installed_the_ray_commands_say_so_in_one_line(
 ) -> None:
     # Ray is absent as far as the command can tell: its executable and its module are
     # names that exist nowhere (Ray itself may well be installed here).
-    from agentcell.orchestrator.backends import _ray_local
+    from agentcell.orchestrator.backends.ray import _local as _ray_local
     from agentcell.orchestrator.cli import _ray_cmd
     from click.testing import CliRunner
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.backends._ray_local import RayHead, stop_ray_head
+from agentcell.orchestrator.backends.ray._local import RayHead, stop_ray_head
 from model_servers import Call, ModelServer, Reply
 from ray_util import outside_loopback
 from test_cli import AGENTCELL, cli_env

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import AgentDefinition, AgentRegistry, Settings
 from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation import DelegationRequest, Scope
-from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._prepare import Preparer
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.prompt._context import instructions_prompt

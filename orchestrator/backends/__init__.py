@@ -23,17 +23,6 @@ from agentcell.orchestrator.backends._outcome import (
     OutcomeKind,
     describe_exit,
 )
-from agentcell.orchestrator.backends._ray import (
-    LOOPBACK_ENV,
-    RayBackend,
-    RayBackendError,
-    RemoteLease,
-    loopback_ray_environment,
-)
-from agentcell.orchestrator.backends._ray_local import (
-    RayHead,
-    local_ray_head,
-)
 from agentcell.orchestrator.backends._starters import (
     MAX_STARTERS,
     default_starters,
@@ -44,6 +33,17 @@ from agentcell.orchestrator.backends._workers import (
     Lease,
     WorkerState,
     wait_gone,
+)
+from agentcell.orchestrator.backends.ray._backend import (
+    LOOPBACK_ENV,
+    RayBackend,
+    RayBackendError,
+    RemoteLease,
+    loopback_ray_environment,
+)
+from agentcell.orchestrator.backends.ray._local import (
+    RayHead,
+    local_ray_head,
 )
 
 __all__ = [

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import click
-from agentcell.orchestrator.backends import _ray_local
-from agentcell.orchestrator.backends._ray_local import RayHead, stop_ray_head
+from agentcell.orchestrator.backends.ray import _local as _ray_local
+from agentcell.orchestrator.backends.ray._local import RayHead, stop_ray_head
 from agentcell.orchestrator.config import ConfigError
 
 #: What ``--backend ray``'s driver imports (it runs on this interpreter).

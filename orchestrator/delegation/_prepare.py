@@ -17,6 +17,7 @@ from typing import Any
 
 import dill
 from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
 from agentcell.orchestrator.config import Settings, parse_hooks
 from agentcell.orchestrator.definitions import (
     AgentDefinition,
@@ -25,7 +26,6 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
 )
 from agentcell.orchestrator.delegation._compact import compact_threshold
-from agentcell.orchestrator.delegation._environment_cache import EnvironmentCache
 from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter

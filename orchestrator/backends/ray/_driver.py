@@ -1,6 +1,6 @@
 """The Ray driver: a helper process between the orchestrator and a Ray cluster.
 
-``python -m agentcell.orchestrator.backends._ray_driver`` connects to the cluster and
+``python -m agentcell.orchestrator.backends.ray._driver`` connects to the cluster and
 obeys one JSON object per line on stdin; it answers with one JSON object per line on
 stdout. It runs in its own process so that nothing Ray does (an abort in its core worker,
 a hung gRPC call, a crash) can take the orchestrator down: the parent sees its pipe close
@@ -82,7 +82,7 @@ def _cause(exc: BaseException) -> tuple[str, str]:
 
 class Driver:
     def __init__(self, config: dict[str, Any]) -> None:
-        from agentcell.orchestrator.backends._ray_actor import SubAgentHost
+        from agentcell.orchestrator.backends.ray._actor import SubAgentHost
 
         ray: Any = importlib.import_module("ray")  # Ray's own typing is loose: glue code
         self.ray = ray

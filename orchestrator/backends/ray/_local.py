@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from agentcell.orchestrator.backends._ray import loopback_ray_environment
+from agentcell.orchestrator.backends.ray._backend import loopback_ray_environment
 
 #: The ``ray`` command of this environment (the ``ray`` extra installs it).
 RAY = str(Path(sys.executable).with_name("ray"))

@@ -455,7 +455,7 @@ class RayBackend:
         self._driver = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "agentcell.orchestrator.backends._ray_driver",
+            "agentcell.orchestrator.backends.ray._driver",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             env=env,
