@@ -82,7 +82,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
         120,
     ),
     "sandbox-policy": (
-        "orchestrator/_sandbox_policy.py",
+        "orchestrator/config/_sandbox_policy.py",
         "tests/test_mutation_kills_policy.py tests/test_trust_table.py tests/test_trust.py",
         120,
     ),

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.backends import RayBackend
 from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 from agentcell.orchestrator.delegation import (
     AllowAll,

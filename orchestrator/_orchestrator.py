@@ -33,10 +33,10 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._run_stream import stream_run
-from agentcell.orchestrator._sandbox_policy import check_sandbox
 from agentcell.orchestrator._tasks import TaskNursery, gather_owned
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings, base_url_problem
+from agentcell.orchestrator.config._sandbox_policy import check_sandbox
 from agentcell.orchestrator.definitions import AgentDefinition
 from agentcell.orchestrator.delegation import (
     AgentActivity,

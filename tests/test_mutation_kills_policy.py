@@ -1,4 +1,4 @@
-"""Tests that kill the mutants of orchestrator/_sandbox_policy.py that its end-to-end
+"""Tests that kill the mutants of orchestrator/config/_sandbox_policy.py that its end-to-end
 tests let live (issue 21, item 9): each comparison of ``check_sandbox``,
 ``untrusted_project_file``, ``_loosening_keys`` and the network-list narrowing, tested on
 its own, in-process (``make mutants`` runs these first)."""
@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator import _sandbox_policy as policy
 from agentcell.orchestrator.config import AGENT_FILE_TRUST, Settings, trust, user_config_path
+from agentcell.orchestrator.config import _sandbox_policy as policy
 from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
 
 HOOKS = {"PreToolUse": [{"matcher": "bash", "hooks": [{"type": "command", "command": "true"}]}]}

@@ -216,8 +216,8 @@ def test_sandbox_command_tells_what_this_machine_enforces(home: Path, project: P
 def test_required_refuses_with_one_line_where_the_kernel_cannot(
     monkeypatch: pytest.MonkeyPatch, project: Path
 ) -> None:
-    from agentcell.orchestrator import _sandbox_policy
     from agentcell.orchestrator.cli._main import cli as command
+    from agentcell.orchestrator.config import _sandbox_policy
     from click.testing import CliRunner
 
     bare = {**_sandbox_policy.probe_sandbox(), "landlock_abi": 0, "landlock_files": False}
@@ -243,7 +243,7 @@ def test_required_refuses_with_one_line_where_the_kernel_cannot(
 def test_a_missing_mechanism_is_said_once_never_skipped_silently(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, project: Path
 ) -> None:
-    from agentcell.orchestrator import _sandbox_policy
+    from agentcell.orchestrator.config import _sandbox_policy
 
     bare = {**_sandbox_policy.probe_sandbox(), "process_cap": None}
     monkeypatch.setattr(_sandbox_policy, "probe_sandbox", lambda: bare)

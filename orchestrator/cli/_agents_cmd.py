@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import click
-from agentcell.orchestrator._sandbox_policy import untrusted_project_file
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._display import output_console
 from agentcell.orchestrator.config import load_settings, parse_hooks
+from agentcell.orchestrator.config._sandbox_policy import untrusted_project_file
 from agentcell.orchestrator.definitions import (
     COORDINATION_TOOLS,
     AgentDefinition,

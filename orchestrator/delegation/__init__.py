@@ -32,7 +32,6 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers, wire_server
 from agentcell.orchestrator.delegation._prepare import stricter_mode
 from agentcell.orchestrator.delegation._relay import MAX_OPEN_REQUESTS
 from agentcell.orchestrator.delegation._request import (
@@ -51,6 +50,7 @@ from agentcell.orchestrator.delegation._task_args import (
     parse_task_arguments,
     task_tool_spec,
 )
+from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers, wire_server
 from agentcell.orchestrator.prompt._context import (
     MEMORY_MAX_CHARS,
     MEMORY_MAX_LINES,

@@ -26,8 +26,8 @@ from agentcell.orchestrator.definitions import (
     resolve_tools,
 )
 from agentcell.orchestrator.delegation._compact import compact_threshold
-from agentcell.orchestrator.delegation._mcp_servers import agent_mcp_servers
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._route import route_model
 from agentcell.orchestrator.network._egress import bash_network

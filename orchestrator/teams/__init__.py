@@ -1,0 +1,1 @@
+"""Teams of sub-agents that talk to each other through mailboxes (empty so far)."""
