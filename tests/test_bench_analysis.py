@@ -76,6 +76,8 @@ def _conversation(tree: Path, i: int) -> list[int]:
         )
 
 
+# The corpus is worker/ as it was at bench/analysis.py's CORPUS_COMMIT: the paths below
+# are that commit's (worker/_engine.py), not today's.
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("tree")
@@ -88,7 +90,7 @@ def test_the_plan_is_glob_grep_then_reads_of_globbed_files(tree: Path) -> None:
     analysis.set_root(tree)
     listing = analysis.glob("**/*.py", "worker")
     files = listing.splitlines()
-    assert "worker/engine/_loop.py" in files and all(f.endswith(".py") for f in files)
+    assert "worker/_engine.py" in files and all(f.endswith(".py") for f in files)
     assert analysis.call(0, 0, [])[0] == "glob"
     assert analysis.call(0, 1, [])[0] == "grep"
     conversation = [{"role": "user", "content": "x"}, {"role": "tool", "content": listing}]
@@ -112,12 +114,12 @@ def test_every_request_of_the_script_carries_20_to_40_kb(tree: Path) -> None:
 
 def test_the_peer_tools_read_like_agentcells(tree: Path) -> None:
     analysis.set_root(tree)
-    text = analysis.read_file("worker/engine/_loop.py", 1, 3)
+    text = analysis.read_file("worker/_engine.py", 1, 3)
     first = text.splitlines()[0]
     assert first.startswith("     1\t")
     assert "[showing lines 1-3 of" in text
     hits = analysis.grep(r"^class Engine\b", "worker", "*.py").splitlines()
-    assert "worker/engine/_loop.py:109:class Engine:" in hits
+    assert "worker/_engine.py:109:class Engine:" in hits
     with pytest.raises(ValueError, match="outside"):
         analysis.read_file("../../etc/passwd")
 
