@@ -33,7 +33,6 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._run_stream import stream_run
-from agentcell.orchestrator._tasks import TaskNursery, gather_owned
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.config import Settings, base_url_problem
 from agentcell.orchestrator.config._sandbox_policy import check_sandbox
@@ -79,7 +78,15 @@ from agentcell.orchestrator.telemetry._tracing_setup import (
     tracing_from_env,
     tracing_preload,
 )
-from agentcell.protocol import RunStatus, ToolCall, TurnStarted, Usage, UsageUpdate
+from agentcell.protocol import (
+    RunStatus,
+    TaskNursery,
+    ToolCall,
+    TurnStarted,
+    Usage,
+    UsageUpdate,
+    gather_owned,
+)
 from agentcell.worker import (
     ChildBoot,
     Engine,

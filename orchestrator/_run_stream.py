@@ -16,8 +16,8 @@ from collections.abc import AsyncGenerator, Coroutine
 from typing import Any
 
 from agentcell.orchestrator._main_run import RunReport
-from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.delegation import EventStream, OrchestratorEvent
+from agentcell.protocol import NurseryClosed, TaskNursery
 
 
 async def stream_run(

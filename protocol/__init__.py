@@ -87,6 +87,7 @@ from agentcell.protocol._messages import (
     Usage,
     UserMessage,
 )
+from agentcell.protocol._tasks import NurseryClosed, TaskNursery, gather_owned
 from agentcell.protocol._tcp import (
     HandshakeError,
     StreamChannel,
@@ -95,6 +96,9 @@ from agentcell.protocol._tcp import (
 )
 
 __all__ = [
+    "NurseryClosed",
+    "TaskNursery",
+    "gather_owned",
     "frame_is_authentic",
     "new_frame_key",
     "seal_for_child",

@@ -36,6 +36,7 @@ import struct
 from agentcell.protocol._channel import ChannelClosed, _Inbox
 from agentcell.protocol._codec import MAX_FRAME_BYTES, encode_frame
 from agentcell.protocol._frames import Frame
+from agentcell.protocol._tasks import TaskNursery
 
 #: Opens the client's first message: a version tag for the handshake itself.
 HANDSHAKE_MAGIC = b"AGC1"
@@ -80,7 +81,14 @@ class StreamChannel:
         self._writer = writer
         self._inbox = _Inbox(max_frame_bytes)
         self._closed = False
-        self._pump = asyncio.ensure_future(self._read())
+        self._reading = TaskNursery("a TCP channel's reader")
+        self._pump: asyncio.Task[None] | None = None
+
+    async def open(self) -> StreamChannel:
+        """Start reading frames (the channel's one task, owned by the channel)."""
+        await self._reading.open()
+        self._pump = self._reading.start(self._read(), name="agentcell-tcp-reader")
+        return self
 
     @property
     def closed(self) -> bool:
@@ -141,20 +149,23 @@ class StreamChannel:
             with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.drain()
         self.close()
+        await self._reading.aclose()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
         self._inbox.finish(ChannelClosed("channel closed locally"))
-        self._pump.cancel()
+        if self._pump is not None:
+            self._pump.cancel()
         self._writer.close()
 
     def abort(self) -> None:
         """Close at once, dropping anything not yet written."""
         self._closed = True
         self._inbox.finish(ChannelClosed("channel aborted locally"))
-        self._pump.cancel()
+        if self._pump is not None:
+            self._pump.cancel()
         self._writer.transport.abort()
 
 
@@ -204,7 +215,7 @@ async def tcp_connect(
         except BaseException:
             writer.transport.abort()
             raise
-    return StreamChannel(reader, writer, max_frame_bytes=max_frame_bytes)
+    return await StreamChannel(reader, writer, max_frame_bytes=max_frame_bytes).open()
 
 
 class TcpListener:
@@ -240,6 +251,7 @@ class TcpListener:
         self._server: asyncio.Server | None = None
         # Unauthenticated connections, oldest first (a dict keeps insertion order).
         self._handshakes: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._handshaking = TaskNursery("TCP handshakes")  # each one's task, owned here
         self.accepted = 0  # connections accepted in all (for tests and logs)
         self.refused = 0  # connections that failed the handshake or ran out of time
         self.evicted = 0  # connections closed unauthenticated to stay within max_pending
@@ -247,6 +259,7 @@ class TcpListener:
         self._changed = asyncio.Event()
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> TcpListener:
+        await self._handshaking.open()
         self._server = await asyncio.start_server(self._on_connection, host, port)
         return self
 
@@ -310,9 +323,12 @@ class TcpListener:
 
     def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        if not self._handshaking.is_open:  # arrived as the listener closed
+            writer.transport.abort()
+            return
         while len(self._handshakes) >= self.max_pending:
             self._evict_oldest()
-        task = asyncio.ensure_future(self._handshake(reader, writer))
+        task = self._handshaking.start(self._handshake(reader, writer))
         self._handshakes[task] = writer
         task.add_done_callback(self._handshake_done)
         self._changed.set()
@@ -372,16 +388,16 @@ class TcpListener:
         if self._tokens.pop(name, None) is None:  # used up by a concurrent connection
             raise HandshakeError("token already used")
         _no_delay(writer)
-        return name, StreamChannel(reader, writer, max_frame_bytes=self.max_frame_bytes)
+        return name, await StreamChannel(
+            reader, writer, max_frame_bytes=self.max_frame_bytes
+        ).open()
 
     async def aclose(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task, writer in list(self._handshakes.items()):
+        for writer in list(self._handshakes.values()):
             writer.transport.abort()
-            task.cancel()
-        if self._handshakes:
-            await asyncio.gather(*self._handshakes, return_exceptions=True)
+        await self._handshaking.aclose()  # cancels each handshake and waits for it
         for name in list(self._arrivals):
             self.forget(name.decode())
         if self._server is not None:

@@ -101,13 +101,19 @@ async def test_a_failure_before_the_child_starts_is_that_runs_result(
 
 
 #: Where the parent may start a task outside a TaskGroup: nowhere. Every task it starts
-#: is a member of a ``TaskNursery`` (``orchestrator/_tasks.py``) or a ``TaskGroup`` of its
+#: is a member of a ``TaskNursery`` (``protocol/_tasks.py``) or a ``TaskGroup`` of its
 #: owner: the pool, the Ray backend and driver, background sub-agents, streamed runs
 #: (``_run_stream.py``), the runner's steps that outlive a cancel (``_finishing.py``:
 #: releases, egress proxies, worktree git), the chat's turns, hook starts. The provider
 #: limiter's token debt is a number the next request pays, not a task. A new exception
 #: needs its reason here and an owner that cancels and awaits it.
 KNOWN_BARE_TASKS: dict[tuple[str, str], str] = {}
+
+
+def _makes_coroutines(arg: ast.expr) -> bool:
+    if isinstance(arg, ast.Starred):
+        arg = arg.value
+    return isinstance(arg, ast.Call | ast.GeneratorExp | ast.ListComp)
 
 
 def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
@@ -122,14 +128,24 @@ def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
             # A call, or a reference handed on as a task starter (``start=...``); and
             # ``asyncio.shield(<a call>)``, which wraps a coroutine in a task of nobody's.
             if (
-                isinstance(child, ast.Attribute)
-                and child.attr in ("create_task", "ensure_future")
-                and not ast.unparse(child.value).endswith("group")
-            ) or (
-                isinstance(child, ast.Call)
-                and ast.unparse(child.func) == "asyncio.shield"
-                and child.args
-                and isinstance(child.args[0], ast.Call)
+                (
+                    isinstance(child, ast.Attribute)
+                    and child.attr in ("create_task", "ensure_future")
+                    and not ast.unparse(child.value).endswith("group")
+                )
+                or (
+                    isinstance(child, ast.Call)
+                    and ast.unparse(child.func) == "asyncio.shield"
+                    and child.args
+                    and isinstance(child.args[0], ast.Call)
+                )
+                or (
+                    # ``asyncio.gather`` of coroutines wraps each in a task that outlives a
+                    # sibling's failure (``gather_owned`` does not); of tasks, it only waits.
+                    isinstance(child, ast.Call)
+                    and ast.unparse(child.func) == "asyncio.gather"
+                    and any(_makes_coroutines(arg) for arg in child.args)
+                )
             ):
                 found.add((str(path.relative_to(ROOT)), ".".join(where)))
             walk(child, inner)
@@ -138,11 +154,16 @@ def _bare_task_starts(path: Path) -> set[tuple[str, str]]:
     return found
 
 
-def test_the_parent_starts_tasks_in_task_groups_but_for_known_owners() -> None:
+def test_every_layer_starts_tasks_in_task_groups_but_for_known_owners() -> None:
     """The runner, the relay (approvals, hooks, nested tasks, provider permits), the
-    pool, the Ray backend and driver, background sub-agents, the chat and everything new
-    start tasks in a group; exceptions (none today) are listed above, each with its reason."""
-    found = set().union(*(_bare_task_starts(p) for p in (ROOT / "orchestrator").rglob("*.py")))
+    pool, the Ray backend and driver, background sub-agents, the chat; the child's run,
+    reader and heartbeat, the engine's loop, MCP servers' clients, the TCP channel's reader
+    and handshakes; and everything new: every task is started in a group (``TaskGroup`` or
+    ``TaskNursery``, in protocol/); exceptions (none today) are listed above, each with
+    its reason."""
+    layers = ("protocol", "worker", "orchestrator", "agentcell")
+    files = [p for layer in layers for p in (ROOT / layer).rglob("*.py")]
+    found = set().union(*(_bare_task_starts(p) for p in files))
     for (path, function), reason in sorted(KNOWN_BARE_TASKS.items()):
         print(f"bare task in {path} {function}: {reason}")
     assert found - set(KNOWN_BARE_TASKS) == set(), (

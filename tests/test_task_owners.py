@@ -16,13 +16,13 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.backends import WorkerPool
 from agentcell.orchestrator.cli._chat import Chat, ChatRecord, _converse
 from agentcell.orchestrator.cli._display import ProgressView
 from agentcell.orchestrator.config import HookCommand
 from agentcell.orchestrator.delegation import AgentActivity, HookRunner, SubAgentProcess
 from agentcell.protocol import RunStatus, ToolMessage, ToolStarted
+from agentcell.protocol._tasks import NurseryClosed, TaskNursery
 from agentcell.worker import process as _proc
 from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder

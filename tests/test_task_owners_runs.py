@@ -242,7 +242,7 @@ async def test_a_cancelled_runs_release_is_owned_by_the_runner_until_it_ends(
 
 
 async def test_gather_owned_ends_every_sibling_before_the_first_error_goes_on() -> None:
-    from agentcell.orchestrator._tasks import gather_owned
+    from agentcell.protocol._tasks import gather_owned
 
     ended: list[str] = []
     started = asyncio.Event()

@@ -28,7 +28,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator._tasks import gather_owned
 from agentcell.orchestrator.approvals._channel import ApprovalQuery
 from agentcell.orchestrator.approvals._hook_shape import (
     claude_permission_mode,
@@ -48,6 +47,7 @@ from agentcell.protocol import (
     RunStatus,
     ToolCall,
     UserMessage,
+    gather_owned,
 )
 from agentcell.worker import (
     MAX_STOP_HOOK_CONTINUATIONS,

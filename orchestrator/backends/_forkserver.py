@@ -19,7 +19,6 @@ from typing import Any
 
 import multiprocess
 import multiprocess.forkserver
-from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.orchestrator.backends._starters import (
     FORK_SERVERS,
@@ -34,6 +33,7 @@ from agentcell.orchestrator.backends._workers import (
 )
 from agentcell.protocol import (
     PipeChannel,
+    TaskNursery,
 )
 from agentcell.worker import process as proc
 from agentcell.worker.process import (

@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
-from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._chat_turns import (
     TurnBackground,
@@ -46,7 +45,7 @@ from agentcell.orchestrator.delegation import (
 )
 from agentcell.orchestrator.records._store import new_run_dir, subagent_json, write_summary_or_say
 from agentcell.orchestrator.telemetry._usage_text import split_counts, usage_split
-from agentcell.protocol import RunStatus, TextDelta, TurnStarted
+from agentcell.protocol import RunStatus, TaskNursery, TextDelta, TurnStarted
 from agentcell.worker import Redactor, Session
 from rich.console import Console
 from rich.table import Table

@@ -22,13 +22,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.workspace._worktree import (
     Worktree,
     WorktreeError,
     create_worktree,
     finish_worktree,
 )
+from agentcell.protocol import TaskNursery
 
 log = logging.getLogger("agentcell.runner")
 

@@ -35,8 +35,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from agentcell.orchestrator._tasks import gather_owned
 from agentcell.orchestrator.network._host_rules import ip_of, parse_rules
+from agentcell.protocol import gather_owned
 
 _HEAD_LIMIT = 16 * 1024
 _HEAD_TIMEOUT_S = 30.0

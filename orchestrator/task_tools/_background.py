@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.delegation import Scope, TaskTool
+from agentcell.protocol import TaskNursery
 from agentcell.worker import Session
 
 

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
-from agentcell.orchestrator._tasks import NurseryClosed, TaskNursery
 from agentcell.orchestrator.definitions import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
@@ -25,7 +24,7 @@ from agentcell.orchestrator.delegation._task_args import (
 )
 from agentcell.orchestrator.task_tools._delivery import ResultDelivery
 from agentcell.orchestrator.task_tools._tracker import TaskRecord, TaskTracker
-from agentcell.protocol import Message, RunStatus, UserMessage
+from agentcell.protocol import Message, NurseryClosed, RunStatus, TaskNursery, UserMessage
 from agentcell.worker import Session
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool, ToolContext, ToolOutput

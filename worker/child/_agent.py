@@ -30,6 +30,7 @@ from agentcell.protocol import (
     RunResult,
     RunStatus,
     Start,
+    TaskNursery,
     TextDelta,
     ToolCall,
     UserMessage,
@@ -104,13 +105,14 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
         await box.egress.start_relay()
     if spec.memory_dir:  # the file tools reach the memory folder too, wherever it is
         engine.extra_roots = (Path(spec.memory_dir),)
-    watch = asyncio.create_task(watch_process_cap(box, engine)) if box.cap is not None else None
     sink = CoalescingSink(link, transcript)
     session = Session(spec.history)
     try:
-        result = await engine.run(spec.prompt, session, on_event=sink)
-        if watch is not None:
-            watch.cancel()
+        async with TaskNursery("the process cap's watch") as watch:
+            if box.cap is not None:
+                watch.start(watch_process_cap(box, engine))
+            result = await engine.run(spec.prompt, session, on_event=sink)
+            await watch.aclose()  # the watch never ends by itself
         if box.process_cap_hit() and result.status is RunStatus.CANCELLED:
             result.status = RunStatus.LIMIT
             result.error = (

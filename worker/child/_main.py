@@ -56,6 +56,7 @@ from agentcell.protocol import (
     RunStatus,
     Start,
     StreamChannel,
+    TaskNursery,
     frame_is_authentic,
     sign_frame,
 )
@@ -526,24 +527,36 @@ class _Exit(Exception):
         self.code = code
 
 
-async def _call(handler: Handler, start: Start, link: ChildLink) -> RunResult:
+async def _call(handler: Handler, start: Start, link: ChildLink) -> RunResult | BaseException:
+    """The handler's result, or what it raised (returned, so that its task group sees no
+    failure and the caller reports it as before)."""
     try:
         return await handler(start, link)
     except SystemExit as exc:
         # Caught here, inside the task: a SystemExit escaping a task would unwind the
         # whole event loop, and asyncio.run's clean-up would then look like a cancel.
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        raise _Exit(code) from None
+        return _Exit(code)
+    except Exception as exc:  # MemoryError included
+        return exc
 
 
 async def _run(channel: ChildChannel, start: Start, handler: Handler) -> int:
     link = ChildLink(channel, start)
-    task = asyncio.create_task(_call(handler, start, link))
-    link.on_cancel = task.cancel
-    reader = asyncio.create_task(_read_parent(channel, link, task))
-    beat = asyncio.create_task(_heartbeat(channel, start.heartbeat_s))
+    # The run is a task of its own, so that the parent's cancel (and a lost parent) cancel
+    # it and nothing else; the reader and the heartbeat end with it.
+    async with TaskNursery("a child's link to its parent") as helpers:
+        async with asyncio.TaskGroup() as group:
+            task = group.create_task(_call(handler, start, link))
+            link.on_cancel = task.cancel
+            helpers.start(_read_parent(channel, link, task))
+            helpers.start(_heartbeat(channel, start.heartbeat_s))
+        await helpers.aclose()
     try:
-        result = await task
+        outcome = task.result()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        result = outcome
     except asyncio.CancelledError:
         result = RunResult(status=RunStatus.CANCELLED, error="cancelled by the parent")
     except _Exit as exc:
@@ -555,9 +568,6 @@ async def _run(channel: ChildChannel, start: Start, handler: Handler) -> int:
         return await _fail(
             channel, type(exc).__name__, str(exc), EXIT_FAILURE, exc, key=start.frame_key
         )
-    finally:
-        beat.cancel()
-        reader.cancel()
     try:
         spec = start.spec
         result = capped_answer(result, spec.run_dir if spec else "", spec.agent_id if spec else "")

@@ -35,6 +35,7 @@ from agentcell.protocol import (
     Usage,
     UsageUpdate,
     UserMessage,
+    gather_owned,
 )
 from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._session import Session
@@ -185,18 +186,20 @@ class Engine:
         self._began_after = session.messages[-1] if session.messages else None
         tracer = self.tracer
         token = tracer.start_agent() if tracer is not None else None
-        inner = asyncio.create_task(self._drive(session), name=f"agentcell-engine-{self.agent_id}")
-        if tracer is not None:
-            tracer.detach(token)  # the loop's task has copied the context with the span
-        self._task = inner
         try:
-            await asyncio.wait({inner})
+            async with asyncio.TaskGroup() as group:  # the caller's cancel reaches the loop
+                inner = group.create_task(
+                    self._drive(session), name=f"agentcell-engine-{self.agent_id}"
+                )
+                if tracer is not None:
+                    tracer.detach(token)  # the loop's task has copied the context with the span
+                self._task = inner
         except asyncio.CancelledError:
-            inner.cancel()
-            await asyncio.wait({inner})
             if tracer is not None:
                 tracer.end_agent(None, "cancelled by the caller")
             raise
+        except BaseExceptionGroup as failed:  # the loop raised: as itself, as before
+            raise failed.exceptions[0] from None
         if inner.cancelled():
             # cancel() landed as the loop returned: the run still ends the way cancel() said.
             self._settle(session, self._cancel_reason or "the run was cancelled")
@@ -410,7 +413,7 @@ class Engine:
         if len(admitted) == 1:
             session.add(await self._run_one(admitted[0]))
         elif admitted:
-            session.extend(await asyncio.gather(*(self._run_one(c) for c in admitted)))
+            session.extend(await gather_owned(*(self._run_one(c) for c in admitted)))
         if len(admitted) < len(batch):
             raise StopRun(RunStatus.LIMIT, f"tool call limit reached: max_tool_calls is {limit}")
 

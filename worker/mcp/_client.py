@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
-from agentcell.protocol import McpServer
+from agentcell.protocol import McpServer, TaskNursery, gather_owned
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
 
@@ -169,7 +169,8 @@ class McpServers:
         self.problems: list[str] = []
         self.started: list[str] = []
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._servers = TaskNursery("MCP servers")  # one task per server, holding its client
+        self._tasks: list[asyncio.Task[Any]] = []
         self._status_dir = ""
 
     async def start(self) -> None:
@@ -178,8 +179,9 @@ class McpServers:
         # Where each warden says why its server stopped; only read while starting (in a
         # sub-agent, the walls go up right after), so removed then.
         self._status_dir = tempfile.mkdtemp(prefix="agentcell-mcp-")
+        await self._servers.open()
         try:
-            outcomes = await asyncio.gather(*(self._start_one(server) for server in self.servers))
+            outcomes = await gather_owned(*(self._start_one(server) for server in self.servers))
         finally:
             shutil.rmtree(self._status_dir, ignore_errors=True)
         for server, (tools, problem) in zip(self.servers, outcomes, strict=True):
@@ -200,7 +202,7 @@ class McpServers:
 
     async def _start_one(self, server: McpServer) -> tuple[list[Tool], str]:
         ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
-        task = asyncio.create_task(self._serve(server, ready), name=f"mcp:{server.name}")
+        task = self._servers.start(self._serve(server, ready), name=f"mcp:{server.name}")
         self._tasks.append(task)
         try:
             client, listed = await asyncio.wait_for(
@@ -290,13 +292,14 @@ class McpServers:
     async def stop(self) -> None:
         """Close every connection (a stdio server's process is ended by the SDK)."""
         self._stopping.set()
-        if not self._tasks:
-            return
-        _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
+        if all(task.done() for task in self._tasks):  # else one ignored its cancel: left be
+            await self._servers.aclose()
         for path in self.logs.values():  # a log with nothing in it tells nobody anything
             with contextlib.suppress(OSError):
                 if os.stat(path).st_size == 0:

@@ -24,6 +24,8 @@ import socket
 import struct
 import threading
 
+from agentcell.protocol import gather_owned
+
 _CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
@@ -54,7 +56,7 @@ class Namespace:
             writer.close()
             return
         try:
-            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+            await gather_owned(_copy(reader, up_writer), _copy(up_reader, writer))
         finally:
             up_writer.close()
             writer.close()

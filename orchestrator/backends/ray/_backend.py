@@ -28,7 +28,6 @@ import tempfile
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
-from agentcell.orchestrator._tasks import TaskNursery
 from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.backends._interface import FrameQueue
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
@@ -44,6 +43,7 @@ from agentcell.protocol import (
     ProtocolError,
     Result,
     StreamChannel,
+    TaskNursery,
     TcpListener,
     frame_is_authentic,
     new_frame_key,

@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Any
 
-from agentcell.orchestrator._tasks import TaskNursery
+from agentcell.protocol import TaskNursery
 
 # Each actor hosts one process and one stop call beside it.
 _ACTOR_THREADS = 2
