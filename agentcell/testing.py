@@ -5,16 +5,16 @@ plays a script, records every call and fails loudly on an unexpected one. ``repl
 ``tool_call`` and ``tool_results`` build and read the messages they deal in.
 """
 
-from agentcell.worker.testing import (
+from agentcell.worker.models._doubles import (
     FunctionModel,
     ScriptedModel,
     UnexpectedModelCall,
-    echo_model,
     last_user_text,
     reply,
     tool_call,
     tool_results,
 )
+from agentcell.worker.models._scripted import echo_model
 
 __all__ = [
     "FunctionModel",

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import Price
+from agentcell.orchestrator.config._settings import Price
 
 from bench.anthropic_cache_server import CachingAnthropicServer
 

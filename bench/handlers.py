@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcell.protocol import RunResult, RunStatus, Start, TextDelta, decode_body, encode_body
-from agentcell.worker import ChildLink
+from agentcell.protocol import RunResult, RunStatus, Start, TextDelta, decode_body
+from agentcell.protocol._codec import encode_body
+from agentcell.worker.child._main import ChildLink
 
 
 async def approval_loop(start: Start, link: ChildLink) -> RunResult:

@@ -15,7 +15,7 @@ import statistics
 import time
 
 import multiprocess
-from agentcell.orchestrator import WorkerPool
+from agentcell.orchestrator.backends import WorkerPool
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,
@@ -23,8 +23,8 @@ from agentcell.protocol import (
     Heartbeat,
     Start,
     decode_body,
-    encode_body,
 )
+from agentcell.protocol._codec import encode_body
 
 H = "bench.handlers"
 

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
-from agentcell.orchestrator.backends import forkserver_pid
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._starters import forkserver_pid
 from agentcell.worker import ChildBoot
 
 from bench.profiled_child import profiled_child

@@ -15,7 +15,7 @@ import resource
 import sys
 from typing import Any
 
-from agentcell.worker import child_main
+from agentcell.worker.child._main import child_main
 
 
 def _usage() -> tuple[float, float, int]:

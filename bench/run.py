@@ -65,7 +65,7 @@ def ray_head_for(only: set[str]) -> Iterator[None]:
     if (only and RAY not in only) or importlib.util.find_spec("ray") is None:
         yield
         return
-    from agentcell.orchestrator.backends import local_ray_head
+    from agentcell.orchestrator.backends.ray._local import local_ray_head
 
     with local_ray_head() as head:
         saved = dict(os.environ)

@@ -38,8 +38,8 @@ from typing import Any
 import multiprocess
 import multiprocess.forkserver
 import psutil
-from agentcell.orchestrator import WorkerPool
-from agentcell.orchestrator.backends import forkserver_pid
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._starters import forkserver_pid
 from agentcell.protocol import PROTOCOL_VERSION, Start
 from agentcell.worker.process import encode_request
 

@@ -50,21 +50,11 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 if atheris is not None:
     with atheris.instrument_imports(include=["agentcell.protocol"]):
-        from agentcell.protocol import (
-            FrameParser,
-            ProtocolError,
-            decode_body,
-            encode_body,
-            encode_frame,
-        )
+        from agentcell.protocol import ProtocolError, decode_body, encode_frame
+        from agentcell.protocol._codec import FrameParser, encode_body
 else:  # still importable (and usable through check_input) without atheris
-    from agentcell.protocol import (
-        FrameParser,
-        ProtocolError,
-        decode_body,
-        encode_body,
-        encode_frame,
-    )
+    from agentcell.protocol import ProtocolError, decode_body, encode_frame
+    from agentcell.protocol._codec import FrameParser, encode_body
 
 SMALL_LIMIT = 64
 

@@ -1,117 +1,66 @@
-"""The agentcell parent: the ``Orchestrator``, and the pieces it is made of.
+"""The agentcell parent: the ``Orchestrator`` and the rooms it is made of.
 
-Sub-packages, by concern: ``config`` (settings and where they come from), ``backends``
-(where a sub-agent's process comes from), ``definitions`` (agent definitions, files and
-the registry), ``delegation`` (running sub-agents, task tools, tracker, approvals, usage)
-and ``cli`` (the ``agentcell`` command).
+_orchestrator, _main_run, _run_stream, _text   the ``Orchestrator`` and the main agent's run
+delegation/    one delegation: prepare → relay → settle
+model_relay/   a child's model requests, sent from the parent
+network/       what a sub-agent reaches through the parent (egress proxy, web_fetch)
+workspace/     worktrees and git as the parent runs it
+prompt/        instruction files, memory and skills a prompt carries
+approvals/     a person's or the user's hooks' say over a child's tool call
+task_tools/    the main agent's ``task`` tools and background sub-agents
+telemetry/     usage, budgets, traces
+records/       run records on disk
+mcp_host/      MCP servers as the parent sees them
+journal/, teams/  rooms of the next issues (empty)
+backends/      where a sub-agent's process comes from (fork server, ray/)
+config/, definitions/, cli/   settings, agent definitions, the command line
 
-Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
-this ``__all__`` is what other layers of agentcell may import, and may change.
+The names here are what ``agentcell`` re-exports (its public API); everything else is
+internal, imported from its own module inside this layer.
 """
 
-from agentcell.orchestrator._main_run import RunReport, report_json
+from agentcell.orchestrator._main_run import RunReport
 from agentcell.orchestrator._orchestrator import Orchestrator
-from agentcell.orchestrator.backends import (
-    ChildOutcome,
-    Lease,
-    OutcomeKind,
-    PoolError,
-    WorkerPool,
-    WorkerStartError,
-    WorkerState,
-)
-from agentcell.orchestrator.config import Budgets, ConfigError, Price, Settings, load_settings
-from agentcell.orchestrator.definitions import (
-    COORDINATION_TOOLS,
-    AgentDefinition,
-    AgentRegistry,
-    Diagnostic,
-    ResolvedTools,
-    load_agent_file,
-    load_agents_dir,
-    normalize_model,
-    resolve_model_alias,
-    resolve_tools,
-    validation_messages,
-)
-from agentcell.orchestrator.delegation import (
-    AgentActivity,
-    AgentUsage,
+from agentcell.orchestrator.approvals._channel import (
     AllowAll,
     ApprovalAnswer,
-    ApprovalBroker,
     ApprovalChannel,
     ApprovalQuery,
-    BudgetExceeded,
     CallbackChannel,
-    DelegationRequest,
     DenyAll,
-    EventBus,
+)
+from agentcell.orchestrator.backends._forkserver import PoolError
+from agentcell.orchestrator.config._load import ConfigError
+from agentcell.orchestrator.config._settings import Budgets, Price, Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.delegation._events import (
+    AgentActivity,
     OrchestratorEvent,
-    RunHandle,
-    Runner,
-    Scope,
     SubAgentEnded,
     SubAgentProcess,
-    SubAgentResult,
     SubAgentStarted,
-    TaskRecord,
-    TaskState,
-    TaskTracker,
-    TerminalPrompt,
-    UsageLedger,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 
 __all__ = [
-    "COORDINATION_TOOLS",
     "AgentActivity",
     "AgentDefinition",
-    "AgentRegistry",
-    "AgentUsage",
     "AllowAll",
     "ApprovalAnswer",
-    "ApprovalBroker",
     "ApprovalChannel",
     "ApprovalQuery",
     "Budgets",
-    "BudgetExceeded",
     "CallbackChannel",
-    "ChildOutcome",
     "ConfigError",
-    "DelegationRequest",
     "DenyAll",
-    "Diagnostic",
-    "EventBus",
-    "Lease",
     "Orchestrator",
     "OrchestratorEvent",
-    "OutcomeKind",
     "PoolError",
     "Price",
-    "ResolvedTools",
-    "RunHandle",
     "RunReport",
-    "Runner",
-    "Scope",
     "Settings",
     "SubAgentEnded",
     "SubAgentProcess",
     "SubAgentResult",
     "SubAgentStarted",
-    "TaskRecord",
-    "TaskState",
-    "TaskTracker",
-    "TerminalPrompt",
-    "UsageLedger",
-    "WorkerPool",
-    "WorkerStartError",
-    "WorkerState",
-    "load_agent_file",
-    "load_agents_dir",
-    "load_settings",
-    "normalize_model",
-    "report_json",
-    "resolve_model_alias",
-    "resolve_tools",
-    "validation_messages",
 ]

@@ -16,29 +16,31 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.backends import RayBackend
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.config._sandbox_policy import distrust_project_agents
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.approvals._channel import (
     AllowAll,
     ApprovalChannel,
     DenyAll,
-    HookRunner,
-    RunAccount,
-    SubAgentResult,
+    TerminalPrompt,
+)
+from agentcell.orchestrator.approvals._hooks import HookRunner, local_tool_hooks
+from agentcell.orchestrator.backends.ray._backend import RayBackend
+from agentcell.orchestrator.config._sandbox_policy import distrust_project_agents
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry
+from agentcell.orchestrator.delegation._request import RunAccount
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._settle import unstarted
+from agentcell.orchestrator.mcp_host._servers import wire_server
+from agentcell.orchestrator.records._key import key_for
+from agentcell.orchestrator.records._store import subagent_json, write_summary_or_say
+from agentcell.orchestrator.task_tools._tools import (
     TaskControlTool,
     TaskStatusTool,
     TaskTool,
-    TaskTracker,
     TaskWaitTool,
-    TerminalPrompt,
-    local_tool_hooks,
-    unstarted,
-    wire_server,
 )
-from agentcell.orchestrator.records._key import key_for
-from agentcell.orchestrator.records._store import subagent_json, write_summary_or_say
+from agentcell.orchestrator.task_tools._tracker import TaskTracker
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
 from agentcell.worker import Hook, PermissionPolicy, Redactor, Transcript
 from agentcell.worker.tools import Tool, builtin_tools

@@ -33,38 +33,29 @@ from agentcell.orchestrator._main_run import (
     write_call_summary,
 )
 from agentcell.orchestrator._run_stream import stream_run
-from agentcell.orchestrator.backends import WorkerPool
-from agentcell.orchestrator.config import Settings, base_url_problem
-from agentcell.orchestrator.config._sandbox_policy import check_sandbox
-from agentcell.orchestrator.definitions import AgentDefinition
-from agentcell.orchestrator.delegation import (
-    AgentActivity,
-    ApprovalBroker,
-    ApprovalChannel,
-    ApprovalQuery,
-    DelegationRequest,
-    EventBus,
-    EventStream,
+from agentcell.orchestrator.approvals._channel import ApprovalBroker, ApprovalChannel, ApprovalQuery
+from agentcell.orchestrator.approvals._hooks import (
     HookRunner,
-    OrchestratorEvent,
-    ResultDelivery,
-    RunAccount,
-    RunHandle,
-    Runner,
-    Scope,
     SessionHooks,
-    StartAhead,
-    SubAgentResult,
-    TaskTool,
-    TaskTracker,
-    UsageLedger,
-    background_finisher,
-    background_injector,
-    instructions_prompt,
     notification_hook,
     stop_hook,
-    task_tool_spec,
 )
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.config._load import base_url_problem
+from agentcell.orchestrator.config._sandbox_policy import check_sandbox
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.delegation._events import (
+    AgentActivity,
+    EventBus,
+    EventStream,
+    OrchestratorEvent,
+)
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.delegation._runner import RunHandle, Runner
+from agentcell.orchestrator.delegation._task_args import task_tool_spec
+from agentcell.orchestrator.prompt._context import instructions_prompt
 from agentcell.orchestrator.records._disk import (
     disk_full_report,
     disk_full_result,
@@ -73,11 +64,20 @@ from agentcell.orchestrator.records._disk import (
 )
 from agentcell.orchestrator.records._store import new_run_dir
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
+from agentcell.orchestrator.task_tools._delivery import ResultDelivery
+from agentcell.orchestrator.task_tools._start_ahead import StartAhead
+from agentcell.orchestrator.task_tools._tools import (
+    TaskTool,
+    background_finisher,
+    background_injector,
+)
+from agentcell.orchestrator.task_tools._tracker import TaskTracker
 from agentcell.orchestrator.telemetry._tracing_setup import (
     main_tracer,
     tracing_from_env,
     tracing_preload,
 )
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import (
     RunStatus,
     TaskNursery,

@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, Coroutine
 from typing import Any
 
 from agentcell.orchestrator._main_run import RunReport
-from agentcell.orchestrator.delegation import EventStream, OrchestratorEvent
+from agentcell.orchestrator.delegation._events import EventStream, OrchestratorEvent
 from agentcell.protocol import NurseryClosed, TaskNursery
 
 

@@ -2,25 +2,21 @@
 
 Depends on msgspec and the standard library only.
 
-Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
-this ``__all__`` is what other layers of agentcell may import, and may change.
+_frames, _messages, _events   the frames and what they carry
+_codec, _frame_mac           encoding, and the key that signs a child's frames
+_channel, _tcp               a pipe's or a socket's channel of frames
+_tasks                       ``TaskNursery``: the owner of every long-lived task, all layers
+
+This ``__all__`` is what worker/ and orchestrator/ may import; the public API is the
+``agentcell`` package.
 """
 
-from agentcell.protocol._channel import (
-    Channel,
-    ChannelClosed,
-    MemoryChannel,
-    PipeChannel,
-    memory_channel_pair,
-)
+from agentcell.protocol._channel import ChannelClosed, PipeChannel
 from agentcell.protocol._codec import (
-    HEADER_SIZE,
     MAX_FRAME_BYTES,
-    FrameParser,
     FrameTooLarge,
     ProtocolError,
     decode_body,
-    encode_body,
     encode_frame,
 )
 from agentcell.protocol._events import (
@@ -74,7 +70,6 @@ from agentcell.protocol._frames import (
     Start,
 )
 from agentcell.protocol._messages import (
-    MAX_TOKENS,
     AssistantMessage,
     Message,
     RunResult,
@@ -88,32 +83,15 @@ from agentcell.protocol._messages import (
     UserMessage,
 )
 from agentcell.protocol._tasks import NurseryClosed, TaskNursery, gather_owned
-from agentcell.protocol._tcp import (
-    HandshakeError,
-    StreamChannel,
-    TcpListener,
-    tcp_connect,
-)
+from agentcell.protocol._tcp import StreamChannel, TcpListener, tcp_connect
 
 __all__ = [
-    "NurseryClosed",
-    "TaskNursery",
-    "gather_owned",
-    "frame_is_authentic",
-    "new_frame_key",
-    "seal_for_child",
-    "sign_frame",
-    "HEADER_SIZE",
-    "MAX_FRAME_BYTES",
-    "MAX_TOKENS",
-    "PROTOCOL_VERSION",
     "AgentEvent",
     "AgentSpec",
     "ApprovalNeeded",
     "ApprovalReply",
     "ApprovalRequest",
     "AssistantMessage",
-    "Channel",
     "ChannelClosed",
     "Control",
     "ControlAction",
@@ -122,54 +100,58 @@ __all__ = [
     "Event",
     "Failure",
     "Frame",
-    "FrameParser",
     "FrameTooLarge",
-    "HandshakeError",
     "Heartbeat",
     "Hello",
     "HookReply",
     "HookRequest",
     "Limits",
-    "MemoryChannel",
-    "Message",
-    "Notice",
+    "MAX_FRAME_BYTES",
     "McpServer",
+    "Message",
     "ModelCall",
     "ModelCancel",
     "ModelData",
     "ModelEnd",
     "ModelHead",
+    "Notice",
+    "NurseryClosed",
+    "PROTOCOL_VERSION",
     "PermitDone",
     "PermitGrant",
     "PermitRequest",
-    "RemoteTool",
     "PipeChannel",
     "ProtocolError",
+    "RemoteTool",
     "Result",
-    "SecretDigest",
-    "SpanBatch",
-    "SpanRecord",
     "RunFinished",
     "RunResult",
     "RunStatus",
+    "SecretDigest",
+    "SpanBatch",
+    "SpanRecord",
     "Start",
     "StreamChannel",
     "SystemMessage",
+    "TaskNursery",
     "TcpListener",
     "TextDelta",
     "ThinkingBlock",
+    "TokenCount",
     "ToolCall",
     "ToolFinished",
     "ToolMessage",
     "ToolStarted",
     "TurnStarted",
-    "TokenCount",
     "Usage",
     "UsageUpdate",
     "UserMessage",
     "decode_body",
-    "encode_body",
     "encode_frame",
-    "memory_channel_pair",
+    "frame_is_authentic",
+    "gather_owned",
+    "new_frame_key",
+    "seal_for_child",
+    "sign_frame",
     "tcp_connect",
 ]

@@ -11,15 +11,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, TerminalPrompt
-from agentcell.worker.testing import FunctionModel
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation import TerminalPrompt
+
+from agentcell.testing import FunctionModel
 
 PAINT = "main agent wants to run bash:\n    git status"
 
 
 async def hostile(messages: list[Any], tools: list[Any]) -> str:
     """In the child: find its link to the parent and ask as a hostile child would."""
-    from agentcell.worker import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     command = json.dumps({"command": "rm -rf ~/project"})

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, TerminalPrompt
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation import TerminalPrompt
 from agentcell.protocol import ToolCall
-from agentcell.worker.testing import FunctionModel, reply, tool_results
+
+from agentcell.testing import FunctionModel, reply, tool_results
 
 #: Port 9 (discard) on the loopback: never fetched, the person says no. No C0 or C1
 #: control character: a URL with one is refused before any question (see CONTROL_URL).
@@ -33,7 +35,7 @@ async def fetch_hostile(messages: list[Any], tools: list[Any]) -> Any:
     if not results:
         arguments = json.dumps({"url": MODEL_URL, "prompt": "the title"})
         return reply("", ToolCall(id="call-1", name="web_fetch", arguments=arguments))
-    from agentcell.worker import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     forged, _ = await link.delegate("call-2", "web_fetch", json.dumps({"url": CHILD_URL}))

@@ -186,7 +186,7 @@ async def answer_oversized() -> str:
     """A Result of ``OVERSIZED_ANSWER_BYTES``, signed with the run's own key (the child
     holds it), then the process ends: the child's own cut never ran."""
     from agentcell.protocol import Result, RunResult, RunStatus, sign_frame
-    from agentcell.worker import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     text = "HEAD" + "x" * (OVERSIZED_ANSWER_BYTES - 8) + "TAIL"

@@ -12,9 +12,11 @@ import signal
 import time
 
 from agentcell.protocol import Message, ToolMessage, UserMessage
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import last_user_text, reply, tool_call, tool_results
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
 from agentcell.worker.tools import function_tool
+
+from agentcell.testing import last_user_text, reply, tool_call, tool_results
 
 
 def answer_prompt(messages: list[Message], tools: list[ToolSpec]) -> str:
@@ -236,7 +238,7 @@ def forge_hook_requests(messages: list[Message], tools: list[ToolSpec]) -> str:
     import os
 
     from agentcell.protocol import HookRequest
-    from agentcell.worker import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     words = last_user_text(messages).split()
     count, event = int(words[0]), "PreToolUse" if "tools" in words else "SubagentStop"

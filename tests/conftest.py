@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import psutil
 import pytest
-from agentcell.orchestrator.backends import RayHead, forkserver_pids, local_ray_head
 from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.orchestrator.backends._starters import forkserver_pids
+from agentcell.orchestrator.backends.ray._local import RayHead, local_ray_head
 from agentcell.worker.child import _proc
 from hypothesis import HealthCheck, settings
 from model_servers import (  # noqa: F401  (fixtures for every test module)

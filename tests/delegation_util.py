@@ -8,7 +8,8 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from agentcell.worker.tools import FunctionTool, function_tool
+from agentcell.worker.tools import function_tool
+from agentcell.worker.tools._base import FunctionTool
 
 
 class Gate:

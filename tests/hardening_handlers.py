@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from agentcell.protocol import Notice, Result, RunResult, RunStatus, Start, sign_frame
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 
 #: A process that holds a copy of a socket writes one forged frame into it.
 THIEF = (

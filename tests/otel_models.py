@@ -12,9 +12,11 @@ from agentcell.protocol import (
     Start,
     sign_frame,
 )
-from agentcell.worker import ChildLink
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import reply, tool_call, tool_results
+from agentcell.worker.child._main import ChildLink
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
+
+from agentcell.testing import reply, tool_call, tool_results
 
 
 def read_notes_then_answer(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:

@@ -11,8 +11,8 @@ import sys
 
 
 async def main() -> None:
-    from agentcell.orchestrator import WorkerPool
-    from agentcell.orchestrator.backends import forkserver_pid
+    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._starters import forkserver_pid
     from pool_util import first_frame, start
 
     pool = await WorkerPool(max_workers=8, warm=2).start()

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 from agentcell.protocol import Notice, RunResult, RunStatus, Start
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 
 
 async def run(start: Start, link: ChildLink) -> RunResult:
@@ -103,7 +103,8 @@ async def run(start: Start, link: ChildLink) -> RunResult:
 
 def child_with_wrong_version(conn: object, boot: object) -> None:
     """A process target that speaks a future protocol version."""
-    from agentcell.protocol import Hello, encode_body
+    from agentcell.protocol import Hello
+    from agentcell.protocol._codec import encode_body
 
     conn.send_bytes(encode_body(Hello(protocol_version=999, pid=os.getpid())))  # type: ignore[attr-defined]
     conn.recv_bytes()  # type: ignore[attr-defined]  # until the parent kills us

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcell.orchestrator import ChildOutcome, Lease, WorkerPool
+from agentcell.orchestrator.backends import ChildOutcome, Lease, WorkerPool
 from agentcell.protocol import PROTOCOL_VERSION, Frame, Limits, Start
 
 HANDLER = "pool_handlers:run"

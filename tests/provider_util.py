@@ -6,16 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from agentcell.worker.models import (
-    Model,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    TextPart,
-    ToolCallStart,
-    ToolSpec,
-    _http,
-)
+from agentcell.worker.models import Model, ModelError, ModelRequest, ToolCallStart, ToolSpec, _http
+from agentcell.worker.models._base import ModelResponse, TextPart
 from model_servers import ModelServer
 
 READ = ToolSpec(

@@ -8,9 +8,11 @@ import os
 import sys
 
 from agentcell.protocol import Message
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import reply, tool_call, tool_results
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
 from agentcell.worker.tools import function_tool
+
+from agentcell.testing import reply, tool_call, tool_results
 
 
 async def async_library_seen() -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import psutil
-from agentcell.orchestrator.backends import RayHead
+from agentcell.orchestrator.backends.ray._local import RayHead
 
 
 def outside_loopback(head: RayHead) -> list[str]:

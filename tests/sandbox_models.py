@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from agentcell.protocol import Message, ToolMessage
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import reply, tool_call, tool_results
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
+
+from agentcell.testing import reply, tool_call, tool_results
 
 
 def write_pid_then_wait(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:

@@ -8,7 +8,7 @@ import os
 import signal
 
 from agentcell.protocol import Result, RunResult, RunStatus, Start, sign_frame
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 
 
 async def report_then_hang(start: Start, link: ChildLink) -> RunResult:

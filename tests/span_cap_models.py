@@ -7,7 +7,7 @@ import gc
 
 import msgspec
 from agentcell.protocol import Message, SpanBatch, SpanRecord, sign_frame
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 from agentcell.worker.models import ToolSpec
 
 #: Open-and-end pairs a hostile sub-agent sends: far past the limit of a child's spans.

@@ -15,7 +15,7 @@ import socket
 from pathlib import Path
 
 from agentcell.protocol import RunResult, RunStatus, Start
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _landlock
 from agentcell.worker.sandbox import _spare as _sandbox_spare

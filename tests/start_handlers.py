@@ -7,7 +7,7 @@ from typing import Any
 
 import multiprocess
 from agentcell.protocol import RunResult, RunStatus, Start
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 
 
 async def describe(start: Start, link: ChildLink) -> RunResult:

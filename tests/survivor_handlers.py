@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 from agentcell.protocol import Result, RunResult, RunStatus, Start, sign_frame
-from agentcell.worker import ChildLink
+from agentcell.worker.child._main import ChildLink
 
 #: A process holding a copy of a socket writes frames with a MAC of the right length
 #: that is wrong: sixteen zero bytes, and one made under another key.

@@ -285,8 +285,8 @@ async def test_memory_written_in_one_run_is_in_the_next_runs_prompt(
 
 
 def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path) -> None:
-    from agentcell.orchestrator.definitions import AgentRegistry
-    from agentcell.orchestrator.delegation import DelegationRequest
+    from agentcell.orchestrator.definitions._registry import AgentRegistry
+    from agentcell.orchestrator.delegation._request import DelegationRequest
     from agentcell.orchestrator.delegation._resume import RecordedAgents
     from agentcell.orchestrator.records._key import key_for
     from agentcell.protocol import UserMessage
@@ -312,8 +312,12 @@ def test_only_the_agent_that_started_a_sub_agent_may_continue_it(tmp_path: Path)
 def test_memory_folders_by_scope_and_a_local_one_is_git_ignored(tmp_path: Path) -> None:
     import subprocess
 
-    from agentcell.orchestrator.delegation import MEMORY_MAX_LINES, memory_dir
-    from agentcell.orchestrator.prompt._context import memory_prompt, prepare_memory
+    from agentcell.orchestrator.prompt._context import (
+        MEMORY_MAX_LINES,
+        memory_dir,
+        memory_prompt,
+        prepare_memory,
+    )
 
     work, home = tmp_path / "work", tmp_path / "home"
     subprocess.run(["git", "init", "-q", str(work)], check=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.definitions import load_agent_file, load_agents_dir
+from agentcell.orchestrator.definitions._loader import load_agent_file, load_agents_dir
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -178,8 +178,8 @@ def test_an_unconfigured_server_named_only_by_tools_is_silent_at_run_time(
     tmp_path: Path,
 ) -> None:
     from agentcell.orchestrator import AgentDefinition
-    from agentcell.orchestrator.config import McpServerConfig
-    from agentcell.orchestrator.delegation import agent_mcp_servers
+    from agentcell.orchestrator.config._mcp import McpServerConfig
+    from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
 
     definition = AgentDefinition(
         name="x", tools=["Read", "mcp__context7__resolve", "mcp__local__echo"], source="p"

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.cli import cli
 from agentcell.orchestrator.cli._display import ProgressView, agent_style
-from agentcell.orchestrator.definitions import definitions_from_json
-from agentcell.orchestrator.delegation import SubAgentStarted
+from agentcell.orchestrator.cli._main import cli
+from agentcell.orchestrator.definitions._inline import definitions_from_json
+from agentcell.orchestrator.delegation._events import SubAgentStarted
 from agentcell.protocol import RunStatus
 from click.testing import CliRunner
 from conftest import SpawnRecorder

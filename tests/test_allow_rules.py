@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from agentcell.protocol import ToolCall
-from agentcell.worker import Decision, PermissionPolicy, Rule
+from agentcell.worker import PermissionPolicy, Rule
+from agentcell.worker.rules._policy import Decision
 from agentcell.worker.tools._bash import Bash, BashArgs
 from hypothesis import given
 from hypothesis import strategies as st

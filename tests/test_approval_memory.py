@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from agentcell.orchestrator.delegation import AllowAll, ApprovalBroker, ApprovalQuery
+from agentcell.orchestrator.approvals._channel import AllowAll, ApprovalBroker, ApprovalQuery
 
 MIB = 1024 * 1024
 

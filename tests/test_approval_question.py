@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 import terminal_util
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, TerminalPrompt
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.delegation import TerminalPrompt
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply

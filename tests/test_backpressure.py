@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from agentcell.orchestrator import OutcomeKind, WorkerPool, WorkerState
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, WorkerState
 from agentcell.protocol import Event, Notice, PipeChannel, Result, encode_frame
 from pool_util import start
 

@@ -16,13 +16,16 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import Price
-from agentcell.orchestrator.delegation import AgentActivity, DelegationRequest, RunHandle
+from agentcell.orchestrator.config._settings import Price
+from agentcell.orchestrator.delegation._events import AgentActivity
+from agentcell.orchestrator.delegation._request import DelegationRequest
+from agentcell.orchestrator.delegation._runner import RunHandle
 from agentcell.protocol import MAX_FRAME_BYTES, Notice, RunStatus, TurnStarted, Usage
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from agentcell.worker.tools import function_tool
 from conftest import SpawnRecorder
 from delegation_util import gate
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 BIG = Usage(input_tokens=80, output_tokens=40)
 SMALL = Usage(input_tokens=10, output_tokens=5)
@@ -221,7 +224,7 @@ def task_status() -> str:
 async def test_the_child_side_hook_refuses_coordination_tools_the_parent_let_through(
     spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcell.orchestrator.definitions import ResolvedTools
+    from agentcell.orchestrator.definitions._tool_policy import ResolvedTools
     from agentcell.orchestrator.delegation import _prepare
 
     # Break the first layer (the parent's resolve_tools) on purpose: the child must hold.

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import relay_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import ProviderLimits
+from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.orchestrator.delegation import _runner
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter

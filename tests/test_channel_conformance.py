@@ -23,9 +23,9 @@ from agentcell.protocol import (
     ProtocolError,
     TcpListener,
     encode_frame,
-    memory_channel_pair,
     tcp_connect,
 )
+from agentcell.protocol._channel import memory_channel_pair
 
 LIMIT = 64 * 1024
 

@@ -22,12 +22,12 @@ from typing import Any
 import pytest
 from agentcell.orchestrator.cli import _display
 from agentcell.orchestrator.cli._display import ProgressView
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.delegation._events import (
     SubAgentEnded,
     SubAgentProcess,
-    SubAgentResult,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.protocol import RunStatus
 from model_servers import Call, ModelServer, Reply
 from rich.console import Console

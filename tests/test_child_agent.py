@@ -14,8 +14,9 @@ from agentcell.orchestrator import (
     Settings,
 )
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 
 async def test_a_closure_model_runs_in_a_child_with_an_approval_round_trip(

@@ -14,8 +14,9 @@ import pytest
 import span_cap_models
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, ToolMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 

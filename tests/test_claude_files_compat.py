@@ -15,13 +15,14 @@ import logging
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator.approvals._hooks import SubagentStopHooks
-from agentcell.orchestrator.config import load_settings, read_mcp_json, trust, user_config_path
-from agentcell.orchestrator.definitions import definitions_from_json, find_skill
+from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.config._load import load_settings, user_config_path
+from agentcell.orchestrator.config._mcp import read_mcp_json
+from agentcell.orchestrator.config._trust import trust
+from agentcell.orchestrator.definitions._inline import definitions_from_json
 from agentcell.orchestrator.definitions._loader import LoadResult, parse_agent_text
 from agentcell.orchestrator.definitions._model import AgentDefinition
-from agentcell.orchestrator.definitions._skills import parse_skill
-from agentcell.orchestrator.delegation import HookRunner
+from agentcell.orchestrator.definitions._skills import find_skill, parse_skill
 from agentcell.worker import PermissionMode
 
 

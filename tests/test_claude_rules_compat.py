@@ -18,9 +18,12 @@ from agentcell.orchestrator.config._claude_settings import (
     translate_rule,
 )
 from agentcell.protocol import ToolCall
-from agentcell.worker import Decision, Engine, PermissionPolicy, Rule
-from agentcell.worker.testing import ScriptedModel, reply, tool_call, tool_results
-from agentcell.worker.tools import Bash, EditFile, Glob, Grep, ReadFile, WriteFile
+from agentcell.worker import Engine, PermissionPolicy, Rule
+from agentcell.worker.rules._policy import Decision
+from agentcell.worker.tools._bash import Bash
+from agentcell.worker.tools._files import EditFile, Glob, Grep, ReadFile, WriteFile
+
+from agentcell.testing import ScriptedModel, reply, tool_call, tool_results
 
 TOOLS = {t.name: t for t in (Bash(), ReadFile(), WriteFile(), EditFile(), Grep(), Glob())}
 

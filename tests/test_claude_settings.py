@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator
-from agentcell.orchestrator.config import load_settings, trust
-from agentcell.orchestrator.delegation import HookRunner
+from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.config._load import load_settings
+from agentcell.orchestrator.config._trust import trust
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply

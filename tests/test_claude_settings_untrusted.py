@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator
-from agentcell.orchestrator.config import load_settings
+from agentcell.orchestrator.config._load import load_settings
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import ModelServer

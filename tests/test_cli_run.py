@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 import pytest
-from agentcell.orchestrator.cli import cli
+from agentcell.orchestrator.cli._main import cli
 from agentcell.worker.child import _proc
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply

@@ -12,24 +12,22 @@ from pathlib import Path
 import pytest
 from agentcell.orchestrator import Orchestrator
 from agentcell.orchestrator._text import one_line, visible
-from agentcell.orchestrator.approvals._channel import question_text
+from agentcell.orchestrator.approvals._channel import ApprovalQuery, TerminalPrompt, question_text
 from agentcell.orchestrator.approvals._question import flat
 from agentcell.orchestrator.cli._agents_cmd import list_agents, show_agent
 from agentcell.orchestrator.cli._chat import Chat, ChatAnswer, ChatRecord
 from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._report import emit_report
 from agentcell.orchestrator.cli._runs_cmd import show_recorded
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.delegation._events import (
     AgentActivity,
-    ApprovalQuery,
     SubAgentEnded,
     SubAgentProcess,
-    SubAgentResult,
     SubAgentStarted,
-    TerminalPrompt,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.protocol import (
     Notice,
     RunFinished,

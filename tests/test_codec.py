@@ -6,16 +6,14 @@ import msgspec
 import multiprocess
 import pytest
 from agentcell.protocol import (
-    HEADER_SIZE,
     AgentSpec,
     Frame,
-    FrameParser,
     FrameTooLarge,
     ProtocolError,
     decode_body,
-    encode_body,
     encode_frame,
 )
+from agentcell.protocol._codec import HEADER_SIZE, FrameParser, encode_body
 from agentcell.protocol._events import AgentEvent
 from agentcell.protocol._messages import Message
 from hypothesis import given, settings

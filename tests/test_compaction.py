@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.definitions import AgentRegistry, load_agent_file
-from agentcell.orchestrator.delegation import DelegationRequest
+from agentcell.orchestrator.definitions._loader import load_agent_file
+from agentcell.orchestrator.definitions._registry import AgentRegistry
+from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.orchestrator.delegation._resume import RecordedAgents, read_session
 from agentcell.protocol import RunStatus, Usage, UserMessage
 from conftest import SpawnRecorder
@@ -163,8 +164,9 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
     from agentcell.protocol import AssistantMessage, ToolMessage
     from agentcell.worker import Engine, Session
     from agentcell.worker.engine._compaction import SUMMARY_HEADER, Compactor
-    from agentcell.worker.testing import FunctionModel, reply, tool_call
     from agentcell.worker.tools import function_tool
+
+    from agentcell.testing import FunctionModel, reply, tool_call
 
     @function_tool
     async def bulk(n: int) -> str:

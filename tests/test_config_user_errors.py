@@ -12,14 +12,10 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Orchestrator
-from agentcell.orchestrator.config import (
-    ConfigError,
-    McpServerConfig,
-    Settings,
-    load_settings,
-    trust,
-    user_config_path,
-)
+from agentcell.orchestrator.config._load import ConfigError, load_settings, user_config_path
+from agentcell.orchestrator.config._mcp import McpServerConfig
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import trust
 from agentcell.worker.models import ModelError
 from pydantic import ValidationError
 from test_cli import AGENTCELL, agentcell, cli_env, project

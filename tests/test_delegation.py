@@ -29,9 +29,10 @@ from agentcell.protocol import (
     ToolStarted,
     UserMessage,
 )
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
 from delegation_util import gate
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:

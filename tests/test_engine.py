@@ -24,8 +24,11 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker import Engine, Limits, PermissionPolicy, Session
-from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest, StopReason
-from agentcell.worker.testing import (
+from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest
+from agentcell.worker.models._base import StopReason
+from agentcell.worker.tools import ToolError, ToolOutput, function_tool
+
+from agentcell.testing import (
     FunctionModel,
     ScriptedModel,
     UnexpectedModelCall,
@@ -33,7 +36,6 @@ from agentcell.worker.testing import (
     tool_call,
     tool_results,
 )
-from agentcell.worker.tools import ToolError, ToolOutput, function_tool
 
 
 @function_tool(read_only=True, concurrency_safe=True)
@@ -284,7 +286,7 @@ async def test_cancel_mid_stream() -> None:
         name = "stuck"
 
         async def stream(self, request: ModelRequest):  # type: ignore[no-untyped-def]
-            from agentcell.worker.models import TextPart
+            from agentcell.worker.models._base import TextPart
 
             yield TextPart(text="thinking")
             streaming.set()

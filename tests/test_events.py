@@ -17,16 +17,17 @@ from agentcell.orchestrator import (
     RunReport,
     Settings,
 )
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     EventBus,
     SubAgentEnded,
-    SubAgentResult,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.protocol import RunFinished, RunResult, RunStatus, TextDelta, ToolStarted
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 
 def main_fn(messages: list[Any], tools: list[Any]) -> Any:

@@ -8,9 +8,9 @@ from typing import Any
 
 import multiprocess
 import pytest
-from agentcell.orchestrator import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
 from agentcell.protocol import PROTOCOL_VERSION, Start
-from agentcell.worker import child_main
+from agentcell.worker.child._main import child_main
 from conftest import SpawnRecorder
 
 DESCRIBE = Start(protocol_version=PROTOCOL_VERSION, run_id="t", handler="start_handlers:describe")

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from test_cli import agentcell, cli_env
+
+from agentcell.testing import FunctionModel
 
 _FILL = "dd if=/dev/zero of=fill.bin bs=64k count=1000 2>/dev/null; echo filled"
 _MANY_FILES = "for i in $(seq 1000); do : > f$i 2>/dev/null; done; echo filled"
@@ -248,7 +249,8 @@ def test_a_long_tool_output_that_cannot_be_saved_says_so(tmp_path: Path) -> None
 
 
 def test_a_background_answer_that_cannot_be_kept_leaves_no_cut_copy(tmp_path: Path) -> None:
-    from agentcell.orchestrator.delegation import ResultDelivery, SubAgentResult
+    from agentcell.orchestrator.delegation._results import SubAgentResult
+    from agentcell.orchestrator.task_tools._delivery import ResultDelivery
 
     disk = tmp_path / "disk"
     _mount_tmpfs(disk, "size=1m")

@@ -88,7 +88,7 @@ def test_an_alias_is_refused_by_the_tolerant_parser_too() -> None:
 def test_a_fifo_or_other_non_regular_file_in_an_agents_folder_is_skipped(tmp_path: Path) -> None:
     import os
 
-    from agentcell.orchestrator.definitions import load_agents_dir
+    from agentcell.orchestrator.definitions._loader import load_agents_dir
 
     (tmp_path / "good.md").write_text("---\nname: good\ndescription: d\n---\nbody\n")
     os.mkfifo(tmp_path / "fifo.md")  # nobody ever writes to it: reading it would hang
@@ -99,7 +99,7 @@ def test_a_fifo_or_other_non_regular_file_in_an_agents_folder_is_skipped(tmp_pat
 
 
 def test_a_huge_agent_file_is_skipped_not_read_whole(tmp_path: Path) -> None:
-    from agentcell.orchestrator.definitions import load_agents_dir
+    from agentcell.orchestrator.definitions._loader import load_agents_dir
 
     with open(tmp_path / "big.md", "wb") as f:
         f.truncate(64 * 2**20)  # sparse: costs nothing on disk

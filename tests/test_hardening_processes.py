@@ -19,7 +19,9 @@ import hardening_handlers
 import nobody_runtime
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, wait_gone
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
+from agentcell.orchestrator.backends._workers import wait_gone
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,
@@ -38,9 +40,10 @@ from agentcell.protocol import (
     encode_frame,
 )
 from agentcell.worker.child import _proc
-from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
@@ -248,7 +251,7 @@ def _read_the_orchestrators_environment(orch: subprocess.Popen[str], workdir: st
 async def test_keys_live_in_memory_while_an_orchestrator_runs(
     spawned: SpawnRecorder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from agentcell.orchestrator.backends import child_environment
+    from agentcell.orchestrator.backends._environment import child_environment
     from agentcell.worker.child import _proc
 
     monkeypatch.setenv("OPENAI_API_KEY", _PARENT_KEY)
@@ -373,7 +376,7 @@ async def test_descendants_that_left_the_session_die_with_their_child(
 async def test_a_killed_fork_server_is_a_clear_result_and_is_replaced(
     spawned: SpawnRecorder,
 ) -> None:
-    from agentcell.orchestrator.backends import forkserver_pid
+    from agentcell.orchestrator.backends._starters import forkserver_pid
 
     async with WorkerPool(max_workers=4, warm=1) as pool:
         async with pool.lease() as lease:
@@ -468,7 +471,7 @@ async def test_a_spare_that_died_before_its_start_does_not_fail_the_run(
 ) -> None:
     """The fork server is killed (its idle spares die with it, unnoticed yet): the next
     sub-agent still runs, on a process of the replacement fork server."""
-    from agentcell.orchestrator.backends import forkserver_pid
+    from agentcell.orchestrator.backends._starters import forkserver_pid
 
     async with Orchestrator(
         settings=Settings(model="scripted:echo", approval="deny", warm_spares=3),

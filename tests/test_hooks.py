@@ -12,11 +12,14 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.config import HookCommand, load_settings, parse_hooks, trust
-from agentcell.orchestrator.delegation import HookRunner
+from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.config._hooks import HookCommand, parse_hooks
+from agentcell.orchestrator.config._load import load_settings
+from agentcell.orchestrator.config._trust import trust
 from agentcell.protocol import RunStatus, ToolMessage, UserMessage
 from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
-from agentcell.worker.testing import FunctionModel, reply, tool_call
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 PY = sys.executable
 

@@ -23,11 +23,14 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import load_settings, parse_hooks, trust
+from agentcell.orchestrator.config._hooks import parse_hooks
+from agentcell.orchestrator.config._load import load_settings
+from agentcell.orchestrator.config._trust import trust
 from agentcell.protocol import RunStatus, ToolMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 PY = sys.executable
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
@@ -382,7 +385,7 @@ def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> Non
         claude_tool_name,
         our_arguments,
     )
-    from agentcell.orchestrator.delegation import HookRunner
+    from agentcell.orchestrator.approvals._hooks import HookRunner
 
     cases = {
         "bash": ({"command": "ls", "timeout_s": 1.5, "description": "list"}, "Bash"),
@@ -406,7 +409,7 @@ def test_tool_inputs_map_both_ways_and_tools_without_a_twin_keep_theirs() -> Non
     }
     assert claude_tool_input("read_file", {"path": "a/../b.py"}, "/w") == {"file_path": "/w/b.py"}
     assert claude_tool_input("grep", {"pattern": "x", "include": "*.py"}, "/w")["glob"] == "*.py"
-    from agentcell.orchestrator.config import parse_hooks as hooks_of
+    from agentcell.orchestrator.config._hooks import parse_hooks as hooks_of
 
     runner = HookRunner(hooks_of({"PreToolUse": [{"matcher": "Agent", "command": "x"}]}, "t"))
     assert runner.hooked_tools(["task", "bash"]) == {"PreToolUse": ["task"]}  # Task or Agent

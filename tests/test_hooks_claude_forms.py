@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator.approvals._hook_shape import tool_document
-from agentcell.orchestrator.approvals._hooks import local_tool_hooks
-from agentcell.orchestrator.config import parse_hooks
-from agentcell.orchestrator.delegation import HookRunner
+from agentcell.orchestrator.approvals._hooks import HookRunner, local_tool_hooks
+from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.workspace._code_files import code_entries
 from agentcell.protocol import ToolCall
 from agentcell.worker import matcher_matches, matcher_problem

@@ -15,9 +15,10 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.workspace._worktree import create_worktree, finish_worktree
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
+
+from agentcell.testing import FunctionModel
 
 
 def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 
 import pytest
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.model_relay._key_mask import MASK, KeyMask, header_secrets, url_secrets
 from agentcell.orchestrator.model_relay._relay import ModelPools, parent_transport
 from agentcell.protocol import AgentSpec

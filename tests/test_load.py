@@ -33,21 +33,18 @@ from typing import Any
 import child_models
 import psutil
 import pytest
-from agentcell.orchestrator import (
-    AgentDefinition,
-    Orchestrator,
-    Settings,
-    SubAgentProcess,
-    TaskState,
-    WorkerState,
-)
-from agentcell.orchestrator.backends import forkserver_pids
-from agentcell.orchestrator.config import Budgets
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, SubAgentProcess
+from agentcell.orchestrator.backends import WorkerState
+from agentcell.orchestrator.backends._starters import forkserver_pids
+from agentcell.orchestrator.config._settings import Budgets
+from agentcell.orchestrator.delegation import TaskState
 from agentcell.protocol import Message, RunStatus, ToolMessage, UserMessage
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import FunctionModel, reply, tool_call
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
 from conftest import SpawnRecorder
 from multiprocess import resource_tracker
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 TASKS = 1_000
 MAX_WORKERS = 8

@@ -20,11 +20,13 @@ import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator._orchestrator import LEDGER_ROWS
-from agentcell.orchestrator.config import Budgets
+from agentcell.orchestrator.config._settings import Budgets
 from agentcell.protocol import Message, RunStatus, ToolMessage
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import FunctionModel, reply, tool_call
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 WAVES = 10
 BACKGROUND = 100  # per wave, through the task tool

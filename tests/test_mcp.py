@@ -19,13 +19,16 @@ import psutil
 import pytest
 import thread_attack_tools
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import McpServerConfig, load_settings, trust
-from agentcell.orchestrator.delegation import agent_mcp_servers
+from agentcell.orchestrator.config._load import load_settings
+from agentcell.orchestrator.config._mcp import McpServerConfig
+from agentcell.orchestrator.config._trust import trust
+from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
 from agentcell.protocol import McpServer, RunStatus
-from agentcell.worker import tool_granted
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
+from agentcell.worker.mcp._client import tool_granted
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 SERVER = str(Path(__file__).with_name("mcp_server.py"))
 SEP = "\n=====\n"

@@ -20,8 +20,9 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, OutcomeKind, Settings, WorkerPool
-from agentcell.orchestrator.config import McpServerConfig
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.protocol import PROTOCOL_VERSION, McpServer, RunStatus, Start
 from agentcell.worker import McpServers
 from conftest import SpawnRecorder

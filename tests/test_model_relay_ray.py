@@ -11,7 +11,7 @@ import msgspec
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import RayHead
+from agentcell.orchestrator.backends.ray._local import RayHead
 from agentcell.protocol import RunStatus
 from model_servers import ModelServer, Reply
 from test_model_relay import recorded_starts

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.backends import WorkerPool, forkserver_pids
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._starters import forkserver_pids
 from conftest import SpawnRecorder
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import survivor_handlers
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
-from agentcell.orchestrator.config import is_trusted, load_settings, trust, user_config_path
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
+from agentcell.orchestrator.config._load import load_settings, user_config_path
+from agentcell.orchestrator.config._trust import is_trusted, trust
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,

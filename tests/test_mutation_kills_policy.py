@@ -10,9 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.config import AGENT_FILE_TRUST, Settings, trust, user_config_path
 from agentcell.orchestrator.config import _sandbox_policy as policy
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.config._load import user_config_path
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import trust
+from agentcell.orchestrator.config._trust_table import AGENT_FILE_TRUST
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 
 HOOKS = {"PreToolUse": [{"matcher": "bash", "hooks": [{"type": "command", "command": "true"}]}]}
 INLINE = {"srv": {"command": "true"}}

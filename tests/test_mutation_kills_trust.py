@@ -5,8 +5,7 @@ tested on its own, in-process (``make mutants`` runs these first)."""
 
 from __future__ import annotations
 
-from agentcell.orchestrator.config import narrow_network
-from agentcell.orchestrator.config._trust import untrusted_layer
+from agentcell.orchestrator.config._trust import narrow_network, untrusted_layer
 
 
 def test_a_project_list_keeps_only_what_the_users_list_names_in_any_case_or_spacing() -> None:

@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.config import (
+from agentcell.orchestrator.config._load import load_settings
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import untrusted_layer
+from agentcell.orchestrator.config._trust_table import (
     SETTINGS_TRUST,
-    Settings,
     TrustEntry,
     covering,
-    load_settings,
     setting_paths,
 )
-from agentcell.orchestrator.config._trust import untrusted_layer
 
 
 def honoured(key: str, value: Any, users: Any) -> bool:

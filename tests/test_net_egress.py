@@ -16,12 +16,8 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import (
-    load_settings,
-    narrow_network,
-    trust,
-    user_config_path,
-)
+from agentcell.orchestrator.config._load import load_settings, user_config_path
+from agentcell.orchestrator.config._trust import narrow_network, trust
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
@@ -238,7 +234,7 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     assert any(line.startswith(f"refused 127.0.0.1:{other_port}:") for line in log), log
     assert any(line.startswith(f"refused localhost:{page}:") for line in log), log
     # The run record keeps the log, and `agentcell runs show` prints it.
-    from agentcell.orchestrator.cli import cli
+    from agentcell.orchestrator.cli._main import cli
     from click.testing import CliRunner
 
     [summary] = (tmp_path / ".agentcell" / "runs").glob("*/summary.json")
@@ -298,7 +294,7 @@ def test_an_untrusted_list_only_narrows_the_users_own(tmp_path: Path) -> None:
 
 
 def test_agentcell_sandbox_shows_how_a_list_is_kept_here() -> None:
-    from agentcell.orchestrator.cli import cli
+    from agentcell.orchestrator.cli._main import cli
     from click.testing import CliRunner
 
     shown = CliRunner().invoke(cli, ["sandbox"])

@@ -12,13 +12,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import Orchestrator, Settings, WorkerPool
+from agentcell.orchestrator import Orchestrator, Settings
+from agentcell.orchestrator.backends import WorkerPool
 from agentcell.protocol import RunStatus, ToolMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from test_cli import agentcell, cli_env, project
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 __all__ = ["project"]  # the fixture, shared with test_cli
 

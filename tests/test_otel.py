@@ -20,8 +20,9 @@ import otel_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, ToolMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 
@@ -303,7 +304,7 @@ def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: P
         import asyncio, sys
         from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
         from agentcell.protocol import ToolMessage
-        from agentcell.worker.testing import FunctionModel, reply, tool_call
+        from agentcell.testing import FunctionModel, reply, tool_call
         import agentcell.orchestrator.delegation._prepare as runner_module  # builds Start
 
         starts = []
@@ -355,7 +356,7 @@ async def test_span_frames_count_only_signed_of_this_trace_and_within_the_limit(
     """A hostile child sends span frames unsigned, signed with its own key, of another
     trace and beyond the limit: only its own, signed, this trace's, up to the limit, are
     exported."""
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from agentcell.orchestrator.telemetry._child_spans import ChildSpans
     from agentcell.protocol import PROTOCOL_VERSION, SpanBatch, Start
     from agentcell.worker.tracing import MAX_CHILD_SPANS

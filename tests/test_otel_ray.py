@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import RayHead
+from agentcell.orchestrator.backends.ray._local import RayHead
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import reply, tool_call, tool_results
 from test_otel import by_name, delegating_main, parent_of
 
-from agentcell.testing import FunctionModel
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 pytest.importorskip("ray", reason="the ray extra is not installed")
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")

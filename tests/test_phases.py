@@ -7,13 +7,15 @@ import time
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator import AgentDefinition, AgentRegistry, Settings
-from agentcell.orchestrator.backends import ChildOutcome, OutcomeKind
-from agentcell.orchestrator.delegation import DelegationRequest, Scope, UsageLedger
+from agentcell.orchestrator import AgentDefinition, Settings
+from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
+from agentcell.orchestrator.definitions import AgentRegistry
 from agentcell.orchestrator.delegation._prepare import Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Progress
+from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._settle import settle, with_cancel_reason
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import Limits, RunResult, RunStatus, Usage
 
 
@@ -113,7 +115,7 @@ def test_settle_turns_each_way_a_child_ends_into_one_status(
 
 
 def test_a_budget_cancel_replaces_an_answer_that_came_as_it_was_crossed() -> None:
-    from agentcell.orchestrator.delegation import SubAgentResult
+    from agentcell.orchestrator.delegation._results import SubAgentResult
 
     done = SubAgentResult(agent_id="a1", agent_type="x", status=RunStatus.COMPLETED, text="t")
     over = with_cancel_reason(done, RunStatus.BUDGET, "over budget", cancelled=True)

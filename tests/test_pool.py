@@ -10,8 +10,9 @@ import sys
 
 import psutil
 import pytest
-from agentcell.orchestrator import OutcomeKind, PoolError, WorkerPool, WorkerStartError, WorkerState
-from agentcell.orchestrator.backends import forkserver_pid
+from agentcell.orchestrator import PoolError
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, WorkerStartError, WorkerState
+from agentcell.orchestrator.backends._starters import forkserver_pid
 from agentcell.protocol import (
     ApprovalReply,
     ApprovalRequest,

@@ -18,13 +18,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import forkserver_pids
-from agentcell.orchestrator.config import (
-    ConfigError,
-    load_settings,
-    trust,
-    user_config_path,
-)
+from agentcell.orchestrator.backends._starters import forkserver_pids
+from agentcell.orchestrator.config._load import ConfigError, load_settings, user_config_path
+from agentcell.orchestrator.config._trust import trust
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -240,7 +236,7 @@ async def test_a_module_in_the_folder_the_orchestrator_started_in_never_shadows_
     for name in ("dill", "httpx", "psutil"):
         (project / f"{name}.py").write_text(SHADOW.format(marker=str(marker)))
     monkeypatch.chdir(project)  # as `agentcell run` in it: the folder is not on our path
-    from agentcell.orchestrator import WorkerPool
+    from agentcell.orchestrator.backends import WorkerPool
     from pool_util import run_op
 
     async with WorkerPool(max_workers=1, warm=1) as pool:

@@ -13,8 +13,9 @@ from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import ToolMessage, UserMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 ANSWER_CHARS = 300_000
 FAN_OUT = 6
@@ -115,7 +116,7 @@ async def test_an_answer_larger_than_a_frame_arrives_cut_and_is_saved_whole(
 async def test_bash_says_how_much_of_a_flood_it_dropped_and_that_it_is_not_saved(
     tmp_path: Path,
 ) -> None:
-    from agentcell.worker.tools import Bash
+    from agentcell.worker.tools._bash import Bash
     from test_tools import call, ctx_for
 
     ctx = ctx_for(tmp_path, run_dir=tmp_path / "run", call_id="c1")
@@ -167,8 +168,8 @@ def test_read_file_and_grep_read_a_huge_single_line_in_bounded_pieces(tmp_path: 
 async def test_a_new_pool_removes_the_temp_folders_a_killed_orchestrators_children_left(
     spawned: SpawnRecorder,
 ) -> None:
-    from agentcell.orchestrator import WorkerPool
-    from agentcell.worker.sandbox._apply import private_tmp
+    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.worker.sandbox._spare import private_tmp
 
     gone = await asyncio.create_subprocess_exec("true")
     await gone.wait()  # a pid that no longer exists: a sub-agent SIGKILLed with its parent
@@ -221,6 +222,6 @@ async def test_nested_delegation_with_one_worker_lends_the_waiting_parents_slot(
 
 
 def test_one_prompt_cannot_start_an_unbounded_tree_by_default() -> None:
-    from agentcell.orchestrator.config import Settings as Loaded
+    from agentcell.orchestrator.config._settings import Settings as Loaded
 
     assert Loaded().budgets.max_subagents == 256

@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from agentcell.orchestrator import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
 from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start

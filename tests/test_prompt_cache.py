@@ -13,9 +13,9 @@ from typing import Any
 
 import msgspec
 import pytest
-from agentcell.orchestrator.cli import cli as cli_main
-from agentcell.orchestrator.config import Price
-from agentcell.orchestrator.delegation import UsageLedger
+from agentcell.orchestrator.cli._main import cli as cli_main
+from agentcell.orchestrator.config._settings import Price
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import (
     AssistantMessage,
     SystemMessage,
@@ -24,13 +24,8 @@ from agentcell.protocol import (
     Usage,
     UserMessage,
 )
-from agentcell.worker.models import (
-    AnthropicModel,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    ToolSpec,
-)
+from agentcell.worker.models import AnthropicModel, ModelError, ModelRequest, ToolSpec
+from agentcell.worker.models._base import ModelResponse
 from click.testing import CliRunner
 from conftest import SpawnRecorder
 
@@ -179,7 +174,8 @@ async def test_forked_sub_agents_of_a_run_share_the_parent_context_in_the_cache(
     after the first reads tools, system prompt and the forked parent context from the
     cache, more than the tools and system prompt alone."""
     from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-    from agentcell.worker.testing import FunctionModel, reply, tool_call
+
+    from agentcell.testing import FunctionModel, reply, tool_call
 
     def main(messages: list[Any], tools: list[Any]) -> Any:
         if not any(isinstance(m, ToolMessage) for m in messages):

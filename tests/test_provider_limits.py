@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import ConfigError, ProviderLimits, load_settings
-from agentcell.orchestrator.delegation import SubAgentProcess, SubAgentStarted
+from agentcell.orchestrator.config._load import ConfigError, load_settings
+from agentcell.orchestrator.config._settings import ProviderLimits
+from agentcell.orchestrator.delegation._events import SubAgentProcess, SubAgentStarted
 from agentcell.orchestrator.model_relay._limiter import (
     MAX_OPEN_PER_CHILD,
     ChildPermits,

@@ -21,14 +21,11 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.orchestrator import (
-    AgentActivity,
-    CallbackChannel,
-    RunHandle,
-    Scope,
-)
-from agentcell.orchestrator.backends import RayBackend, RayBackendError, RayHead
-from agentcell.orchestrator.delegation import DelegationRequest
+from agentcell.orchestrator import AgentActivity, CallbackChannel
+from agentcell.orchestrator.backends.ray._backend import RayBackend, RayBackendError
+from agentcell.orchestrator.backends.ray._local import RayHead
+from agentcell.orchestrator.delegation import RunHandle, Scope
+from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
 from delegation_util import gate

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import RayHead
+from agentcell.orchestrator.backends.ray._local import RayHead
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from agentcell.worker.tools import function_tool

@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator.config import Settings, load_settings, user_config_path
+from agentcell.orchestrator.config._load import load_settings, user_config_path
+from agentcell.orchestrator.config._settings import Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.config import Budgets
+from agentcell.orchestrator.config._settings import Budgets
 from agentcell.orchestrator.model_relay._checks import output_cap, shown
 from agentcell.orchestrator.model_relay._relay import _checked
 from agentcell.orchestrator.model_relay._usage import UsageScan

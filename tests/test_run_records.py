@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.cli import cli as cli_main
+from agentcell.orchestrator.cli._main import cli as cli_main
 from agentcell.orchestrator.cli._resumed import pin_run_dir
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel, last_user_text
 from click.testing import CliRunner
 from conftest import SpawnRecorder
+
+from agentcell.testing import FunctionModel, last_user_text
 
 
 def chatty_model() -> FunctionModel:

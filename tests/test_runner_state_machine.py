@@ -42,9 +42,9 @@ from agentcell.orchestrator import (
     SubAgentProcess,
     SubAgentResult,
     SubAgentStarted,
-    TaskState,
 )
 from agentcell.orchestrator.backends import _forkserver as _pool
+from agentcell.orchestrator.delegation import TaskState
 from agentcell.orchestrator.delegation._task_args import TaskArgs
 from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
@@ -54,9 +54,10 @@ from agentcell.orchestrator.task_tools._tools import (
     TaskWaitTool,
 )
 from agentcell.protocol import Message, Notice, RunStatus, ToolMessage, UserMessage
-from agentcell.worker.models import ModelResponse, ToolSpec
-from agentcell.worker.testing import FunctionModel, reply, tool_call
-from agentcell.worker.tools import FunctionTool, ToolContext, ToolOutput, function_tool
+from agentcell.worker.models import ToolSpec
+from agentcell.worker.models._base import ModelResponse
+from agentcell.worker.tools import ToolContext, ToolOutput, function_tool
+from agentcell.worker.tools._base import FunctionTool
 from conftest import SpawnRecorder
 from hypothesis import Phase, settings
 from hypothesis import strategies as st
@@ -67,6 +68,8 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 T = TypeVar("T")
 

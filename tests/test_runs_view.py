@@ -24,13 +24,14 @@ import child_models
 import pytest
 import view_models
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.cli import cli as cli_main
+from agentcell.orchestrator.cli._main import cli as cli_main
 from agentcell.orchestrator.cli._timeline import CSP, timeline_html
 from agentcell.protocol import RunStatus, ToolMessage
-from agentcell.worker.testing import FunctionModel, reply, tool_call
 from click.testing import CliRunner
 from conftest import SpawnRecorder
 from view_models import ATTACKS, HOSTILE
+
+from agentcell.testing import FunctionModel, reply, tool_call
 
 
 def main_model() -> FunctionModel:

@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 import sandbox_models
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import forkserver_pids
+from agentcell.orchestrator.backends._starters import forkserver_pids
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
-from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from delegation_util import gate
 from model_servers import Call, ModelServer, Reply
+
+from agentcell.testing import FunctionModel
 
 CAPS = probe_sandbox()
 pytestmark = pytest.mark.skipif(
@@ -410,7 +411,7 @@ async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_
     # Moving into a cgroup waits on the kernel's cgroup locks (ms under fan-out): a spare
     # does it before its Hello. The cap stays per sub-agent (one process, one cgroup),
     # and the pool itself removes the cgroup once the child is gone, whoever leased it.
-    from agentcell.orchestrator import WorkerPool
+    from agentcell.orchestrator.backends import WorkerPool
     from agentcell.worker.sandbox import _cgroup
     from pool_util import run_op
 
@@ -438,7 +439,7 @@ def test_a_pool_removes_the_cgroups_a_killed_orchestrator_left_behind(
 ) -> None:
     # An orchestrator SIGKILLed with spares alive leaves their (empty) cgroups; the next
     # pool removes those of processes that are gone, never one with members.
-    from agentcell.orchestrator import WorkerPool
+    from agentcell.orchestrator.backends import WorkerPool
     from agentcell.worker.sandbox import _cgroup
 
     found = _cgroup.controller()

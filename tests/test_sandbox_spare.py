@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.protocol import PROTOCOL_VERSION, Start
 from agentcell.worker import ChildBoot
 from agentcell.worker.sandbox import _apply as _sandbox

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.definitions import find_skill, load_skills, with_skills
 from agentcell.orchestrator.definitions._loader import parse_agent_text
+from agentcell.orchestrator.definitions._skills import find_skill, load_skills, with_skills
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import ModelServer, Reply

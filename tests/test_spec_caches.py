@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator import AgentDefinition, AgentRegistry, Settings
+from agentcell.orchestrator import AgentDefinition, Settings
 from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
-from agentcell.orchestrator.delegation import DelegationRequest, Scope
+from agentcell.orchestrator.definitions import AgentRegistry
 from agentcell.orchestrator.delegation._prepare import Preparer
+from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.prompt._context import instructions_prompt
 from agentcell.orchestrator.prompt._instruction_cache import InstructionCache

@@ -18,24 +18,25 @@ from typing import Any
 
 import psutil
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, WorkerPool
-from agentcell.orchestrator.config import Budgets
-from agentcell.orchestrator.delegation import StartAhead
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.config._settings import Budgets
+from agentcell.orchestrator.task_tools._start_ahead import StartAhead
 from agentcell.protocol import RunStatus, UserMessage
 from agentcell.worker import Engine
 from agentcell.worker.models import (
     AnthropicModel,
     Model,
     ModelRequest,
-    ModelResponse,
     OpenAIChatModel,
-    TextPart,
     ToolCallStart,
     complete,
 )
-from agentcell.worker.testing import FunctionModel, ScriptedModel, reply, tool_call
+from agentcell.worker.models._base import ModelResponse, TextPart
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply, events_through_last_tool_name
+
+from agentcell.testing import FunctionModel, ScriptedModel, reply, tool_call
 
 STEP_TIMEOUT_S = 30.0
 WORKER_PROMPT = "You are a worker."

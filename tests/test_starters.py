@@ -12,15 +12,15 @@ import sys
 import psutil
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.backends import (
+from agentcell.orchestrator.backends import _starters
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
+from agentcell.orchestrator.backends._starters import (
     MAX_STARTERS,
-    OutcomeKind,
-    WorkerPool,
-    _starters,
     default_starters,
     forkserver_pids,
-    wait_gone,
 )
+from agentcell.orchestrator.backends._workers import wait_gone
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     Control,

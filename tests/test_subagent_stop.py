@@ -18,8 +18,8 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.config import HookCommand
-from agentcell.orchestrator.delegation import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.config._hooks import HookCommand
 from agentcell.orchestrator.delegation._relay import Relay
 from agentcell.protocol import RunStatus, ToolMessage
 from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
@@ -244,8 +244,9 @@ async def test_a_child_forging_a_burst_of_hook_requests_is_ended(
 ) -> None:
     """A real child never has two stops open, nor more than MAX_OPEN_REQUESTS requests:
     one that does is not ours, and is killed rather than queued in the parent."""
-    from agentcell.orchestrator.delegation import MAX_OPEN_REQUESTS
-    from agentcell.worker.testing import FunctionModel, reply, tool_call
+    from agentcell.orchestrator.delegation._relay import MAX_OPEN_REQUESTS
+
+    from agentcell.testing import FunctionModel, reply, tool_call
 
     workdir = tmp_path / "work"
     workdir.mkdir()

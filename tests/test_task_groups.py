@@ -15,9 +15,10 @@ from typing import Any
 import child_models
 from agentcell.orchestrator import AgentDefinition, CallbackChannel, Orchestrator, Settings
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from delegation_util import gate
+
+from agentcell.testing import FunctionModel
 
 ROOT = Path(__file__).resolve().parents[1]
 

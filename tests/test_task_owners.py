@@ -16,18 +16,20 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.cli._chat import Chat, ChatRecord, _converse
 from agentcell.orchestrator.cli._display import ProgressView
-from agentcell.orchestrator.config import HookCommand
-from agentcell.orchestrator.delegation import AgentActivity, HookRunner, SubAgentProcess
+from agentcell.orchestrator.config._hooks import HookCommand
+from agentcell.orchestrator.delegation._events import AgentActivity, SubAgentProcess
 from agentcell.protocol import RunStatus, ToolMessage, ToolStarted
 from agentcell.protocol._tasks import NurseryClosed, TaskNursery
 from agentcell.worker import process as _proc
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from conftest import SpawnRecorder
 from rich.console import Console
 from test_task_groups import GUARD_S, agent
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 
 # -- the nursery itself ------------------------------------------------------------------

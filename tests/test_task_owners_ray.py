@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator.backends import RayHead
+from agentcell.orchestrator.backends.ray._local import RayHead
 from agentcell.protocol import RunStatus
 
 from agentcell import AgentDefinition, Orchestrator, Settings

@@ -20,14 +20,15 @@ import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, RunReport, Settings
 from agentcell.orchestrator.backends._workers import Lease
-from agentcell.orchestrator.config import ProviderLimits
+from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.orchestrator.delegation import _finishing
 from agentcell.orchestrator.model_relay._limiter import ModelLimiter
-from agentcell.worker.testing import FunctionModel, reply, tool_call, tool_results
 from agentcell.worker.tools import function_tool
 from conftest import SpawnRecorder
 from delegation_util import gate
 from test_isolation import branches, git, git_repo
+
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 #: A guard, not a synchronisation: each wait below is for a state, never for time.
 GUARD_S = 60.0

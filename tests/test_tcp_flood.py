@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trustme
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.backends import RayBackend
+from agentcell.orchestrator.backends.ray._backend import RayBackend
 from agentcell.protocol import Heartbeat, TcpListener, tcp_connect
 
 CAP = 8

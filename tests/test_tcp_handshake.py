@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trustme
-from agentcell.protocol import HandshakeError, Heartbeat, TcpListener, tcp_connect
+from agentcell.protocol import Heartbeat, TcpListener, tcp_connect
+from agentcell.protocol._tcp import HandshakeError
 
 
 @pytest.fixture

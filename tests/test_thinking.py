@@ -33,15 +33,10 @@ from agentcell.protocol import (
     ToolMessage,
     UserMessage,
     decode_body,
-    encode_body,
 )
-from agentcell.worker.models import (
-    THINKING_BUDGETS,
-    AnthropicModel,
-    ModelRequest,
-    TextPart,
-    thinking_control,
-)
+from agentcell.protocol._codec import encode_body
+from agentcell.worker.models import THINKING_BUDGETS, AnthropicModel, ModelRequest, thinking_control
+from agentcell.worker.models._base import TextPart
 from agentcell.worker.models._openai import convert_messages as openai_messages
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply, Thought

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.worker.sandbox._apply import private_tmp, remove_stale_tmps
+from agentcell.worker.sandbox._apply import remove_stale_tmps
+from agentcell.worker.sandbox._spare import private_tmp
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 from test_sandbox import CAPS, agent, orchestrator, served

@@ -20,7 +20,8 @@ import collections
 import dataclasses
 from pathlib import Path
 
-from agentcell.orchestrator import SubAgentResult, TaskRecord, TaskState, TaskTracker
+from agentcell.orchestrator import SubAgentResult
+from agentcell.orchestrator.delegation import TaskRecord, TaskState, TaskTracker
 from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
     TaskControlTool,
@@ -373,7 +374,8 @@ TestTrackerStateMachine = TrackerMachine.TestCase
 async def test_task_wait_hands_out_only_what_fits_and_keeps_the_rest() -> None:
     from pathlib import Path
 
-    from agentcell.orchestrator import SubAgentResult, TaskTracker
+    from agentcell.orchestrator import SubAgentResult
+    from agentcell.orchestrator.delegation import TaskTracker
     from agentcell.orchestrator.task_tools._tools import TaskWaitArgs, TaskWaitTool
     from agentcell.protocol import RunStatus
     from agentcell.worker.tools import ToolContext

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import (
     ModelPools,

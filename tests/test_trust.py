@@ -12,13 +12,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Orchestrator
-from agentcell.orchestrator.config import (
-    Settings,
-    is_trusted,
-    load_settings,
-    trust,
-    user_config_path,
-)
+from agentcell.orchestrator.config._load import load_settings, user_config_path
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import is_trusted, trust
 from agentcell.protocol import RunStatus
 from model_servers import ModelServer
 

@@ -13,22 +13,24 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator import Orchestrator
-from agentcell.orchestrator.config import (
+from agentcell.orchestrator.config._load import ConfigError, load_settings, user_config_path
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import (
+    is_trusted,
+    revoke,
+    trust,
+    trust_file,
+    trusted_folders,
+    untrusted_layer,
+)
+from agentcell.orchestrator.config._trust_table import (
     AGENT_FILE_TRUST,
     SETTINGS_TRUST,
-    ConfigError,
-    Settings,
     covering,
-    is_trusted,
-    load_settings,
-    revoke,
     setting_paths,
-    trust,
-    trusted_folders,
-    user_config_path,
 )
-from agentcell.orchestrator.config._trust import trust_file, untrusted_layer
-from agentcell.orchestrator.definitions import AgentDefinition, field_for_key
+from agentcell.orchestrator.definitions._loader import field_for_key
+from agentcell.orchestrator.definitions._model import AgentDefinition
 from model_servers import Call, ModelServer, Reply
 
 AGENTCELL = str(Path(sys.executable).with_name("agentcell"))

@@ -424,9 +424,9 @@ def test_reads_beneath_a_root_refuse_a_link_out_naming_it(
 def test_a_projects_config_mcp_json_and_agent_file_linked_out_are_refused(
     tmp_path: Path,
 ) -> None:
-    from agentcell.orchestrator import AgentRegistry
-    from agentcell.orchestrator.config import ConfigError, read_mcp_json
-    from agentcell.orchestrator.config._load import project_config
+    from agentcell.orchestrator.config._load import ConfigError, project_config
+    from agentcell.orchestrator.config._mcp import read_mcp_json
+    from agentcell.orchestrator.definitions import AgentRegistry
 
     work, secret = _hostile(tmp_path)
     secret.write_text('{"mcpServers": {"evil": {"command": "sh"}}}\n')
@@ -739,7 +739,7 @@ def _tool_here(x: int) -> int:
 
 def test_a_custom_tools_module_is_found_where_a_child_imports_it_again() -> None:
     from agentcell.orchestrator.workspace._code_files import module_files
-    from agentcell.worker.tools import FunctionTool
+    from agentcell.worker.tools._base import FunctionTool
 
     def local(x: int) -> int:
         return x
@@ -875,7 +875,7 @@ def test_a_preloaded_tools_module_is_not_held(monkeypatch: pytest.MonkeyPatch) -
     import types
 
     from agentcell.orchestrator.workspace._code_files import module_files
-    from agentcell.worker.tools import FunctionTool
+    from agentcell.worker.tools._base import FunctionTool
 
     module = types.ModuleType("Amod")  # a name that sorts before "__main__"
     module.__file__ = "/somewhere/Amod.py"
@@ -907,11 +907,11 @@ def test_the_preparer_holds_a_tools_module_unless_it_is_preloaded(
 ) -> None:
     import importlib
 
-    from agentcell.orchestrator.definitions import AgentRegistry
-    from agentcell.orchestrator.delegation import HookRunner
+    from agentcell.orchestrator.approvals._hooks import HookRunner
+    from agentcell.orchestrator.definitions._registry import AgentRegistry
     from agentcell.orchestrator.delegation._prepare import Preparer
     from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
-    from agentcell.worker.tools import FunctionTool
+    from agentcell.worker.tools._base import FunctionTool
 
     work = tmp_path / "work"
     work.mkdir()

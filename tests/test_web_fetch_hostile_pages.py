@@ -21,10 +21,11 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.network import _web_fetch
 from agentcell.protocol import RunStatus
-from agentcell.worker.testing import FunctionModel
 from conftest import SpawnRecorder
 from model_servers import ModelServer, serving
 from test_net_egress import run_calls
+
+from agentcell.testing import FunctionModel
 
 DEEP = "<html><body>" + "<div>" * 50_000 + "deep text"
 FLAT = "<html><body>" + "<b>x</b>" * 100_000 + "</body></html>"
@@ -157,7 +158,7 @@ async def test_a_url_with_control_characters_is_refused_in_one_line(
 async def _forge_surrogate_fetch(messages: list[Any], tools: list[Any]) -> Any:
     """A compromised child's own code: a web_fetch request whose JSON holds a lone
     surrogate (its model's tool call would have been refused as bad JSON in the child)."""
-    from agentcell.worker import ChildLink
+    from agentcell.worker.child._main import ChildLink
 
     link = next(o for o in gc.get_objects() if isinstance(o, ChildLink))
     said, is_error = await link.delegate("call-1", "web_fetch", '{"url": "http://x.test/\\ud800"}')

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcell.worker.testing import reply, tool_call, tool_results
 from agentcell.worker.tools import function_tool
+
+from agentcell.testing import reply, tool_call, tool_results
 
 # What a hostile sub-agent writes everywhere it can: each would run (and mark the DOM)
 # if the page let it through as markup.

@@ -10,13 +10,11 @@ from agentcell.worker.child._main import ChildBoot, child_main
 from agentcell.worker.child._preload import BOOT_MODULE, PRELOAD_MODULES, preload_environment
 from agentcell.worker.child._proc import (
     ProcInfo,
-    descendants,
     is_alive,
     kill_group,
     kill_session,
     kill_tree,
     process_table,
-    session_members,
     set_parent_death_signal,
     signal_name,
     tree_cpu_seconds,
@@ -27,11 +25,10 @@ from agentcell.worker.sandbox._cgroup import remove_stale_caps
 
 __all__ = [
     "BOOT_MODULE",
-    "PRELOAD_MODULES",
     "ChildBoot",
+    "PRELOAD_MODULES",
     "ProcInfo",
     "child_main",
-    "descendants",
     "encode_request",
     "is_alive",
     "kill_group",
@@ -41,7 +38,6 @@ __all__ = [
     "process_table",
     "remove_stale_caps",
     "remove_stale_tmps",
-    "session_members",
     "set_parent_death_signal",
     "signal_name",
     "tree_cpu_seconds",

@@ -6,14 +6,9 @@ import shutil
 import tempfile
 from typing import Any
 
-from agentcell.orchestrator import (
-    AgentActivity,
-    AgentDefinition,
-    Orchestrator,
-    Settings,
-    WorkerPool,
-)
-from agentcell.orchestrator.config import ProviderLimits
+from agentcell.orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.protocol import TextDelta
 
 from bench import analysis

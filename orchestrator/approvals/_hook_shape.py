@@ -16,7 +16,7 @@ import json
 import os
 from typing import Any
 
-from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES
+from agentcell.orchestrator.definitions._tool_policy import CLAUDE_TOOL_NAMES
 
 #: Our tool name → Claude Code's (the first Claude name of each in the shared table).
 CLAUDE_NAME: dict[str, str] = {}

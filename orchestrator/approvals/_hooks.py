@@ -37,8 +37,9 @@ from agentcell.orchestrator.approvals._hook_shape import (
     updated_arguments,
     updated_output,
 )
-from agentcell.orchestrator.config import HookCommand, parse_hooks, translate_rule
-from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.config._claude_settings import translate_rule
+from agentcell.orchestrator.config._hooks import HookCommand, parse_hooks
+from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.protocol import (
     AgentSpec,
     AssistantMessage,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from agentcell.orchestrator.backends import child_environment
+from agentcell.orchestrator.backends._environment import child_environment
 from agentcell.worker import known_secrets
 
 Environments = tuple[dict[str, str], dict[str, str]]

@@ -12,18 +12,14 @@ from typing import Any
 import click
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._display import output_console
-from agentcell.orchestrator.config import load_settings, parse_hooks
+from agentcell.orchestrator.config._hooks import parse_hooks
+from agentcell.orchestrator.config._load import load_settings
 from agentcell.orchestrator.config._sandbox_policy import untrusted_project_file
-from agentcell.orchestrator.definitions import (
-    COORDINATION_TOOLS,
-    AgentDefinition,
-    AgentRegistry,
-    Diagnostic,
-    agent_dirs,
-    find_skill,
-    resolve_model_alias,
-    resolve_tools,
-)
+from agentcell.orchestrator.definitions._loader import Diagnostic
+from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
+from agentcell.orchestrator.definitions._registry import AgentRegistry, agent_dirs
+from agentcell.orchestrator.definitions._skills import find_skill
+from agentcell.orchestrator.definitions._tool_policy import COORDINATION_TOOLS, resolve_tools
 from agentcell.worker.tools import BUILTIN_TOOL_NAMES
 from rich.table import Table
 from rich.text import Text

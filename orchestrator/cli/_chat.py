@@ -21,6 +21,12 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import literal, one_line, visible
+from agentcell.orchestrator.approvals._channel import (
+    AllowAll,
+    ApprovalChannel,
+    DenyAll,
+    TerminalPrompt,
+)
 from agentcell.orchestrator.cli._chat_turns import (
     TurnBackground,
     running_line,
@@ -31,18 +37,14 @@ from agentcell.orchestrator.cli._display import ProgressView, results_table
 from agentcell.orchestrator.cli._input import ChatCompleter, PlainInput, PromptInput
 from agentcell.orchestrator.cli._report import print_diagnostics
 from agentcell.orchestrator.cli._resumed import begin_resumed_run, pin_run_dir, resuming_line
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.delegation._events import (
     AgentActivity,
-    AllowAll,
-    ApprovalChannel,
-    DenyAll,
     OrchestratorEvent,
     SubAgentEnded,
-    SubAgentResult,
-    TerminalPrompt,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.records._store import new_run_dir, subagent_json, write_summary_or_say
 from agentcell.orchestrator.telemetry._usage_text import split_counts, usage_split
 from agentcell.protocol import RunStatus, TaskNursery, TextDelta, TurnStarted

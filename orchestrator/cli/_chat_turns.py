@@ -11,7 +11,8 @@ a turn runs nobody can tell which turn will get it).
 
 from __future__ import annotations
 
-from agentcell.orchestrator.delegation import SubAgentResult, TaskRecord, TaskTracker
+from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.task_tools._tracker import TaskRecord, TaskTracker
 
 
 class TurnBackground:

@@ -13,8 +13,8 @@ from pathlib import Path
 from agentcell.orchestrator._orchestrator import Orchestrator
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._report import emit_report
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.orchestrator.records._store import new_run_dir
 
 from agentcell import protocol

@@ -9,14 +9,14 @@ import time
 from collections.abc import Iterable, Iterator
 
 from agentcell.orchestrator._text import literal, one_line, plural
-from agentcell.orchestrator.delegation import (
+from agentcell.orchestrator.delegation._events import (
     AgentActivity,
     OrchestratorEvent,
     SubAgentEnded,
     SubAgentProcess,
-    SubAgentResult,
     SubAgentStarted,
 )
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.protocol import (
     Notice,
     RunFinished,

@@ -21,14 +21,15 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 from agentcell.orchestrator._text import visible
-from agentcell.orchestrator.backends import PoolError
+from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.cli._pipes import (
     end_output,
     is_closed_pipe,
     stdout_gone,
     watch_stdout,
 )
-from agentcell.orchestrator.config import ConfigError, Settings, load_settings
+from agentcell.orchestrator.config._load import ConfigError, load_settings
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.worker import OutsideRoot
 from agentcell.worker.models import ModelError
 
@@ -320,7 +321,7 @@ def _inline_agents(text: str | None) -> list[Any]:
     """``--agents JSON``: the AgentDefinitions it names (a usage error if it is bad)."""
     if text is None:
         return []
-    from agentcell.orchestrator.definitions import definitions_from_json
+    from agentcell.orchestrator.definitions._inline import definitions_from_json
 
     try:
         return definitions_from_json(text)

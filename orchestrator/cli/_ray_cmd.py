@@ -19,7 +19,7 @@ from typing import Any
 import click
 from agentcell.orchestrator.backends.ray import _local as _ray_local
 from agentcell.orchestrator.backends.ray._local import RayHead, stop_ray_head
-from agentcell.orchestrator.config import ConfigError
+from agentcell.orchestrator.config._load import ConfigError
 
 #: What ``--backend ray``'s driver imports (it runs on this interpreter).
 RAY_MODULE = "ray"

@@ -16,6 +16,7 @@ from typing import TextIO
 
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import literal, visible
+from agentcell.orchestrator.approvals._channel import ApprovalChannel, TerminalPrompt
 from agentcell.orchestrator.cli._display import ProgressView, make_console
 from agentcell.orchestrator.cli._input import PlainInput
 from agentcell.orchestrator.cli._pipes import output_failed
@@ -25,14 +26,9 @@ from agentcell.orchestrator.cli._resumed import (
     failed_resume_line,
     resuming_line,
 )
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition
-from agentcell.orchestrator.delegation import (
-    AgentActivity,
-    ApprovalChannel,
-    OrchestratorEvent,
-    TerminalPrompt,
-)
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.delegation._events import AgentActivity, OrchestratorEvent
 from agentcell.protocol import TextDelta, TurnStarted
 from agentcell.worker import Redactor, Session
 from rich.console import Console

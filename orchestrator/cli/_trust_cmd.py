@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from agentcell.orchestrator.config import revoke, trust, trusted_folders, user_config_path
+from agentcell.orchestrator.config._load import user_config_path
+from agentcell.orchestrator.config._trust import revoke, trust, trusted_folders
 
 
 def run_trust(folder: Path | None, *, list_them: bool, revoke_folder: Path | None) -> None:

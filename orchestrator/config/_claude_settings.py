@@ -356,7 +356,11 @@ def translate_rule(
     kept at least as broad, an allow rule at most as broad. ``root``: where ``/path``
     rules are anchored (``base`` unless given)."""
     # Imported here: the definitions package reads this one's hook parser when it loads.
-    from agentcell.orchestrator.definitions import is_known_tool, is_mcp_tool, map_tool_name
+    from agentcell.orchestrator.definitions._tool_policy import (
+        is_known_tool,
+        is_mcp_tool,
+        map_tool_name,
+    )
 
     said = notes if notes is not None else []
     name, _, rest = rule.strip().partition("(")
@@ -408,7 +412,7 @@ def _is_glob(text: str) -> bool:
 def _name_glob_rules(name: str, spec: str | None, kind: str, notes: list[str]) -> list[str]:
     """``*`` (every tool), ``mcp__*`` (every MCP tool), ``Web*``: deny and ask rules
     hold for every tool the glob names; Claude Code skips such an allow rule."""
-    from agentcell.orchestrator.definitions import CLAUDE_TOOL_NAMES, KNOWN_TOOLS
+    from agentcell.orchestrator.definitions._tool_policy import CLAUDE_TOOL_NAMES, KNOWN_TOOLS
 
     if kind == "allow":
         notes.append("left out: Claude Code allows nothing by a tool-name wildcard")

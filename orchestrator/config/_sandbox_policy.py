@@ -7,14 +7,12 @@ import logging
 import os
 from pathlib import Path
 
-from agentcell.orchestrator.config import (
-    AGENT_FILE_TRUST,
-    Settings,
-    is_trusted,
-    narrow_network,
-    user_config_path,
-)
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.config._load import user_config_path
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.config._trust import is_trusted, narrow_network
+from agentcell.orchestrator.config._trust_table import AGENT_FILE_TRUST
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.worker import probe_sandbox, sandbox_missing
 
 log = logging.getLogger("agentcell.sandbox")

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agentcell.orchestrator.config import claude_mode_stand_in
+from agentcell.orchestrator.config._claude_modes import claude_mode_stand_in
 
 #: Claude Code's effort levels agentcell has no level of: (the level to use, why).
 _EFFORT_STAND_INS: dict[str, tuple[str, str]] = {

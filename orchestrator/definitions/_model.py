@@ -13,7 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from agentcell.orchestrator.config import McpServerConfig, claude_mode_stand_in, parse_hooks
+from agentcell.orchestrator.config._claude_modes import claude_mode_stand_in
+from agentcell.orchestrator.config._hooks import parse_hooks
+from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.orchestrator.definitions._claude_compat import (
     claude_effort,
     claude_hooks,

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
-from agentcell.orchestrator.config import name_once
+from agentcell.orchestrator.config._hooks import name_once
 from agentcell.orchestrator.definitions._tool_policy import (
     SKILL_TOOL,
     means_all_tools,

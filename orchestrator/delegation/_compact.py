@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
 
 
 def compact_threshold(settings: Settings, definition: AgentDefinition) -> int:

@@ -18,13 +18,11 @@ from typing import Any
 import dill
 from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
-from agentcell.orchestrator.config import Settings, parse_hooks
-from agentcell.orchestrator.definitions import (
-    AgentDefinition,
-    AgentRegistry,
-    resolve_model_alias,
-    resolve_tools,
-)
+from agentcell.orchestrator.config._hooks import parse_hooks
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
+from agentcell.orchestrator.definitions._registry import AgentRegistry
+from agentcell.orchestrator.definitions._tool_policy import resolve_tools
 from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers

@@ -25,9 +25,10 @@ from agentcell.orchestrator.approvals._channel import (
 )
 from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
 from agentcell.orchestrator.approvals._question import refused_tool
-from agentcell.orchestrator.backends import WorkerLease
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.backends._interface import WorkerLease
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 import msgspec
-from agentcell.orchestrator.definitions import AgentRegistry, agent_slug
+from agentcell.orchestrator.definitions._model import agent_slug
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.orchestrator.records._key import record_end, verified_record
 from agentcell.protocol import AssistantMessage, Message, ThinkingBlock

@@ -33,14 +33,12 @@ from agentcell.orchestrator.approvals._hooks import (
     SubagentStopHooks,
     agent_transcript,
 )
-from agentcell.orchestrator.backends import (
-    Backend,
-    ChildOutcome,
-    WorkerLease,
-    WorkerPool,
-)
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition, AgentRegistry
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._interface import Backend, WorkerLease
+from agentcell.orchestrator.backends._outcome import ChildOutcome
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._events import (
     EventBus,
     SubAgentEnded,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.backends import ChildOutcome, OutcomeKind
+from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
 from agentcell.orchestrator.delegation._relay import Progress
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.telemetry._usage import UsageLedger

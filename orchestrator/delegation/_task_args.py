@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Annotated, Literal
 
 import msgspec
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import ToolError, args_schema, parse_args

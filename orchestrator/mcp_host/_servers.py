@@ -14,8 +14,11 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from agentcell.orchestrator.config import McpServerConfig, is_trusted, user_config_path
-from agentcell.orchestrator.definitions import AgentDefinition, mcp_patterns
+from agentcell.orchestrator.config._load import user_config_path
+from agentcell.orchestrator.config._mcp import McpServerConfig
+from agentcell.orchestrator.config._trust import is_trusted
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
 from agentcell.protocol import McpServer
 
 

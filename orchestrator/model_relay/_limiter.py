@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
-from agentcell.orchestrator.config import ProviderLimits
+from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.protocol import ChannelClosed, Frame, PermitDone, PermitGrant, PermitRequest
 from aiolimiter import AsyncLimiter
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 import msgspec
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.model_relay._batch import (
     CallFrames,
     relay_chunks,

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
-from agentcell.orchestrator.backends import PROVIDER_ENV
-from agentcell.orchestrator.config import Settings
+from agentcell.orchestrator.backends._environment import PROVIDER_ENV
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.model_relay._relay import (
     PARENT_ONLY_KEYS,
     relayed,

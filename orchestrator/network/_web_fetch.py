@@ -30,8 +30,9 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 from agentcell.orchestrator.approvals._channel import ApprovalBroker, ApprovalQuery
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.definitions import AgentDefinition, normalize_tool_names
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._tool_policy import normalize_tool_names
 from agentcell.orchestrator.network._egress import EgressProxy, Refused
 from agentcell.orchestrator.network._host_rules import HostRule, parse_rules
 from agentcell.orchestrator.network._pinned_http import PinnedBackend, PinnedTransport

@@ -14,7 +14,7 @@ import logging
 import os
 from pathlib import Path
 
-from agentcell.orchestrator.definitions import AgentDefinition
+from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.worker import OutsideRoot, read_beneath, real_folder
 
 log = logging.getLogger("agentcell.context")

@@ -7,13 +7,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from agentcell.orchestrator.definitions import (
-    AgentDefinition,
-    Skill,
-    load_skills,
-    skill_offer,
-    with_skills,
-)
+from agentcell.orchestrator.definitions._model import AgentDefinition
+from agentcell.orchestrator.definitions._skills import Skill, load_skills, skill_offer, with_skills
 
 
 @dataclasses.dataclass(slots=True)

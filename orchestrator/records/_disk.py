@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from agentcell.orchestrator._main_run import RunReport, report_json
-from agentcell.orchestrator.config import Settings
-from agentcell.orchestrator.delegation import SubAgentResult
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.records._store import RUNS_DIR, write_summary
 from agentcell.protocol import RunResult, RunStatus, Usage
 from agentcell.worker import Transcript

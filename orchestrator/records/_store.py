@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.delegation import SubAgentResult
+from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.records._key import verified_record
 from agentcell.orchestrator.records._missing import summary_from_records
 from agentcell.protocol import Message

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agentcell.orchestrator.delegation import Scope, TaskTool
+from agentcell.orchestrator.delegation._request import Scope
+from agentcell.orchestrator.task_tools._tools import TaskTool
 from agentcell.protocol import TaskNursery
 from agentcell.worker import Session
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from agentcell.orchestrator.backends import Backend
+from agentcell.orchestrator.backends._interface import Backend
 from agentcell.orchestrator.task_tools._tools import TaskTool
 from agentcell.worker.models import ToolCallStart
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._runner import RunHandle, Runner

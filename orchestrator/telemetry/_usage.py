@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from agentcell.orchestrator.config import Budgets, Price
+from agentcell.orchestrator.config._settings import Budgets, Price
 from agentcell.protocol import Usage
 
 

@@ -33,7 +33,7 @@ import shutil
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 
-from agentcell.orchestrator.config import name_once
+from agentcell.orchestrator.config._hooks import name_once
 
 log = logging.getLogger("agentcell.hooks")
 

@@ -49,7 +49,8 @@ from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _bash_userns, _mountns
 from agentcell.worker.sandbox import _one_thread as one_thread
-from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, ToolRegistry
+from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
+from agentcell.worker.tools._base import ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
 from agentcell.worker.tools._skill import SkillTool
 from agentcell.worker.tools._todo import named_tools

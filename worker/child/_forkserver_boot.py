@@ -49,10 +49,10 @@ def _warm() -> None:
     """
     import tempfile
 
-    from agentcell.worker.sandbox import _apply as _sandbox
+    from agentcell.worker.sandbox._paths import warm_path_cache
     from agentcell.worker.tools import builtin_tools
 
-    _sandbox.warm_path_cache(PARENT_PATH)  # the path its children will have
+    warm_path_cache(PARENT_PATH)  # the path its children will have
     for tool in builtin_tools():
         tool.spec()
         try:

@@ -41,7 +41,7 @@ PRELOAD_MODULES: list[str] = [
     "agentcell.worker.models._openai",
     "agentcell.worker.models._anthropic",
     "agentcell.worker.tools._builtin",
-    "agentcell.worker.testing",
+    "agentcell.worker.models._doubles",
 ]
 
 #: Imported last: it records what loaded and arms the fork server's exit hook.

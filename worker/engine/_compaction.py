@@ -26,7 +26,8 @@ from agentcell.protocol import (
     UserMessage,
 )
 from agentcell.worker.engine._session import Session
-from agentcell.worker.models import Model, ModelRequest, ModelResponse
+from agentcell.worker.models import Model, ModelRequest
+from agentcell.worker.models._base import ModelResponse
 
 #: A token is about four characters of English or code: the estimate where no usage comes.
 CHARS_PER_TOKEN = 4

@@ -39,24 +39,11 @@ from agentcell.protocol import (
 )
 from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._session import Session
-from agentcell.worker.models import (
-    Model,
-    ModelError,
-    ModelRequest,
-    ModelResponse,
-    StopReason,
-    TextPart,
-    ToolCallStart,
-)
+from agentcell.worker.models import Model, ModelError, ModelRequest, ToolCallStart
+from agentcell.worker.models._base import ModelResponse, StopReason, TextPart
 from agentcell.worker.rules._policy import Approver, Decision, Hook, judge
-from agentcell.worker.tools import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolOutput,
-    ToolRegistry,
-    truncate_output,
-)
+from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
+from agentcell.worker.tools._base import ToolRegistry, truncate_output
 
 if TYPE_CHECKING:
     from agentcell.worker.tracing._spans import AgentTracer

@@ -1,7 +1,6 @@
 """Model providers behind one streaming interface.
 
-Internal: the public API is the ``agentcell`` package (and ``agentcell.testing``);
-this ``__all__`` is what other layers of agentcell may import, and may change.
+This ``__all__`` is what the orchestrator may import (a door of the worker layer).
 
 ``HttpxTransport`` and ``make_client`` (the direct route) and ``H11Pool`` (the parent
 relay's plain-HTTP route) are imported when first asked for: they import httpx, which a
@@ -25,21 +24,16 @@ from agentcell.worker.models._base import (
     ModelError,
     ModelErrorKind,
     ModelRequest,
-    ModelResponse,
-    StopReason,
-    StreamItem,
-    TextPart,
     ToolCallStart,
     ToolSpec,
     complete,
 )
-from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
+from agentcell.worker.models._gate import estimate_tokens, request_gate
 from agentcell.worker.models._http import Inflater, SSEDecoder, parse_retry_after
 from agentcell.worker.models._openai import OFFICIAL_BASE_URL as OFFICIAL_OPENAI_URL
 from agentcell.worker.models._openai import OpenAIChatModel
 from agentcell.worker.models._resolve import PROVIDERS, resolve_model
 from agentcell.worker.models.transports._base import (
-    RELAYED_HEADERS,
     Endpoint,
     ModelTransport,
     Retry,
@@ -69,34 +63,27 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ADAPTIVE_EFFORT",
-    "DEFAULT_ANTHROPIC_MAX_TOKENS",
-    "OFFICIAL_OPENAI_URL",
-    "PROVIDERS",
-    "RELAYED_HEADERS",
-    "THINKING_BUDGETS",
-    "WEB_SEARCH_TOOL",
     "AnthropicModel",
+    "DEFAULT_ANTHROPIC_MAX_TOKENS",
     "Endpoint",
     "H11Pool",
     "HttpxTransport",
     "Inflater",
-    "OpenAIChatModel",
     "Model",
     "ModelError",
     "ModelErrorKind",
     "ModelRequest",
-    "ModelResponse",
     "ModelTransport",
-    "Permit",
-    "RequestGate",
+    "OFFICIAL_OPENAI_URL",
+    "OpenAIChatModel",
+    "PROVIDERS",
     "Retry",
     "SSEDecoder",
-    "StopReason",
-    "StreamItem",
-    "TextPart",
+    "THINKING_BUDGETS",
     "ToolCallStart",
     "ToolSpec",
     "TransportResponse",
+    "WEB_SEARCH_TOOL",
     "complete",
     "estimate_tokens",
     "h11_route",

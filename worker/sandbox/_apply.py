@@ -53,12 +53,9 @@ from agentcell.worker.sandbox import _landlock_rules as _common_rules
 from agentcell.worker.sandbox import _spare as _sandbox_spare
 from agentcell.worker.sandbox._landlock import Ruleset
 from agentcell.worker.sandbox._paths import read_paths as _read_paths
-from agentcell.worker.sandbox._paths import version_manager_paths, warm_path_cache
 from agentcell.worker.sandbox._spare import private_tmp
 
 # Where the parent, the fork server and the tests have always found them.
-__all__ = ["private_tmp", "version_manager_paths", "warm_path_cache"]
-
 MODES = ("off", "workspace", "read-only")  # in increasing strictness
 DEFAULT_MAX_PROCESSES = 512
 

@@ -1,6 +1,6 @@
 """A size cap on a sub-agent's private temp folder (issue 27 item 4).
 
-The folder (``_sandbox.private_tmp``: ``$TMPDIR`` for the sub-agent and its bash) is on
+The folder (``_spare.private_tmp``: ``$TMPDIR`` for the sub-agent and its bash) is on
 the host's disk, where a command could write until that disk is full (1 GiB in 13 s).
 Under ``workspace`` the sub-agent already has a private mount namespace (``_mountns``):
 there a tmpfs of ``tmp_size_mb`` MiB, with one inode per 16 KiB of it (at least 1,024), is

@@ -17,23 +17,17 @@ from typing import TYPE_CHECKING, Any
 from agentcell.worker.tracing._env import tracing_requested
 
 if TYPE_CHECKING:  # imported on first use (see __getattr__): OpenTelemetry comes with them
-    from agentcell.worker.tracing._child import child_tracer
     from agentcell.worker.tracing._export import MAX_CHILD_SPANS, Tracing
-    from agentcell.worker.tracing._spans import AgentTracer
 
 __all__ = [
     "MAX_CHILD_SPANS",
-    "AgentTracer",
     "Tracing",
-    "child_tracer",
     "tracing_requested",
 ]
 
 _LAZY = {
-    "AgentTracer": "agentcell.worker.tracing._spans",
     "Tracing": "agentcell.worker.tracing._export",
     "MAX_CHILD_SPANS": "agentcell.worker.tracing._export",
-    "child_tracer": "agentcell.worker.tracing._child",
 }
 
 

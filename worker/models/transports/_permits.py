@@ -8,7 +8,8 @@ over its pipe, so K children together never exceed what the provider allows.
 from __future__ import annotations
 
 from agentcell.worker.child._main import ChildLink
-from agentcell.worker.models import ModelError, ModelErrorKind, Permit
+from agentcell.worker.models import ModelError, ModelErrorKind
+from agentcell.worker.models._gate import Permit
 
 
 class LinkGate:
