@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test smoke lint bench bench-full fuzz mutants clean .typecheck .venv-python .bytecode
+.PHONY: demo test soak smoke lint bench bench-full fuzz mutants clean .typecheck .venv-python .bytecode
 
 $(BASE_STAMP): pyproject.toml
 	test -d $(VENV) || scripts/newest_python --venv $(VENV) $(PYTHON)
@@ -40,7 +40,11 @@ demo: .venv-python $(BASE_STAMP) .bytecode
 	$(BIN)/agentcell demo
 
 test: .venv-python $(STAMP) .bytecode
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not soak"
+
+# The soak tests (thousands of sub-agents, minutes each): CI runs them after `make test`.
+soak: .venv-python $(STAMP) .bytecode
+	$(BIN)/python -m pytest -m soak
 
 # About a minute of tests across the layers (the files tests/smoke.txt names): CI runs it on 3.11.
 smoke: .venv-python $(STAMP) .bytecode

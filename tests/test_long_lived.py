@@ -70,7 +70,7 @@ def tables(orch: Orchestrator) -> dict[str, int]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 async def test_five_thousand_subagents_leave_memory_and_tables_flat(
     spawned: SpawnRecorder, tmp_path: Path
 ) -> None:
