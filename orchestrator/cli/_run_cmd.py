@@ -193,41 +193,23 @@ async def run_once(
         approval=approval,
     )
     answer = None if as_json else AnswerStream(sys.stdout, view)
-    received: signal.Signals | None = None
-    main_task = asyncio.current_task()
-    assert main_task is not None
-
-    def on_signal(signum: signal.Signals) -> None:
-        nonlocal received
-        if received is not None:  # a second signal: stop waiting for a clean cancel
-            main_task.cancel()
-            return
-        received = signum
-        what = "interrupted" if signum is signal.SIGINT else "terminated"
-        hint = " (Ctrl-C again to force)" if signum is signal.SIGINT else ""
-        console.print(f"\n{what}: cancelling every sub-agent…{hint}", style="yellow")
-        orch.cancel()
-
-    loop = asyncio.get_running_loop()
-    for signum in EXIT_BY_SIGNAL:
-        loop.add_signal_handler(signum, on_signal, signum)
+    interrupts = _Interrupts(orch, console)
     try:
-        # Setup errors (no model, unknown provider, missing key) end here: exit 2, and no
-        # run directory (it is made when the run starts).
-        await orch.check_setup()
-        if not quiet:
-            print_diagnostics(orch, console)
-        run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
-        async with orch:
-            report = await _watched(
-                orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
-            )
+        with interrupts:
+            # Setup errors (no model, unknown provider, missing key) end here: exit 2, and
+            # no run directory (it is made when the run starts).
+            await orch.check_setup()
+            if not quiet:
+                print_diagnostics(orch, console)
+            run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
+            async with orch:
+                report = await _watched(
+                    orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
+                )
     except asyncio.CancelledError:
         console.print("interrupted; every sub-agent process was stopped", style="yellow")
-        return EXIT_BY_SIGNAL[received or signal.SIGINT]
+        return EXIT_BY_SIGNAL[interrupts.received or signal.SIGINT]
     finally:
-        for signum in EXIT_BY_SIGNAL:
-            loop.remove_signal_handler(signum)
         if reader is not None:
             reader.close()
     if answer is not None:
@@ -244,6 +226,40 @@ async def run_once(
     )
     if resumed_from and run_dir is not None and not report.ok and not quiet:
         console.print(literal(failed_resume_line(resumed_from, run_dir), style="red"))
-    if received is not None:
-        return EXIT_BY_SIGNAL[received]
+    if interrupts.received is not None:
+        return EXIT_BY_SIGNAL[interrupts.received]
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+class _Interrupts:
+    """SIGINT and SIGTERM while a run is on: the first cancels every sub-agent (said once,
+    on stderr), a second stops waiting for that clean cancel."""
+
+    def __init__(self, orch: Orchestrator, console: Console) -> None:
+        self.orch = orch
+        self.console = console
+        self.received: signal.Signals | None = None
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+
+    def __enter__(self) -> _Interrupts:
+        loop = asyncio.get_running_loop()
+        for signum in EXIT_BY_SIGNAL:
+            loop.add_signal_handler(signum, self._on_signal, signum)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in EXIT_BY_SIGNAL:
+            loop.remove_signal_handler(signum)
+
+    def _on_signal(self, signum: signal.Signals) -> None:
+        if self.received is not None:  # a second signal: stop waiting for a clean cancel
+            self._task.cancel()
+            return
+        self.received = signum
+        what = "interrupted" if signum is signal.SIGINT else "terminated"
+        hint = " (Ctrl-C again to force)" if signum is signal.SIGINT else ""
+        self.console.print(f"\n{what}: cancelling every sub-agent…{hint}", style="yellow")
+        self.orch.cancel()
