@@ -23,7 +23,7 @@ from agentcell.orchestrator.approvals._channel import (
     TerminalPrompt,
 )
 from agentcell.orchestrator.approvals._hooks import HookRunner, local_tool_hooks
-from agentcell.orchestrator.backends.ray._backend import RayBackend
+from agentcell.orchestrator.backends.ray._backend import RayBackend, RayOptions
 from agentcell.orchestrator.config._sandbox_policy import distrust_project_agents
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition
@@ -193,19 +193,22 @@ def ray_backend(settings: Settings, registry: AgentRegistry) -> RayBackend | Non
     address = ray.address
     if address == "auto" and os.environ.get("RAY_ADDRESS"):
         address = os.environ["RAY_ADDRESS"]
-    return RayBackend(
+    options = RayOptions(
         address=address,
+        connect_timeout=ray.connect_timeout_s,
+        num_cpus=ray.num_cpus,
+        resources=ray.resources,
         listen_host=ray.listen_host,
         listen_port=ray.listen_port,
         advertise_host=ray.advertise_host,
-        num_cpus=ray.num_cpus,
-        resources=ray.resources,
-        connect_timeout=ray.connect_timeout_s,
         handshake_timeout=ray.handshake_timeout_s,
         max_pending_connections=ray.max_pending_connections,
+        node_ip_address="127.0.0.1" if _is_loopback(ray.listen_host) else None,
+    )
+    return RayBackend(
+        options=options,
         heartbeat_timeout=settings.heartbeat_timeout_s,
         max_workers=settings.max_workers,
-        node_ip_address="127.0.0.1" if _is_loopback(ray.listen_host) else None,
     )
 
 

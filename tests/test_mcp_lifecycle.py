@@ -21,7 +21,8 @@ from typing import Any
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends._forkserver import PoolTimings, WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.protocol import PROTOCOL_VERSION, McpServer, RunStatus, Start
 from agentcell.worker import McpServers
@@ -204,7 +205,8 @@ async def test_a_child_that_hangs_after_its_report_keeps_its_result(
         handler="slow_exit_handlers:report_then_hang",
         heartbeat_s=0.2,
     )
-    pool = WorkerPool(max_workers=1, warm=0, heartbeat_timeout=30, exit_grace=0.5)
+    timings = PoolTimings(exit_grace=0.5)
+    pool = WorkerPool(max_workers=1, warm=0, heartbeat_timeout=30, timings=timings)
     async with pool, pool.lease() as lease:
         await lease.send(start)
         frames = [frame async for frame in lease]

@@ -11,8 +11,11 @@ import sys
 import psutil
 import pytest
 from agentcell.orchestrator import PoolError
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, WorkerStartError, WorkerState
+from agentcell.orchestrator.backends._forkserver import PoolTimings, WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
+from agentcell.orchestrator.backends._spawner import WorkerStartError
 from agentcell.orchestrator.backends._starters import forkserver_pid
+from agentcell.orchestrator.backends._workers import WorkerState
 from agentcell.protocol import (
     ApprovalReply,
     ApprovalRequest,
@@ -271,7 +274,10 @@ async def test_children_that_never_greet_fail_the_caller_instead_of_retrying_for
     from pool_handlers import child_that_never_greets
 
     async with WorkerPool(
-        max_workers=1, warm=0, target=child_that_never_greets, start_timeout=0.5
+        max_workers=1,
+        warm=0,
+        target=child_that_never_greets,
+        timings=PoolTimings(start_timeout=0.5),
     ) as pool:
         with pytest.raises(WorkerStartError, match="3 children in a row failed to start; last: "):
             await asyncio.wait_for(pool.acquire(), 60)

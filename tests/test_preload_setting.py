@@ -236,12 +236,12 @@ async def test_a_module_in_the_folder_the_orchestrator_started_in_never_shadows_
     for name in ("dill", "httpx", "psutil"):
         (project / f"{name}.py").write_text(SHADOW.format(marker=str(marker)))
     monkeypatch.chdir(project)  # as `agentcell run` in it: the folder is not on our path
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from pool_util import run_op
 
     async with WorkerPool(max_workers=1, warm=1) as pool:
         _frames, outcome = await run_op(pool, "echo", text="hi")
-        hello = pool._idle[0].hello if pool._idle else None
+        hello = pool.queue.spares[0].hello if pool.queue.spares else None
     assert outcome.exit_code == 0, outcome
     assert not marker.exists(), f"the fork server imported {marker.read_text().split()}"
     assert hello is None or hello.preload_ok, hello

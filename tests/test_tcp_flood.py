@@ -99,9 +99,9 @@ async def test_an_idle_connection_is_closed_at_the_handshake_deadline(tls: bool)
 def test_the_ray_backend_gives_connections_a_short_deadline_and_a_cap() -> None:
     # Not its connect timeout (60 s, for Ray to place an actor): 1,021 idle connections
     # held for a minute each took the parent to its descriptor limit.
-    backend = RayBackend()
-    assert backend.handshake_timeout <= 10 < backend.connect_timeout
-    assert backend.max_pending_connections <= 128
+    options = RayBackend().options
+    assert options.handshake_timeout <= 10 < options.connect_timeout
+    assert options.max_pending_connections <= 128
 
 
 def test_the_listener_settings_reach_the_ray_backend(tmp_path: Path) -> None:
@@ -110,4 +110,5 @@ def test_the_listener_settings_reach_the_ray_backend(tmp_path: Path) -> None:
     )
     orch = Orchestrator(settings=settings, workdir=tmp_path, load_agent_files=False, record=False)
     assert orch.ray is not None  # made, not started: no Ray here
-    assert (orch.ray.handshake_timeout, orch.ray.max_pending_connections) == (2.5, 16)
+    options = orch.ray.options
+    assert (options.handshake_timeout, options.max_pending_connections) == (2.5, 16)

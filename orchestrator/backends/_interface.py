@@ -2,7 +2,8 @@
 
 Two backends implement it: the local fork-server pool (``WorkerPool``) and Ray
 (``RayBackend``). A lease carries frames both ways, ends in exactly one ``ChildOutcome``,
-and can be given a deadline, cancelled politely or killed.
+and can be given a deadline, cancelled politely or killed. ``FrameQueue`` is what both
+backends' leases share; ``PoolError`` is what either raises when it has no worker to give.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
-from agentcell.orchestrator.backends._outcome import ChildOutcome
+from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
 from agentcell.protocol import (
     Frame,
     Hello,
@@ -23,6 +24,10 @@ from agentcell.protocol import (
     frame_is_authentic,
     seal_for_child,
 )
+
+
+class PoolError(Exception):
+    """The pool cannot provide a child (closed, or children fail to start)."""
 
 
 class WorkerLease(Protocol):
@@ -80,27 +85,51 @@ class Backend(Protocol):
     async def close(self) -> None: ...
 
 
-class _Sealing(Protocol):
+class LeasedWorker(Protocol):
+    """What a lease's shared part uses of the parent's record of its child (the local
+    pool's ``_Worker``, Ray's ``_RemoteWorker``)."""
+
     frame_key: bytes
     start_sent: bool
 
+    @property
+    def pid(self) -> int: ...
 
-class FrameQueue:
-    """What both backends' leases share: the child's frames queued for one reader until
-    the child has ended, and the parent's frames sealed with the child's key on the way
-    out. ``_after_put``/``_after_take`` let a backend apply flow control."""
+    @property
+    def hello(self) -> Hello | None: ...
 
-    def __init__(self) -> None:
+    def kill(self, kind: OutcomeKind, detail: str) -> None: ...
+
+
+_W = TypeVar("_W", bound=LeasedWorker)
+
+
+class FrameQueue(WorkerLease, Generic[_W]):
+    """What both backends' leases share: the record of the child they lease, the child's
+    frames queued for one reader until the child has ended, and the parent's frames sealed
+    with the child's key on the way out. ``_after_put``/``_after_take`` let a backend apply
+    flow control."""
+
+    def __init__(self, worker: _W) -> None:
+        self._worker = worker
         self._frames: collections.deque[Frame] = collections.deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
 
-    def _sealing(self) -> _Sealing:
-        raise NotImplementedError
+    @property
+    def pid(self) -> int:
+        return self._worker.pid
+
+    @property
+    def hello(self) -> Hello | None:
+        return self._worker.hello
+
+    def kill(self, reason: str = "killed by the caller") -> None:
+        self._worker.kill(OutcomeKind.KILLED, reason)
 
     def _sealed(self, frame: Frame) -> Frame:
         """The Start carries this child's frame key; approval replies are signed with it."""
-        worker = self._sealing()
+        worker = self._worker
         if isinstance(frame, Start):
             worker.start_sent = True
         sealed: Frame = seal_for_child(frame, worker.frame_key)
@@ -119,7 +148,7 @@ class FrameQueue:
             waiter.set_result(None)
 
     def _signed(self, frame: SpanBatch | ModelCall) -> bool:
-        worker = self._sealing()
+        worker = self._worker
         return bool(worker.frame_key) and frame_is_authentic(frame, worker.frame_key)
 
     def _after_put(self) -> None:

@@ -1,13 +1,16 @@
 """One child of the pool, as the parent sees it: its state machine (``_Worker``), the
-``Lease`` a run holds on it, and how its death is read and settled into one outcome.
+``Lease`` a run holds on it, and how its death is read and settled into one outcome; and
+``PoolTimings``, how long the pool and its children's records wait.
 
-Split from ``_forkserver`` (the pool: starting, leasing, spares, the watchdog).
+Split from ``_forkserver`` (the pool), ``_spawner`` (starting), ``_lease_queue``
+(leasing, spares) and ``_watchdog``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import enum
 import logging
 import os
@@ -40,19 +43,49 @@ from agentcell.worker import process as proc
 from agentcell.worker import release_sandbox
 
 
+@dataclasses.dataclass(frozen=True)
+class PoolTimings:
+    """How long the pool and its children's records wait (``WorkerPool(timings=...)``):
+    settings a caller rarely changes, and tests shorten."""
+
+    #: Between two scans of the memory and CPU of children that have a limit.
+    memory_period: float = 0.25
+    #: For a started child's handshake (its Hello): past it, a failed start.
+    start_timeout: float = 60.0
+    #: For a child that reported to exit: then it is ended, and its report stands.
+    exit_grace: float = 5.0
+
+
+class _Spawner(Protocol):
+    """What a child's record tells the spawner that started it (``_spawner.Spawner``)."""
+
+    def _on_ready(self, worker: _Worker) -> None: ...
+    def _on_dead(self, worker: _Worker) -> None: ...
+    def _start_failed(self, detail: str, *, fatal: bool = False) -> None: ...
+
+
+class _Watchdog(Protocol):
+    """What a child's record asks of the pool's watchdog (``_watchdog.Watchdog``)."""
+
+    memory_watch: bool
+
+    def _sweep_orphans_soon(self) -> None: ...
+
+
 class WorkerPool(Protocol):
     """What a child's record uses of its pool (``_forkserver.WorkerPool``)."""
 
     _loop: asyncio.AbstractEventLoop
-    exit_grace: float
     _preload_warned: bool
-    _memory_watch: bool
+
+    @property
+    def timings(self) -> PoolTimings: ...
+    @property
+    def spawner(self) -> _Spawner: ...
+    @property
+    def watchdog(self) -> _Watchdog: ...
 
     def _background(self, work: Coroutine[Any, Any, Any]) -> None: ...
-    def _sweep_orphans_soon(self) -> None: ...
-    def _on_ready(self, worker: _Worker) -> None: ...
-    def _on_dead(self, worker: _Worker) -> None: ...
-    def _start_failed(self, detail: str, *, fatal: bool = False) -> None: ...
     def lend_slot(self, change: int) -> None: ...
 
 
@@ -170,14 +203,14 @@ class _Worker:
                 f"v{PROTOCOL_VERSION}; install one agentcell version for both"
             )
             self.kill(OutcomeKind.PROTOCOL_ERROR, detail)
-            self.pool._start_failed(detail, fatal=True)
+            self.pool.spawner._start_failed(detail, fatal=True)
             return
         if not frame.preload_ok and not self.pool._preload_warned:
             self.pool._preload_warned = True
             log.warning("%s", preload_warning(frame.missing_preload))
         self.hello = frame
         self.state = WorkerState.IDLE
-        self.pool._on_ready(self)
+        self.pool.spawner._on_ready(self)
 
     # -- ending --------------------------------------------------------------------------
     def _end_if_slow_to_exit(self) -> None:
@@ -190,7 +223,7 @@ class _Worker:
                 self.ended_by_us_after_report = True
                 self.kill_tree_off_loop()
 
-        self._timers.append(self.pool._loop.call_later(self.pool.exit_grace, end))
+        self._timers.append(self.pool._loop.call_later(self.pool.timings.exit_grace, end))
 
     def kill(
         self,
@@ -261,7 +294,7 @@ class _Worker:
         if not clean:
             # Descendants that left its session (setsid, double fork) were reparented to
             # the fork server when it died: find and end them too.
-            self.pool._sweep_orphans_soon()
+            self.pool.watchdog._sweep_orphans_soon()
         if not clean or proc.kill_group(self.pid):
             self.pool._background(self._finish_after_sweep(exit_code))
             return
@@ -295,7 +328,7 @@ class _Worker:
         self.dead.set_result(self.outcome)
         if self.lease is not None:
             self.lease._deliver(None)
-        self.pool._on_dead(self)
+        self.pool.spawner._on_dead(self)
 
     def _outcome(self, exit_code: int) -> ChildOutcome:
         code, sig, exit_text = describe_exit(exit_code)
@@ -332,7 +365,7 @@ class _Worker:
         return ChildOutcome(kind=kind, detail=exit_text, **common)  # type: ignore[arg-type]
 
 
-class Lease(FrameQueue):
+class Lease(FrameQueue[_Worker]):
     """Exclusive use of one ready child for one run.
 
     ``send`` frames to it, ``recv`` its frames (heartbeats are absorbed) until ``None``,
@@ -340,16 +373,8 @@ class Lease(FrameQueue):
     """
 
     def __init__(self, worker: _Worker) -> None:
-        super().__init__()
-        self._worker = worker
+        super().__init__(worker)
         self._waiting = False  # someone waits for the end without reading: never hold
-
-    def _sealing(self) -> _Worker:
-        return self._worker
-
-    @property
-    def pid(self) -> int:
-        return self._worker.pid
 
     @property
     def node(self) -> str:
@@ -363,10 +388,6 @@ class Lease(FrameQueue):
     @property
     def outcome(self) -> ChildOutcome | None:
         return self._worker.outcome
-
-    @property
-    def hello(self) -> Hello | None:
-        return self._worker.hello
 
     #: Frames a lease holds for a reader that fell behind before the pool stops reading
     #: the child's socket (the child then blocks on its full pipe), and the count it
@@ -436,7 +457,7 @@ class Lease(FrameQueue):
         by grandchildren.
         """
         self._worker.memory_limit = limit_bytes
-        self._worker.pool._memory_watch = True
+        self._worker.pool.watchdog.memory_watch = True
 
     def set_cpu_limit(self, seconds: float) -> None:
         """Kill the child when its process tree has used more than ``seconds`` of CPU.
@@ -446,14 +467,11 @@ class Lease(FrameQueue):
         included (their time is in their parents' reaped-children counts).
         """
         self._worker.cpu_limit = seconds
-        self._worker.pool._memory_watch = True
+        self._worker.pool.watchdog.memory_watch = True
 
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         """Ask the child to stop, escalating to signals if it does not within ``grace``."""
         self._worker.escalate(OutcomeKind.KILLED, reason, grace, grace)
-
-    def kill(self, reason: str = "killed by the caller") -> None:
-        self._worker.kill(OutcomeKind.KILLED, reason)
 
     async def release(self) -> ChildOutcome:
         """Make sure the child is gone; returns its outcome."""
@@ -465,7 +483,9 @@ class Lease(FrameQueue):
                 # It has reported and is exiting: give it a moment, then make sure. A slow
                 # exit does not change the outcome of a run that was delivered.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(worker.dead), worker.pool.exit_grace)
+                    await asyncio.wait_for(
+                        asyncio.shield(worker.dead), worker.pool.timings.exit_grace
+                    )
                 if not worker.dead.done():
                     worker.ended_by_us_after_report = True
                     worker.kill_tree_off_loop()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -28,8 +29,7 @@ import tempfile
 from collections.abc import Coroutine, Iterator, Mapping
 from typing import Any
 
-from agentcell.orchestrator.backends._forkserver import PoolError
-from agentcell.orchestrator.backends._interface import FrameQueue
+from agentcell.orchestrator.backends._interface import FrameQueue, PoolError
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind, describe_exit
 from agentcell.protocol import (
     PROTOCOL_VERSION,
@@ -278,28 +278,16 @@ class _RemoteWorker:
         return ChildOutcome(kind=kind, detail=exit_text, **common)
 
 
-class RemoteLease(FrameQueue):
+class RemoteLease(FrameQueue[_RemoteWorker]):
     """A remote sub-agent for one run: the same surface as a local ``Lease``."""
 
     def __init__(self, worker: _RemoteWorker) -> None:
-        super().__init__()
-        self._worker = worker
+        super().__init__(worker)
         worker.lease = self
-
-    def _sealing(self) -> _RemoteWorker:
-        return self._worker
-
-    @property
-    def pid(self) -> int:
-        return self._worker.pid
 
     @property
     def node(self) -> str:
         return self._worker.node
-
-    @property
-    def hello(self) -> Hello | None:
-        return self._worker.hello
 
     @property
     def outcome(self) -> ChildOutcome | None:
@@ -355,9 +343,6 @@ class RemoteLease(FrameQueue):
     def cancel(self, reason: str = "cancelled", *, grace: float = 2.0) -> None:
         self._worker.escalate(OutcomeKind.KILLED, reason, 2 * grace)
 
-    def kill(self, reason: str = "killed by the caller") -> None:
-        self._worker.kill(OutcomeKind.KILLED, reason)
-
     async def release(self) -> ChildOutcome:
         worker = self._worker
         if not worker.dead.done():
@@ -377,8 +362,31 @@ class RemoteLease(FrameQueue):
 REPORT_GRACE_S = 30.0
 
 
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    """Where the cluster is, where its nodes reach the parent, and what each sub-agent
+    asks of a node: the ``[ray]`` settings (``RaySettings``), as the backend takes them."""
+
+    address: str = "auto"  # "auto": a cluster already running on this machine
+    # For Ray to place an actor and its sub-agent to connect back (and for the driver to
+    # reach the cluster at all).
+    connect_timeout: float = 60.0
+    num_cpus: float = 0.25  # per sub-agent
+    resources: Mapping[str, float] = dataclasses.field(default_factory=dict)  # custom ones
+    # The parent's listener, and what the nodes dial if not listen_host (NAT, 0.0.0.0).
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    advertise_host: str | None = None
+    # For a connection to the listener to authenticate, once made (connect_timeout is
+    # for Ray to place the actor): short, so idle strangers cannot pile up.
+    handshake_timeout: float = 5.0
+    max_pending_connections: int = 64
+    node_ip_address: str | None = None  # this machine's address in the cluster, if given
+
+
 class RayBackend:
-    """Sub-agents as Ray actors: ``async with RayBackend(address=...) as ray: ...``.
+    """Sub-agents as Ray actors:
+    ``async with RayBackend(options=RayOptions(address=...)) as ray: ...``.
 
     ``acquire`` places one actor per run and returns a lease once the sub-agent has
     connected back and said ``Hello``; it raises ``RayBackendError`` when no node takes
@@ -388,37 +396,19 @@ class RayBackend:
     def __init__(
         self,
         *,
-        address: str = "auto",
-        listen_host: str = "127.0.0.1",
-        listen_port: int = 0,
-        advertise_host: str | None = None,
-        num_cpus: float = 0.25,
-        resources: Mapping[str, float] | None = None,
-        connect_timeout: float = 60.0,
-        handshake_timeout: float = 5.0,
-        max_pending_connections: int = 64,
+        options: RayOptions | None = None,
         heartbeat_timeout: float = 60.0,
         exit_grace: float = 5.0,
         max_workers: int = 64,
         env: Mapping[str, str] | None = None,
-        node_ip_address: str | None = None,
     ) -> None:
-        self.address = address
-        self.listen_host = listen_host
-        self.listen_port = listen_port
-        self.advertise_host = advertise_host or listen_host
-        self.num_cpus = num_cpus
-        self.resources = dict(resources or {})
-        self.connect_timeout = connect_timeout
-        # For a connection to the listener to authenticate, once made (connect_timeout is
-        # for Ray to place the actor): short, so idle strangers cannot pile up.
-        self.handshake_timeout = handshake_timeout
-        self.max_pending_connections = max_pending_connections
+        self.options = options = options or RayOptions()
+        self.advertise_host = options.advertise_host or options.listen_host
+        self._resources = dict(options.resources)  # as they were when the backend was made
         self.heartbeat_timeout = heartbeat_timeout
         self.exit_grace = exit_grace
         self.max_workers = max_workers
         self.env = dict(env) if env is not None else None
-        self.node_ip_address = node_ip_address
         self.nodes = 0
         self._listener: TcpListener | None = None
         self._driver: asyncio.subprocess.Process | None = None
@@ -442,9 +432,11 @@ class RayBackend:
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> RayBackend:
+        options = self.options
         self._listener = await TcpListener(
-            handshake_timeout=self.handshake_timeout, max_pending=self.max_pending_connections
-        ).start(self.listen_host, self.listen_port)
+            handshake_timeout=options.handshake_timeout,
+            max_pending=options.max_pending_connections,
+        ).start(options.listen_host, options.listen_port)
         env = dict(self.env if self.env is not None else os.environ)
         env.update(LOOPBACK_ENV)
         # Ray's own logging (its C++ core writes straight to fd 2) goes to a file, not
@@ -463,24 +455,27 @@ class RayBackend:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        config = {"address": self.address, "node_ip_address": self.node_ip_address}
+        config = {"address": options.address, "node_ip_address": options.node_ip_address}
         assert self._driver.stdin is not None and self._driver.stdout is not None
         self._driver.stdin.write(json.dumps(config).encode() + b"\n")
         try:
-            async with asyncio.timeout(self.connect_timeout):
+            async with asyncio.timeout(options.connect_timeout):
                 first = json.loads(await self._driver.stdout.readline() or b"{}")
         except TimeoutError:
             self._name_driver_log()
             await self.close()
             raise RayBackendError(
-                f"the Ray cluster at {self.address} did not answer within "
-                f"{self.connect_timeout:g} s (check --ray-address; Ray's log: {self.driver_log})"
+                f"the Ray cluster at {options.address} did not answer within "
+                f"{options.connect_timeout:g} s (check --ray-address; Ray's log: "
+                f"{self.driver_log})"
             ) from None
         if first.get("op") != "ready":
             self._name_driver_log()
             await self.close()
             error = first.get("error") or "the Ray driver exited"
-            raise RayBackendError(f"{error} (address {self.address}; Ray's log: {self.driver_log})")
+            raise RayBackendError(
+                f"{error} (address {options.address}; Ray's log: {self.driver_log})"
+            )
         self.nodes = int(first.get("nodes", 0))
         self._driver_ready = True
         await self._tasks.open()
@@ -556,6 +551,7 @@ class RayBackend:
             raise RayBackendError("the Ray backend is not running")
         if self._driver_error:
             raise RayBackendError(self._driver_error)
+        options = self.options
         await self._slots.acquire()
         run_id = f"r{secrets.token_hex(6)}"
         worker = _RemoteWorker(self, run_id)
@@ -568,21 +564,21 @@ class RayBackend:
             "port": port,
             "agent_id": run_id,
             "token": token.hex(),
-            "connect_timeout_s": self.connect_timeout,
+            "connect_timeout_s": options.connect_timeout,
         }
         self._command(
             {
                 "op": "start",
                 "id": run_id,
                 "request": request,
-                "num_cpus": self.num_cpus,
-                "resources": self.resources,
+                "num_cpus": options.num_cpus,
+                "resources": self._resources,
             }
         )
         refused: list[Exception] = []  # the handshake's failure, raised here as before
         try:
             async with (
-                asyncio.timeout(self.connect_timeout),
+                asyncio.timeout(options.connect_timeout),
                 TaskNursery("a Ray sub-agent's connection") as group,
             ):
                 accepting = group.start(self._listener.accept(run_id), on_error=refused.append)
@@ -605,7 +601,7 @@ class RayBackend:
             worker._finish()
             self._listener.forget(run_id)
             raise RayBackendError(
-                f"no Ray node started the sub-agent within {self.connect_timeout:g} s "
+                f"no Ray node started the sub-agent within {options.connect_timeout:g} s "
                 "(the cluster may lack the CPUs or resources it asks for, or cannot reach "
                 f"the parent at {self.advertise_host}:{port})"
             ) from None
