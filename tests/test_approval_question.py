@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import terminal_util
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation import TerminalPrompt
+from agentcell.orchestrator.approvals._channel import TerminalPrompt
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -109,9 +109,9 @@ async def test_always_for_one_agent_type_allows_neither_another_nor_the_main_age
     spawned: SpawnRecorder, tmp_path: Path, served: ModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served.responder = three_askers
-    import agentcell.orchestrator._orchestrator as orchestrator_module
+    import agentcell.orchestrator._main_agent as main_agent_module
 
-    monkeypatch.setattr(orchestrator_module, "MAIN_SYSTEM_PROMPT", "main agent in {workdir}")
+    monkeypatch.setattr(main_agent_module, "MAIN_SYSTEM_PROMPT", "main agent in {workdir}")
     asked: list[str] = []
 
     async def answer(question: str) -> str:

@@ -195,7 +195,7 @@ async def test_pause_holds_a_child_at_its_turn_boundary_until_resume(
             running = asyncio.ensure_future(
                 orch.runner.run(
                     DelegationRequest(agent_type="pausable", prompt="job"),
-                    orch._direct_scope(),
+                    orch._direct.scope(),
                     handle=handle,
                 )
             )

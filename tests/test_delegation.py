@@ -506,7 +506,7 @@ async def test_steer_reaches_the_next_turn(
             result = await asyncio.wait_for(
                 orch.runner.run(
                     DelegationRequest(agent_type="steerable", prompt="first task"),
-                    orch._direct_scope(),
+                    orch._direct.scope(),
                     handle=handle,
                 ),
                 60,

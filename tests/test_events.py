@@ -97,7 +97,7 @@ async def test_leaving_run_stream_early_cancels_the_run(
             if isinstance(item, SubAgentStarted):
                 break
         await stream.aclose()  # type: ignore[attr-defined]
-        assert not orch._engines  # the main agent's run is over
+        assert not orch._main.engines  # the main agent's run is over
         assert not orch.bus._streams
 
 

@@ -478,7 +478,7 @@ async def test_cancel_reaches_a_daemon_that_left_the_session(
             orch.bus.subscribe(watch)
             result = await asyncio.wait_for(
                 orch.runner.run(
-                    DelegationRequest("escaper", "go"), orch._direct_scope(), handle=handle
+                    DelegationRequest("escaper", "go"), orch._direct.scope(), handle=handle
                 ),
                 60,
             )

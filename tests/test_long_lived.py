@@ -57,15 +57,15 @@ def tables(orch: Orchestrator) -> dict[str, int]:
     return {
         "ledger rows": len(orch.ledger.agents),
         "tracker records": len(orch.tracker.records()),
-        "handles": len(orch._handles),
-        "engines": len(orch._engines),
+        "handles": len(orch._direct.handles),
+        "engines": len(orch._main.engines),
         "event listeners": len(orch.bus._listeners),
         "event streams": len(orch.bus._streams),
         "runner blobs": len(orch.runner.prepare._blobs),
         "pool workers": len(pool._workers),
         "pool tasks": len(pool._tasks),
-        "pool idle queue": len(pool._idle),
-        "pool waiters": len(pool._waiters),
+        "pool idle queue": len(pool.queue.spares),
+        "pool waiters": len(pool.queue.waiters),
         "model calls kept": len(orch.model_objects["function:fine"].calls),
     }
 

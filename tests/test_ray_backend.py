@@ -22,10 +22,9 @@ from typing import Any
 import psutil
 import pytest
 from agentcell.orchestrator import AgentActivity, CallbackChannel
-from agentcell.orchestrator.backends.ray._backend import RayBackend, RayBackendError
+from agentcell.orchestrator.backends.ray._backend import RayBackend, RayBackendError, RayOptions
 from agentcell.orchestrator.backends.ray._local import RayHead
-from agentcell.orchestrator.delegation import RunHandle, Scope
-from agentcell.orchestrator.delegation._request import DelegationRequest
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
 from delegation_util import gate
@@ -373,7 +372,7 @@ async def test_the_driver_log_gets_a_name_only_when_an_error_names_it(
     # Every backend start left a named file in the temp folder, never removed (246 there,
     # some from parents that were killed): now it is unnamed while the backend runs.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    backend = await RayBackend(address=ray_env.address).start()
+    backend = await RayBackend(options=RayOptions(address=ray_env.address)).start()
     try:
         assert backend.nodes >= 1
         assert not list(tmp_path.iterdir()), "a running backend's log has a name"
@@ -381,7 +380,7 @@ async def test_the_driver_log_gets_a_name_only_when_an_error_names_it(
         await backend.close()
     assert not list(tmp_path.iterdir())
 
-    failed = RayBackend(address="127.0.0.1:9", connect_timeout=1)
+    failed = RayBackend(options=RayOptions(address="127.0.0.1:9", connect_timeout=1))
     with pytest.raises(RayBackendError) as caught:
         await failed.start()
     named = list(tmp_path.iterdir())

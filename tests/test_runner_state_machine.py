@@ -44,7 +44,6 @@ from agentcell.orchestrator import (
     SubAgentStarted,
 )
 from agentcell.orchestrator.backends import _forkserver as _pool
-from agentcell.orchestrator.delegation import TaskState
 from agentcell.orchestrator.delegation._task_args import TaskArgs
 from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
@@ -53,6 +52,7 @@ from agentcell.orchestrator.task_tools._tools import (
     TaskWaitArgs,
     TaskWaitTool,
 )
+from agentcell.orchestrator.task_tools._tracker import TaskState
 from agentcell.protocol import Message, Notice, RunStatus, ToolMessage, UserMessage
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.models._base import ModelResponse
@@ -175,7 +175,7 @@ class Harness:
             registry=orch.registry,
             runner=orch.runner,
             tracker=orch.tracker,
-            scope=orch._direct_scope,
+            scope=orch._direct.scope,
             nursery=orch.background.nursery,
         )
         self.wait_tool = TaskWaitTool(orch.tracker)
@@ -621,7 +621,7 @@ async def test_a_child_lost_between_handshake_and_start_does_not_strand_its_task
 ) -> None:
     async with gated_orchestrator(max_workers=1, warm=0) as h:
         pool = h.orch.pool
-        original = pool._on_ready
+        original = pool.spawner._on_ready
         victims: list[int] = []
 
         def on_ready_then_die(worker: _pool._Worker) -> None:
@@ -635,7 +635,7 @@ async def test_a_child_lost_between_handshake_and_start_does_not_strand_its_task
                 select.select([worker.process.sentinel], [], [], STEP_TIMEOUT_S)
                 worker.on_sentinel()
 
-        pool._on_ready = on_ready_then_die  # type: ignore[method-assign]
+        pool.spawner._on_ready = on_ready_then_die  # type: ignore[method-assign]
         task_id = await h.start("doomed")
         record = h.tracker.get(task_id)
         assert record is not None

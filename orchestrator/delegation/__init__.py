@@ -1,8 +1,9 @@
 """One delegation, end to end: prepare → relay → settle.
 
-_request     what a delegation asks for, and who asks (shared with the task tools)
+_request     what a delegation asks for, who asks, the ``RunHandle`` (shared with the task tools)
 _task_args   the ``task`` tool's arguments and schema, as the model sees them
-_runner      ``Runner``: one sub-agent run, from its definition to its ``SubAgentResult``
+_runner      ``Runner``: one sub-agent run, from its definition to its ``SubAgentResult``;
+             built from ``RunServices``, ``RunPlaces`` and ``ChildKit``
 _prepare     a definition and the operator's settings become the child's ``Start``
 _compact     when a sub-agent's conversation is compacted
 _relay       a live child, from its ``Start`` to its end: frames, approvals, hooks

@@ -1,13 +1,18 @@
-"""What a delegation asks for, and who asks: the data the runner and the task tools share."""
+"""What a delegation asks for, who asks, and the handle its caller holds on it: what the
+runner and the task tools share."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import Any
 
+from agentcell.orchestrator.backends._interface import WorkerLease
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.telemetry._usage import UsageLedger
-from agentcell.protocol import Message
+from agentcell.protocol import ChannelClosed, Control, ControlAction, Message, RunStatus
 
 
 @dataclasses.dataclass(slots=True)
@@ -49,3 +54,52 @@ class RunAccount:
     ledger: UsageLedger
     results: list[SubAgentResult] = dataclasses.field(default_factory=list)
     run_dir: str = ""  # "" : not recorded
+
+
+class RunHandle:
+    """Controls of a run in flight (cancel, pause, resume, steer), usable before it has a
+    process: what arrives early is sent once the child is there."""
+
+    def __init__(self) -> None:
+        self.lease: WorkerLease | None = None
+        self.task: asyncio.Task[Any] | None = None
+        self.result: SubAgentResult | None = None
+        self.cancelled = False
+        self.cancel_status = RunStatus.CANCELLED
+        self.cancel_reason = ""
+        self._queued: list[Control] = []
+
+    def attach(self, lease: WorkerLease) -> None:
+        self.lease = lease
+        for control in self._queued:
+            self._send(control)
+        self._queued.clear()
+
+    def cancel(self, reason: str = "", status: RunStatus = RunStatus.CANCELLED) -> None:
+        """End the run; its result gets ``status`` (e.g. ``budget``) and ``reason``."""
+        if self.cancelled:
+            return
+        self.cancelled = True
+        self.cancel_status, self.cancel_reason = status, reason
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    def pause(self) -> None:
+        self._control(Control(action=ControlAction.PAUSE))
+
+    def resume(self) -> None:
+        self._control(Control(action=ControlAction.RESUME))
+
+    def steer(self, text: str) -> None:
+        self._control(Control(action=ControlAction.STEER, text=text))
+
+    def _control(self, control: Control) -> None:
+        if self.lease is None:
+            self._queued.append(control)
+        else:
+            self._send(control)
+
+    def _send(self, control: Control) -> None:
+        assert self.lease is not None
+        with contextlib.suppress(ChannelClosed):
+            self.lease.send_nowait(control)

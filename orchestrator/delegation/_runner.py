@@ -11,12 +11,14 @@ The runner is what calls them in order, around what only it holds: the backend a
 is leased from, the worktree, the run's handle, the records of who may be resumed. Each run
 is a task of a ``TaskGroup`` of its own, and every failure of a run becomes that run's
 result, so one sub-agent's error never reaches its caller or its siblings.
+
+A runner is made of what every run is given (``RunServices``), where its sub-agents run
+(``RunPlaces``) and what a child may be handed besides its definition (``ChildKit``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import itertools
 import logging
@@ -48,7 +50,7 @@ from agentcell.orchestrator.delegation._events import (
 from agentcell.orchestrator.delegation._finishing import FinishingSteps
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
-from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
 from agentcell.orchestrator.delegation._settle import (
@@ -70,15 +72,7 @@ from agentcell.orchestrator.workspace._worktree import (
     WorktreeError,
     finish_worktree,
 )
-from agentcell.protocol import (
-    MAX_FRAME_BYTES,
-    ChannelClosed,
-    Control,
-    ControlAction,
-    Message,
-    RunStatus,
-    Start,
-)
+from agentcell.protocol import MAX_FRAME_BYTES, ChannelClosed, Message, RunStatus, Start
 from agentcell.worker import OutsideRoot, first_request_body, predictable, release_sandbox
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool
@@ -89,58 +83,47 @@ log = logging.getLogger("agentcell.runner")
 _START_ATTEMPTS = 3
 
 
-class RunHandle:
-    """Controls of a run in flight (cancel, pause, resume, steer), usable before it has a
-    process: what arrives early is sent once the child is there."""
+@dataclasses.dataclass(slots=True, kw_only=True)
+class RunServices:
+    """What every run is given: the agents it may start, the operator's settings, and the
+    parent's shared services (approvals, the lifetime ledger, the event bus, hooks)."""
 
-    def __init__(self) -> None:
-        self.lease: WorkerLease | None = None
-        self.task: asyncio.Task[Any] | None = None
-        self.result: SubAgentResult | None = None
-        self.cancelled = False
-        self.cancel_status = RunStatus.CANCELLED
-        self.cancel_reason = ""
-        self._queued: list[Control] = []
+    registry: AgentRegistry
+    settings: Settings
+    broker: ApprovalBroker
+    ledger: UsageLedger
+    bus: EventBus
+    hooks: HookRunner | None = None  # None: none configured
+    tracing: Any = None  # agentcell.worker.tracing.Tracing, when runs are traced
+    limiter: ProviderLimiter | None = None  # None: a new one, of settings.limits
 
-    def attach(self, lease: WorkerLease) -> None:
-        self.lease = lease
-        for control in self._queued:
-            self._send(control)
-        self._queued.clear()
 
-    def cancel(self, reason: str = "", status: RunStatus = RunStatus.CANCELLED) -> None:
-        """End the run; its result gets ``status`` (e.g. ``budget``) and ``reason``."""
-        if self.cancelled:
-            return
-        self.cancelled = True
-        self.cancel_status, self.cancel_reason = status, reason
-        if self.task is not None and not self.task.done():
-            self.task.cancel()
+@dataclasses.dataclass(slots=True, kw_only=True)
+class RunPlaces:
+    """Where its sub-agents run: the folders (work, records, home) and the backends their
+    processes come from."""
 
-    def pause(self) -> None:
-        self._control(Control(action=ControlAction.PAUSE))
+    pool: WorkerPool
+    workdir: str
+    run_dir: str = ""  # "": not recorded, unless a call's account says where
+    home: Path | None = None
+    backends: dict[str, Backend] | None = None  # besides the pool (e.g. "ray")
 
-    def resume(self) -> None:
-        self._control(Control(action=ControlAction.RESUME))
 
-    def steer(self, text: str) -> None:
-        self._control(Control(action=ControlAction.STEER, text=text))
+@dataclasses.dataclass(slots=True, kw_only=True)
+class ChildKit:
+    """What a child may be handed besides its definition: the caller's model objects and
+    custom tools, and the ``task`` tool's spec for a child that may delegate."""
 
-    def _control(self, control: Control) -> None:
-        if self.lease is None:
-            self._queued.append(control)
-        else:
-            self._send(control)
-
-    def _send(self, control: Control) -> None:
-        assert self.lease is not None
-        with contextlib.suppress(ChannelClosed):
-            self.lease.send_nowait(control)
+    model_objects: dict[str, Any] | None = None
+    custom_tools: Sequence[Tool] = ()
+    task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None
 
 
 @dataclasses.dataclass(slots=True)
 class _Admitted:
-    """A run the runner has agreed to start: what it prepared, before a process."""
+    """A run the runner has agreed to start: what it prepared, before a process, and how
+    that is put on the process it gets (its walls, the relay's view of it)."""
 
     request: DelegationRequest
     definition: AgentDefinition
@@ -157,6 +140,45 @@ class _Admitted:
     egress: EgressProxy | None = None  # its host-filtering proxy, for a network: list
     ahead: CallAhead | None = None  # its first model request, sent while it starts
 
+    async def open_egress(self, settings: Settings, agent_id: str) -> None:
+        """A ``network:`` list: the proxy the child's bash reaches its hosts through."""
+        spec, definition = self.prepared.spec, self.definition
+        self.egress = await open_proxy(
+            network_value(settings.network, definition.network),
+            sandbox=spec.sandbox,
+            agent_id=agent_id,
+            agent_type=definition.name,
+            backend=definition.backend or settings.backend,
+        )
+        spec.egress_port = self.egress.port if self.egress is not None else None
+
+    def wall(self, lease: WorkerLease, grace_s: float) -> None:
+        """The limits the parent enforces on the leased process."""
+        limits, spec = self.prepared.limits, self.prepared.spec
+        if limits.address_space_bytes is not None:
+            lease.set_memory_limit(limits.address_space_bytes)
+        if limits.cpu_seconds is not None:
+            lease.set_cpu_limit(limits.cpu_seconds)
+        if spec.timeout_s is not None:
+            # The child's engine stops itself at the timeout and reports; the parent's
+            # deadline, a little later (``grace_s``), is the backstop for a child that cannot.
+            lease.set_deadline(spec.timeout_s + grace_s, cancel_grace=1.0, term_grace=1.0)
+
+    def child(self, lease: WorkerLease, scope: Scope) -> Child:
+        """The run as the relay sees it, on ``lease``."""
+        assert self.hooks is not None and self.stop_hooks is not None
+        return Child(
+            lease=lease,
+            definition=self.definition,
+            spec=self.prepared.spec,
+            scope=scope,
+            call_id=self.request.call_id,
+            background=self.background,
+            hooks=self.hooks,
+            stop_hooks=self.stop_hooks,
+            ledger=self.ledger,
+        )
+
 
 @dataclasses.dataclass(slots=True)
 class _Ended:
@@ -171,40 +193,29 @@ class _Ended:
 
 
 class Runner:
+    """Runs one sub-agent per ``run``: prepare, relay, settle (see the module)."""
+
     def __init__(
-        self,
-        *,
-        pool: WorkerPool,
-        registry: AgentRegistry,
-        settings: Settings,
-        broker: ApprovalBroker,
-        ledger: UsageLedger,
-        bus: EventBus,
-        workdir: str,
-        run_dir: str = "",
-        model_objects: dict[str, Any] | None = None,
-        custom_tools: Sequence[Tool] = (),
-        task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None,
-        backends: dict[str, Backend] | None = None,
-        hooks: HookRunner | None = None,
-        home: Path | None = None,
-        limiter: ProviderLimiter | None = None,
+        self, services: RunServices, places: RunPlaces, kit: ChildKit | None = None
     ) -> None:
+        settings, registry = services.settings, services.registry
+        pool, workdir = places.pool, places.workdir
+        kit = kit or ChildKit()
         self.pool = pool
         # The provider limits every child's model requests take a permit from.
-        self.limiter = limiter or ProviderLimiter(settings.limits)
+        self.limiter = services.limiter or ProviderLimiter(settings.limits)
         # Other places a sub-agent can run (e.g. "ray"); "local" is always the pool.
-        self.backends: dict[str, Backend] = {**(backends or {}), "local": pool}
+        self.backends: dict[str, Backend] = {**(places.backends or {}), "local": pool}
         self.registry = registry
         self.settings = settings
-        self.broker = broker
-        self.ledger = ledger
-        self.bus = bus
+        self.broker = services.broker
+        self.ledger = services.ledger
+        self.bus = services.bus
         self.workdir = workdir
-        self.run_dir = run_dir
-        self.model_objects = model_objects or {}
-        self.hooks = hooks or HookRunner(cwd=workdir)
-        self.home = home or Path.home()
+        self.run_dir = places.run_dir
+        self.model_objects = kit.model_objects or {}
+        self.hooks = services.hooks or HookRunner(cwd=workdir)
+        self.home = places.home or Path.home()
         self.prepare = Preparer(
             settings=settings,
             registry=registry,
@@ -212,12 +223,12 @@ class Runner:
             home=self.home,
             limiter=self.limiter,
             model_objects=self.model_objects,
-            custom_tools={tool.name: tool for tool in custom_tools},
-            task_tool_spec=task_tool_spec,
+            custom_tools={tool.name: tool for tool in kit.custom_tools},
+            task_tool_spec=kit.task_tool_spec,
         )
         self._parent = Parent(
-            bus=bus,
-            broker=broker,
+            bus=self.bus,
+            broker=self.broker,
             limiter=self.limiter,
             registry=registry,
             delegate=self.run,
@@ -228,7 +239,7 @@ class Runner:
         self.recorded = RecordedAgents()  # what `task` with `resume` may continue
         # What must finish after its run is cancelled (releases, git): owned here.
         self.finishing = FinishingSteps()
-        self.tracing: Any = None  # agentcell.worker.tracing.Tracing, set when runs are traced
+        self.tracing: Any = services.tracing
 
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
@@ -236,6 +247,21 @@ class Runner:
     def number_after(self, highest: int) -> None:
         """New sub-agents get ids after ``a{highest}`` (a resumed conversation names those)."""
         self._ids = itertools.count(highest + 1)
+
+    async def open(self) -> None:
+        """Before the first run: the owner of the steps that outlive a cancel."""
+        await self.finishing.open()
+
+    async def close_shared(self) -> None:
+        """At the end: the finishing steps (let finish), the limiter's debt, the relay's
+        model pools."""
+        await self.finishing.aclose()
+        self.limiter.close()
+        await self._parent.pools.aclose()
+
+    def default_backend(self) -> Backend | None:
+        """Where a sub-agent runs unless its definition pins one (None: not started)."""
+        return self.backends.get(self.settings.backend)
 
     async def run(
         self,
@@ -376,8 +402,17 @@ class Runner:
         """A worktree of its own, when its definition or the call asks (None: no refusal)."""
         if (admitted.request.isolation or admitted.definition.isolation) != "worktree":
             return None
+        if admitted.run_dir:
+            root, run = Path(admitted.run_dir), Path(admitted.run_dir).name
+        else:  # no run record: a name of its own, so sessions never collide
+            run = f"session-{self._session}"
+            root = Path(self.workdir) / ".agentcell" / "worktrees" / run
+        branch = f"agentcell/{run}/{agent_id}"
         try:
-            admitted.tree = await self._worktree(agent_id, admitted.run_dir)
+            # git goes on after a cancel (the steps' owner is the runner, not this run).
+            admitted.tree = await self.finishing.worktree(
+                Path(self.workdir), root, agent_id, branch
+            )
         except (WorktreeError, OSError) as exc:
             return self._refused(admitted.base, RunStatus.ERROR, str(exc))
         self.prepare.in_worktree(
@@ -427,7 +462,7 @@ class Runner:
                 color=definition.color,
             )
         )
-        await self._open_egress(admitted, agent_id)
+        await admitted.open_egress(self.settings, agent_id)
         start = self.prepare.start(admitted.prepared)
         admitted.spans = child_spans(self.tracing, definition.name)
         if admitted.spans is not None:
@@ -441,18 +476,6 @@ class Runner:
                 await finish_worktree(admitted.tree)
             return self._refused(admitted.base, RunStatus.ERROR, refusal)
         return start
-
-    async def _open_egress(self, admitted: _Admitted, agent_id: str) -> None:
-        """A ``network:`` list: the proxy the child's bash reaches its hosts through."""
-        spec, definition = admitted.prepared.spec, admitted.definition
-        admitted.egress = await open_proxy(
-            network_value(self.settings.network, definition.network),
-            sandbox=spec.sandbox,
-            agent_id=agent_id,
-            agent_type=definition.name,
-            backend=definition.backend or self.settings.backend,
-        )
-        spec.egress_port = admitted.egress.port if admitted.egress is not None else None
 
     # -- relay -----------------------------------------------------------------------------
     async def _live(
@@ -477,8 +500,8 @@ class Runner:
             self.bus.publish(SubAgentProcess(agent_id=start.run_id, pid=lease.pid, node=lease.node))
             # Only now: controls queued while it waited for a process must follow Start.
             handle.attach(lease)
-            self._wall(lease, admitted)
-            child = self._child(lease, admitted, scope)
+            admitted.wall(lease, self.settings.timeout_grace_s)
+            child = admitted.child(lease, scope)
             child.ahead, ahead = ahead, None  # the relay's now: it serves or cancels it
             await Relay(self._parent, child, ended.progress).run()
         except asyncio.CancelledError:
@@ -531,34 +554,6 @@ class Runner:
         left = admitted.ledger.tokens_left()
         return call_ahead(spec, body, settings, parent.limiter, parent.pools, start, left)
 
-    def _wall(self, lease: WorkerLease, admitted: _Admitted) -> None:
-        """The limits the parent enforces on the leased process."""
-        limits, spec = admitted.prepared.limits, admitted.prepared.spec
-        if limits.address_space_bytes is not None:
-            lease.set_memory_limit(limits.address_space_bytes)
-        if limits.cpu_seconds is not None:
-            lease.set_cpu_limit(limits.cpu_seconds)
-        if spec.timeout_s is not None:
-            # The child's engine stops itself at the timeout and reports; the parent's
-            # deadline, a little later, is the backstop for a child that cannot.
-            lease.set_deadline(
-                spec.timeout_s + self.settings.timeout_grace_s, cancel_grace=1.0, term_grace=1.0
-            )
-
-    def _child(self, lease: WorkerLease, admitted: _Admitted, scope: Scope) -> Child:
-        assert admitted.hooks is not None and admitted.stop_hooks is not None
-        return Child(
-            lease=lease,
-            definition=admitted.definition,
-            spec=admitted.prepared.spec,
-            scope=scope,
-            call_id=admitted.request.call_id,
-            background=admitted.background,
-            hooks=admitted.hooks,
-            stop_hooks=admitted.stop_hooks,
-            ledger=admitted.ledger,
-        )
-
     async def _start_on_a_live_process(
         self, definition: AgentDefinition, start: Start
     ) -> WorkerLease:
@@ -582,21 +577,6 @@ class Runner:
             return lease
         raise AssertionError("unreachable")
 
-    async def open(self) -> None:
-        """Before the first run: the owner of the steps that outlive a cancel."""
-        await self.finishing.open()
-
-    async def close_shared(self) -> None:
-        """At the end: the finishing steps (let finish), the limiter's debt, the relay's
-        model pools."""
-        await self.finishing.aclose()
-        self.limiter.close()
-        await self._parent.pools.aclose()
-
-    def default_backend(self) -> Backend | None:
-        """Where a sub-agent runs unless its definition pins one (None: not started)."""
-        return self.backends.get(self.settings.backend)
-
     def _backend(self, definition: AgentDefinition) -> Backend:
         """The definition's backend (``backend: local`` pins an agent here), else the
         operator's."""
@@ -608,16 +588,6 @@ class Runner:
                 '(run with --backend ray, or set backend = "ray" in the configuration)'
             )
         return backend
-
-    async def _worktree(self, agent_id: str, run_dir: str) -> Worktree:
-        if run_dir:
-            root, run = Path(run_dir), Path(run_dir).name
-        else:  # no run record: a name of its own, so sessions never collide
-            run = f"session-{self._session}"
-            root = Path(self.workdir) / ".agentcell" / "worktrees" / run
-        # git goes on after a cancel (the steps' owner is the runner, not this run).
-        branch = f"agentcell/{run}/{agent_id}"
-        return await self.finishing.worktree(Path(self.workdir), root, agent_id, branch)
 
     # -- settle ----------------------------------------------------------------------------
     async def _settle(

@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from agentcell.orchestrator.definitions._registry import AgentRegistry
-from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
-from agentcell.orchestrator.delegation._runner import RunHandle, Runner
+from agentcell.orchestrator.delegation._runner import Runner
 from agentcell.orchestrator.delegation._settle import BY_MAIN_AGENT
 from agentcell.orchestrator.delegation._task_args import (
     TaskArgs,

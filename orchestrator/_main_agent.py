@@ -1,0 +1,293 @@
+"""The main agent of an ``Orchestrator``: its runs, the engine of each, and the task tools
+its background sub-agents are started from.
+
+``Orchestrator.run`` and ``check_setup`` are this; the orchestrator holds what it shares
+with the sub-agents (``Parts``) and decides where each call is recorded (``Calls``).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentcell.orchestrator._calls import Calls, Stop
+from agentcell.orchestrator._main_run import (
+    RunReport,
+    blocked_report,
+    main_hooks,
+    main_mcp_servers,
+    main_tools,
+    main_transcript,
+    run_report,
+    tee,
+)
+from agentcell.orchestrator._parts import Parts
+from agentcell.orchestrator.approvals._channel import ApprovalQuery
+from agentcell.orchestrator.approvals._hooks import stop_hook
+from agentcell.orchestrator.config._load import base_url_problem
+from agentcell.orchestrator.delegation._events import AgentActivity
+from agentcell.orchestrator.delegation._request import RunAccount, Scope
+from agentcell.orchestrator.delegation._runner import Runner
+from agentcell.orchestrator.prompt._context import instructions_prompt
+from agentcell.orchestrator.records._disk import disk_full_report, finish_record
+from agentcell.orchestrator.task_tools._background import BackgroundRuns
+from agentcell.orchestrator.task_tools._delivery import ResultDelivery
+from agentcell.orchestrator.task_tools._start_ahead import StartAhead
+from agentcell.orchestrator.task_tools._tools import (
+    TaskTool,
+    background_finisher,
+    background_injector,
+)
+from agentcell.orchestrator.telemetry._tracing_setup import main_tracer
+from agentcell.orchestrator.telemetry._usage import UsageLedger
+from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, UsageUpdate
+from agentcell.worker import Engine, Limits, McpServers, Session, Transcript
+from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
+from agentcell.worker.tools import Tool
+
+log = logging.getLogger("agentcell.orchestrator")
+
+
+class MainAgent:
+    """Runs the main agent, in this process: one engine per run, its tools and hooks, its
+    MCP servers, and a ``task`` tool whose background runs ``background`` owns."""
+
+    def __init__(self, parts: Parts, runner: Runner, calls: Calls) -> None:
+        self.parts = parts
+        self.runner = runner
+        self.calls = calls
+        self.engines: set[Engine] = set()  # the runs in progress, for cancel()
+        self.tool_names: list[str] = []  # the last run's tools, a sub-agent's to narrow
+        self.background = BackgroundRuns(self._new_task_tool)  # owns every background run
+        #: The main agent's MCP servers that failed to start in the last run, one line each.
+        self.mcp_problems: list[str] = []
+
+    async def check_setup(self) -> None:
+        """Raise ``ModelError`` now for what would fail a run at its start (see
+        ``Orchestrator.check_setup``)."""
+        model = self._model()
+        try:
+            if problem := base_url_problem(model, self.parts.settings):  # OPENAI_BASE_URL=host:1
+                raise ModelError(ModelErrorKind.CONFIG, problem)
+            check = getattr(model, "check_ready", None)
+            if check is not None:
+                check()
+        finally:
+            if model.name not in self.parts.model_objects:
+                await model.aclose()
+
+    def cancel(self) -> None:
+        """Cancel the runs in progress (each ends with its answer so far)."""
+        for engine in list(self.engines):
+            engine.cancel()
+
+    async def run(
+        self,
+        prompt: str,
+        *,
+        session: Session | None,
+        timeout_s: float | None,
+        keep_background: bool,
+    ) -> RunReport:
+        """One run of the main agent on ``prompt`` (see ``Orchestrator.run``)."""
+        parts = self.parts
+        started = time.perf_counter()
+        if refusal := self.calls.refusal():
+            return disk_full_report(refusal, started)  # before any work or record
+        session = session if session is not None else Session()
+        model = self._model()
+        # Tasks whose results earlier runs already received are of no further use; the
+        # last run's stay readable (orch.tracker, /tasks) until the next one starts.
+        parts.tracker.release_delivered()
+        opening = await parts.session_hooks.start()
+        submitted = await parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
+        if submitted.blocked:
+            if model.name not in parts.model_objects:
+                await model.aclose()
+            return blocked_report(submitted.reason, started)
+        for context in (opening, submitted.context):
+            prompt = f"{prompt}\n\n{context}" if context else prompt
+        run_dir = self.calls.run_dir()
+        transcript = main_transcript(run_dir, prompt, parts.model_name)
+        stops: list[Stop] = []
+        account = self.calls.account(run_dir, stops)
+        scope = functools.partial(self._scope, session, account)
+        task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
+        servers = await self._start_mcp_servers()
+        tools = main_tools(parts.custom_tools, servers.tools, task_tool, parts.tracker)
+        engine = self._engine(
+            model,
+            tools,
+            task_tool,
+            account,
+            run_dir=run_dir,
+            transcript=transcript,
+            timeout_s=timeout_s,
+            keep_background=keep_background,
+        )
+        stops += [engine.cancel, task_tool.cancel_all]
+        # Its MCP servers stay its own: a sub-agent's come from the servers it names.
+        self.tool_names = [tool.name for tool in tools if tool not in servers.tools]
+        self.engines.add(engine)
+        on_event = self._events(account.ledger)
+        if transcript is not None:
+            on_event = tee(on_event, transcript.event)
+        try:
+            # The main agent's requests count to the provider's limits like a child's.
+            gate = request_gate.set(self.runner.limiter)
+            try:
+                result = await engine.run(prompt, session, on_event=on_event)
+            finally:
+                request_gate.reset(gate)
+        finally:
+            await servers.stop()
+            self.engines.discard(engine)
+            if not keep_background:
+                await task_tool.shutdown()
+            if model.name not in parts.model_objects:  # ours to close; objects are the caller's
+                await model.aclose()
+            if transcript is not None:
+                transcript.messages(session.messages)
+        report = run_report(result, account, started, run_dir)
+        return finish_record(
+            report, transcript, prompt=prompt, model=model.name, summary=self.calls.summaries
+        )
+
+    def _new_task_tool(self, scope: Callable[[], Scope], nursery: TaskNursery) -> TaskTool:
+        return TaskTool(
+            registry=self.parts.registry,
+            runner=self.runner,
+            tracker=self.parts.tracker,
+            scope=scope,
+            nursery=nursery,
+        )
+
+    def _engine(
+        self,
+        model: Model,
+        tools: list[Tool],
+        task_tool: TaskTool,
+        account: RunAccount,
+        *,
+        run_dir: Path | None,
+        transcript: Transcript | None,
+        timeout_s: float | None,
+        keep_background: bool,
+    ) -> Engine:
+        """The main agent's engine: its tools, permission and hook policy, and what it
+        does with background sub-agents between and after its turns."""
+        parts = self.parts
+        settings = parts.settings
+        hooks = parts.hooks.for_agent(
+            str(parts.workdir), settings.permission_mode, str(transcript.path) if transcript else ""
+        )
+        limits = Limits(max_turns=settings.max_turns, timeout_s=timeout_s)
+        # Background results reach the model as a message, not a tool result: same cap.
+        delivery = ResultDelivery(limits.max_tool_output_chars, run_dir, parts.workdir)
+        wait_s = settings.background_wait_s
+        finish_hooks = [background_finisher(parts.tracker, task_tool, wait_s, delivery)]
+        return Engine(
+            model,
+            tools,
+            system_prompt=self._system_prompt(),
+            hooks=main_hooks(settings, hooks, tools),
+            approver=self._approver,
+            limits=limits,
+            workdir=parts.workdir,
+            setting=Engine.ToolSetting(run_dir=run_dir, agent_id="main"),
+            attached=Engine.Attachments(
+                turn_hooks=[background_injector(parts.tracker, delivery)],
+                finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
+                stream_watcher=self._start_ahead(account),
+                tracer=main_tracer(parts.tracing, model=model.name, run_dir=run_dir),
+            ),
+        )
+
+    def _system_prompt(self) -> str:
+        workdir = self.parts.workdir
+        prompt = MAIN_SYSTEM_PROMPT.format(workdir=workdir)
+        if self.parts.settings.instruction_files:
+            instructions = instructions_prompt(workdir, self.parts.home)
+            if instructions:
+                prompt += "\n\n" + instructions
+        return prompt
+
+    def _model(self) -> Model:
+        name, settings = self.parts.model_name, self.parts.settings
+        if name is None:
+            raise ModelError(
+                ModelErrorKind.CONFIG,
+                "no model configured: pass --model (e.g. openai:gpt-4o-mini), set "
+                "AGENTCELL_MODEL, or set model in agentcell.toml",
+            )
+        existing = self.parts.model_objects.get(name)
+        if existing is not None:
+            return existing
+        return resolve_model(name, settings.model_options.get(name.partition(":")[0]))
+
+    async def _start_mcp_servers(self) -> McpServers:
+        """The main agent's MCP servers, started in this process's tree for one run;
+        each that fails is logged as one line and the run goes on without it."""
+        servers = McpServers(main_mcp_servers(self.parts.settings), workdir=str(self.parts.workdir))
+        await servers.start()
+        for problem in servers.problems:
+            log.warning("%s", problem)
+        self.mcp_problems = list(servers.problems)
+        return servers
+
+    def _start_ahead(self, account: RunAccount) -> StartAhead | None:
+        """The main agent's sub-agent processes start as its task calls are named."""
+        backend = self.runner.default_backend()
+        if backend is None or not self.parts.settings.start_ahead:
+            return None
+        return StartAhead(backend, room=account.ledger.subagents_left)
+
+    def _scope(self, session: Session, account: RunAccount | None = None) -> Scope:
+        return Scope(
+            agent_id="main",
+            tools=self.tool_names,
+            model=self.parts.model_name or "",
+            depth=0,
+            history=session.completed_turns,
+            account=account,
+        )
+
+    async def _approver(self, call: ToolCall, reason: str) -> tuple[bool, str]:
+        answer = await self.parts.broker.decide(
+            ApprovalQuery(
+                agent_id="main",
+                agent_type="main",
+                tool=call.name,
+                arguments=call.arguments,
+                reason=reason,
+                call_id=call.id,
+            )
+        )
+        return answer.approved, answer.reason
+
+    def _events(self, ledger: UsageLedger) -> Any:
+        """The main engine's event sink: usage and turns into this run's ledger, then out."""
+        publish = self.parts.bus.publish
+
+        def on_event(event: Any) -> None:
+            if isinstance(event, UsageUpdate):
+                ledger.add_usage("main", "main", event.model, event.usage)
+            elif isinstance(event, TurnStarted):
+                ledger.add_turn("main", "main")
+            publish(AgentActivity(agent_id="main", event=event))
+
+        return on_event
+
+
+MAIN_SYSTEM_PROMPT = """\
+You are the main agent of agentcell. You work in {workdir}.
+Use your tools directly for small steps. For well-bounded tasks — research across many
+files, independent analyses, anything that can run in parallel — delegate with the task
+tool: each sub-agent runs in its own process and returns one concise report. Issue
+independent tasks together in one message so they run in parallel. A sub-agent cannot see
+this conversation, so give it everything it needs in the prompt. Finish with a clear
+answer for the user."""
