@@ -15,7 +15,9 @@ that response has begun), and entries never expire: a fan-out whose requests all
 the same instant reads somewhat less from the real cache than from this one.
 
     with CachingAnthropicServer() as server:
-        model = AnthropicModel("claude-sonnet-4-5", base_url=server.base_url, api_key="x")
+        model = AnthropicModel(
+            "claude-sonnet-4-5", http=HttpOptions(base_url=server.base_url, api_key="x")
+        )
         ...
         server.usages  # each request's usage, in arrival order
 

@@ -70,7 +70,7 @@ async def run(start: Start, link: ChildLink) -> RunResult:
     box = _sandbox.apply(
         "read-only",
         workdir=args["workdir"],
-        model_ports=args["model_ports"],
+        access=_sandbox.Access(model_ports=args["model_ports"]),
         cap_processes=False,
     )
     assert box.tmpdir is not None

@@ -162,8 +162,9 @@ def test_auto_compact_window_is_read_from_an_agent_file(tmp_path: Path) -> None:
 async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_whole() -> None:
     # In process, with no usage reported: the size is estimated from the text.
     from agentcell.protocol import AssistantMessage, ToolMessage
-    from agentcell.worker import Engine, Session
     from agentcell.worker.engine._compaction import SUMMARY_HEADER, Compactor
+    from agentcell.worker.engine._loop import Attachments, Engine
+    from agentcell.worker.engine._session import Session
     from agentcell.worker.tools import function_tool
 
     from agentcell.testing import FunctionModel, reply, tool_call
@@ -185,7 +186,7 @@ async def test_parallel_calls_stay_with_their_results_and_the_full_history_is_wh
         return reply("", tool_call("bulk", n=2 * turn), tool_call("bulk", n=2 * turn + 1))
 
     compactor = Compactor(1500, keep_recent_turns=1)
-    engine = Engine(FunctionModel(decide), [bulk], compactor=compactor)
+    engine = Engine(FunctionModel(decide), [bulk], attached=Attachments(compactor=compactor))
     session = Session()
     result = await engine.run("do six bulk turns", session)
     assert result.status is RunStatus.COMPLETED, result

@@ -23,9 +23,11 @@ from agentcell.protocol import (
     UsageUpdate,
     UserMessage,
 )
-from agentcell.worker import Engine, Limits, PermissionPolicy, Session
+from agentcell.worker.engine._loop import Attachments, Engine, Limits, ToolSetting
+from agentcell.worker.engine._session import Session
 from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest
 from agentcell.worker.models._base import StopReason
+from agentcell.worker.rules._policy import PermissionPolicy
 from agentcell.worker.tools import ToolError, ToolOutput, function_tool
 
 from agentcell.testing import (
@@ -359,7 +361,7 @@ async def test_turn_hooks_inject_messages_at_boundaries() -> None:
         return [UserMessage(content=t) for t in texts]
 
     model = ScriptedModel([reply("", tool_call("lookup", key="a")), reply("done")])
-    await Engine(model, [lookup], turn_hooks=[steer]).run("go")
+    await Engine(model, [lookup], attached=Attachments(turn_hooks=[steer])).run("go")
     assert model.calls[0].messages[-1] == UserMessage(content="focus on b")
 
 
@@ -373,7 +375,7 @@ async def test_long_outputs_are_truncated_with_a_pointer(tmp_path: Path) -> None
         model,
         [dump],
         workdir=tmp_path,
-        run_dir=tmp_path / "run",
+        setting=ToolSetting(run_dir=tmp_path / "run"),
         limits=Limits(max_tool_output_chars=1000),
     )
     await engine.run("go")

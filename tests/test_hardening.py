@@ -213,10 +213,11 @@ class HostileServer:
 async def stream_error(port: int, **options: Any) -> ModelError:
     from agentcell.protocol import UserMessage
     from agentcell.worker.models import ModelRequest, OpenAIChatModel
+    from agentcell.worker.models._http_options import HttpOptions
 
-    model = OpenAIChatModel(
-        "m", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", max_retries=0, **options
-    )
+    url = f"http://127.0.0.1:{port}/v1"
+    http = HttpOptions(base_url=url, api_key="k", max_retries=0, **options)
+    model = OpenAIChatModel("m", http=http)
     try:
         with pytest.raises(ModelError) as info:
             async for _ in model.stream(ModelRequest(messages=[UserMessage(content="hi")])):

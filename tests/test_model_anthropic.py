@@ -28,6 +28,7 @@ from agentcell.worker.models._base import (
     StopReason,
     TextPart,
 )
+from agentcell.worker.models._http_options import HttpOptions
 from model_servers import Call, ModelServer, Reply
 from provider_util import READ, fail_stream, run_stream
 
@@ -53,7 +54,7 @@ async def make(server: ModelServer) -> AsyncIterator[Callable[..., AnthropicMode
         options.setdefault("api_key", "sk-ant-test")
         options.setdefault("retry_base_delay", 0.01)
         options.setdefault("prompt_cache", "off")  # whole bodies compared; test_prompt_cache
-        model = AnthropicModel("claude-test", **options)
+        model = AnthropicModel("claude-test", http=HttpOptions.take(options), **options)
         made.append(model)
         return model
 
@@ -220,7 +221,8 @@ async def test_request_body_and_headers(server: ModelServer, make: Any) -> None:
 
 
 def test_default_max_tokens_and_late_system_messages() -> None:
-    model = AnthropicModel("c", base_url="http://127.0.0.1:1", max_tokens=1234, prompt_cache="off")
+    local = HttpOptions(base_url="http://127.0.0.1:1")
+    model = AnthropicModel("c", http=local, max_tokens=1234, prompt_cache="off")
     request = ModelRequest(
         messages=[
             UserMessage(content="hi"),
@@ -413,7 +415,7 @@ async def test_block_guard(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the network was touched")
 
     monkeypatch.setattr(httpcore.AsyncConnectionPool, "handle_async_request", no_network)
-    async with AnthropicModel("claude-x", api_key="sk-ant-real") as model:
+    async with AnthropicModel("claude-x", http=HttpOptions(api_key="sk-ant-real")) as model:
         _, error = await fail(model)
     assert error.kind is ModelErrorKind.BLOCKED
     assert "AGENTCELL_BLOCK_REAL_MODELS=1" in str(error)

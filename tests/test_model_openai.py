@@ -36,6 +36,7 @@ from agentcell.worker.models._base import (
     StopReason,
     TextPart,
 )
+from agentcell.worker.models._http_options import HttpOptions
 from agentcell.worker.models._openai import TOOL_ERROR_PREFIX, OpenAIChatModel
 from agentcell.worker.models.transports import _client
 from model_servers import Call, ModelServer, Reply
@@ -63,7 +64,7 @@ async def make(server: ModelServer) -> AsyncIterator[Callable[..., OpenAIChatMod
         options.setdefault("base_url", server.openai_base_url)
         options.setdefault("api_key", "sk-test")
         options.setdefault("retry_base_delay", 0.01)
-        model = OpenAIChatModel("gpt-test", **options)
+        model = OpenAIChatModel("gpt-test", http=HttpOptions.take(options), **options)
         made.append(model)
         return model
 
@@ -171,10 +172,11 @@ CHILD = """
 import asyncio, sys
 from agentcell.protocol import UserMessage
 from agentcell.worker.models._base import ModelRequest, complete
+from agentcell.worker.models._http_options import HttpOptions
 from agentcell.worker.models._openai import OpenAIChatModel
 
 async def main():
-    async with OpenAIChatModel("gpt-test", base_url=sys.argv[1]) as model:
+    async with OpenAIChatModel("gpt-test", http=HttpOptions(base_url=sys.argv[1])) as model:
         request = ModelRequest(messages=[UserMessage(content=sys.argv[2])])
         print((await complete(model, request)).text)
 
@@ -314,15 +316,14 @@ async def test_environment_gives_base_url_and_key(
 
 def test_output_limit_field() -> None:
     request = ModelRequest(messages=[UserMessage(content="hi")], max_output_tokens=99)
-    official = OpenAIChatModel("o3", api_key="sk")
-    local = OpenAIChatModel("llama", base_url="http://127.0.0.1:1/v1")
-    forced = OpenAIChatModel(
-        "x", base_url="http://127.0.0.1:1/v1", max_tokens_field="max_completion_tokens"
-    )
+    official = OpenAIChatModel("o3", http=HttpOptions(api_key="sk"))
+    local_url = HttpOptions(base_url="http://127.0.0.1:1/v1")
+    local = OpenAIChatModel("llama", http=local_url)
+    forced = OpenAIChatModel("x", http=local_url, max_tokens_field="max_completion_tokens")
     assert msgspec.json.decode(official._body(request))["max_completion_tokens"] == 99
     assert msgspec.json.decode(local._body(request))["max_tokens"] == 99
     assert msgspec.json.decode(forced._body(request))["max_completion_tokens"] == 99
-    no_usage = OpenAIChatModel("x", base_url="http://127.0.0.1:1/v1", stream_usage=False)
+    no_usage = OpenAIChatModel("x", http=local_url, stream_usage=False)
     assert "stream_options" not in msgspec.json.decode(no_usage._body(request))
 
 
@@ -544,7 +545,7 @@ async def test_block_guard_stops_real_requests_without_network(
         raise AssertionError("the network was touched")
 
     monkeypatch.setattr(httpcore.AsyncConnectionPool, "handle_async_request", no_network)
-    async with OpenAIChatModel("gpt-4o", api_key="sk-real") as model:
+    async with OpenAIChatModel("gpt-4o", http=HttpOptions(api_key="sk-real")) as model:
         _, error = await fail(model)
         assert error.kind is ModelErrorKind.BLOCKED
         assert str(error).startswith(
@@ -614,7 +615,9 @@ async def test_server_stops_cleanly_with_hung_and_idle_connections() -> None:
     before = {t.ident for t in threading.enumerate()}
     server = ModelServer(lambda body, api: Reply(hang=True)).start()
     port = server.port
-    model = OpenAIChatModel("gpt-test", base_url=server.openai_base_url, max_retries=0)
+    model = OpenAIChatModel(
+        "gpt-test", http=HttpOptions(base_url=server.openai_base_url, max_retries=0)
+    )
     idle = socket.create_connection(("127.0.0.1", port))  # a keep-alive client doing nothing
     task = asyncio.ensure_future(fail(model))
     await asyncio.to_thread(server.wait_requests, 1)

@@ -36,6 +36,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker import Redactor
 from agentcell.worker.models import ModelError, ModelErrorKind, ModelRequest, OpenAIChatModel
+from agentcell.worker.models._http_options import HttpOptions
 from agentcell.worker.sandbox import _cgroup
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
@@ -217,9 +218,8 @@ async def test_the_request_deadline_covers_every_retry(server: ModelServer) -> N
     (however slow the machine: slower only ends it sooner)."""
     for _ in range(40):
         server.add(Reply(status=503, error_message="busy", headers={"retry-after-ms": "300"}))
-    model = OpenAIChatModel(
-        "m", base_url=server.openai_base_url, api_key="k", max_retries=30, deadline=1.0
-    )
+    http = HttpOptions(base_url=server.openai_base_url, api_key="k", max_retries=30, deadline=1.0)
+    model = OpenAIChatModel("m", http=http)
     try:
         with pytest.raises(ModelError) as info:
             async for _ in model.stream(ModelRequest(messages=[UserMessage(content="hi")])):

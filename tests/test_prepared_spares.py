@@ -13,6 +13,7 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, UserMessage
 from agentcell.worker.models import OpenAIChatModel, complete
 from agentcell.worker.models._base import ModelRequest
+from agentcell.worker.models._http_options import HttpOptions
 from agentcell.worker.models.transports._client import _prepared, prepare_connection
 from conftest import SpawnRecorder
 from model_servers import ModelServer
@@ -87,8 +88,8 @@ async def test_a_model_adopts_only_a_client_made_its_way(model_server: ModelServ
     assert await prepare_connection(url)
     assert await prepare_connection("http://127.0.0.1:9/v1") is False  # nothing listens
     assert not await prepare_connection("ftp://127.0.0.1/")
-    other = OpenAIChatModel("m", base_url=url, max_connections=2)  # made another way
-    adopter = OpenAIChatModel("m", base_url=url)
+    other = OpenAIChatModel("m", http=HttpOptions(base_url=url, max_connections=2))  # not the same
+    adopter = OpenAIChatModel("m", http=HttpOptions(base_url=url))
     try:
         request = ModelRequest(messages=[UserMessage(content="hi")])
         await complete(other, request)

@@ -24,8 +24,9 @@ from agentcell.protocol import (
     Usage,
     UserMessage,
 )
-from agentcell.worker.models import AnthropicModel, ModelError, ModelRequest, ToolSpec
-from agentcell.worker.models._base import ModelResponse
+from agentcell.worker.models._anthropic import AnthropicModel
+from agentcell.worker.models._base import ModelError, ModelRequest, ModelResponse, ToolSpec
+from agentcell.worker.models._http_options import HttpOptions
 from click.testing import CliRunner
 from conftest import SpawnRecorder
 
@@ -50,7 +51,8 @@ def request(*messages: Any) -> ModelRequest:
 
 
 def body(prompt_cache: str, req: ModelRequest) -> dict[str, Any]:
-    model = AnthropicModel("claude-test", base_url="http://127.0.0.1:1", prompt_cache=prompt_cache)
+    local = HttpOptions(base_url="http://127.0.0.1:1")
+    model = AnthropicModel("claude-test", http=local, prompt_cache=prompt_cache)
     decoded: dict[str, Any] = msgspec.json.decode(model._body(req))
     return decoded
 
@@ -94,9 +96,8 @@ def test_breakpoints_mark_tools_system_the_forked_history_and_the_last_block() -
 
 
 async def ask(server: CachingAnthropicServer, prompt_cache: str, *messages: Any) -> Usage:
-    model = AnthropicModel(
-        "claude-test", base_url=server.base_url, api_key="sk-ant-fake", prompt_cache=prompt_cache
-    )
+    http = HttpOptions(base_url=server.base_url, api_key="sk-ant-fake")
+    model = AnthropicModel("claude-test", http=http, prompt_cache=prompt_cache)
     async with model:
         items = [item async for item in model.stream(request(*messages))]
     response = items[-1]

@@ -32,6 +32,7 @@ from agentcell.orchestrator.model_relay._limiter import (
 from agentcell.protocol import Frame, PermitDone, PermitGrant, PermitRequest, RunStatus, UserMessage
 from agentcell.worker.models import OpenAIChatModel, complete, request_gate
 from agentcell.worker.models._base import ModelRequest
+from agentcell.worker.models._http_options import HttpOptions
 from conftest import SpawnRecorder
 from model_servers import ModelServer, Reply
 
@@ -215,7 +216,9 @@ async def test_the_http_client_takes_a_permit_per_attempt(model_server: ModelSer
     and a 429's Retry-After is reported with the permit it came on."""
     model_server.add(Reply(status=429, retry_after="0.05"), Reply(text="fine"))
     limiter = ProviderLimiter({"openai": ProviderLimits(max_concurrent=1)})
-    model = OpenAIChatModel("m", base_url=model_server.openai_base_url, max_retries=2)
+    model = OpenAIChatModel(
+        "m", http=HttpOptions(base_url=model_server.openai_base_url, max_retries=2)
+    )
     token = request_gate.set(limiter)
     try:
         response = await complete(model, ModelRequest(messages=[UserMessage(content="hi")]))

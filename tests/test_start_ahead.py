@@ -19,20 +19,22 @@ from typing import Any
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.config._settings import Budgets
 from agentcell.orchestrator.task_tools._start_ahead import StartAhead
 from agentcell.protocol import RunStatus, UserMessage
-from agentcell.worker import Engine
-from agentcell.worker.models import (
-    AnthropicModel,
+from agentcell.worker.engine._loop import Attachments, Engine
+from agentcell.worker.models._anthropic import AnthropicModel
+from agentcell.worker.models._base import (
     Model,
     ModelRequest,
-    OpenAIChatModel,
+    ModelResponse,
+    TextPart,
     ToolCallStart,
     complete,
 )
-from agentcell.worker.models._base import ModelResponse, TextPart
+from agentcell.worker.models._http_options import HttpOptions
+from agentcell.worker.models._openai import OpenAIChatModel
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply, events_through_last_tool_name
 
@@ -110,13 +112,13 @@ def orchestrator(tmp_path: Path, server: ModelServer, **settings: Any) -> Orches
 def peak_live(pool: WorkerPool) -> list[int]:
     """Records ``pool.live`` after every start the pool begins (its peak is the max)."""
     seen = [pool.live]
-    spawn = pool._spawn
+    spawn = pool.spawner._spawn
 
     def counting_spawn() -> None:
         spawn()
         seen.append(pool.live)
 
-    pool._spawn = counting_spawn  # type: ignore[method-assign]
+    pool.spawner._spawn = counting_spawn  # type: ignore[method-assign]
     return seen
 
 
@@ -142,9 +144,10 @@ async def test_providers_name_each_tool_call_before_its_arguments_are_complete(
     model_server.add(held)
     model: Model
     if api == "openai":
-        model = OpenAIChatModel("gpt-test", base_url=model_server.openai_base_url)
+        model = OpenAIChatModel("gpt-test", http=HttpOptions(base_url=model_server.openai_base_url))
     else:
-        model = AnthropicModel("claude-test", base_url=model_server.url, api_key="sk-ant-test")
+        http = HttpOptions(base_url=model_server.url, api_key="sk-ant-test")
+        model = AnthropicModel("claude-test", http=http)
     request = ModelRequest(messages=[UserMessage(content="go")])
     stream = model.stream(request)
     seen: list[Any] = []
@@ -200,14 +203,15 @@ class Recorder:
 async def test_the_engine_shows_its_watcher_each_call_and_every_end() -> None:
     watcher = Recorder()
     model = ScriptedModel([reply("", tool_call("nothing_here")), "done"])
-    result = await Engine(model, stream_watcher=watcher).run("go")
+    result = await Engine(model, attached=Attachments(stream_watcher=watcher)).run("go")
     assert result.status is RunStatus.COMPLETED
     assert watcher.log == ["start 0 nothing_here", "end", "end"]
 
 
 async def test_the_watcher_hears_the_end_of_a_failed_or_cancelled_model_call() -> None:
     failed = Recorder()
-    result = await Engine(ScriptedModel([RuntimeError("boom")]), stream_watcher=failed).run("go")
+    model = ScriptedModel([RuntimeError("boom")])
+    result = await Engine(model, attached=Attachments(stream_watcher=failed)).run("go")
     assert result.status is RunStatus.ERROR
     assert failed.log == ["end"]
 
@@ -219,7 +223,7 @@ async def test_the_watcher_hears_the_end_of_a_failed_or_cancelled_model_call() -
         raise AssertionError("unreachable")
 
     cancelled = Recorder()
-    engine = Engine(FunctionModel(never), stream_watcher=cancelled)
+    engine = Engine(FunctionModel(never), attached=Attachments(stream_watcher=cancelled))
     running = asyncio.ensure_future(engine.run("go"))
     await entered.wait()
     engine.cancel()

@@ -32,7 +32,7 @@ from agentcell.worker.models import (
     _http,
     complete,
 )
-from agentcell.worker.models._http import BodyDecoder
+from agentcell.worker.models._http import BodyDecoder, HttpOptions
 from agentcell.worker.models.transports._base import Endpoint
 from agentcell.worker.models.transports._client import make_client
 from agentcell.worker.models.transports._direct import HttpxTransport
@@ -40,6 +40,7 @@ from agentcell.worker.models.transports._parent import end_error
 from model_servers import ModelServer, Reply
 
 REQUEST = ModelRequest(messages=[UserMessage(content="hi")])
+INVALID = "http://model.invalid/v1"  # never reached: the transport answers
 
 
 def chunk(text: str) -> bytes:
@@ -87,7 +88,7 @@ class Scripted:
 async def test_the_same_provider_class_runs_over_any_transport() -> None:
     sse = {"content-type": "text/event-stream"}
     transport = Scripted((200, sse, [chunk("hel"), chunk("lo"), FINISH]))
-    model = OpenAIChatModel("m", base_url="http://model.invalid/v1", transport=transport)
+    model = OpenAIChatModel("m", http=HttpOptions(base_url=INVALID, transport=transport))
     response = await complete(model, REQUEST)
     assert response.text == "hello" and response.usage.input_tokens == 7
     assert json.loads(transport.bodies[0])["model"] == "m"
@@ -108,7 +109,7 @@ async def test_the_attempt_loop_retries_a_503_on_a_fresh_attempt(
         (503, {"retry-after": "2"}, [b'{"error": {"message": "busy"}}']),
         (200, sse, [chunk("ok"), FINISH]),
     )
-    model = OpenAIChatModel("m", base_url="http://model.invalid/v1", transport=transport)
+    model = OpenAIChatModel("m", http=HttpOptions(base_url=INVALID, transport=transport))
     response = await complete(model, REQUEST)
     assert response.text == "ok" and waits == [2.0] and len(transport.bodies) == 2
     assert transport.closed == 2  # each attempt's response closed
@@ -130,9 +131,8 @@ async def test_the_deadline_ends_a_stream_that_never_finishes() -> None:
             return response
 
     transport = Trickle((200, {"content-type": "text/event-stream"}, []))
-    model = OpenAIChatModel(
-        "m", base_url="http://model.invalid/v1", transport=transport, deadline=0.05
-    )
+    http = HttpOptions(base_url=INVALID, transport=transport, deadline=0.05)
+    model = OpenAIChatModel("m", http=http)
     with pytest.raises(ModelError) as caught:
         await complete(model, REQUEST)
     assert caught.value.kind is ModelErrorKind.TIMEOUT

@@ -34,6 +34,7 @@ from agentcell.worker.models import (
     OpenAIChatModel,
     complete,
 )
+from agentcell.worker.models._http_options import HttpOptions
 from compressing_pages import BOMB_BYTES, BOMBS, HTML, TEXT, compressing, deflate_raw, encoded
 from conftest import SpawnRecorder
 from model_servers import ModelServer, Reply, serving
@@ -228,7 +229,7 @@ async def test_the_model_route_reads_a_stream_gzipped_then_brd(
 ) -> None:
     body = encoded(sse("hello through two layers"), "gzip, br")
     openai_served.add(Reply(raw=body, headers={"content-encoding": "gzip, br"}))
-    model = OpenAIChatModel("m", base_url=openai_served.openai_base_url)
+    model = OpenAIChatModel("m", http=HttpOptions(base_url=openai_served.openai_base_url))
     try:
         response = await complete(model, REQUEST)
     finally:
@@ -247,7 +248,7 @@ async def test_the_model_route_says_which_provider_sent_what_it_cannot_decode(
     openai_served: ModelServer, coding: str, body: bytes, said: str
 ) -> None:
     openai_served.add(Reply(raw=body, headers={"content-encoding": coding}))
-    model = OpenAIChatModel("m", base_url=openai_served.openai_base_url)
+    model = OpenAIChatModel("m", http=HttpOptions(base_url=openai_served.openai_base_url))
     try:
         with pytest.raises(ModelError) as caught:
             await complete(model, REQUEST)

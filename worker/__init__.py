@@ -33,7 +33,12 @@ from agentcell.worker.engine._hook_relay import (
     matcher_matches,
     matcher_problem,
 )
-from agentcell.worker.engine._loop import Engine, Limits, StopRun, TurnHook
+from agentcell.worker.engine._loop import (
+    Engine,
+    Limits,
+    StopRun,
+    TurnHook,
+)
 from agentcell.worker.engine._session import Session
 from agentcell.worker.mcp._client import MCP_PREFIX, McpServers
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder

@@ -7,7 +7,7 @@ import tempfile
 from typing import Any
 
 from agentcell.orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.protocol import TextDelta
 

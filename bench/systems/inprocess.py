@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 from agentcell.protocol import RunStatus, TextDelta
 from agentcell.worker import Engine, Limits
+from agentcell.worker.engine._loop import ToolSetting
 from agentcell.worker.models import OpenAIChatModel
 from agentcell.worker.tools import Tool, ToolContext, ToolOutput, builtin_tools
 
@@ -44,8 +45,8 @@ async def run_subagent(
             tools,
             system_prompt=system_prompt,
             limits=Limits(max_turns=16),
-            agent_id="sub",
             workdir=workdir,
+            setting=ToolSetting(agent_id="sub"),
         )
         result = await engine.run(prompt, on_event=on_event)
     finally:

@@ -39,7 +39,7 @@ from agentcell.worker.child import _proc
 from agentcell.worker.child._main import ChildLink
 from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
-from agentcell.worker.engine._loop import Engine, Limits
+from agentcell.worker.engine._loop import Attachments, Engine, Limits, ToolSetting
 from agentcell.worker.engine._session import Session
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.models.transports._permits import LinkGate
@@ -248,17 +248,18 @@ def enter_sandbox(spec: AgentSpec, engine: Engine, model: Model, objects: dict[s
     return _sandbox.apply(
         spec.sandbox,
         workdir=os.path.realpath(spec.workdir),
-        run_dir=spec.run_dir,
-        agent_id=spec.agent_id,
-        network=spec.network,
+        access=_sandbox.Access(
+            run_dir=spec.run_dir,
+            memory_dir=spec.memory_dir,
+            read_paths=spec.read_paths,
+            code_entries=spec.code_entries,
+            network=spec.network,
+            model_ports=ports,
+            egress_port=spec.egress_port,
+        ),
+        env=engine.env,
         max_processes=spec.max_processes,
         tmp_size_mb=spec.tmp_size_mb,
-        model_ports=ports,
-        env=engine.env,
-        read_paths=spec.read_paths,
-        memory_dir=spec.memory_dir,
-        egress_port=spec.egress_port,
-        code_entries=spec.code_entries,
         # Only a run that can start processes needs the cap (making a cgroup costs ms).
         cap_processes="bash" in spec.tools or bool(objects.get("tools")),
     )
@@ -462,12 +463,13 @@ def build_engine(
         approver=approve,
         limits=engine_limits,
         workdir=spec.workdir,
-        run_dir=spec.run_dir or None,
-        agent_id=spec.agent_id,
-        # With an explicit environment, bash gets its own (no model credentials).
-        env=dict(spec.bash_env) if spec.env is not None else None,
-        turn_hooks=[TurnControls(link)],
-        finish_hooks=finish_hooks,
+        setting=ToolSetting(
+            run_dir=spec.run_dir or None,
+            agent_id=spec.agent_id,
+            # With an explicit environment, bash gets its own (no model credentials).
+            env=dict(spec.bash_env) if spec.env is not None else None,
+        ),
+        attached=Attachments(turn_hooks=[TurnControls(link)], finish_hooks=finish_hooks),
     )
 
 

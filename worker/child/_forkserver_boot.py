@@ -129,6 +129,7 @@ async def _rehearse(workdir: str) -> None:
     )
     from agentcell.worker.engine._loop import Engine
     from agentcell.worker.models import OpenAIChatModel
+    from agentcell.worker.models._http_options import HttpOptions
     from agentcell.worker.models.transports._parent import LinkTransport
     from agentcell.worker.rules._policy import PermissionPolicy
     from agentcell.worker.tools import builtin_tools
@@ -139,7 +140,8 @@ async def _rehearse(workdir: str) -> None:
     link = types.SimpleNamespace(channel=channel, model_link=None)
     channel.link = link
     transport = LinkTransport(link)
-    model = OpenAIChatModel("rehearsal", base_url="http://127.0.0.1:9/v1", transport=transport)
+    http = HttpOptions(base_url="http://127.0.0.1:9/v1", transport=transport)
+    model = OpenAIChatModel("rehearsal", http=http)
     try:
         engine = Engine(model, builtin_tools(), hooks=[PermissionPolicy()], workdir=workdir)
         result = await engine.run("rehearse")

@@ -73,7 +73,7 @@ def estimate_tokens(messages: Sequence[Message]) -> int:
 
 @dataclasses.dataclass(slots=True)
 class Compactor:
-    """Called by the engine before each model call (``Engine(compactor=)``)."""
+    """Called by the engine before each model call (``Attachments.compactor``)."""
 
     threshold_tokens: int
     keep_recent_tokens: int = 0  # 0: a quarter of the threshold

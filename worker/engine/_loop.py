@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from agentcell.protocol import (
     AgentEvent,
@@ -58,7 +58,8 @@ _PREVIEW_CHARS = 200
 
 
 class StreamWatcher(Protocol):
-    """Sees each model call's tool calls as their names stream in (``Engine(stream_watcher=)``).
+    """Sees each model call's tool calls as their names stream in
+    (``Attachments.stream_watcher``).
 
     The orchestrator's main agent uses it to start sub-agent processes for ``task``
     calls before the model has finished writing them. Both methods run on the event
@@ -95,8 +96,39 @@ class StopRun(Exception):
         self.error = error
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolSetting:
+    """What this agent's tool calls get besides the workdir (``ToolContext``): the agent's
+    id (it names the outputs saved for it, and the loop's task), the run folder long
+    outputs are saved under (None: not saved), the environment its commands run in
+    (None: this process's)."""
+
+    run_dir: str | Path | None = None
+    agent_id: str = "main"
+    env: dict[str, str] | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attachments:
+    """What a caller attaches to the loop, each called at its own point: ``turn_hooks``
+    at each turn boundary, ``compactor`` before each model call, ``stream_watcher``
+    while a model call streams, ``finish_hooks`` when the model has answered, and
+    ``tracer`` around the run, its model calls and its tool calls."""
+
+    turn_hooks: Iterable[TurnHook] = ()
+    finish_hooks: Iterable[TurnHook] = ()
+    stream_watcher: StreamWatcher | None = None
+    # Summarises older turns when the conversation grows past its threshold.
+    compactor: Compactor | None = None
+    tracer: AgentTracer | None = None  # OpenTelemetry spans of this run (None: tracing is off)
+
+
 class Engine:
     """Runs one agent. Create one per run; ``run`` may be called once."""
+
+    # The constructor's groups, reachable from the class too (``Engine.Attachments(...)``).
+    ToolSetting: TypeAlias = ToolSetting
+    Attachments: TypeAlias = Attachments
 
     def __init__(
         self,
@@ -108,15 +140,11 @@ class Engine:
         approver: Approver | None = None,
         limits: Limits | None = None,
         workdir: str | Path = ".",
-        run_dir: str | Path | None = None,
-        agent_id: str = "main",
-        env: dict[str, str] | None = None,
-        turn_hooks: Iterable[TurnHook] = (),
-        finish_hooks: Iterable[TurnHook] = (),
-        stream_watcher: StreamWatcher | None = None,
-        compactor: Compactor | None = None,
-        tracer: AgentTracer | None = None,
+        setting: ToolSetting | None = None,
+        attached: Attachments | None = None,
     ) -> None:
+        setting = setting or ToolSetting()
+        attached = attached or Attachments()
         self.model = model
         self.tools = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools)
         self.system_prompt = system_prompt
@@ -124,18 +152,17 @@ class Engine:
         self.approver = approver
         self.limits = limits or Limits()
         self.workdir = Path(workdir).resolve()
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.agent_id = agent_id
-        self.env = env
+        self.run_dir = Path(setting.run_dir) if setting.run_dir is not None else None
+        self.agent_id = setting.agent_id
+        self.env = setting.env
         self.command_preexec: Callable[[], None] | None = None  # see ToolContext.preexec
         self.extra_roots: tuple[Path, ...] = ()  # see ToolContext.extra_roots
-        self.turn_hooks = list(turn_hooks)
-        self.finish_hooks = list(finish_hooks)
-        self.stream_watcher = stream_watcher
-        # Summarises older turns when the conversation grows past its threshold.
-        self.compactor = compactor
+        self.turn_hooks = list(attached.turn_hooks)
+        self.finish_hooks = list(attached.finish_hooks)
+        self.stream_watcher = attached.stream_watcher
+        self.compactor = attached.compactor
         self.last_context_tokens = 0  # the last call's prompt + answer, as reported
-        self.tracer = tracer  # OpenTelemetry spans of this run (None: tracing is off)
+        self.tracer = attached.tracer
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0

@@ -37,8 +37,7 @@ from agentcell.worker.models._base import (
     ToolCallStart,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
-from agentcell.worker.models.transports._base import ModelTransport
+from agentcell.worker.models._http import HttpOptions, Retry
 
 OFFICIAL_BASE_URL = "https://api.anthropic.com"
 API_VERSION = "2023-06-01"
@@ -473,12 +472,12 @@ def _thinking_block(block: ThinkingBlock) -> dict[str, Any]:
 class AnthropicModel(HttpChatModel):
     """A Claude model over the Anthropic Messages API, streamed.
 
-    ``base_url`` defaults to ``$ANTHROPIC_BASE_URL``, then the official API; ``api_key``
-    to ``$ANTHROPIC_API_KEY`` (required by the official API). ``max_tokens`` is the
-    output limit when a request sets none (the API requires one; default 4096). Usage
-    reports ``input_tokens`` including cache reads and writes, like OpenAI's
-    ``prompt_tokens``. ``timeout`` bounds connecting and each wait for data, not the
-    whole answer.
+    ``http`` (``HttpOptions``): ``base_url`` defaults to ``$ANTHROPIC_BASE_URL``, then the
+    official API; ``api_key`` to ``$ANTHROPIC_API_KEY`` (required by the official API).
+    ``max_tokens`` is the output limit when a request sets none (the API requires one;
+    default 4096). Usage reports ``input_tokens`` including cache reads and writes, like
+    OpenAI's ``prompt_tokens``. ``http.timeout`` bounds connecting and each wait for
+    data, not the whole answer.
 
     ``effort`` (minimal|low|medium|high|max, an agent definition's key) turns on
     extended thinking where ``thinking_control`` says the model has it, and is ignored
@@ -504,16 +503,8 @@ class AnthropicModel(HttpChatModel):
         self,
         model_name: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
+        http: HttpOptions | None = None,
         max_tokens: int | None = None,
-        max_retries: int = 4,
-        timeout: float = 600,
-        retry_base_delay: float = 0.5,
-        max_connections: int = 4,
-        deadline: float = DEFAULT_DEADLINE_S,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        transport: ModelTransport | None = None,
         effort: str | None = None,
         prompt_cache: str = "5m",
         web_search: int | None = None,
@@ -531,18 +522,7 @@ class AnthropicModel(HttpChatModel):
                 ModelErrorKind.CONFIG,
                 f"anthropic: effort {effort!r} is not one of {', '.join(THINKING_BUDGETS)}",
             )
-        super().__init__(
-            model_name,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            retry_base_delay=retry_base_delay,
-            max_connections=max_connections,
-            deadline=deadline,
-            max_response_bytes=max_response_bytes,
-            transport=transport,
-        )
+        super().__init__(model_name, http)
         self._max_tokens = max_tokens  # None: DEFAULT_MAX_TOKENS
         self._prompt_cache: PromptCache = prompt_cache  # type: ignore[assignment]
         self._effort = effort

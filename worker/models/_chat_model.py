@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 from agentcell.worker.child._secrets import secret
 from agentcell.worker.models._base import ModelError, ModelErrorKind, ModelRequest, StreamItem
-from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, SSEClient
+from agentcell.worker.models._http import HttpOptions, SSEClient
 from agentcell.worker.models.transports._base import Endpoint, ModelTransport
 
 
@@ -21,30 +21,17 @@ class HttpChatModel:
     official_url: ClassVar[str]
     endpoint: ClassVar[str]  # appended to the base URL
 
-    def __init__(
-        self,
-        model_name: str,
-        *,
-        base_url: str | None,
-        api_key: str | None,
-        max_retries: int,
-        timeout: float,
-        retry_base_delay: float,
-        max_connections: int,
-        deadline: float = DEFAULT_DEADLINE_S,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        transport: ModelTransport | None = None,
-    ) -> None:
-        """``transport``: where each attempt goes (the link to the parent in a sub-agent
-        process); None sends it from this model's own httpx pool, to its URL with its key."""
+    def __init__(self, model_name: str, http: HttpOptions | None = None) -> None:
+        """``http``: how its requests travel (``HttpOptions``' defaults without it)."""
+        http = http or HttpOptions()
         if not model_name:
             raise ModelError(ModelErrorKind.CONFIG, f"{self.provider}: the model name is empty")
         self.model_name = model_name
         self.name = f"{self.provider}:{model_name}"
-        base = (base_url or os.environ.get(self.base_env) or self.official_url).rstrip("/")
+        base = (http.base_url or os.environ.get(self.base_env) or self.official_url).rstrip("/")
         self.base_url = base
         self._official = base == self.official_url
-        self._api_key = api_key if api_key is not None else secret(self.key_env)
+        self._api_key = http.api_key if http.api_key is not None else secret(self.key_env)
         self._url = endpoint_url(base, self.endpoint)
         self._http = SSEClient(
             provider=self.provider,
@@ -52,13 +39,7 @@ class HttpChatModel:
             base_url=base,
             key_env=self.key_env,
             base_env=self.base_env,
-            timeout=timeout,
-            max_retries=max_retries,
-            retry_base_delay=retry_base_delay,
-            max_connections=max_connections,
-            deadline=deadline,
-            max_response_bytes=max_response_bytes,
-            transport=transport,
+            options=http,
         )
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         headers.update(self._headers_for(self._api_key))

@@ -34,6 +34,9 @@ from agentcell.worker.models._base import (
 )
 from agentcell.worker.models._content_coding import CodingError, ContentDecoder
 from agentcell.worker.models._gate import Permit, RequestGate, estimate_tokens, request_gate
+from agentcell.worker.models._http_options import (
+    HttpOptions,
+)
 from agentcell.worker.models.transports._base import (
     Endpoint,
     ModelTransport,
@@ -55,8 +58,6 @@ _MAX_ERROR_BODY = 64 * 1024  # bytes of an error body read to find the server's 
 _MAX_LINE = 4 * 1024 * 1024  # an SSE line longer than this is not an event stream
 _HEAD_BYTES = 200  # bytes kept from the start of a body for error messages
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one event's data, all its lines together
-MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # one answer's body, after decompression
-DEFAULT_DEADLINE_S = 600.0  # one model request, start to end, whatever trickles in
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -321,14 +322,12 @@ class SSEClient:
         base_url: str,
         key_env: str,
         base_env: str,
-        timeout: float,
-        max_retries: int,
-        retry_base_delay: float,
-        max_connections: int = 4,
-        deadline: float = DEFAULT_DEADLINE_S,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        transport: ModelTransport | None = None,
+        options: HttpOptions,
     ) -> None:
+        """``base_url``: the model's, resolved (``options.base_url`` and ``api_key`` are
+        the model's business: the key travels in the headers of each ``stream``)."""
+        timeout, max_retries = options.timeout, options.max_retries
+        retry_base_delay, max_connections = options.retry_base_delay, options.max_connections
         if max_retries < 0 or timeout <= 0 or retry_base_delay < 0 or max_connections < 1:
             raise ModelError(
                 ModelErrorKind.CONFIG,
@@ -344,6 +343,7 @@ class SSEClient:
         self.max_retries = max_retries
         self.retry_base_delay = retry_base_delay
         self.max_connections = max_connections
+        deadline, max_response_bytes = options.deadline, options.max_response_bytes
         if deadline <= 0 or max_response_bytes < 1:
             raise ModelError(
                 ModelErrorKind.CONFIG,
@@ -356,7 +356,7 @@ class SSEClient:
         self._pid = 0
         self._closed = False
         #: Where attempts go; None: the direct route, from this model's own httpx pool.
-        self.transport = transport
+        self.transport = options.transport
 
     @property
     def client(self) -> httpx.AsyncClient:

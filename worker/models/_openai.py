@@ -30,8 +30,7 @@ from agentcell.worker.models._base import (
     ToolCallStart,
 )
 from agentcell.worker.models._chat_model import HttpChatModel
-from agentcell.worker.models._http import DEFAULT_DEADLINE_S, MAX_RESPONSE_BYTES, Retry
-from agentcell.worker.models.transports._base import ModelTransport
+from agentcell.worker.models._http import HttpOptions, Retry
 
 OFFICIAL_BASE_URL = "https://api.openai.com/v1"
 
@@ -298,15 +297,16 @@ def convert_messages(messages: list[Message]) -> list[dict[str, Any]]:
 class OpenAIChatModel(HttpChatModel):
     """A model behind an OpenAI-compatible Chat Completions endpoint, streamed.
 
-    ``base_url`` defaults to ``$OPENAI_BASE_URL``, then the official API; ``api_key`` to
-    ``$OPENAI_API_KEY``. Without a key, a custom base URL (vLLM, llama.cpp, Ollama) gets
-    no Authorization header, while the official one is a configuration error.
+    ``http`` (``HttpOptions``): ``base_url`` defaults to ``$OPENAI_BASE_URL``, then the
+    official API; ``api_key`` to ``$OPENAI_API_KEY``. Without a key, a custom base URL
+    (vLLM, llama.cpp, Ollama) gets no Authorization header, while the official one is a
+    configuration error.
 
     The output limit goes in ``max_tokens_field``: by default ``max_completion_tokens``
     for the official API (its reasoning models refuse ``max_tokens``) and ``max_tokens``
     elsewhere (what local servers understand). ``stream_usage=False`` drops
-    ``stream_options`` for servers that reject it. ``timeout`` bounds connecting and each
-    wait for data, not the whole answer.
+    ``stream_options`` for servers that reject it. ``http.timeout`` bounds connecting and
+    each wait for data, not the whole answer.
     """
 
     provider = "openai"
@@ -319,31 +319,12 @@ class OpenAIChatModel(HttpChatModel):
         self,
         model_name: str,
         *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        max_retries: int = 4,
-        timeout: float = 600,
-        retry_base_delay: float = 0.5,
+        http: HttpOptions | None = None,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None,
         stream_usage: bool = True,
-        max_connections: int = 4,
-        deadline: float = DEFAULT_DEADLINE_S,
-        max_response_bytes: int = MAX_RESPONSE_BYTES,
-        transport: ModelTransport | None = None,
         reasoning_effort: str | None = None,
     ) -> None:
-        super().__init__(
-            model_name,
-            base_url=base_url,
-            api_key=api_key,
-            max_retries=max_retries,
-            timeout=timeout,
-            retry_base_delay=retry_base_delay,
-            max_connections=max_connections,
-            deadline=deadline,
-            max_response_bytes=max_response_bytes,
-            transport=transport,
-        )
+        super().__init__(model_name, http)
         self._max_field = max_tokens_field or (
             "max_completion_tokens" if self._official else "max_tokens"
         )

@@ -11,7 +11,9 @@ PROVIDERS = ("openai", "anthropic", "scripted")
 
 
 def resolve_model(spec: str, options: dict[str, Any] | None = None) -> Model:
-    """Build the model a model string names. ``options`` go to the provider's constructor."""
+    """Build the model a model string names. ``options`` go to the provider's constructor,
+    flat as a config's ``[model_options.PROVIDER]`` holds them: ``HttpOptions``' fields
+    (``base_url``, ``api_key``, ``timeout``, ``transport``, …) as its ``http``."""
     provider, sep, name = spec.partition(":")
     options = dict(options or {})
     if not sep or not name:
@@ -21,13 +23,15 @@ def resolve_model(spec: str, options: dict[str, Any] | None = None) -> Model:
             "anthropic:claude-sonnet-4-5 or scripted:echo",
         )
     if provider == "openai":
+        from agentcell.worker.models._http_options import HttpOptions
         from agentcell.worker.models._openai import OpenAIChatModel
 
-        return OpenAIChatModel(name, **options)
+        return OpenAIChatModel(name, http=HttpOptions.take(options), **options)
     if provider == "anthropic":
         from agentcell.worker.models._anthropic import AnthropicModel
+        from agentcell.worker.models._http_options import HttpOptions
 
-        return AnthropicModel(name, **options)
+        return AnthropicModel(name, http=HttpOptions.take(options), **options)
     if provider == "scripted":
         factory = SCRIPTED_MODELS.get(name)
         if factory is None:

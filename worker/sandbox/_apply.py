@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import functools
 import os
 import shutil
@@ -318,30 +319,46 @@ def release(pid: int) -> None:
 CURRENT: Sandbox | None = None
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Access:
+    """What the walls leave open besides the workdir.
+
+    Folders: ``run_dir`` (the run's tool outputs) and ``memory_dir`` writable,
+    ``read_paths`` readable, ``code_entries`` (entries of the workdir holding code that
+    runs outside the walls) read-only even in a writable workdir. Network: all of it
+    with ``network``; else TCP to ``model_ports`` only (None: this process's TCP is not
+    walled), and for bash ``egress_port`` only (the parent's proxy).
+    """
+
+    run_dir: str = ""
+    memory_dir: str = ""
+    read_paths: Iterable[str] = ()
+    code_entries: Iterable[str] = ()
+    network: bool = False
+    model_ports: list[int] | None = None
+    egress_port: int | None = None
+
+
 def apply(
     mode: str,
     *,
     workdir: str,
-    run_dir: str = "",
-    agent_id: str = "agent",
-    network: bool = False,
-    max_processes: int | None = None,
-    model_ports: list[int] | None = None,
+    access: Access | None = None,
     env: dict[str, str] | None = None,
-    read_paths: Iterable[str] = (),
+    max_processes: int | None = None,
     cap_processes: bool = True,
-    memory_dir: str = "",
-    egress_port: int | None = None,
     tmp_size_mb: int = 0,
-    code_entries: Iterable[str] = (),
 ) -> Sandbox:
     """Restrict this process for good. ``env`` (bash's) gets the private ``TMPDIR``
     (under ``workspace``, a tmpfs of ``tmp_size_mb`` MiB: ``_tmpcap``); with
-    ``egress_port`` (the parent's proxy), bash reaches that proxy and nothing else."""
+    ``access.egress_port`` (the parent's proxy), bash reaches that proxy and nothing
+    else. ``cap_processes``: cap the tree at ``max_processes`` (default 512)."""
     global CURRENT
+    access = access or Access()
+    network, ports, egress_port = access.network, access.model_ports, access.egress_port
     box = Sandbox(parse_mode(mode))
     box.tmp_size_mb = tmp_size_mb
-    box.code_entries = list(code_entries)
+    box.code_entries = list(access.code_entries)
     CURRENT = box
     if box.mode == "off":
         _sandbox_spare.drop_spare_ruleset()
@@ -370,10 +387,10 @@ def apply(
             box,
             abi=caps_abi,
             workdir=workdir,
-            run_dir=run_dir,
-            model_ports=None if model_ports is None else [*model_ports, *_ports(egress_port)],
-            read_paths=read_paths,
-            memory_dir=memory_dir,
+            run_dir=access.run_dir,
+            model_ports=None if ports is None else [*ports, *_ports(egress_port)],
+            read_paths=access.read_paths,
+            memory_dir=access.memory_dir,
         )
     if box.egress_port is not None:
         # After the mount namespace (which needs this process single-threaded: the
