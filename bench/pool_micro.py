@@ -15,7 +15,7 @@ import statistics
 import time
 
 import multiprocess
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.protocol import (
     PROTOCOL_VERSION,
     ApprovalReply,

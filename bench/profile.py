@@ -33,7 +33,7 @@ from typing import Any
 
 import psutil
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.backends._starters import forkserver_pid
 from agentcell.worker import ChildBoot
 

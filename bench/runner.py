@@ -187,7 +187,7 @@ def raw_floor_job(samples: int) -> dict[str, Any]:
     As in pool_micro, a pool runs first, so that the fork server the raw children come
     from has agentcell's preloaded modules: the floor is a warm process start.
     """
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
 
     from bench.pool_micro import raw_floor
 

@@ -38,7 +38,7 @@ from typing import Any
 import multiprocess
 import multiprocess.forkserver
 import psutil
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.backends._starters import forkserver_pid
 from agentcell.protocol import PROTOCOL_VERSION, Start
 from agentcell.worker.process import encode_request

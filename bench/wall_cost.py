@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import multiprocess
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 
 from bench.wall_probe import SECTIONS, VARIANTS, wall_forks
 

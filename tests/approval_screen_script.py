@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation import TerminalPrompt
+from agentcell.orchestrator.approvals._channel import TerminalPrompt
 
 from agentcell.testing import FunctionModel
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.delegation import TerminalPrompt
+from agentcell.orchestrator.approvals._channel import TerminalPrompt
 from agentcell.protocol import ToolCall
 
 from agentcell.testing import FunctionModel, reply, tool_results

@@ -11,7 +11,7 @@ import sys
 
 
 async def main() -> None:
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from agentcell.orchestrator.backends._starters import forkserver_pid
     from pool_util import first_frame, start
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentcell.orchestrator.backends import ChildOutcome, Lease, WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import ChildOutcome
+from agentcell.orchestrator.backends._workers import Lease
 from agentcell.protocol import PROTOCOL_VERSION, Frame, Limits, Start
 
 HANDLER = "pool_handlers:run"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool, WorkerState
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
+from agentcell.orchestrator.backends._workers import WorkerState
 from agentcell.protocol import Event, Notice, PipeChannel, Result, encode_frame
 from pool_util import start
 

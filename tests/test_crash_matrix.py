@@ -12,7 +12,8 @@ import dataclasses
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.protocol import Control, ControlAction, Limits, RunStatus
 from agentcell.worker.child import _proc
 from conftest import SpawnRecorder

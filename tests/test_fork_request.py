@@ -8,7 +8,8 @@ from typing import Any
 
 import multiprocess
 import pytest
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.protocol import PROTOCOL_VERSION, Start
 from agentcell.worker.child._main import child_main
 from conftest import SpawnRecorder

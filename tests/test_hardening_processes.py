@@ -302,7 +302,7 @@ async def test_a_child_redacts_the_keys_it_was_never_given(
 
 _FD_LOAD = """
 import asyncio, gc, os, resource, sys
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.protocol import PROTOCOL_VERSION, Start
 
 # 96 descriptors for 1,000 children, 16 at a time, and no garbage collector: only

@@ -21,7 +21,7 @@ from typing import Any
 import held_paths_child
 import pytest
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from agentcell.worker.sandbox import _landlock_held

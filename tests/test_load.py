@@ -34,10 +34,10 @@ import child_models
 import psutil
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings, SubAgentProcess
-from agentcell.orchestrator.backends import WorkerState
 from agentcell.orchestrator.backends._starters import forkserver_pids
+from agentcell.orchestrator.backends._workers import WorkerState
 from agentcell.orchestrator.config._settings import Budgets
-from agentcell.orchestrator.delegation import TaskState
+from agentcell.orchestrator.task_tools._tracker import TaskState
 from agentcell.protocol import Message, RunStatus, ToolMessage, UserMessage
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.models._base import ModelResponse

@@ -24,8 +24,8 @@ from agentcell.worker.child import _proc
 _ORCHESTRATOR = """
 import asyncio, json, sys
 import multiprocess.process
-from agentcell.orchestrator import WorkerPool
-from agentcell.orchestrator.backends import forkserver_pid
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._starters import forkserver_pid
 
 async def main():
     async with WorkerPool(max_workers=1, warm=1) as pool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import Orchestrator, Settings
-from agentcell.orchestrator.backends import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.protocol import RunStatus, ToolMessage
 from conftest import SpawnRecorder
 from http_script import _system, _tool_results

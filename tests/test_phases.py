@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from agentcell.orchestrator import AgentDefinition, Settings
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._prepare import Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Progress
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope

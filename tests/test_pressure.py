@@ -130,7 +130,8 @@ async def test_bash_says_how_much_of_a_flood_it_dropped_and_that_it_is_not_saved
 _LONG_LINE_READER = """
 import asyncio, json, resource, sys
 from pathlib import Path
-from agentcell.worker.tools import Grep, ReadFile, ToolContext
+from agentcell.worker.tools import ToolContext
+from agentcell.worker.tools._files import Grep, ReadFile
 
 async def main(workdir):
     ctx = ToolContext(workdir=Path(workdir))
@@ -168,7 +169,7 @@ def test_read_file_and_grep_read_a_huge_single_line_in_bounded_pieces(tmp_path: 
 async def test_a_new_pool_removes_the_temp_folders_a_killed_orchestrators_children_left(
     spawned: SpawnRecorder,
 ) -> None:
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from agentcell.worker.sandbox._spare import private_tmp
 
     gone = await asyncio.create_subprocess_exec("true")

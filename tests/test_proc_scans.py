@@ -7,7 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-from agentcell.orchestrator.backends import OutcomeKind, WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._outcome import OutcomeKind
 from agentcell.worker.child import _proc
 from conftest import SpawnRecorder
 from pool_util import first_frame, run_op, start

@@ -411,7 +411,7 @@ async def test_each_spare_is_in_a_cgroup_of_its_own_before_its_run_and_the_pool_
     # Moving into a cgroup waits on the kernel's cgroup locks (ms under fan-out): a spare
     # does it before its Hello. The cap stays per sub-agent (one process, one cgroup),
     # and the pool itself removes the cgroup once the child is gone, whoever leased it.
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from agentcell.worker.sandbox import _cgroup
     from pool_util import run_op
 
@@ -439,7 +439,7 @@ def test_a_pool_removes_the_cgroups_a_killed_orchestrator_left_behind(
 ) -> None:
     # An orchestrator SIGKILLed with spares alive leaves their (empty) cgroups; the next
     # pool removes those of processes that are gone, never one with members.
-    from agentcell.orchestrator.backends import WorkerPool
+    from agentcell.orchestrator.backends._forkserver import WorkerPool
     from agentcell.worker.sandbox import _cgroup
 
     found = _cgroup.controller()

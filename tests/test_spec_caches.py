@@ -21,7 +21,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Settings
 from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
-from agentcell.orchestrator.definitions import AgentRegistry
+from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._prepare import Preparer
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter

@@ -21,13 +21,13 @@ import dataclasses
 from pathlib import Path
 
 from agentcell.orchestrator import SubAgentResult
-from agentcell.orchestrator.delegation import TaskRecord, TaskState, TaskTracker
 from agentcell.orchestrator.task_tools._tools import (
     TaskControlArgs,
     TaskControlTool,
     TaskWaitArgs,
     TaskWaitTool,
 )
+from agentcell.orchestrator.task_tools._tracker import TaskRecord, TaskState, TaskTracker
 from agentcell.protocol import RunStatus
 from agentcell.worker.tools import ToolContext, ToolOutput
 from hypothesis import settings
@@ -375,8 +375,8 @@ async def test_task_wait_hands_out_only_what_fits_and_keeps_the_rest() -> None:
     from pathlib import Path
 
     from agentcell.orchestrator import SubAgentResult
-    from agentcell.orchestrator.delegation import TaskTracker
     from agentcell.orchestrator.task_tools._tools import TaskWaitArgs, TaskWaitTool
+    from agentcell.orchestrator.task_tools._tracker import TaskTracker
     from agentcell.protocol import RunStatus
     from agentcell.worker.tools import ToolContext
 

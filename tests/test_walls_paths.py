@@ -426,7 +426,7 @@ def test_a_projects_config_mcp_json_and_agent_file_linked_out_are_refused(
 ) -> None:
     from agentcell.orchestrator.config._load import ConfigError, project_config
     from agentcell.orchestrator.config._mcp import read_mcp_json
-    from agentcell.orchestrator.definitions import AgentRegistry
+    from agentcell.orchestrator.definitions._registry import AgentRegistry
 
     work, secret = _hostile(tmp_path)
     secret.write_text('{"mcpServers": {"evil": {"command": "sh"}}}\n')
