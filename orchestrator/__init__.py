@@ -1,6 +1,10 @@
 """The agentcell parent: the ``Orchestrator`` and the rooms it is made of.
 
-_orchestrator, _main_run, _run_stream, _text   the ``Orchestrator`` and the main agent's run
+_orchestrator  the ``Orchestrator``, a facade over: _parts (what the main agent and the
+               runner share, and their builders), _main_agent (the main run, its engines),
+               _direct_runs (``delegate``, ``map``), _calls (records between calls)
+_main_run, _run_stream, _text   the report and tools around the main run, ``run_stream``,
+               text made safe for a terminal
 delegation/    one delegation: prepare → relay → settle
 model_relay/   a child's model requests, sent from the parent
 network/       what a sub-agent reaches through the parent (egress proxy, web_fetch)
