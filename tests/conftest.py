@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import psutil
@@ -56,6 +58,55 @@ def _remove_dead_sessions_state() -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _STATE is not None:
         _STATE.cleanup()
+
+
+#: ``make test`` takes at most 10 minutes on a quiet 2-core machine. The suite is serial
+#: and CPU-bound (about 90 % of one core), so the CPU time it uses — this process and every
+#: child it waited for — is what a quiet machine's clock shows, while a busy machine
+#: stretches the clock and not this. A whole run over it fails, with the slowest tests.
+SUITE_CPU_BUDGET_S = 600.0
+_SUITE_START: list[float] = []
+
+
+def _cpu_seconds() -> float:
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _SUITE_START[:] = [_cpu_seconds(), time.monotonic()]
+
+
+def _whole_suite(session: pytest.Session) -> bool:
+    """``make test``'s run: every test file, no keyword, no mark but ``not soak``."""
+    config = session.config
+    args = [a for a in config.args if a not in ("tests", str(config.rootpath / "tests"))]
+    return (
+        not args
+        and not config.getoption("keyword")
+        and config.getoption("markexpr") in ("", "not soak")
+        and session.testscollected > 1000
+    )
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if not _SUITE_START or not _whole_suite(session):
+        return
+    cpu = _cpu_seconds() - _SUITE_START[0]
+    wall = time.monotonic() - _SUITE_START[1]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = (
+        f"the suite used {cpu:.0f} s of CPU in {wall:.0f} s "
+        f"(budget: {SUITE_CPU_BUDGET_S:.0f} s, make test on a quiet 2-core machine)"
+    )
+    over = cpu > SUITE_CPU_BUDGET_S
+    if reporter is not None:
+        reporter.write_line(line + (": over budget" if over else ""), red=over)
+    if over and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(session: pytest.Session, items: list[pytest.Item]) -> None:
