@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 BASE_STAMP := $(VENV)/.installed-base
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test soak smoke lint bench bench-full fuzz mutants clean .typecheck .venv-python .bytecode
+.PHONY: demo test soak smoke lint bench bench-full fuzz mutants clean .typecheck .venv-python .bytecode \
+	bash-tables
 
 $(BASE_STAMP): pyproject.toml
 	test -d $(VENV) || scripts/newest_python --venv $(VENV) $(PYTHON)
@@ -61,6 +62,12 @@ lint: $(STAMP)
 	mkdir -p .typecheck/agentcell
 	for f in agentcell/*.py; do ln -sfn ../../$$f .typecheck/$$f; done
 	for d in protocol worker orchestrator; do ln -sfn ../../$$d .typecheck/agentcell/$$d; done
+
+# bashlex's parse tables, built once into worker/rules/_bash_tables.py, which
+# worker/rules/_bashlex_fast.py reads instead of building them at every import: after
+# changing bashlex, run this and commit the file (tests/test_bashlex_tables.py says when).
+bash-tables: .venv-python $(BASE_STAMP)
+	$(BIN)/python -m agentcell.worker.rules._bashlex_fast
 
 # Coverage-guided fuzzing of the frame decoder for a bounded time (atheris).
 FUZZ_SECONDS ?= 60

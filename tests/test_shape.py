@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("protocol", "worker", "orchestrator")
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 700
+#: Data written by a program, not read by people (each says how it is made): no line cap.
+GENERATED = {"worker/rules/_bash_tables.py"}
 
 
 def _modules() -> list[Path]:
@@ -21,7 +23,8 @@ def test_no_module_is_over_700_lines() -> None:
     over = [
         f"{path.relative_to(ROOT)}: {lines} lines"
         for path in _modules()
-        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+        if path.relative_to(ROOT).as_posix() not in GENERATED
+        and (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert over == [], f"modules over {MAX_MODULE_LINES} lines: {over}"
 

@@ -65,7 +65,7 @@ def simple_commands(line: str) -> LineWords:
     """Every simple command of ``line`` as its words, and the files it redirects in."""
     line = line.replace("\\\n", "")  # the shell removes a backslash-newline first
     if len(line) <= MAX_PARSED:
-        import bashlex  # imported at first use: see _shell.plain_commands
+        from agentcell.worker.rules._bashlex_fast import bashlex  # see _shell.plain_commands
 
         try:
             trees = bashlex.parse(line)

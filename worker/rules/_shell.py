@@ -77,9 +77,9 @@ def plain_commands(line: str) -> list[list[str]] | None:
     """The words of every simple command of ``line``, or None if it is not provably plain."""
     if not line.strip() or len(line) > MAX_LINE or _OPAQUE.search(line):
         return None
-    # Imported at first use: bashlex builds its LR tables at import (~120 ms), which
-    # every command-line start paid (the fork server preloads it for the children).
-    import bashlex
+    # Imported at first use, not by every command-line start (the fork server preloads
+    # it for the children); through _bashlex_fast, which reads its parse tables.
+    from agentcell.worker.rules._bashlex_fast import bashlex
 
     try:
         trees = bashlex.parse(line)
