@@ -5,7 +5,7 @@ the test process and its sub-agent child processes can all talk to it at once::
 
     with ModelServer() as server:
         server.add(Reply(text="Hello!"), Reply(tool_calls=[Call("read", {"path": "a"})]))
-        model = OpenAIChatModel("gpt-test", base_url=server.openai_base_url)
+        model = OpenAIChatModel("gpt-test", http=HttpOptions(base_url=server.openai_base_url))
         ...
         assert server.requests[0].body["messages"][0]["role"] == "system"
 
@@ -353,7 +353,10 @@ def serving(
     server = ThreadingHTTPServer((host, 0), handler)
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll interval: shutdown() waits for the loop's next poll (0.5 s by default)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     try:
         yield server.server_address[1]

@@ -1,4 +1,6 @@
-"""The installed ``agentcell`` command, run as a subprocess (a pseudo-terminal for chat)."""
+"""The ``agentcell`` command: the installed executable where the process is what is tested
+(a pseudo-terminal for chat, what lands on stderr, a traceback), else run in this process
+(``invoke``: tests/cli_runner.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +9,16 @@ import os
 import re
 import select
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from agentcell.worker.child import _proc
+from cli_runner import AGENTCELL, agentcell, cli_env, invoke
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
 
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
+__all__ = ["AGENTCELL", "agentcell", "cli_env", "project"]  # for the other CLI tests
 
 
 @pytest.fixture
@@ -28,28 +29,6 @@ def project(tmp_path: Path) -> Path:
     for name in ("a.txt", "b.txt", "c.py"):
         (work / name).write_text("x\n")
     return work
-
-
-def cli_env(project: Path, server: ModelServer | None = None, **extra: str) -> dict[str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "ANTHROPIC_", "AGENTCELL_"))
-    }
-    env.update(HOME=str(project.parent / "home"), NO_COLOR="1", AGENTCELL_BLOCK_REAL_MODELS="1")
-    env.pop("XDG_CONFIG_HOME", None)
-    if server is not None:
-        env.update(OPENAI_BASE_URL=server.openai_base_url, OPENAI_API_KEY="sk-test-cli-key-123456")
-    env.update(extra)
-    return env
-
-
-def agentcell(
-    *args: str, cwd: Path, env: dict[str, str], timeout: float = 120
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENTCELL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
 
 
 def assert_gone(pids: list[int]) -> None:
@@ -112,9 +91,9 @@ def test_run_json_with_delegation_crash_and_background(
     # The run was recorded, and `runs` reads it back.
     run_dir = Path(report["run_dir"])
     assert (run_dir / "summary.json").is_file() and (run_dir / "main.jsonl").is_file()
-    listed = agentcell("runs", "list", "--json", cwd=project, env=cli_env(project))
+    listed = invoke("runs", "list", "--json", cwd=project, env=cli_env(project))
     assert json.loads(listed.stdout)[0]["run_id"] == run_dir.name
-    shown = agentcell("runs", "show", run_dir.name[:15], cwd=project, env=cli_env(project))
+    shown = invoke("runs", "show", run_dir.name[:15], cwd=project, env=cli_env(project))
     assert shown.returncode == 0 and "crashed" in shown.stdout and "glob" in shown.stdout
     # Secrets never reach the records.
     for path in run_dir.rglob("*"):
@@ -182,21 +161,33 @@ def test_user_errors_are_one_clear_line(
 ) -> None:
     for name, text in files.items():
         (project / name).write_text(text)
-    done = agentcell(*args, cwd=project, env=cli_env(project))
+    done = invoke(*args, cwd=project, env=cli_env(project))
     assert done.returncode == code, (done.stdout, done.stderr)
     assert needle in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
 
 
+def _fast_retries(project: Path) -> None:
+    """The user's config: the openai provider's retries 10 ms apart, not 0.5 s and more
+    (they are still made: "gave up after 5 attempts")."""
+    config = project.parent / "home" / ".config" / "agentcell"
+    config.mkdir(parents=True)
+    (config / "config.toml").write_text("[model_options.openai]\nretry_base_delay = 0.01\n")
+
+
 def test_unreachable_model_is_a_failed_run_not_a_crash(project: Path) -> None:
+    _fast_retries(project)
     env = cli_env(project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-test")
-    done = agentcell("run", "--model", "openai:gpt-test", "hi", cwd=project, env=env)
+    done = invoke("run", "--model", "openai:gpt-test", "hi", cwd=project, env=env)
     assert done.returncode == 1
     assert "cannot reach http://127.0.0.1:9/v1" in done.stderr
+    assert "(gave up after 5 attempts)" in done.stderr
     assert "Traceback" not in done.stderr
 
 
 def test_quiet_drops_progress_but_still_says_why_a_run_failed(project: Path) -> None:
+    # The real process: nothing else on its stderr (a fork server's or a child's included).
+    _fast_retries(project)
     env = cli_env(project, OPENAI_BASE_URL="http://127.0.0.1:9/v1", OPENAI_API_KEY="sk-test")
     done = agentcell("run", "--quiet", "--model", "openai:gpt-test", "hi", cwd=project, env=env)
     assert done.returncode == 1
@@ -217,15 +208,15 @@ def test_settings_precedence(project: Path, model_server: ModelServer) -> None:
     config.mkdir(parents=True)
     (config / "config.toml").write_text('model = "openai:from-user-file"\n')
     env = cli_env(project, model_server)
-    assert agentcell("run", "x", cwd=project, env=env).stdout == "model was from-user-file\n"
+    assert invoke("run", "x", cwd=project, env=env).stdout == "model was from-user-file\n"
     (project / "pyproject.toml").write_text('[tool.agentcell]\nmodel = "openai:from-pyproject"\n')
-    assert agentcell("run", "x", cwd=project, env=env).stdout == "model was from-pyproject\n"
+    assert invoke("run", "x", cwd=project, env=env).stdout == "model was from-pyproject\n"
     (project / "agentcell.toml").write_text('model = "openai:from-project-file"\n')
-    assert agentcell("run", "x", cwd=project, env=env).stdout == "model was from-project-file\n"
+    assert invoke("run", "x", cwd=project, env=env).stdout == "model was from-project-file\n"
     env["AGENTCELL_MODEL"] = "openai:from-env"
-    assert agentcell("run", "x", cwd=project, env=env).stdout == "model was from-env\n"
+    assert invoke("run", "x", cwd=project, env=env).stdout == "model was from-env\n"
     assert (
-        agentcell("run", "--model", "openai:from-flag", "x", cwd=project, env=env).stdout
+        invoke("run", "--model", "openai:from-flag", "x", cwd=project, env=env).stdout
         == "model was from-flag\n"
     )
 
@@ -255,18 +246,18 @@ def test_agents_validate_list_and_show(project: Path) -> None:
     (agents_dir / "reviewer.md").write_text(GOOD_AGENT)
     env = cli_env(project)
 
-    good = agentcell("agents", "validate", cwd=project, env=env)
+    good = invoke("agents", "validate", cwd=project, env=env)
     assert good.returncode == 0, good.stdout
     assert "1 file(s) checked, 0 failed" in good.stdout
 
     (agents_dir / "broken.md").write_text(BAD_AGENT)
-    bad = agentcell("agents", "validate", str(agents_dir), cwd=project, env=env)
+    bad = invoke("agents", "validate", str(agents_dir), cwd=project, env=env)
     assert bad.returncode == 1
     problems = [line for line in bad.stdout.splitlines() if "broken.md" in line]
     assert len(problems) == 2  # one line per problem
     assert any("maxTurns" in line for line in problems) and any("yolo" in line for line in problems)
 
-    listed = json.loads(agentcell("agents", "list", "--json", cwd=project, env=env).stdout)
+    listed = json.loads(invoke("agents", "list", "--json", cwd=project, env=env).stdout)
     by_name = {a["name"]: a for a in listed["agents"]}
     assert {"general-purpose", "Explore", "Plan", "reviewer"} <= set(by_name)
     assert by_name["reviewer"]["tools"] == ["read_file", "grep"]
@@ -274,7 +265,7 @@ def test_agents_validate_list_and_show(project: Path) -> None:
     assert by_name["reviewer"]["resolved_model"] == "anthropic:claude-sonnet-4-5"
     assert "task" not in by_name["general-purpose"]["tools"]
 
-    shown = agentcell("agents", "show", "reviewer", cwd=project, env=env)
+    shown = invoke("agents", "show", "reviewer", cwd=project, env=env)
     assert shown.returncode == 0 and "You review code." in shown.stdout
 
 
@@ -292,7 +283,7 @@ def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
     )
     env = cli_env(project)
 
-    done = agentcell("agents", "validate", "--agents-dir", str(extra), cwd=project, env=env)
+    done = invoke("agents", "validate", "--agents-dir", str(extra), cwd=project, env=env)
     assert done.returncode == 0, done.stdout  # warnings, but every file loaded
     lines = done.stdout.splitlines()
     [duplicate] = [line for line in lines if "agent 'reviewer'" in line]
@@ -305,15 +296,13 @@ def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
     assert lines[-1] == "4 file(s) checked, 0 failed, 2 problem(s)"
 
     # The same folder given as a path: the same findings.
-    by_path = agentcell("agents", "validate", str(extra), cwd=project, env=env)
+    by_path = invoke("agents", "validate", str(extra), cwd=project, env=env)
     assert by_path.stdout.splitlines()[-1] == lines[-1]
 
-    listed = agentcell("agents", "list", "--agents-dir", str(extra), cwd=project, env=env)
+    listed = invoke("agents", "list", "--agents-dir", str(extra), cwd=project, env=env)
     assert "2 problem(s) while loading" in listed.stdout
     document = json.loads(
-        agentcell(
-            "agents", "list", "--json", "--agents-dir", str(extra), cwd=project, env=env
-        ).stdout
+        invoke("agents", "list", "--json", "--agents-dir", str(extra), cwd=project, env=env).stdout
     )
     assert [p["level"] for p in document["problems"]] == ["warning", "warning"]
     assert {p["path"] for p in document["problems"]} == {
@@ -323,7 +312,7 @@ def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
     assert any("agent 'Explore'" in n["message"] for n in document["notes"])
     assert "python-devops-ci-cd-expert" in {a["name"] for a in document["agents"]}
 
-    missing = agentcell("agents", "validate", "--agents-dir", "nowhere", cwd=project, env=env)
+    missing = invoke("agents", "validate", "--agents-dir", "nowhere", cwd=project, env=env)
     assert "nowhere: warning: agents folder not found" in missing.stdout
 
 

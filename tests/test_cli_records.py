@@ -1,7 +1,8 @@
-"""Recorded runs read back through the installed command (``runs show``, ``runs view``):
-a sub-agent that left no transcript, a transcript changed after the fact, and the
-timeline page of text full of control characters. Each run is real (a local model
-server, or the offline echo model)."""
+"""Recorded runs read back through the command (``runs show``, ``runs view``): a sub-agent
+that left no transcript, a transcript changed after the fact, and the timeline page of
+text full of control characters. Each run is real (a local model server, or the offline
+echo model); the commands run in this process (tests/cli_runner.py), but for a terminal
+and a pipe, which take the installed executable."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from cli_runner import AGENTCELL, cli_env, invoke
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
-from terminal_util import AGENTCELL, Screen
-from test_cli import agentcell, cli_env, project
+from terminal_util import Screen
+from test_cli import project
 
 __all__ = ["project"]  # the fixture, shared with test_cli
 
@@ -36,7 +38,7 @@ def _one_task(task: dict[str, Any]) -> Any:
 
 
 def _run(project: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
-    done = agentcell("run", "--json", "--approve", "allow", *args, cwd=project, env=env)
+    done = invoke("run", "--json", "--approve", "allow", *args, cwd=project, env=env)
     assert "Traceback" not in done.stderr, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     return report
@@ -61,13 +63,13 @@ def test_a_sub_agent_that_ended_before_its_transcript_is_said_so(
     assert not (Path(report["run_dir"]) / f"{agent_id}.jsonl").exists()
 
     for extra in ([], ["--json"]):
-        shown = agentcell("runs", "show", run_id, agent_id, *extra, cwd=project, env=env)
+        shown = invoke("runs", "show", run_id, agent_id, *extra, cwd=project, env=env)
         assert shown.returncode == 2 and not shown.stdout
         (line,) = shown.stderr.splitlines()
         assert f"{agent_id} (writer) has no transcript: it was not recorded" in line
         assert "ended error: isolation: worktree needs a git repository" in line
         assert f"agentcell runs show {run_id}" in line  # where to read what is known of it
-    unknown = agentcell("runs", "show", run_id, "a99", cwd=project, env=env)
+    unknown = invoke("runs", "show", run_id, "a99", cwd=project, env=env)
     assert unknown.returncode == 2 and f"has no agent 'a99' (agents: {agent_id}, main)" in (
         unknown.stderr
     )
@@ -78,7 +80,7 @@ def test_runs_show_warns_about_a_transcript_changed_after_it_was_written(project
     report = _run(project, env, "--model", "scripted:echo", "hello there")
     run_id = Path(report["run_dir"]).name
     record = Path(report["run_dir"]) / "main.jsonl"
-    clean = agentcell("runs", "show", run_id, "main", cwd=project, env=env)
+    clean = invoke("runs", "show", run_id, "main", cwd=project, env=env)
     assert clean.returncode == 0 and clean.stderr == "", clean.stderr
 
     lines = record.read_text().splitlines(keepends=True)
@@ -87,13 +89,13 @@ def test_runs_show_warns_about_a_transcript_changed_after_it_was_written(project
     record.write_text("".join(line.replace("hello there", "EDITED") for line in lines))
 
     for extra in ([], ["--json"]):
-        shown = agentcell("runs", "show", run_id, "main", *extra, cwd=project, env=env)
+        shown = invoke("runs", "show", run_id, "main", *extra, cwd=project, env=env)
         assert shown.returncode == 0, shown.stderr
         assert "echo: EDITED" in shown.stdout  # still shown, as it is now
         (warning,) = shown.stderr.splitlines()  # one line, before the transcript
         assert warning.startswith(f"agentcell: warning: {record}: line {edited[0]} was changed")
         assert "its MAC does not match" in warning
-    resumed = agentcell("runs", "resume", run_id, "more", cwd=project, env=env)
+    resumed = invoke("runs", "resume", run_id, "more", cwd=project, env=env)
     assert resumed.returncode == 2 and f"line {edited[0]} was changed" in resumed.stderr
 
 
@@ -108,7 +110,7 @@ def test_the_timeline_writes_control_characters_out(
     report = _run(project, env, "--model", "openai:gpt-test", "--prompt-file", str(prompt))
     assert report["subagents"][0]["description"] == f"desc {CONTROLS}"  # kept as given
 
-    viewed = agentcell("runs", "view", Path(report["run_dir"]).name, cwd=project, env=env)
+    viewed = invoke("runs", "view", Path(report["run_dir"]).name, cwd=project, env=env)
     assert viewed.returncode == 0, viewed.stderr
     page = Path(viewed.stdout.strip()).read_bytes().decode()
     for char in ("\x1b", "\x07", "\r", "\x00"):
@@ -142,7 +144,7 @@ def test_runs_show_reads_a_transcript_of_any_shape_without_a_traceback(project: 
     ]
     with record.open("a") as file:
         file.writelines(json.dumps(line) + "\n" for line in odd)
-    shown = agentcell("runs", "show", run_id, "main", cwd=project, env=env)
+    shown = invoke("runs", "show", run_id, "main", cwd=project, env=env)
     assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
     assert "(not a message) 5" in shown.stdout and '["not", "text"]' in shown.stdout
     assert "→ ? " in shown.stdout and "→ {} " in shown.stdout  # the calls, as they are

@@ -18,6 +18,7 @@ from agentcell.orchestrator.config._load import load_settings
 from agentcell.orchestrator.config._trust import trust
 from agentcell.protocol import RunStatus, ToolMessage, UserMessage
 from agentcell.worker import MAX_STOP_HOOK_CONTINUATIONS
+from cli_runner import invoke
 
 from agentcell.testing import FunctionModel, reply, tool_call
 
@@ -284,7 +285,6 @@ def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
     tmp_path: Path,
 ) -> None:
     import os
-    import subprocess
 
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
@@ -292,12 +292,9 @@ def test_agents_show_and_validate_say_an_untrusted_projects_hooks_are_ignored(
     (project / ".claude" / "agents" / "guarded.md").write_text(GUARDED_AGENT)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
     env.update(HOME=str(home), NO_COLOR="1", COLUMNS="200")
-    command = str(Path(PY).with_name("agentcell"))
 
     def cli(*args: str) -> str:
-        done = subprocess.run(
-            [command, *args], cwd=project, env=env, capture_output=True, text=True, timeout=60
-        )
+        done = invoke(*args, cwd=project, env=env)
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -352,7 +349,6 @@ def test_a_matcher_that_is_no_valid_expression_is_named_where_it_is_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     import os
-    import subprocess
 
     table = {"PreToolUse": [{"matcher": "(", "hooks": [{"command": "exit 2"}]}]}
     notes: list[str] = []
@@ -374,9 +370,8 @@ def test_a_matcher_that_is_no_valid_expression_is_named_where_it_is_read(
     (project / ".claude" / "agents" / "guarded.md").write_text(agent_file)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
     env.update(HOME=str(home), NO_COLOR="1", COLUMNS="200")
-    command = [str(Path(PY).with_name("agentcell")), "agents", "validate"]
-    subprocess.run([*command[:1], "trust"], cwd=project, env=env, check=True, timeout=60)
-    done = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=60)
+    assert invoke("trust", cwd=project, env=env).returncode == 0
+    done = invoke("agents", "validate", cwd=project, env=env)
     lines = done.stdout.splitlines()
     assert lines[:-1] == [
         ".claude/agents/guarded.md: warning: frontmatter: hooks.PreToolUse: matcher '(Bash' is not "

@@ -1,4 +1,6 @@
-"""What a new user trips on first, run as they run it: through pipes and a terminal."""
+"""What a new user trips on first, run as they run it: through pipes and a terminal (the
+installed executable); what only reads what a command prints or records runs the command
+in this process (tests/cli_runner.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from typing import Any
 
 import pytest
 from agentcell.orchestrator.backends.ray._local import RayHead, stop_ray_head
+from cli_runner import AGENTCELL, agentcell, cli_env, invoke
 from model_servers import Call, ModelServer, Reply
 from ray_util import outside_loopback
-from test_cli import AGENTCELL, cli_env
 
 
 def _piped(command: str, cwd: Path, env: dict[str, str]) -> tuple[int, str]:
@@ -36,16 +38,8 @@ def test_a_closed_stdout_ends_the_run_quietly_and_the_run_is_recorded(tmp_path: 
     code, stderr = _piped("run --model scripted:demo --quiet hello", work, env)
     assert code == 0, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr, stderr
-    listed = subprocess.run(
-        [AGENTCELL, "runs", "list", "--json"], cwd=work, env=env, capture_output=True, text=True
-    )
+    listed = invoke("runs", "list", "--json", cwd=work, env=env)
     assert '"completed"' in listed.stdout, listed.stdout + listed.stderr
-
-
-def _agentcell(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AGENTCELL, *args], cwd=work, env=env, capture_output=True, text=True, timeout=120
-    )
 
 
 def test_resume_takes_the_recorded_model_and_a_short_id(tmp_path: Path) -> None:
@@ -53,16 +47,16 @@ def test_resume_takes_the_recorded_model_and_a_short_id(tmp_path: Path) -> None:
     work.mkdir()
     (tmp_path / "home").mkdir()
     env = cli_env(work)
-    first = _agentcell(work, env, "run", "--model", "scripted:demo", "--json", "hello")
+    first = invoke("run", "--model", "scripted:demo", "--json", "hello", cwd=work, env=env)
     assert first.returncode == 0, first.stderr
     run_id = json.loads(first.stdout)["run_dir"].rsplit("/", 1)[-1]
     # No --model, and no model configured anywhere: the record names the one it used.
-    by_suffix = _agentcell(work, env, "runs", "resume", run_id[-4:], "--json", "go on")
+    by_suffix = invoke("runs", "resume", run_id[-4:], "--json", "go on", cwd=work, env=env)
     assert by_suffix.returncode == 0, by_suffix.stderr
     resumed = json.loads(by_suffix.stdout)
     assert resumed["status"] == "completed"
     assert resumed["run_dir"].rsplit("/", 1)[-1] != run_id
-    shown = _agentcell(work, env, "runs", "show", run_id[:-2], "--json")
+    shown = invoke("runs", "show", run_id[:-2], "--json", cwd=work, env=env)
     assert shown.returncode == 0 and json.loads(shown.stdout)["run_id"] == run_id, shown.stderr
 
 
@@ -73,13 +67,13 @@ def test_an_ambiguous_or_unknown_short_id_is_one_line(tmp_path: Path) -> None:
     env = cli_env(work)
     for _ in range(2):
         assert (
-            _agentcell(work, env, "run", "--model", "scripted:demo", "--quiet", "hi").returncode
+            invoke("run", "--model", "scripted:demo", "--quiet", "hi", cwd=work, env=env).returncode
             == 0
         )
-    ambiguous = _agentcell(work, env, "runs", "show", "2")
+    ambiguous = invoke("runs", "show", "2", cwd=work, env=env)
     assert ambiguous.returncode == 2 and "matches several runs" in ambiguous.stderr
     assert len(ambiguous.stderr.strip().splitlines()) == 1 and "Traceback" not in ambiguous.stderr
-    unknown = _agentcell(work, env, "runs", "resume", "zzzz", "x")
+    unknown = invoke("runs", "resume", "zzzz", "x", cwd=work, env=env)
     assert unknown.returncode == 2 and "no run 'zzzz'" in unknown.stderr
 
 
@@ -105,13 +99,13 @@ def test_a_claude_code_agent_file_runs_on_a_local_server_through_model_alias(
     env = cli_env(work, model_server)
     model_server.responder = _claude_code_responder
     args = ("run", "--model", "openai:local-main", "--json", "--approve", "allow", "go")
-    unmapped = json.loads(_agentcell(work, env, *args).stdout)
+    unmapped = json.loads(invoke(*args, cwd=work, env=env).stdout)
     assert "ANTHROPIC_API_KEY" in unmapped["subagents"][0]["error"]
-    mapped = _agentcell(work, env, *args, "--model-alias", "sonnet=openai:local-sonnet")
+    mapped = invoke(*args, "--model-alias", "sonnet=openai:local-sonnet", cwd=work, env=env)
     sub = json.loads(mapped.stdout)["subagents"][0]
     assert sub["status"] == "completed", sub
     assert sub["final_text"] == "helper ran on local-sonnet"
-    bad = _agentcell(work, env, *args, "--model-alias", "sonnet")
+    bad = invoke(*args, "--model-alias", "sonnet", cwd=work, env=env)
     assert bad.returncode == 2 and "write ALIAS=PROVIDER:NAME" in bad.stderr
 
 
@@ -126,19 +120,19 @@ def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
     bystander = subprocess.Popen(["bash", "-c", "exec -a raylet sleep 600"], start_new_session=True)
     head: RayHead | None = None
     try:
-        started = _agentcell(tmp_path, env, "ray", "start", "--num-cpus", "1")
+        started = agentcell("ray", "start", "--num-cpus", "1", cwd=tmp_path, env=env)
         assert started.returncode == 0, started.stderr
         state = json.loads((tmp_path / "st" / "agentcell" / "ray-head.json").read_text())
         head = RayHead(state["address"], {}, state["home"], state["leader"])
         assert state["address"].startswith("127.0.0.1:") and head.processes()
         assert not outside_loopback(head)
-        status = _agentcell(tmp_path, env, "ray", "status")
+        status = agentcell("ray", "status", cwd=tmp_path, env=env)
         assert state["address"] in status.stdout
-        stopped = _agentcell(tmp_path, env, "ray", "stop")
+        stopped = agentcell("ray", "stop", cwd=tmp_path, env=env)
         assert stopped.returncode == 0 and "stopped the Ray head" in stopped.stdout
         assert not head.processes()
         assert bystander.poll() is None, "agentcell ray stop ended a process it did not start"
-        again = _agentcell(tmp_path, env, "ray", "stop")
+        again = agentcell("ray", "stop", cwd=tmp_path, env=env)
         assert again.returncode == 0 and "no Ray head" in again.stdout
     finally:
         if head is not None:
@@ -150,12 +144,14 @@ def test_agentcell_ray_start_and_stop_keep_to_loopback_and_to_their_own_head(
 _DRIVER = """
 import asyncio, signal
 from pool_util import run_op
-from agentcell.orchestrator import WorkerPool
+from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.backends._forkserver import PoolTimings
 
 signal.signal(signal.SIGINT, lambda *_: print("interrupted", flush=True))
 
 async def main():
-    async with WorkerPool(max_workers=1, preload=["slow_boot"], start_timeout=15) as pool:
+    timings = PoolTimings(start_timeout=15)
+    async with WorkerPool(max_workers=1, preload=["slow_boot"], timings=timings) as pool:
         _frames, outcome = await run_op(pool, "echo", text="hi")
         print("child", outcome.exit_code, flush=True)
 

@@ -110,18 +110,23 @@ async def test_a_sub_agent_refuses_an_impostor_parent() -> None:
         await impostor.aclose()
 
 
-async def test_a_silent_or_garbage_client_is_dropped(listener: TcpListener) -> None:
-    listener.expect("a1")
-    host, port = listener.address
-    _, silent = await asyncio.open_connection(host, port)
-    reader, garbage = await asyncio.open_connection(host, port)
-    garbage.write(b"GET / HTTP/1.1\r\n\r\n")
-    async with asyncio.timeout(5):
-        assert await reader.read() == b""
-    async with asyncio.timeout(10):  # the handshake deadline (2 s) drops the silent one
-        await listener.wait_refused(2)
-    silent.close()
-    garbage.close()
+async def test_a_silent_or_garbage_client_is_dropped() -> None:
+    # A listener of its own, with a short deadline: the silent client waits it out.
+    listener = await TcpListener(handshake_timeout=0.5).start()
+    try:
+        listener.expect("a1")
+        host, port = listener.address
+        _, silent = await asyncio.open_connection(host, port)
+        reader, garbage = await asyncio.open_connection(host, port)
+        garbage.write(b"GET / HTTP/1.1\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert await reader.read() == b""
+        async with asyncio.timeout(10):  # the handshake deadline (0.5 s) drops the silent one
+            await listener.wait_refused(2)
+        silent.close()
+        garbage.close()
+    finally:
+        await listener.aclose()
 
 
 async def test_over_tls_the_handshake_and_frames_work() -> None:

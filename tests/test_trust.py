@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +14,8 @@ from agentcell.orchestrator.config._load import load_settings, user_config_path
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.config._trust import is_trusted, trust
 from agentcell.protocol import RunStatus
+from cli_runner import agentcell, invoke
 from model_servers import ModelServer
-
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 
 
 @pytest.fixture
@@ -177,23 +174,22 @@ def test_an_untrusted_project_agent_file_cannot_give_bash_the_network(
     assert netty is not None and netty.network is True
 
 
-def cli(*args: str, home: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "XDG_CONFIG_HOME"}
     env["HOME"] = str(home)
-    return subprocess.run(
-        [AGENTCELL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
-    )
+    return env
 
 
 def test_trust_command_lists_and_revokes(project: Path, home: Path) -> None:
-    done = cli("trust", home=home, cwd=project)
+    env = _env(home)
+    done = invoke("trust", cwd=project, env=env)
     assert done.returncode == 0 and str(project.resolve()) in done.stdout
-    listed = cli("trust", "--list", home=home, cwd=project)
+    listed = invoke("trust", "--list", cwd=project, env=env)
     assert listed.stdout.split() == [str(project.resolve())]
     stored = json.loads((home / ".config" / "agentcell" / "trusted.json").read_text())
     assert stored["trusted"] == [str(project.resolve())]
-    assert cli("trust", "--revoke", str(project), home=home, cwd=home).returncode == 0
-    again = cli("trust", "--revoke", str(project), home=home, cwd=home)
+    assert invoke("trust", "--revoke", str(project), cwd=home, env=env).returncode == 0
+    again = invoke("trust", "--revoke", str(project), cwd=home, env=env)
     assert again.returncode == 2 and again.stderr.count("\n") == 1
     assert "is not trusted" in again.stderr
 
@@ -201,7 +197,8 @@ def test_trust_command_lists_and_revokes(project: Path, home: Path) -> None:
 def test_sandbox_command_tells_what_this_machine_enforces(home: Path, project: Path) -> None:
     from agentcell.worker import probe_sandbox
 
-    out = cli("sandbox", "--json", home=home, cwd=project)
+    # A process of its own: its probe of this machine, against this process's.
+    out = agentcell("sandbox", "--json", cwd=project, env=_env(home), timeout=60)
     report = json.loads(out.stdout)
     assert report["machine"] == probe_sandbox()
     assert set(report["modes"]) == {"off", "workspace", "read-only", "required"}

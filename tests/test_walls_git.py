@@ -332,7 +332,10 @@ class Http401(BaseHTTPRequestHandler):
 def asks_for_a_password() -> Iterator[str]:
     """An HTTP server on 127.0.0.1 that asks for credentials (where helpers would run)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Http401)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # a short poll interval: shutdown() waits for the loop's next poll (0.5 s by default)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/repo.git"

@@ -50,7 +50,11 @@ def two_servers() -> Iterator[int]:
     private = http.server.ThreadingHTTPServer(
         (PRIVATE, port), _handler(b"SECRET of a local service")
     )
-    threads = [threading.Thread(target=s.serve_forever, daemon=True) for s in (public, private)]
+    # a short poll interval: shutdown() waits for the loop's next poll (0.5 s by default)
+    threads = [
+        threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.01}, daemon=True)
+        for s in (public, private)
+    ]
     for thread in threads:
         thread.start()
     try:
