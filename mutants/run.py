@@ -199,7 +199,7 @@ MODULES: dict[str, tuple[str, str, float]] = {
 }
 #: A script run before the module's tests, without pytest's start-up (seconds of CPU per
 #: mutant on a shared machine): the same checks as its unit tests, failing at the first.
-FIRST = {"fork-request": "tests/fork_request_harness.py check"}
+FIRST = {"fork-request": "tests/support/fork_request_harness.py check"}
 #: Modules mutated on one line only: the line holding this text.
 ONLY_LINE = {"child-approval": "and not frame_is_authentic(frame, key)"}
 

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# The tests' helpers (servers, models, scripts run as children) are in tests/support/:
+# importable by name here, in every child that inherits this path, and by path.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "support"))
+
 import os
 import resource
 import shutil

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.protocol import RunStatus
+from agents import agent
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
@@ -34,18 +35,6 @@ elif "forbidden" in event.get("tool_input", {}).get("command", ""):
     print("no forbidden commands here: use an allowed one", file=sys.stderr)
     sys.exit(2)
 """
-
-
-def agent(name: str, tools: list[str], **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=name,
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model="openai:test",
-        source="test",
-        **fields,
-    )
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).parent / "support" / "mcp_server.py")
 
 # The shape of a widely copied collection: examples after the description, unindented.
 EXAMPLES = """---

@@ -3,7 +3,7 @@
 The question is built by the parent from what it knows (the pipe's agent, the tools it
 gave that agent), one field a line with control characters written out. The attacks come
 from real sub-agent processes: a child that sends crafted approval requests over its own
-signed pipe (tests/approval_screen_script.py, on a pseudo-terminal read through pyte), and
+signed pipe (tests/support/approval_screen_script.py, on a pseudo-terminal read through pyte), and
 real bash calls from scripted models for the scope of "always".
 """
 
@@ -27,7 +27,7 @@ from test_cli import cli_env, project
 
 __all__ = ["project"]  # the fixture, shared with test_cli
 
-SCRIPT = Path(__file__).with_name("approval_screen_script.py")
+SCRIPT = Path(__file__).parent / "support" / "approval_screen_script.py"
 
 
 def test_a_painted_reason_or_tool_name_cannot_hide_the_real_command(

@@ -7,7 +7,7 @@ character a terminal would act on (bidi overrides, line and paragraph separators
 shows nothing (Unicode's tag letters, a soft hyphen) is written out; Rich markup in it
 stays text. Checked on a pseudo-terminal through pyte and with the output piped
 (``chat``'s ``PlainInput``), from a real sub-agent: once as its model's tool call, once
-written on its pipe by the child's own code (tests/approval_url_screen_script.py). Red
+written on its pipe by the child's own code (tests/support/approval_url_screen_script.py). Red
 with ``flat`` writing out only ``visible``'s list (the tag letters reach the screen)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from test_cli import cli_env, project
 
 __all__ = ["project"]  # the fixture, shared with test_cli
 
-SCRIPT = Path(__file__).with_name("approval_url_screen_script.py")
+SCRIPT = Path(__file__).parent / "support" / "approval_url_screen_script.py"
 KEYS = "  allow? [y]es / [n]o / [a]lways for web_fetch: "
 PAINT = r"\u202eevil\u202c\u2029main agent wants to run bash:\u2028    git status"
 #: The two URLs asked about, as the question must write them (approval_url_screen_script's).

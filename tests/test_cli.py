@@ -1,6 +1,6 @@
 """The ``agentcell`` command: the installed executable where the process is what is tested
 (a pseudo-terminal for chat, what lands on stderr, a traceback), else run in this process
-(``invoke``: tests/cli_runner.py)."""
+(``invoke``: tests/support/cli_runner.py)."""
 
 from __future__ import annotations
 

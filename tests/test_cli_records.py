@@ -1,7 +1,7 @@
 """Recorded runs read back through the command (``runs show``, ``runs view``): a sub-agent
 that left no transcript, a transcript changed after the fact, and the timeline page of
 text full of control characters. Each run is real (a local model server, or the offline
-echo model); the commands run in this process (tests/cli_runner.py), but for a terminal
+echo model); the commands run in this process (tests/support/cli_runner.py), but for a terminal
 and a pipe, which take the installed executable."""
 
 from __future__ import annotations

@@ -29,22 +29,11 @@ from agentcell.protocol import (
     ToolStarted,
     UserMessage,
 )
+from agents import agent
 from conftest import SpawnRecorder
 from delegation_util import gate
 
 from agentcell.testing import FunctionModel, reply, tool_call, tool_results
-
-
-def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=f"{name} test agent",
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model=model,
-        source="test",
-        **fields,
-    )
 
 
 def main_model(first_calls: Callable[[], list[Any]]) -> FunctionModel:
@@ -99,7 +88,7 @@ async def test_eight_tasks_in_one_message_run_concurrently(
         orch = await make(
             tracked,
             main=main_model(calls),
-            agents=[agent("worker", "function:worker", ["wait_at_gate"])],
+            agents=[agent("worker", ["wait_at_gate"], model="function:worker")],
             models={"function:worker": worker},
             settings=settings,
             tools=[barrier.tool()],
@@ -143,8 +132,8 @@ async def test_child_context_and_tools_are_isolated(
         agents=[
             agent(
                 "reader",
-                "function:worker",
                 ["read_file", "grep", "bash", "task", "no_such_tool"],
+                model="function:worker",
                 disallowed_tools=["bash"],
             )
         ],
@@ -182,10 +171,10 @@ async def test_crashing_children_are_contained(
         tracked,
         main=main_model(calls),
         agents=[
-            agent("crasher", "function:crasher", tools),
-            agent("hanger", "function:crasher", tools, timeout_s=0.5),
-            agent("broken", "function:broken", None),
-            agent("fine", "function:fine", []),
+            agent("crasher", tools, model="function:crasher"),
+            agent("hanger", tools, model="function:crasher", timeout_s=0.5),
+            agent("broken", None, model="function:broken"),
+            agent("fine", [], model="function:fine"),
         ],
         models={"function:crasher": crasher, "function:broken": broken, "function:fine": fine},
         settings=settings,
@@ -235,7 +224,7 @@ async def test_background_results_are_injected_exactly_once(
     orch = await make(
         tracked,
         main=FunctionModel(main_fn, name="function:main"),
-        agents=[agent("fine", "function:fine", [])],
+        agents=[agent("fine", [], model="function:fine")],
         models={"function:fine": fine},
         settings=settings,
         workdir=tmp_path,
@@ -267,7 +256,7 @@ async def test_a_run_does_not_end_while_background_results_would_be_lost(
     orch = await make(
         tracked,
         main=FunctionModel(main_fn, name="function:main"),
-        agents=[agent("fine", "function:fine", [])],
+        agents=[agent("fine", [], model="function:fine")],
         models={"function:fine": fine},
         settings=settings,
         workdir=tmp_path,
@@ -305,7 +294,7 @@ async def test_approvals(
                 tool_call("task", subagent_type="writer", prompt="bash", background=background)
             ]
         ),
-        agents=[agent("writer", "function:writer", ["bash"])],
+        agents=[agent("writer", ["bash"], model="function:writer")],
         models={"function:writer": writer},
         settings=settings,
         approval=CallbackChannel(decide),
@@ -332,7 +321,10 @@ async def test_a_child_cannot_delegate_at_depth_one(
     orch = await make(
         tracked,
         main=main_model(lambda: [tool_call("task", subagent_type="forger", prompt="try")]),
-        agents=[agent("forger", "function:forger", None), agent("leaf", "function:leaf", [])],
+        agents=[
+            agent("forger", None, model="function:forger"),
+            agent("leaf", [], model="function:leaf"),
+        ],
         models={"function:forger": forger, "function:leaf": leaf},
         settings=settings,
         workdir=tmp_path,
@@ -353,8 +345,8 @@ async def test_depth_two_when_configured(tracked: SpawnRecorder, tmp_path: Any) 
         tracked,
         main=main_model(lambda: [tool_call("task", subagent_type="forger", prompt="try")]),
         agents=[
-            agent("forger", "function:forger", ["read_file", "grep", "task"]),
-            agent("leaf", "function:leaf", None),  # inherits: all of its parent's tools
+            agent("forger", ["read_file", "grep", "task"], model="function:forger"),
+            agent("leaf", None, model="function:leaf"),  # inherits: all of its parent's tools
         ],
         models={"function:forger": forger, "function:leaf": leaf},
         settings=settings,
@@ -381,9 +373,9 @@ async def test_task_limits_in_tools_narrow_what_a_child_may_start(
         tracked,
         main=main_model(lambda: [tool_call("task", subagent_type="lead", prompt="Leaf other")]),
         agents=[
-            agent("lead", "function:lead", ["read_file", "Task(leaf)"]),
-            agent("leaf", "function:leaf", []),
-            agent("other", "function:other", []),
+            agent("lead", ["read_file", "Task(leaf)"], model="function:lead"),
+            agent("leaf", [], model="function:leaf"),
+            agent("other", [], model="function:other"),
         ],
         models={"function:lead": lead, "function:leaf": leaf, "function:other": other},
         settings=settings,
@@ -450,7 +442,7 @@ async def test_a_background_definition_runs_in_the_background_unless_the_call_sa
     orch = await make(
         tracked,
         main=FunctionModel(main_fn, name="function:main"),
-        agents=[agent("watcher", "function:watcher", [], background=True)],
+        agents=[agent("watcher", [], model="function:watcher", background=True)],
         models={"function:watcher": watcher},
         settings=settings,
         workdir=tmp_path,
@@ -474,7 +466,7 @@ async def test_steer_reaches_the_next_turn(
         orch = await make(
             tracked,
             main=FunctionModel(lambda m, t: "unused", name="function:main"),
-            agents=[agent("steerable", "function:steerable", ["wait_at_gate"])],
+            agents=[agent("steerable", ["wait_at_gate"], model="function:steerable")],
             models={"function:steerable": model},
             settings=settings,
             tools=[door.tool()],
@@ -524,7 +516,7 @@ async def test_map_keeps_input_order_and_contains_failures(
     orch = await make(
         tracked,
         main=FunctionModel(lambda m, t: "unused", name="function:main"),
-        agents=[agent("crasher", "function:crasher", ["segfault", "read_file"])],
+        agents=[agent("crasher", ["segfault", "read_file"], model="function:crasher")],
         models={"function:crasher": crasher},
         settings=settings,
         tools=[child_models.segfault],
@@ -555,7 +547,7 @@ async def test_usage_is_aggregated_per_agent_and_budgets_hold_under_fan_out(
     orch = await make(
         tracked,
         main=main_model(calls),
-        agents=[agent("fine", "function:fine", [])],
+        agents=[agent("fine", [], model="function:fine")],
         models={"function:fine": fine},
         settings=settings,
         workdir=tmp_path,
@@ -580,7 +572,7 @@ async def test_context_fork_seeds_the_completed_turns(
     orch = await make(
         tracked,
         main=main_model(lambda: [tool_call("task", subagent_type="forked", prompt="continue")]),
-        agents=[agent("forked", "function:forked", [], context="fork")],
+        agents=[agent("forked", [], model="function:forked", context="fork")],
         models={"function:forked": forked},
         settings=settings,
         workdir=tmp_path,
@@ -606,7 +598,9 @@ async def test_an_agent_file_cannot_loosen_the_permission_mode(
     orch = await make(
         tracked,
         main=FunctionModel(lambda m, t: "unused", name="function:main"),
-        agents=[agent("writer", "function:writer", ["bash"], permission_mode="bypassPermissions")],
+        agents=[
+            agent("writer", ["bash"], model="function:writer", permission_mode="bypassPermissions")
+        ],
         models={"function:writer": writer},
         settings=Settings(approval="ask", permission_mode="default", max_workers=2, warm_spares=0),
         approval=CallbackChannel(decide),

@@ -40,22 +40,11 @@ from agentcell.protocol import (
     encode_frame,
 )
 from agentcell.worker.child import _proc
+from agents import agent
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
 from agentcell.testing import FunctionModel, reply, tool_call
-
-
-def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=f"{name} agent",
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model=model,
-        source="test",
-        **fields,
-    )
 
 
 def orchestrator(
@@ -85,7 +74,7 @@ async def test_a_definition_cannot_exceed_the_operators_turn_and_time_caps(
     )
     orch = orchestrator(
         tmp_path,
-        [agent("looper", "function:looper", ["glob"], max_turns=10_000, timeout_s=86_400)],
+        [agent("looper", ["glob"], model="function:looper", max_turns=10_000, timeout_s=86_400)],
         {"function:looper": looper},
         subagent_max_turns=3,
         subagent_timeout_s=600,
@@ -175,7 +164,7 @@ async def test_cpu_limit_counts_every_process_of_the_tree(
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-cpu")
     orch = orchestrator(
-        tmp_path, [agent("burner", "openai:test", ["bash"], cpu_limit_s=1, max_turns=2)], {}
+        tmp_path, [agent("burner", ["bash"], model="openai:test", cpu_limit_s=1, max_turns=2)], {}
     )
     async with orch:
         result = await asyncio.wait_for(orch.delegate("burner", "burn"), 60)
@@ -285,7 +274,7 @@ async def test_a_child_redacts_the_keys_it_was_never_given(
     orch = Orchestrator(
         settings=Settings(model="scripted:echo", approval="allow", max_workers=2, warm_spares=1),
         workdir=tmp_path,
-        agents=[agent("reader", "openai:test", ["read_file"])],
+        agents=[agent("reader", ["read_file"], model="openai:test")],
         load_agent_files=False,
         run_dir=tmp_path / "run",
     )
@@ -329,7 +318,7 @@ asyncio.run(main())
 
 
 def test_a_thousand_children_under_a_low_descriptor_limit(spawned: SpawnRecorder) -> None:
-    tests = str(Path(__file__).parent)
+    tests = str(Path(__file__).parent / "support")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", _FD_LOAD],
@@ -450,7 +439,7 @@ async def test_a_swap_race_from_bash_never_reads_outside(
     orch = Orchestrator(
         settings=Settings(model="scripted:echo", approval="allow", max_workers=2, warm_spares=1),
         workdir=work,
-        agents=[agent("racer", "openai:test", ["bash", "read_file"], max_turns=5)],
+        agents=[agent("racer", ["bash", "read_file"], model="openai:test", max_turns=5)],
         load_agent_files=False,
         run_dir=tmp_path / "run",
     )

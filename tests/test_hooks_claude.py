@@ -33,7 +33,7 @@ from model_servers import Call, ModelServer, Reply
 from agentcell.testing import FunctionModel, reply, tool_call
 
 PY = sys.executable
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).parent / "support" / "mcp_server.py")
 SHARED_HOOKS = Path(__file__).resolve().parents[1].parent / "shared" / "hooks"
 SEP = "\n=====\n"
 SECRET = "sk-live-0123456789abcdefSECRET"

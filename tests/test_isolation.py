@@ -15,22 +15,11 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.workspace._worktree import create_worktree, finish_worktree
 from agentcell.protocol import RunStatus
+from agents import agent
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
 from agentcell.testing import FunctionModel
-
-
-def agent(name: str, model: str, tools: list[str] | None, **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=f"{name} agent",
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model=model,
-        source="test",
-        **fields,
-    )
 
 
 def orchestrator(
@@ -81,7 +70,7 @@ async def test_worktrees_keep_changes_and_drop_clean_ones(
     writer = FunctionModel(child_models.write_a_file, name="function:writer")
     orch = orchestrator(
         repo,
-        [agent("writer", "function:writer", ["write_file"], isolation="worktree")],
+        [agent("writer", ["write_file"], model="function:writer", isolation="worktree")],
         {"function:writer": writer},
         run_dir=tmp_path / "run",
     )
@@ -152,7 +141,7 @@ async def test_worktree_outside_git_is_a_clear_error(
     writer = FunctionModel(child_models.write_a_file, name="function:writer")
     orch = orchestrator(
         tmp_path,
-        [agent("writer", "function:writer", ["write_file"], isolation="worktree")],
+        [agent("writer", ["write_file"], model="function:writer", isolation="worktree")],
         {"function:writer": writer},
         record=False,
     )
@@ -185,7 +174,7 @@ async def test_limits_end_the_child_with_a_message_naming_the_limit(
     model = FunctionModel(child_models.call_the_named_tool_twice, name="function:looper")
     orch = orchestrator(
         tmp_path,
-        [agent("looper", "function:looper", [tool], **fields)],
+        [agent("looper", [tool], model="function:looper", **fields)],
         {"function:looper": model},
         tools=[child_models.allocate, child_models.burn],
         record=False,
@@ -215,7 +204,10 @@ async def test_memory_watchdog_counts_grandchildren(
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-key-for-memory")
     orch = orchestrator(
-        tmp_path, [agent("hog", "openai:test", ["bash"], memory_limit_mb=200)], {}, record=False
+        tmp_path,
+        [agent("hog", ["bash"], model="openai:test", memory_limit_mb=200)],
+        {},
+        record=False,
     )
     async with orch:
         result = await asyncio.wait_for(orch.delegate("hog", "use memory"), 60)
@@ -231,7 +223,7 @@ async def test_tool_output_is_capped_with_the_limit_named(
     model = FunctionModel(child_models.read_big_file, name="function:reader")
     orch = orchestrator(
         tmp_path,
-        [agent("reader", "function:reader", ["read_file"], max_tool_output_bytes=500)],
+        [agent("reader", ["read_file"], model="function:reader", max_tool_output_bytes=500)],
         {"function:reader": model},
         run_dir=tmp_path / "run",
     )
@@ -275,7 +267,7 @@ async def test_a_child_holds_no_provider_key_and_bash_sees_none(
     model_server.responder = script
     orch = orchestrator(
         tmp_path,
-        [agent("snoop", "openai:test", ["bash", "env_seen"])],
+        [agent("snoop", ["bash", "env_seen"], model="openai:test")],
         {},
         tools=[child_models.env_seen],
         run_dir=tmp_path / "run",
@@ -308,7 +300,7 @@ async def test_secrets_are_redacted_from_records(
     model_server.responder = lambda body, api: Reply(text="the key is sk-leaky-key-123456789")
     orch = orchestrator(
         tmp_path,
-        [agent("leaker", "openai:test", [])],
+        [agent("leaker", [], model="openai:test")],
         {},
         run_dir=tmp_path / "run",
         settings=Settings(model="openai:test", approval="allow", max_workers=2, warm_spares=0),
@@ -337,7 +329,7 @@ async def test_a_child_cannot_reach_outside_its_workdir(
     tools = ["read_file", "write_file", "edit_file", "glob", "grep"]
     orch = orchestrator(
         work,
-        [agent("attacker", "function:attacker", tools)],
+        [agent("attacker", tools, model="function:attacker")],
         {"function:attacker": model},
         record=False,
     )
@@ -368,7 +360,7 @@ async def test_searches_from_a_child_do_not_read_earlier_runs_records(
     model = FunctionModel(child_models.search_for_prompt, name="function:searcher")
     orch = orchestrator(
         work,
-        [agent("searcher", "function:searcher", ["glob", "grep"])],
+        [agent("searcher", ["glob", "grep"], model="function:searcher")],
         {"function:searcher": model},
         record=False,
     )
@@ -390,7 +382,7 @@ async def test_a_flooding_child_is_captured_and_capped(
     model = FunctionModel(child_models.call_tool_named_in_prompt, name="function:flooder")
     orch = orchestrator(
         tmp_path,
-        [agent("flooder", "function:flooder", ["flood"])],
+        [agent("flooder", ["flood"], model="function:flooder")],
         {"function:flooder": model},
         tools=[child_models.flood],
         run_dir=tmp_path / "run",
@@ -456,7 +448,7 @@ async def test_cancel_reaches_a_daemon_that_left_the_session(
         model = FunctionModel(child_models.escape_then_wait, name="function:escaper")
         orch = orchestrator(
             tmp_path,
-            [agent("escaper", "function:escaper", ["bash", "wait_at_gate"])],
+            [agent("escaper", ["bash", "wait_at_gate"], model="function:escaper")],
             {"function:escaper": model},
             tools=[door.tool()],
             record=False,

@@ -1,4 +1,4 @@
-"""MCP servers per agent: a real stdio server (tests/mcp_server.py, written with the
+"""MCP servers per agent: a real stdio server (tests/support/mcp_server.py, written with the
 ``mcp`` package's server API) used by a real child through the local model server."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from model_servers import Call, ModelServer, Reply
 
 from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
-SERVER = str(Path(__file__).with_name("mcp_server.py"))
+SERVER = str(Path(__file__).parent / "support" / "mcp_server.py")
 SEP = "\n=====\n"
 
 

@@ -1,6 +1,6 @@
 """MCP servers' processes end with their agent (issue 21, item 10a).
 
-A real stdio server (tests/mcp_helper_server.py) forks a helper that leaves with ``setsid``
+A real stdio server (tests/support/mcp_helper_server.py) forks a helper that leaves with ``setsid``
 and a double fork, as npx- and uv-launched servers do, and writes the helper's pid to a
 file: every pid these tests look at is read from there, a process their own run started.
 Whatever happens, the test kills that helper on its way out."""
@@ -29,7 +29,7 @@ from agentcell.worker import McpServers
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
-HELPER_SERVER = str(Path(__file__).with_name("mcp_helper_server.py"))
+HELPER_SERVER = str(Path(__file__).parent / "support" / "mcp_helper_server.py")
 
 
 def server_config(pid_file: Path, **env: str) -> dict[str, Any]:

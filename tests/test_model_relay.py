@@ -21,6 +21,7 @@ from agentcell.orchestrator.delegation import _prepare
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.protocol import ModelCancel, RunStatus, Start, TextDelta, Usage
 from agentcell.worker import probe_sandbox
+from agents import agent
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
 
@@ -29,12 +30,6 @@ CAPS = probe_sandbox()
 needs_landlock_tcp = pytest.mark.skipif(
     not CAPS["landlock_tcp"], reason="needs Landlock ABI 4 (TCP rules)"
 )
-
-
-def agent(name: str, tools: list[str], **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name, description=name, tools=tools, model="openai:test", source="test", **fields
-    )
 
 
 def orchestrator(

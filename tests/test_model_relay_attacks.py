@@ -1,5 +1,5 @@
 """Attacks on the parent's model relay from a real, compromised sub-agent process (its
-tools in tests/attack_tools.py run inside it), against the loopback model server: the
+tools in tests/support/attack_tools.py run inside it), against the loopback model server: the
 parent is the process that holds the key, so what it sends on a child's behalf, and what
 it hands back, is the attack surface."""
 

@@ -20,6 +20,7 @@ import model_servers
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.protocol import RunStatus, TextDelta, Usage
+from agents import agent
 from conftest import SpawnRecorder
 from cost_tools import MARKER
 from model_servers import Call, ModelServer, Reply
@@ -38,14 +39,6 @@ def orchestrator(workdir: Path, definition: AgentDefinition, **settings: Any) ->
         tools=[cost_tools.give_up, cost_tools.costly],
         load_agent_files=False,
         record=False,
-    )
-
-
-def agent(
-    name: str, tools: list[str], model: str = "openai:test", **fields: Any
-) -> AgentDefinition:
-    return AgentDefinition(
-        name=name, description=name, tools=tools, model=model, source="test", **fields
     )
 
 

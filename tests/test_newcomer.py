@@ -1,6 +1,6 @@
 """What a new user trips on first, run as they run it: through pipes and a terminal (the
 installed executable); what only reads what a command prints or records runs the command
-in this process (tests/cli_runner.py)."""
+in this process (tests/support/cli_runner.py)."""
 
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ def test_ctrl_c_while_a_fork_server_imports_neither_kills_it_nor_shows_a_traceba
     driver = subprocess.Popen(
         [sys.executable, "-c", _DRIVER],
         # The fork server imports its preload list from PYTHONPATH (it keeps that variable).
-        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).parent}"},
+        env={**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).parent / 'support'}"},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -18,8 +18,9 @@ from typing import Any
 import child_models
 import otel_models
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.protocol import RunStatus, ToolMessage
+from agents import agent
 from conftest import SpawnRecorder
 
 from agentcell.testing import FunctionModel, reply, tool_call, tool_results
@@ -36,17 +37,6 @@ from opentelemetry.trace import StatusCode
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
-
-
-def agent(name: str, model: str, tools: list[str] | None) -> AgentDefinition:
-    return AgentDefinition(
-        name=name,
-        description=f"{name} test agent",
-        system_prompt=f"You are {name}.",
-        tools=tools,
-        model=model,
-        source="test",
-    )
 
 
 def delegating_main(*calls: Any) -> FunctionModel:
@@ -94,7 +84,7 @@ async def test_a_sub_agents_spans_are_made_in_its_process_and_nest_under_the_tas
         settings,
         Tracing.to_exporter(exporter, traceparent=TRACEPARENT),
         model=delegating_main(tool_call("task", subagent_type="reader", prompt="read")),
-        agents=[agent("reader", "function:worker", ["read_file"])],
+        agents=[agent("reader", ["read_file"], model="function:worker")],
         models={"function:worker": worker},
     )
     assert report.status is RunStatus.COMPLETED, report.error
@@ -144,7 +134,7 @@ async def test_a_killed_childs_agent_span_is_ended_by_the_parent_with_the_cause(
         settings,
         Tracing.to_exporter(exporter),
         model=delegating_main(tool_call("task", subagent_type="crasher", prompt="sigkill")),
-        agents=[agent("crasher", "function:crasher", ["sigkill"])],
+        agents=[agent("crasher", ["sigkill"], model="function:crasher")],
         models={"function:crasher": crasher},
         tools=[child_models.sigkill],
     )
@@ -182,7 +172,7 @@ async def test_content_is_recorded_only_when_asked_and_never_a_key(
         settings,
         Tracing.to_exporter(exporter, capture_content=True),
         model=delegating_main(tool_call("task", subagent_type="reader", prompt=f"use {key}")),
-        agents=[agent("reader", "function:worker", ["read_file"])],
+        agents=[agent("reader", ["read_file"], model="function:worker")],
         models={"function:worker": worker},
     )
     assert report.status is RunStatus.COMPLETED, report.error
@@ -277,7 +267,7 @@ async def test_the_otel_variables_send_every_processs_spans_to_an_otlp_http_coll
         settings,
         None,  # from the environment
         model=delegating_main(tool_call("task", subagent_type="reader", prompt="read")),
-        agents=[agent("reader", "function:worker", ["read_file"])],
+        agents=[agent("reader", ["read_file"], model="function:worker")],
         models={"function:worker": worker},
     )
     assert report.status is RunStatus.COMPLETED, report.error
@@ -410,7 +400,10 @@ async def test_a_nested_sub_agent_is_traced_under_its_parent_childs_task_span(
         settings,
         Tracing.to_exporter(exporter),
         model=delegating_main(tool_call("task", subagent_type="forger", prompt="nest")),
-        agents=[agent("forger", "function:forger", ["task"]), agent("leaf", "function:leaf", [])],
+        agents=[
+            agent("forger", ["task"], model="function:forger"),
+            agent("leaf", [], model="function:leaf"),
+        ],
         models={"function:forger": forger, "function:leaf": leaf},
     )
     assert report.status is RunStatus.COMPLETED, report.error
@@ -438,7 +431,7 @@ async def test_a_tool_call_that_waited_for_approval_says_how_long(
         settings,
         Tracing.to_exporter(exporter),
         model=delegating_main(tool_call("task", subagent_type="runner", prompt="echo")),
-        agents=[agent("runner", "function:runner", ["bash"])],
+        agents=[agent("runner", ["bash"], model="function:runner")],
         models={"function:runner": runner},
         approval=CallbackChannel(lambda query: True),
     )
@@ -457,7 +450,7 @@ async def test_a_direct_delegation_gets_a_task_span_of_its_own_under_traceparent
         settings=settings,
         load_agent_files=False,
         workdir=tmp_path,
-        agents=[agent("reader", "function:worker", ["read_file"])],
+        agents=[agent("reader", ["read_file"], model="function:worker")],
         models={"function:worker": worker},
         tracing=Tracing.to_exporter(exporter, traceparent=TRACEPARENT),
     )

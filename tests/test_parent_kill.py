@@ -17,7 +17,7 @@ HERE = Path(__file__).parent
 
 def test_children_die_with_a_hard_killed_parent() -> None:
     parent = subprocess.Popen(
-        [sys.executable, str(HERE / "parent_kill_script.py"), str(HERE)],
+        [sys.executable, str(HERE / "support" / "parent_kill_script.py"), str(HERE / "support")],
         stdout=subprocess.PIPE,
         text=True,
         start_new_session=True,

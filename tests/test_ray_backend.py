@@ -403,7 +403,7 @@ async def test_a_remote_sub_agent_starts_its_mcp_server_on_its_node(
 ) -> None:
     """An MCP server named by the definition starts in the remote sub-agent's own tree
     (on its node) and its tools reach the model there, as they do locally."""
-    server = str(Path(__file__).with_name("mcp_server.py"))
+    server = str(Path(__file__).parent / "support" / "mcp_server.py")
     marker = tmp_path / "server.pid"
 
     def model(messages: list[Any], tools: list[Any]) -> Any:

@@ -77,7 +77,7 @@ async def test_a_ray_sub_agent_holds_no_capability_and_its_calls_meet_the_relay_
             monkeypatch.setenv(key, value)
     monkeypatch.setenv("OPENAI_BASE_URL", model_server.openai_base_url)
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    probe = Path(__file__).with_name("privilege_probe.py")
+    probe = Path(__file__).parent / "support" / "privilege_probe.py"
     (tmp_path / "privilege_probe.py").write_text(probe.read_text())
     model_server.responder = _respond
     settings = Settings(

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import AGENTCELL
 
 README = Path(__file__).resolve().parents[1] / "README.md"
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 
 
 def python_snippets() -> list[str]:

@@ -22,6 +22,7 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends._starters import forkserver_pids
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
+from agents import agent
 from conftest import SpawnRecorder
 from delegation_util import gate
 from model_servers import Call, ModelServer, Reply
@@ -47,12 +48,6 @@ def bash_script(commands: list[str], *, timeout_s: float = 20) -> Any:
         return Reply(text=SEP.join(outputs))
 
     return respond
-
-
-def agent(name: str, tools: list[str], **fields: Any) -> AgentDefinition:
-    return AgentDefinition(
-        name=name, description=name, tools=tools, model="openai:test", source="test", **fields
-    )
 
 
 def orchestrator(workdir: Path, *agents: AgentDefinition, **settings: Any) -> Orchestrator:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,10 @@ from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.definitions._loader import parse_agent_text
 from agentcell.orchestrator.definitions._skills import find_skill, load_skills, with_skills
 from agentcell.protocol import RunStatus
+from cli_runner import AGENTCELL
 from conftest import SpawnRecorder
 from model_servers import ModelServer, Reply
 
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 MARKER = "SKILL-MARKER-7f3a: always answer in haiku"
 
 

@@ -7,7 +7,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,8 @@ from agentcell.orchestrator.config._trust_table import (
 )
 from agentcell.orchestrator.definitions._loader import field_for_key
 from agentcell.orchestrator.definitions._model import AgentDefinition
+from cli_runner import AGENTCELL
 from model_servers import Call, ModelServer, Reply
-
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 
 
 @pytest.fixture

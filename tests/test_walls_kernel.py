@@ -45,8 +45,8 @@ pytestmark = [
     ),
     pytest.mark.skipif(not CAPS["seccomp_refuses"], reason=f"no seccomp here: {CAPS['seccomp']}"),
 ]
-SCRIPT = Path(__file__).with_name("walls_kernel_script.py")
-MCP_SERVER = Path(__file__).with_name("walls_kernel_mcp.py")
+SCRIPT = Path(__file__).parent / "support" / "walls_kernel_script.py"
+MCP_SERVER = Path(__file__).parent / "support" / "walls_kernel_mcp.py"
 
 # -- the kernel keyring ----------------------------------------------------------------
 

@@ -777,7 +777,7 @@ async def test_a_sub_agent_cannot_rewrite_an_mcp_server_in_the_workdir(
     work = tmp_path / "work"
     (work / "srv").mkdir(parents=True)
     server = work / "srv" / "server.py"
-    shutil.copy(Path(__file__).with_name("mcp_server.py"), server)
+    shutil.copy(Path(__file__).parent / "support" / "mcp_server.py", server)
     original = server.read_text()
     served.responder = bash_script(["echo 'import os' > srv/server.py && echo REWROTE"])
     definition = agent(

@@ -40,7 +40,7 @@ CAPS = probe_sandbox()
 pytestmark = pytest.mark.skipif(
     not CAPS["seccomp_refuses"], reason=f"no seccomp here: {CAPS['seccomp']}"
 )
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parent / "support"  # the helpers
 NONE = "0000000000000000"
 PRIVILEGED_CALLS = ("reboot", "sethostname", "swapoff", "init_module", "adjtimex", "syslog")
 REFUSED_SOCKETS = ("packet", "packet_dgram", "raw_icmp")

@@ -9,15 +9,13 @@ import pty
 import select
 import signal
 import struct
-import sys
 import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pyte
-
-AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
+from cli_runner import AGENTCELL
 
 
 class Screen:
