@@ -148,9 +148,9 @@ def _report(folder: str, files: list[str], grep: str, head: str) -> str:
 
 
 def _docstring(numbered: str) -> str:
-    text = " ".join(
-        line.split("\t", 1)[-1].strip() for line in numbered.splitlines() if "\t" in line
-    )
+    """The docstring's first paragraph (its summary; a layout map may follow)."""
+    lines = [line.split("\t", 1)[-1].strip() for line in numbered.splitlines() if "\t" in line]
+    text = " ".join(lines[: lines.index("")] if "" in lines else lines)
     match = re.search(r'"""(.+?)(?:"""|$)', text)
     return match.group(1).strip() if match else ""
 
