@@ -41,7 +41,7 @@ demo: .venv-python $(BASE_STAMP) .bytecode
 	$(BIN)/agentcell demo
 
 test: .venv-python $(STAMP) .bytecode
-	$(BIN)/python -m pytest -m "not soak"
+	$(BIN)/python -m pytest -m "not soak" --durations=30
 
 # The soak tests (thousands of sub-agents, minutes each): CI runs them after `make test`.
 soak: .venv-python $(STAMP) .bytecode
