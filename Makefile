@@ -65,7 +65,7 @@ lint: $(STAMP)
 
 # bashlex's parse tables, built once into worker/rules/_bash_tables.py, which
 # worker/rules/_bashlex_fast.py reads instead of building them at every import: after
-# changing bashlex, run this and commit the file (tests/test_bashlex_tables.py says when).
+# changing bashlex, run this and commit the file (tests/worker/rules/test_bashlex_tables.py says when).
 bash-tables: .venv-python $(BASE_STAMP)
 	$(BIN)/python -m agentcell.worker.rules._bashlex_fast
 

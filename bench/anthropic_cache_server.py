@@ -21,7 +21,7 @@ the same instant reads somewhat less from the real cache than from this one.
         ...
         server.usages  # each request's usage, in arrival order
 
-Used by ``bench.cache_cost`` and by the tests (``tests/test_prompt_cache.py``).
+Used by ``bench.cache_cost`` and by the tests (``tests/worker/models/test_prompt_cache.py``).
 """
 
 from __future__ import annotations

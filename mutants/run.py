@@ -30,46 +30,48 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = ROOT / ".venv" / "bin"
 PYTEST = f"{BIN / 'python'} -m pytest -x -q -p no:cacheprovider"
 
-KILLS = "tests/test_mutation_kills.py::"
-EXEC = "tests/test_allow_rules_exec.py::"
+KILLS = "tests/mutants/test_mutation_kills.py::"
+EXEC = "tests/worker/rules/test_allow_rules_exec.py::"
 TRUST_KILLS = (
     f"{KILLS}test_an_untrusted_sandbox_is_honoured_exactly_when_it_is_as_tight "
     f"{KILLS}test_a_trusted_folder_covers_only_the_folder_and_what_is_beneath_it"
 )
 
-TABLE_KILLS = "tests/test_mutation_kills_trust_table.py"
-PATHS = "tests/test_walls_paths.py::"
+TABLE_KILLS = "tests/mutants/test_mutation_kills_trust_table.py"
+PATHS = "tests/worker/sandbox/test_walls_paths.py::"
 
 #: name: (the file mutated, the tests that must kill its mutants, per-mutant timeout s)
 MODULES: dict[str, tuple[str, str, float]] = {
     "frame-mac": (
         "protocol/_frame_mac.py",
-        "tests/test_frame_mac.py "
+        "tests/protocol/test_frame_mac.py "
         f"{KILLS}test_results_with_a_wrong_signature_of_the_right_length_are_dropped "
         f"{KILLS}test_an_approval_with_a_wrong_signature_is_ignored_by_the_child "
         f"{KILLS}test_the_first_genuine_result_is_the_one_that_counts "
-        "tests/test_hardening_processes.py::test_a_result_forged_through_a_copy_of_the_socket_is_dropped",
+        "tests/orchestrator/backends/test_hardening_processes.py::test_a_result_forged_through_a_copy_of_the_socket_is_dropped",
         120,
     ),
     "trust": (
         "orchestrator/config/_trust.py",
-        f"tests/test_mutation_kills_trust.py {TABLE_KILLS} {TRUST_KILLS} tests/test_trust_table.py",
+        f"tests/mutants/test_mutation_kills_trust.py {TABLE_KILLS} {TRUST_KILLS} "
+        f"tests/orchestrator/config/test_trust_table.py",
         120,
     ),
     "trust-table": (
         "orchestrator/config/_trust_table.py",
-        f"{TABLE_KILLS} {TRUST_KILLS} tests/test_trust_table.py",
+        f"{TABLE_KILLS} {TRUST_KILLS} tests/orchestrator/config/test_trust_table.py",
         120,
     ),
     "allow-rules": (
         "worker/rules/_exec_args.py",
         f"{EXEC}test_a_line_that_runs_another_program_is_never_auto_allowed "
-        f"{EXEC}test_plain_lines_of_those_programs_are_still_allowed tests/test_allow_rules.py",
+        f"{EXEC}test_plain_lines_of_those_programs_are_still_allowed "
+        f"tests/worker/rules/test_allow_rules.py",
         60,
     ),
     "shell": (
         "worker/rules/_shell.py",
-        "tests/test_mutation_kills_shell.py tests/test_allow_rules.py "
+        "tests/mutants/test_mutation_kills_shell.py tests/worker/rules/test_allow_rules.py "
         f"{EXEC}test_a_line_that_runs_another_program_is_never_"
         f"auto_allowed {EXEC}test_plain_lines_of_those_programs_are_still_allowed",
         120,
@@ -77,46 +79,50 @@ MODULES: dict[str, tuple[str, str, float]] = {
     "redaction": (
         "worker/records/_redact.py",
         f"{KILLS}test_a_secret_that_extends_another_is_masked_whole "
-        "tests/test_isolation.py::test_secrets_are_redacted_from_records "
-        "tests/test_hardening_processes.py::test_a_child_redacts_the_keys_it_was_never_given",
+        "tests/worker/sandbox/test_isolation.py::test_secrets_are_redacted_from_records "
+        "tests/orchestrator/backends/test_hardening_processes.py::test_a_child_redacts_the_keys_it_was_never_given",
         120,
     ),
     "sandbox-policy": (
         "orchestrator/config/_sandbox_policy.py",
-        "tests/test_mutation_kills_policy.py tests/test_trust_table.py tests/test_trust.py",
+        "tests/mutants/test_mutation_kills_policy.py "
+        "tests/orchestrator/config/test_trust_table.py tests/orchestrator/config/test_trust.py",
         120,
     ),
     # web_fetch connects to the address it checked, never one the name resolves to later.
     "pinned-http": (
         "orchestrator/network/_pinned_http.py",
-        "tests/test_web_fetch_rebinding.py tests/test_mutation_kills_pinned.py",
+        "tests/orchestrator/network/test_web_fetch_rebinding.py "
+        "tests/mutants/test_mutation_kills_pinned.py",
         120,
     ),
     # A relayed child's copy of the base URL: no password, token or query.
     "model-route": (
         "orchestrator/model_relay/_route.py",
-        "tests/test_mutation_kills_route.py tests/test_model_route.py tests/test_model_relay.py",
+        "tests/mutants/test_mutation_kills_route.py "
+        "tests/orchestrator/model_relay/test_model_route.py "
+        "tests/orchestrator/model_relay/test_model_relay.py",
         120,
     ),
     # What a relayed child's request may make the parent spend: server-side tools, the
     # tool choice, output limits, thinking and effort (issue 39, item 6).
     "relay-checks": (
         "orchestrator/model_relay/_checks.py",
-        "tests/test_relay_checks.py",
+        "tests/orchestrator/model_relay/test_relay_checks.py",
         30,
     ),
     # The parent's plain-HTTP route: the block guard, reuse only of finished answers,
     # the pool's bound and wait, and failures in the httpx route's words.
     "h11-route": (
         "worker/models/transports/_h11.py",
-        "tests/test_h11_transport.py",
+        "tests/worker/models/test_h11_transport.py",
         60,
     ),
     # The parent's key masked in what the relay hands a child: whole, split across
     # chunks, in headers and error words.
     "key-mask": (
         "orchestrator/model_relay/_key_mask.py",
-        "tests/test_key_mask.py",
+        "tests/orchestrator/model_relay/test_key_mask.py",
         30,
     ),
     # What runs outside the walls: the entries of the workdir a hook, an MCP server or a
@@ -138,46 +144,49 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # Claude Code's hook matchers, and the ones said never to fire.
     "hook-matcher": (
         "worker/engine/_hook_relay.py",
-        "tests/test_hooks.py tests/test_subagent_stop.py tests/test_hooks_claude.py",
+        "tests/orchestrator/config/test_hooks.py tests/worker/engine/test_subagent_stop.py "
+        "tests/orchestrator/config/test_hooks_claude.py",
         120,
     ),
     # The wrappers a deny rule sees through and an allow rule may strip (Claude Code's).
     "wrappers": (
         "worker/rules/_wrappers.py",
-        "tests/test_mutation_kills_wrappers.py tests/test_claude_rules_compat.py "
-        "tests/test_allow_rules.py",
+        "tests/mutants/test_mutation_kills_wrappers.py "
+        "tests/worker/rules/test_claude_rules_compat.py "
+        "tests/worker/rules/test_allow_rules.py",
         60,
     ),
     # The egress proxy's reading of a request and a tunnel's ClientHello.
     "egress": (
         "orchestrator/network/_egress.py",
-        "tests/test_mutation_kills_egress.py tests/test_egress_smuggling.py",
+        "tests/mutants/test_mutation_kills_egress.py "
+        "tests/orchestrator/network/test_egress_smuggling.py",
         60,
     ),
     # multiprocess's temp folder: only this user's private folder, only dead pids' folders.
     "mp-tempdir": (
         "orchestrator/backends/_mp_tempdir.py",
-        "tests/test_mp_tempdir.py",
+        "tests/orchestrator/backends/test_mp_tempdir.py",
         30,
     ),
     # After the fast checks (FIRST), the real children: the lean request, and a real
     # sub-agent's attack on the fork server's peer check.
     "fork-request": (
         "worker/child/_fork_request.py",
-        "tests/test_fork_request.py "
-        "tests/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
+        "tests/worker/child/test_fork_request.py "
+        "tests/worker/sandbox/test_sandbox.py::test_a_sub_agent_cannot_use_the_fork_server",
         90,
     ),
     # What a spare made before its Hello is used only where it still fits.
     "sandbox-spare": (
         "worker/sandbox/_spare.py",
-        "tests/test_sandbox_spare.py",
+        "tests/worker/sandbox/test_sandbox_spare.py",
         90,
     ),
     # No capability for a sub-agent: the drop, the lock before its servers, the probe.
     "capabilities": (
         "worker/sandbox/_capabilities.py",
-        "tests/test_mutation_kills_capabilities.py",
+        "tests/mutants/test_mutation_kills_capabilities.py",
         60,
     ),
     # The seccomp filter: its program on both architectures, and what it refuses with every
@@ -186,7 +195,8 @@ MODULES: dict[str, tuple[str, str, float]] = {
     # it with status 0, a survivor, before any test ran.
     "seccomp": (
         "worker/sandbox/_seccomp.py",
-        "tests/test_seccomp_program.py tests/test_mutation_kills_capabilities.py",
+        "tests/worker/sandbox/test_seccomp_program.py "
+        "tests/mutants/test_mutation_kills_capabilities.py",
         60,
     ),
     # The proof that mutants run in the children: only the line of the child's own

@@ -1,7 +1,7 @@
 """Channels: a duplex stream of frames between two peers.
 
 The interface is two coroutines and a close (``send``, ``recv``, ``close``). Two
-implementations pass the same conformance suite (tests/test_channel_conformance.py):
+implementations pass the same conformance suite (tests/protocol/test_channel_conformance.py):
 
 * ``PipeChannel``: one end of a ``multiprocess.Pipe()`` (a Unix socketpair), read from the
   asyncio event loop through a ``Protocol``, never blocking it;

@@ -10,9 +10,9 @@ Every key is one of three kinds:
   unless it only repeats the user's own value.
 - ``neutral``: it changes how work is done, not what may be done, and is honoured.
 
-``tests/test_trust_table.py`` walks the settings model (every nested table) and the
-frontmatter fields against these tables, so a new key cannot be left out. A row for a
-table of tables (``prices``, ``mcp_servers``) covers every key beneath it.
+``tests/orchestrator/config/test_trust_table.py`` walks the settings model (every nested
+table) and the frontmatter fields against these tables, so a new key cannot be left out. A
+row for a table of tables (``prices``, ``mcp_servers``) covers every key beneath it.
 """
 
 from __future__ import annotations

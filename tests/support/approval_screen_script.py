@@ -1,6 +1,6 @@
-"""Run on a pseudo-terminal by tests/test_approval_question.py: one sub-agent whose own
-process (its model function runs there) sends crafted approval requests over its real,
-signed pipe, and the parent asks on this terminal."""
+"""Run on a pseudo-terminal by tests/orchestrator/approvals/test_approval_question.py: one
+sub-agent whose own process (its model function runs there) sends crafted approval requests
+over its real, signed pipe, and the parent asks on this terminal."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-"""Run on a pseudo-terminal (or with its output piped) by tests/test_approval_url.py: one
-sub-agent asks for web_fetch of URLs carrying terminal escapes, bidi overrides, Rich
-markup and invisible tag letters — once as its model's tool call, once
-as a hostile child writing the request on its pipe itself — and the parent asks about
-each URL's host on this terminal (``TerminalPrompt``), or, with ``--pipe``, as ``chat``
-asks with its input and output piped (``PlainInput`` writing to stdout)."""
+"""Run on a pseudo-terminal (or with its output piped) by
+tests/orchestrator/approvals/test_approval_url.py: one sub-agent asks for web_fetch of URLs
+carrying terminal escapes, bidi overrides, Rich markup and invisible tag letters — once as
+its model's tool call, once as a hostile child writing the request on its pipe itself — and
+the parent asks about each URL's host on this terminal (``TerminalPrompt``), or, with
+``--pipe``, as ``chat`` asks with its input and output piped (``PlainInput`` writing to
+stdout)."""
 
 from __future__ import annotations
 

@@ -29,6 +29,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
+from agentcell.worker.child import _proc
+
 AGENTCELL = str(Path(sys.executable).with_name("agentcell"))
 #: What a real run of the command starts with: the per-process warnings said once.
 _ONCE_STATE = (
@@ -136,3 +139,18 @@ def _as_a_fresh_process(args: tuple[str, ...], cwd: Path, env: Mapping[str, str]
         os.chdir(folder)
         os.environ.clear()
         os.environ.update(environ)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("a.txt", "b.txt", "c.py"):
+        (work / name).write_text("x\n")
+    return work
+
+
+def assert_gone(pids: list[int]) -> None:
+    for pid in pids:
+        assert not _proc.is_alive(pid), f"process {pid} outlived the command"

@@ -1,5 +1,5 @@
 """Runs worker/child/_fork_request.py's fork-server side in a throwaway process, for
-tests/test_mutation_kills_fork.py: what a fork server's child does with one request, and
+tests/mutants/test_mutation_kills_fork.py: what a fork server's child does with one request, and
 what the fork server's peer check accepts. It prints one JSON object.
 
     python fork_request_harness.py serve KIND CWD_AT_ENCODE CWD_BEFORE

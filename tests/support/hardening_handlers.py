@@ -1,4 +1,5 @@
-"""Child-side handlers for the hardening tests (tests/test_hardening_processes.py).
+"""Child-side handlers for the hardening tests
+(tests/orchestrator/backends/test_hardening_processes.py).
 
 ``Start.args["op"]`` picks the behaviour: attacks a child (or a process holding a copy
 of its socket) can make on the parent.

@@ -1,7 +1,8 @@
 """A deterministic responder for the local model server: a main agent that delegates a
 foreground survey, a background one and a doomed one, and sub-agents that use real tools.
 
-Used in-process (tests/test_http_e2e.py) and through the CLI (tests/test_cli.py).
+Used in-process (tests/worker/models/test_http_e2e.py) and through the CLI
+(tests/orchestrator/cli/test_cli.py).
 """
 
 from __future__ import annotations

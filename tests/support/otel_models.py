@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 from agentcell.protocol import (
     Message,
@@ -10,13 +12,15 @@ from agentcell.protocol import (
     SpanBatch,
     SpanRecord,
     Start,
+    ToolMessage,
     sign_frame,
 )
 from agentcell.worker.child._main import ChildLink
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.models._base import ModelResponse
+from opentelemetry.sdk.trace import ReadableSpan
 
-from agentcell.testing import reply, tool_call, tool_results
+from agentcell.testing import FunctionModel, reply, tool_call, tool_results
 
 
 def read_notes_then_answer(messages: list[Message], tools: list[ToolSpec]) -> ModelResponse | str:
@@ -57,3 +61,21 @@ async def send_spans(start: Start, link: ChildLink) -> RunResult:
         await link.writable()
     send(sign_frame(SpanBatch(spans=[msgspec.structs.replace(agent, end_ns=3)]), key))
     return RunResult(status=RunStatus.COMPLETED, text="sent")
+
+
+def delegating_main(*calls: Any) -> FunctionModel:
+    def fn(messages: list[Any], tools: list[Any]) -> Any:
+        if not any(isinstance(m, ToolMessage) for m in messages):
+            return reply("delegating", *calls)
+        return "summary: " + " | ".join(r.content.splitlines()[0] for r in tool_results(messages))
+
+    return FunctionModel(fn, name="function:main")
+
+
+def by_name(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
+    return [s for s in spans if s.name == name]
+
+
+def parent_of(span: ReadableSpan) -> int:
+    assert span.parent is not None, f"{span.name} has no parent"
+    return span.parent.span_id

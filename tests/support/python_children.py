@@ -1,4 +1,4 @@
-"""A tool and a model for the Python-version tests (tests/test_pythons.py), sent to the
+"""A tool and a model for the Python-version tests (tests/house/test_pythons.py), sent to the
 sub-agent's child by reference: a child imports this module, so it stays small."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Child-side handlers and targets for tests/test_fork_request.py."""
+"""Child-side handlers and targets for tests/worker/child/test_fork_request.py."""
 
 from __future__ import annotations
 

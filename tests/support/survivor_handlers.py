@@ -1,4 +1,4 @@
-"""Child-side handlers for tests/test_mutation_kills.py: frames forged with a WRONG
+"""Child-side handlers for tests/mutants/test_mutation_kills.py: frames forged with a WRONG
 signature (not only none), and a second genuine report.
 
 ``Start.args["op"]`` picks the behaviour."""

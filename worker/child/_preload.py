@@ -1,7 +1,8 @@
 """The modules the fork server imports once so that each child starts warm.
 
-Lazy imports are not covered by preloading a package, so the submodules a child really
-uses are listed too; tests/test_pool.py checks a child imports nothing heavy on its own.
+Lazy imports are not covered by preloading a package, so the submodules a child really uses
+are listed too; tests/orchestrator/backends/test_pool.py checks a child imports nothing
+heavy on its own.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ with its precedence, the precedence table, the terminals) and of PLY's table bui
 differs (another bashlex), or anything here fails, bashlex builds its tables as before:
 slower, never an error.
 
-After changing bashlex, regenerate the tables (tests/test_bashlex_tables.py fails while
+After changing bashlex, regenerate the tables (tests/worker/rules/test_bashlex_tables.py fails while
 they are stale) and commit worker/rules/_bash_tables.py::
 
     make bash-tables        # .venv/bin/python -m agentcell.worker.rules._bashlex_fast
