@@ -31,20 +31,28 @@ def _session(args: list[str], markexpr: str = "not soak", collected: int = 2400)
     return SimpleNamespace(config=config, testscollected=collected, exitstatus=0), reporter
 
 
-@pytest.mark.parametrize(
-    ("used", "fails"),
-    [(conftest.SUITE_CPU_BUDGET_S - 1, False), (conftest.SUITE_CPU_BUDGET_S + 1, True)],
-)
+@pytest.mark.parametrize("slower", [1.0, 1.5, 0.8])
+@pytest.mark.parametrize(("over", "fails"), [(-1, False), (1, True)])
 def test_a_whole_run_over_its_cpu_budget_fails(
-    monkeypatch: pytest.MonkeyPatch, used: float, fails: bool
+    monkeypatch: pytest.MonkeyPatch, slower: float, over: float, fails: bool
 ) -> None:
+    """The budget is the reference machine's, scaled by how much slower this one is."""
+    used = conftest.SUITE_CPU_BUDGET_S * slower + over
     monkeypatch.setattr(conftest, "_SUITE_START", [100.0, 0.0])
     monkeypatch.setattr(conftest, "_cpu_seconds", lambda: 100.0 + used)
+    monkeypatch.setattr(conftest, "_machine_speed", lambda: slower)
     session, reporter = _session(["tests"])
     conftest.pytest_sessionfinish(session, 0)
     assert (session.exitstatus == pytest.ExitCode.TESTS_FAILED) is fails
     ((line, red),) = reporter.lines
     assert f"used {used:.0f} s of CPU" in line and red is fails
+    assert f"{used / slower:.0f} s on the reference machine" in line
+
+
+def test_the_machine_is_timed_by_a_real_import() -> None:
+    """Three fresh interpreters import the orchestrator: a time near the reference's on
+    any machine this project runs on (a tenth to ten times it)."""
+    assert 0.1 < conftest._machine_speed() < 10
 
 
 @pytest.mark.parametrize(

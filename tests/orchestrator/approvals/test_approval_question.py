@@ -26,7 +26,7 @@ from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 from terminal_util import Screen
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 SCRIPT = SUPPORT / "approval_screen_script.py"
 

@@ -24,7 +24,7 @@ from cli_runner import cli_env, project
 from places import SUPPORT
 from terminal_util import Screen
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 SCRIPT = SUPPORT / "approval_url_screen_script.py"
 KEYS = "  allow? [y]es / [n]o / [a]lways for web_fetch: "

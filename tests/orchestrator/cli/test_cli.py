@@ -14,9 +14,18 @@ from pathlib import Path
 
 import pytest
 from agentcell.worker.child import _proc
-from cli_runner import AGENTCELL, agentcell, assert_gone, cli_env, invoke
+from cli_runner import (
+    AGENTCELL,
+    agentcell,
+    assert_gone,
+    cli_env,
+    invoke,
+    project,
+)
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
+
+__all__ = ["project"]  # the fixture
 
 
 def test_run_json_with_delegation_crash_and_background(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cli_runner import AGENTCELL, agentcell, cli_env, project
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 NO_SPACE = "agentcell: error: cannot write the output: No space left on device"
 

@@ -16,7 +16,7 @@ from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from terminal_util import Screen
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 CONTROLS = "\x1b[31mred\x07bell\rcr\x00nul"  # ESC, BEL, CR and a NUL
 CONTROLS_SHOWN = "\\e[31mred\\abell\\rcr\\x00nul"  # as every renderer writes them out

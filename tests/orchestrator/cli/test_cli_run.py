@@ -24,7 +24,7 @@ from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
 from terminal_util import AGENTCELL
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 
 class Output:

@@ -15,7 +15,7 @@ from cli_runner import assert_gone, cli_env, project
 from model_servers import Call, ModelServer, Reply
 from terminal_util import Screen
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 ODD_ANSWER = "[/oops] and [bold]not bold[/bold], [completed] \x1b[31mred"
 

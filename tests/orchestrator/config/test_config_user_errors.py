@@ -20,7 +20,7 @@ from agentcell.worker.models import ModelError
 from cli_runner import AGENTCELL, agentcell, cli_env, project
 from pydantic import ValidationError
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 
 def load(

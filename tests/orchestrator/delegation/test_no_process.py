@@ -22,7 +22,7 @@ from model_servers import Call, ModelServer, Reply
 
 from agentcell.testing import FunctionModel, reply, tool_call
 
-__all__ = ["project"]  # the fixture, shared with test_cli
+__all__ = ["project"]  # the fixture (tests/support/cli_runner.py)
 
 
 def _delegate_once(messages: list[Any], tools: list[Any]) -> Any:

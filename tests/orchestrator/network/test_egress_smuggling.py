@@ -23,7 +23,10 @@ from egress_wire import (
     connect,
     exchange,
     server_name_extension,
+    setup,
 )
+
+__all__ = ["setup"]  # the fixture
 
 EVIL = "evil.example"
 

@@ -22,7 +22,15 @@ from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
 from model_servers import ModelServer, Reply, serving
-from network_runs import PAGE, SEP, call_script, run_calls
+from network_runs import (
+    PAGE,
+    SEP,
+    call_script,
+    run_calls,
+    served,
+)
+
+__all__ = ["served"]  # the fixture
 
 CAPS = probe_sandbox()
 pytestmark = pytest.mark.skipif(

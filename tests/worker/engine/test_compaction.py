@@ -17,9 +17,17 @@ from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest
 from agentcell.orchestrator.delegation._resume import RecordedAgents, read_session
 from agentcell.protocol import RunStatus, UserMessage
-from compaction_models import STEPS, SUMMARY, TASK, FillingModel
+from compaction_models import (
+    STEPS,
+    SUMMARY,
+    TASK,
+    FillingModel,
+    served,
+)
 from conftest import SpawnRecorder
 from model_servers import Call, ModelServer, Reply
+
+__all__ = ["served"]  # the fixture
 
 
 def _text(messages: list[dict[str, Any]]) -> str:

@@ -24,9 +24,17 @@ from agents import agent
 from conftest import SpawnRecorder
 from delegation_util import gate
 from model_servers import ModelServer
-from sandbox_util import CAPS, SEP, bash_script, orchestrator
+from sandbox_util import (
+    CAPS,
+    SEP,
+    bash_script,
+    orchestrator,
+    served,
+)
 
 from agentcell.testing import FunctionModel
+
+__all__ = ["served"]  # the fixture
 
 pytestmark = pytest.mark.skipif(
     not CAPS["landlock_scopes"], reason="needs Landlock ABI 6 (this project's CI has 7)"
