@@ -8,18 +8,24 @@ read as each call needs it, never copied.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from agentcell.orchestrator._main_run import write_call_summary
+from agentcell.orchestrator.config._load import ConfigError
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.delegation._request import RunAccount
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.journal._place import RunStillGoing
 from agentcell.orchestrator.records._disk import disk_refusal
 from agentcell.orchestrator.records._store import new_run_dir
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import RunStatus
+
+log = logging.getLogger("agentcell")
 
 #: What a crossed budget calls on what a call started: (reason, status).
 Stop = Callable[[str, RunStatus], None]
@@ -50,6 +56,9 @@ class Calls:
         self.lifetime = lifetime  # the orchestrator's ledger, every call's totals
         self.workdir = workdir
         self.model_name = model_name
+        #: Whether recorded calls are journaled (off only to measure what it costs).
+        self.journaled = True
+        self._journals: dict[str, Journal] = {}  # open, by run folder
 
     def refusal(self) -> str:
         """Why a call may not start on this disk, in one line ("": it may)."""
@@ -68,7 +77,7 @@ class Calls:
         """Whether a call writes its own ``summary.json``."""
         return self.recording.call_summaries
 
-    def account(self, run_dir: Path | None, stops: list[Stop]) -> RunAccount:
+    def account(self, run_dir: Path | None, stops: list[Stop], *, kind: str) -> RunAccount:
         """A call's own ledger (its budgets) that also feeds the lifetime one; crossing a
         budget calls every function in ``stops`` with the reason and ``budget``."""
 
@@ -82,7 +91,53 @@ class Calls:
             on_exceeded=exceeded,
             parent=self.lifetime,
         )
-        return RunAccount(ledger=ledger, run_dir=str(run_dir) if run_dir else "")
+        return RunAccount(
+            ledger=ledger,
+            run_dir=str(run_dir) if run_dir else "",
+            journal=self._journal(run_dir, kind),
+        )
+
+    def _journal(self, run_dir: Path | None, kind: str) -> Journal | None:
+        """The journal of the run recorded in ``run_dir``: opened by its first call and
+        kept while the folder is in use (a chat's turns share one)."""
+        if run_dir is None or not self.journaled:
+            return None
+        journal = self._journals.get(str(run_dir))
+        if journal is None:
+            try:
+                journal = Journal(run_dir, run_id=run_dir.name, kind=kind)
+            except RunStillGoing as going:
+                raise ConfigError(
+                    [
+                        f"run {run_dir.name} is still running (pid {going.pid}): wait for it to "
+                        "end, or stop that orchestrator"
+                    ]
+                ) from None
+            except OSError as exc:
+                log.warning("the run's journal could not be opened (%s): it cannot be resumed", exc)
+                return None
+            self._journals[str(run_dir)] = journal
+        return journal
+
+    def finish(self, account: RunAccount, status: str) -> None:
+        """A call's end in its journal: the run's end when the call had the folder to
+        itself, else (a chat's turn) the turn's."""
+        journal = account.journal
+        if journal is None:
+            return
+        if self.recording.run_dir is None:
+            self._journals.pop(account.run_dir, None)
+            journal.end(status)
+            journal.close()
+        else:
+            journal.fact("call_ended", status=status)
+
+    def close(self, status: str = "closed") -> None:
+        """The orchestrator's end: the journals of the folders its calls shared end too."""
+        journals, self._journals = self._journals, {}
+        for journal in journals.values():
+            journal.end(status)
+            journal.close()
 
     def write_summary(
         self,

@@ -64,6 +64,7 @@ class DirectRuns:
             self.calls.write_summary(
                 account, returned, run_dir, started, prompt=prompt, agent=agent, kind="delegate"
             )
+            self.calls.finish(account, returned[0].status.value if returned else "cancelled")
 
     async def map(
         self, agent: str, prompts: Iterable[str], *, concurrency: int, description: str
@@ -108,6 +109,7 @@ class DirectRuns:
                 agent=agent,
                 kind="map",
             )
+            self.calls.finish(account, "completed" if len(returned) == len(items) else "cancelled")
 
     def cancel(self) -> None:
         """Cancel every direct run in flight (each ends with a ``cancelled`` result)."""
@@ -129,7 +131,7 @@ class DirectRuns:
             for handle in list(handles):
                 handle.cancel(why, status)
 
-        return self.calls.account(run_dir, [stop]), handles
+        return self.calls.account(run_dir, [stop], kind="direct"), handles
 
     async def _one(
         self,

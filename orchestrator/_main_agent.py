@@ -114,7 +114,7 @@ class MainAgent:
         run_dir = self.calls.run_dir()
         transcript = main_transcript(run_dir, prompt, parts.model_name)
         stops: list[Stop] = []
-        account = self.calls.account(run_dir, stops)
+        account = self.calls.account(run_dir, stops, kind="run")
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_mcp_servers()
@@ -153,9 +153,11 @@ class MainAgent:
             if transcript is not None:
                 transcript.messages(session.messages)
         report = run_report(result, account, started, run_dir)
-        return finish_record(
+        report = finish_record(
             report, transcript, prompt=prompt, model=model.name, summary=self.calls.summaries
         )
+        self.calls.finish(account, report.status.value)
+        return report
 
     def _new_task_tool(self, scope: Callable[[], Scope], nursery: TaskNursery) -> TaskTool:
         return TaskTool(

@@ -107,6 +107,7 @@ class Orchestrator:
         calls = Calls(
             self, self.settings, self.ledger, workdir=self.workdir, model_name=self.model_name
         )
+        self._calls = calls
         self._main = MainAgent(parts, self.runner, calls)
         self.background = self._main.background  # owns every background run
         self._direct = DirectRuns(self.runner, calls, self.custom_tools, self.model_name)
@@ -164,6 +165,7 @@ class Orchestrator:
                 await self.pool.close()
             remove_protection_placeholders(self.workdir)  # its sub-agents are gone
             await self.runner.close_shared()  # the provider limits, the model pools
+            self._calls.close()  # the journals of run folders its calls shared
             self.bus.close()  # every events() stream ends
             if self.tracing is not None:
                 self.tracing.close()  # what is still buffered goes to the exporter

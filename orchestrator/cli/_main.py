@@ -456,12 +456,20 @@ def runs_resume(
     """Continue a recorded main session (RUN_ID may be a unique prefix or suffix), with the
     model it used unless --model says otherwise: with PROMPT, one more run on it (`-` reads
     it from stdin); without, a chat that goes on from it."""
-    from agentcell.orchestrator.records._store import recorded_main_session, recorded_model
+    from agentcell.orchestrator.journal._place import run_state
+    from agentcell.orchestrator.records._store import (
+        find_run_dir,
+        recorded_main_session,
+        recorded_model,
+    )
     from agentcell.worker import Session
 
     _setup_logging(debug)
     inline = _inline_agents(flags.pop("agents_json", None))
     try:
+        state, pid = run_state(found := find_run_dir(workdir.resolve(), run_id))
+        if state == "running":  # its orchestrator is alive: two would write one run
+            raise LookupError(f"run {found.name} is still running (pid {pid})")
         resumed_id, messages = recorded_main_session(workdir.resolve(), run_id)
         if flags.get("model") is None:  # the record names the model the session was with
             flags["model"] = recorded_model(workdir.resolve(), run_id)

@@ -165,6 +165,7 @@ class Relay:
             start=group.create_task,
             ahead=self.child.ahead,
             tokens_left=self.child.ledger.tokens_left,  # an output limit is clamped to it
+            journal=account.journal if (account := self.child.scope.account) else None,
         )
 
     async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from agentcell.orchestrator.backends._interface import WorkerLease
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import ChannelClosed, Control, ControlAction, Message, RunStatus
 
@@ -54,6 +55,7 @@ class RunAccount:
     ledger: UsageLedger
     results: list[SubAgentResult] = dataclasses.field(default_factory=list)
     run_dir: str = ""  # "" : not recorded
+    journal: Journal | None = None  # the run's journal (recorded runs): journal/
 
 
 class RunHandle:

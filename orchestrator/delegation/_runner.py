@@ -65,6 +65,7 @@ from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
+from agentcell.orchestrator.records._store import subagent_json
 from agentcell.orchestrator.telemetry._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.telemetry._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.workspace._worktree import (
@@ -282,6 +283,7 @@ class Runner:
         """
         agent_id = agent_id or self.new_agent_id()
         handle = handle or RunHandle()
+        _journal_start(scope, request, agent_id, task_id)
         try:
             async with asyncio.TaskGroup() as group:
                 inner = group.create_task(
@@ -293,6 +295,7 @@ class Runner:
         except asyncio.CancelledError:
             if handle.result is not None and scope.account is not None:
                 scope.account.results.append(handle.result)
+                _journal_end(scope, handle.result)
             raise
         finally:
             self.recorded.ended(agent_id)  # however it ended, it runs no more
@@ -308,6 +311,7 @@ class Runner:
             result = inner.result()
         if scope.account is not None:
             scope.account.results.append(result)
+            _journal_end(scope, result)
         return result
 
     async def _contained(
@@ -663,3 +667,28 @@ def _owner(scope: Scope) -> str:
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
     return scope.account.ledger if scope.account is not None else default
+
+
+def _journal_start(scope: Scope, request: DelegationRequest, agent_id: str, task_id: str) -> None:
+    """The run's journal says a sub-agent was started, by whom and for what."""
+    journal = scope.account.journal if scope.account is not None else None
+    if journal is not None:
+        journal.fact(
+            "started",
+            agent=agent_id,
+            by=scope.agent_id,
+            depth=scope.depth,
+            agent_type=request.agent_type,
+            prompt=request.prompt,
+            description=request.description,
+            background=bool(request.background),
+            task=task_id,
+            call=request.call_id,
+        )
+
+
+def _journal_end(scope: Scope, result: SubAgentResult) -> None:
+    """The run's journal says how a sub-agent ended: its one result, whole."""
+    journal = scope.account.journal if scope.account is not None else None
+    if journal is not None:
+        journal.fact("ended", agent=result.agent_id, result=subagent_json(result))

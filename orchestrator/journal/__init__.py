@@ -1,1 +1,7 @@
-"""A run's journal on disk: what the parent must not lose when it dies (empty so far)."""
+"""A run's journal: what the parent must not lose when it dies.
+
+_journal   the journal of one run, as the parent writes it while the run goes
+_file      the file: append-only records, each whole or seen to be cut
+_delta     a model request kept as what the agent's previous one did not have
+_place     where journals live (outside every workdir), the live run's lock, a run's state
+"""

@@ -182,8 +182,12 @@ class CallFrames:
         head: ModelHead,
         feed: Callable[[bytes], None] | None = None,
         mask: KeyMask | None = None,
+        *,
+        keep: bool = False,
     ) -> None:
         self._send = send
+        #: Every body byte the child was sent, masked (for the journal), when ``keep``.
+        self.kept: list[bytes] | None = [] if keep else None
         self._head: ModelHead | None = head
         self._id = head.id
         self._feed = feed
@@ -195,6 +199,8 @@ class CallFrames:
             self._feed(data)
         if self._mask is not None:
             data = self._mask.stream(data)
+        if self.kept is not None:
+            self.kept.append(data)
         for frame in self._frames(data, None):
             await self._send(frame)
 
@@ -208,6 +214,8 @@ class CallFrames:
         if self._mask is not None:
             self._tail += self._mask.flush()
         tail, self._tail = self._tail, b""
+        if self.kept is not None:
+            self.kept.append(tail)
         for frame in self._frames(tail, end):
             await self._send(frame)
 

@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import msgspec
 from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.model_relay._batch import (
     CallFrames,
     relay_chunks,
@@ -296,8 +297,10 @@ class ModelRelay:
         start: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         ahead: CallAhead | None = None,
         tokens_left: Callable[[], int | None] | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self._spec = spec
+        self._journal = journal  # each request and answer, when the run is journaled
         self._tokens_left = tokens_left
         self._ahead = ahead  # its first request, sent while it started (_call_ahead)
         self._settings = settings
@@ -344,6 +347,8 @@ class ModelRelay:
             # ({"model": "a", "model": "b"}) would mean the last one to this check and
             # maybe the first to the server's parser.
             body, asked = msgspec.json.encode(checked[1]), frame.body
+            if self._journal is not None:
+                self._journal.ask(self._spec.agent_id, frame.id, checked[1])
             frame = msgspec.structs.replace(frame, body=body)
             ahead, self._ahead = self._ahead, None
             if ahead is not None and not self._same_as_ahead(ahead, body, asked):
@@ -479,7 +484,8 @@ class ModelRelay:
                 inflater = Inflater(headers.get("content-encoding", ""), provider)
                 relayed = {k: mask.text(v) for k, v in headers.items() if k != "content-encoding"}
                 head = ModelHead(id=cid, status=status, headers=relayed)
-                frames = CallFrames(self._send, head, scan.feed if status == 200 else None, mask)
+                feed = scan.feed if status == 200 else None
+                frames = CallFrames(self._send, head, feed, mask, keep=self._journal is not None)
                 chunks = inflated_chunks(response.chunks(), inflater)
                 frames.hold(await relay_chunks(chunks, frames.send))
             finally:
@@ -505,6 +511,10 @@ class ModelRelay:
             _release(permit, call.tokens, call.status, headers)
         with contextlib.suppress(ChannelClosed):
             await (self._send(end) if frames is None else frames.end(end))
+        if self._journal is not None and frames is not None and frames.kept is not None:
+            # What the child was sent, whole: a resumed child parses it as it parsed this.
+            body = b"".join(frames.kept)
+            self._journal.answer(self._spec.agent_id, cid, call.status, body, end.error_kind)
 
 
 def parent_transport(

@@ -13,6 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentcell.orchestrator.journal._place import run_state
+
 #: Said of a run folder with no summary: why there may be none.
 NO_SUMMARY = "summary.json (the run is still going, was killed, or its disk was full)"
 
@@ -35,6 +37,13 @@ def summary_from_records(path: Path) -> dict[str, Any]:
     }
     if not result:
         summary["missing"].append("the main agent's result line in main.jsonl")
+        # Its journal says which: the run is going (its orchestrator holds it) or was
+        # interrupted (nobody does, and it never ended).
+        state, pid = run_state(path)
+        if state == "running":
+            summary.update(status="running", pid=pid)
+        elif state == "interrupted":
+            summary["status"] = "interrupted"
     return summary
 
 

@@ -1,0 +1,106 @@
+"""A run's journal, as the parent writes it while the run goes.
+
+What it holds (each a record of ``_file``): the run's start (``run``), each relayed model
+request as a delta (``ask``: _delta.py) and each relayed answer's bytes as the server
+sent them, the key masked (``answer``), and the parent's own facts (``fact``: a kind of
+fact and its fields). Provider keys and request headers are never written. The run's
+end (``end``) carries its status; a journal without one belongs to a run that is going
+(its lock held: _place.py) or was interrupted.
+
+Durability: every record is written when it happens (a SIGKILL loses nothing written);
+it reaches the disk at the next ``sync`` — at most ``SYNC_EVERY_S`` after it while the
+run writes, and at the end — so a power loss loses at most that much of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from agentcell.orchestrator.journal._delta import RequestDeltas
+from agentcell.orchestrator.journal._file import JournalBroken, JournalWriter
+from agentcell.orchestrator.journal._place import (
+    ENDED_FILE,
+    JOURNAL_FILE,
+    RunLock,
+    make_journal_dir,
+)
+
+SYNC_EVERY_S = 1.0
+
+
+class Journal:
+    """One run's journal: open while the run goes, only in the parent."""
+
+    def __init__(self, run_dir: Path, *, run_id: str, kind: str) -> None:
+        self.folder = make_journal_dir(run_dir)
+        self._lock = RunLock(self.folder)
+        (self.folder / ENDED_FILE).unlink(missing_ok=True)  # it goes on (again) from here
+        self._writer = JournalWriter(self.folder / JOURNAL_FILE)
+        self._deltas: dict[str, RequestDeltas] = {}
+        self._synced_at = time.monotonic()
+        self.run_id = run_id
+        self._write("run", run_id=run_id, kind=kind, run_dir=str(run_dir), pid=os.getpid())
+
+    @property
+    def broken(self) -> JournalBroken | None:
+        """Why the journal stopped being written, if it did (the run goes on)."""
+        return self._writer.broken
+
+    def ask(self, agent_id: str, call_id: int, top: dict[str, msgspec.Raw]) -> None:
+        """A relayed model request: its checked top level, as a delta of the last one."""
+        deltas = self._deltas.setdefault(agent_id, RequestDeltas())
+        self._write("ask", agent=agent_id, call=call_id, **deltas.delta(top))
+
+    def answer(
+        self, agent_id: str, call_id: int, status: int, body: bytes, error: str = ""
+    ) -> None:
+        """A relayed answer, whole: its status, the bytes the child was sent, and the
+        kind of error that cut it ("" when it arrived whole)."""
+        self._write("answer", agent=agent_id, call=call_id, status=status, body=body, error=error)
+
+    def fact(self, what: str, **fields: Any) -> None:
+        """One of the parent's own facts (a task call, a state, an approval, a charge)."""
+        self._write("fact", what=what, **fields)
+
+    def end(self, status: str) -> None:
+        """The run's end: its last record, then ``ended`` (what ``runs list`` reads)."""
+        self._write("end", status=status)
+        self._sync()
+        if self.broken is None:
+            with contextlib.suppress(OSError):  # a full disk: the run reads interrupted
+                _write_small(self.folder / ENDED_FILE, status.encode())
+
+    def close(self) -> None:
+        self._writer.close()
+        self._lock.release()
+
+    def _write(self, kind: str, /, **fields: Any) -> None:
+        if self._writer.broken is not None:
+            return  # said once, when it broke (the run's report carries it)
+        try:
+            self._writer.append(kind, **fields)
+            if time.monotonic() - self._synced_at >= SYNC_EVERY_S:
+                self._sync()
+        except JournalBroken:
+            pass
+
+    def _sync(self) -> None:
+        self._synced_at = time.monotonic()
+        try:
+            self._writer.sync()
+        except JournalBroken:
+            pass
+
+
+def _write_small(path: Path, data: bytes) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

@@ -1,0 +1,118 @@
+"""Where a run's journal lives, and whether its run is still going.
+
+``$XDG_STATE_HOME/agentcell/journal/<run folder's name>-<8 hex of its path>/`` (under
+``~/.local/state`` when the variable is unset): outside every workdir, 0700, beside the
+record key (records/_key.py). A sandboxed sub-agent's walls grant no part of the home
+but git's config, so no child can read or write it; no child gets a descriptor to it.
+
+The folder holds ``journal`` (the records, _file.py), ``lock`` and, once the run has
+ended, ``ended`` (its status). The live orchestrator holds an exclusive ``flock`` on
+``lock`` for as long as the run goes, with its pid written in it; the kernel lets go of
+it when that process dies, however it dies. A run whose lock nobody holds and that has
+no ``ended`` was interrupted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+JOURNAL_FILE = "journal"
+LOCK_FILE = "lock"
+#: Written when the run ends (its status), removed when a run opens the journal again.
+ENDED_FILE = "ended"
+
+
+def journal_root() -> Path:
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "state"
+    )
+    return Path(state) / "agentcell" / "journal"
+
+
+def journal_dir(run_dir: Path) -> Path:
+    """The journal folder of the run recorded in ``run_dir`` (made or not)."""
+    real = os.path.realpath(run_dir)
+    tag = hashlib.sha256(real.encode()).hexdigest()[:8]
+    return journal_root() / f"{Path(real).name}-{tag}"
+
+
+def make_journal_dir(run_dir: Path) -> Path:
+    """The run's journal folder, made 0700 (and its parents 0700) whatever the umask."""
+    folder = journal_dir(run_dir)
+    root = folder.parent
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for part in (root.parent, root):
+        os.chmod(part, 0o700)
+    folder.mkdir(mode=0o700, exist_ok=True)  # a folder in use again (a chat's) appends
+    return folder
+
+
+class RunLock:
+    """The live run's hold on its journal folder: taken at the start, let go at the end
+    (or by the kernel, when the orchestrator dies)."""
+
+    def __init__(self, folder: Path) -> None:
+        flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+        self._fd = os.open(folder / LOCK_FILE, flags, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(self._fd)
+            os.close(self._fd)
+            raise RunStillGoing(holder) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)  # the flock goes with the last descriptor
+            self._fd = -1
+
+
+class RunStillGoing(Exception):
+    """Another live orchestrator holds the run (its pid, or 0 when it wrote none)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(pid)
+        self.pid = pid
+
+
+def _holder(fd: int) -> int:
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.pread(fd, 32, 0).decode() or 0)
+    return 0
+
+
+def holder_of(folder: Path) -> int | None:
+    """The pid of the live orchestrator that holds ``folder``'s run (0 if it wrote none),
+    or None when nobody holds it."""
+    try:
+        fd = os.open(folder / LOCK_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd)
+        return None
+    finally:
+        os.close(fd)  # a shared lock taken here goes with it
+
+
+def run_state(run_dir: Path) -> tuple[str, int | None]:
+    """``("running", pid)``, ``("interrupted", None)``, ``("ended", None)``, or
+    ``("unjournaled", None)`` for a run with no journal (``record=False``, or older)."""
+    folder = journal_dir(run_dir)
+    if not (folder / JOURNAL_FILE).is_file():
+        return "unjournaled", None
+    pid = holder_of(folder)
+    if pid is not None:
+        return "running", pid
+    if (folder / ENDED_FILE).is_file():
+        return "ended", None
+    return "interrupted", None

@@ -1,0 +1,215 @@
+"""The orchestrator SIGKILLed mid fan-out, as a user's run is (the OOM killer, a dropped
+SSH session): what its journal kept, what ``runs list`` and ``runs resume`` say, and
+that no sub-agent can read the journal.
+
+Run through the installed command against a scripted model server on 127.0.0.1, so
+that the sub-agents' model requests take the relayed route the journal records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from agentcell.orchestrator.journal._file import read_journal
+from agentcell.orchestrator.journal._place import journal_dir, run_state
+from agentcell.worker import probe_sandbox
+from cli_runner import AGENTCELL, cli_env
+from http_script import _first_user, _system, _tool_results
+from model_servers import Call, ModelServer, Reply
+
+FINISHERS = ["count a", "count b", "count c"]
+WAITERS = ["wait d", "wait e", "wait f"]
+
+
+def _fan_out(body: dict[str, Any], api: str) -> Reply:
+    """The main agent starts six sub-agents; three answer, three wait on the model for
+    ever; the sub-agent ``peek`` tries to read the journal first."""
+    if "main agent of agentcell" in _system(body):
+        if _tool_results(body):
+            return Reply(text="never reached: the orchestrator is killed first")
+        calls = [
+            Call("task", {"subagent_type": "general-purpose", "prompt": p, "description": p})
+            for p in [*FINISHERS, *WAITERS]
+        ]
+        return Reply(text="Fanning out.", tool_calls=calls)
+    prompt = _first_user(body)
+    if prompt in WAITERS:
+        return Reply(hang=True)
+    return Reply(text=f"result of {prompt}")
+
+
+def _start(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [AGENTCELL, "run", "--model", "openai:m", "--json", "fan out"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its children are killed with it, by its group
+    )
+
+
+def _wait_for(condition: Any, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _records(run_dir: Path) -> list[dict[str, Any]]:
+    path = journal_dir(run_dir) / "journal"
+    return read_journal(path).records if path.is_file() else []
+
+
+def _answered(run_dir: Path) -> int:
+    return sum(1 for r in _records(run_dir) if r["k"] == "fact" and r["what"] == "ended")
+
+
+def _streamed_text(body: bytes) -> str:
+    """The text of an OpenAI chat-completions stream, as the child's parser joins it."""
+    text = ""
+    for line in body.decode().splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                text += choice.get("delta", {}).get("content") or ""
+    return text
+
+
+def _run_dir(work: Path) -> Path | None:
+    runs = work / ".agentcell" / "runs"
+    found = [p for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    return found[0] if found else None
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "home").mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
+    project: Path, model_server: ModelServer
+) -> None:
+    model_server.responder = _fan_out
+    env = cli_env(project, model_server)
+    proc = _start(project, env)
+    try:
+        _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
+        run_dir = _run_dir(project)
+        assert run_dir is not None
+        _wait_for(lambda: _answered(run_dir) == 3, "three sub-agents' results")
+        # The run is held by its orchestrator: a resume now is refused, and says why.
+        state, pid = run_state(run_dir)
+        assert (state, pid) == ("running", proc.pid)
+        refused = subprocess.run(
+            [AGENTCELL, "runs", "resume", run_dir.name, "go on"],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2, refused.stderr
+        assert f"run {run_dir.name} is still running (pid {proc.pid})" in refused.stderr
+        assert "Traceback" not in refused.stderr
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert len(children) >= 3  # the fork server and the waiting sub-agents at least
+        os.kill(proc.pid, signal.SIGKILL)  # the orchestrator alone, as the OOM killer does
+        proc.communicate()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], f"outlived the orchestrator: {alive}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever the test left, even failing
+        proc.communicate()
+    assert run_state(run_dir) == ("interrupted", None)
+    listed = subprocess.run(
+        [AGENTCELL, "runs", "list", "--json"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    (run,) = json.loads(listed.stdout)
+    assert run["status"] == "interrupted"
+
+    records = _records(run_dir)
+    assert records[0]["k"] == "run" and records[0]["pid"] == proc.pid
+    assert not [r for r in records if r["k"] == "end"]
+    started = {r["prompt"]: r["agent"] for r in records if r.get("what") == "started"}
+    assert set(started) == {*FINISHERS, *WAITERS}
+    ended = {r["agent"]: r["result"] for r in records if r.get("what") == "ended"}
+    assert {started[p] for p in FINISHERS} == set(ended)
+    for prompt in FINISHERS:
+        result = ended[started[prompt]]
+        assert (result["status"], result["final_text"]) == ("completed", f"result of {prompt}")
+    # Every sub-agent's request is journaled, and each finished one's answer whole; the
+    # waiting ones' answers never came.
+    asked = {r["agent"] for r in records if r["k"] == "ask"}
+    assert set(started.values()) <= asked
+    answers = {r["agent"]: r for r in records if r["k"] == "answer"}
+    for prompt in FINISHERS:
+        answer = answers[started[prompt]]
+        assert answer["status"] == 200 and answer["error"] == ""
+        assert _streamed_text(answer["body"]) == f"result of {prompt}"
+    assert not {started[p] for p in WAITERS} & set(answers)
+    # Nothing of the provider's key, nor of the request headers.
+    raw = (journal_dir(run_dir) / "journal").read_bytes()
+    assert env["OPENAI_API_KEY"].encode() not in raw
+    assert b"authorization" not in raw.lower()
+
+
+def test_no_sub_agent_can_read_the_journal(project: Path, model_server: ModelServer) -> None:
+    """A sub-agent's bash behind the default sandbox: the journal folder is outside what
+    its walls grant, and no descriptor to it is open in the sub-agent."""
+    if not probe_sandbox()["landlock_scopes"]:
+        pytest.skip("needs Landlock ABI 6 (this project's CI has 7)")
+    state = os.environ["XDG_STATE_HOME"]
+    probe = (
+        f"ls -l /proc/self/fd /proc/$PPID/fd 2>&1 | grep -c journal; "
+        f"cat {state}/agentcell/journal/*/journal 2>&1 | head -c 300; "
+        f"ls {state}/agentcell/journal 2>&1 | head -c 300"
+    )
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        if "main agent of agentcell" in _system(body):
+            if _tool_results(body):
+                return Reply(text="SEEN:" + _tool_results(body)[0])
+            task = {"subagent_type": "general-purpose", "prompt": "peek", "description": "p"}
+            return Reply(tool_calls=[Call("task", task)])
+        if not _tool_results(body):
+            return Reply(tool_calls=[Call("bash", {"command": probe})])
+        return Reply(text="OUT:" + _tool_results(body)[0])
+
+    model_server.responder = respond
+    env = cli_env(project, model_server)
+    done = subprocess.run(
+        [AGENTCELL, "run", "--model", "openai:m", "--approve", "allow", "--json", "peek"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)["final_text"].partition("OUT:")[2]
+    assert seen.startswith("0\n"), seen  # no descriptor names a journal
+    assert "Permission denied" in seen or "No such file" in seen, seen
+    assert "agentcell-journal" not in seen
+    run_dir = Path(json.loads(done.stdout)["run_dir"])
+    assert (journal_dir(run_dir) / "journal").is_file()  # there was one to read
