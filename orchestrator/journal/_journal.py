@@ -29,6 +29,7 @@ from agentcell.orchestrator.journal._place import (
     RunLock,
     make_journal_dir,
 )
+from agentcell.worker import Redactor
 
 SYNC_EVERY_S = 1.0
 
@@ -42,6 +43,7 @@ class Journal:
         (self.folder / ENDED_FILE).unlink(missing_ok=True)  # it goes on (again) from here
         self._writer = JournalWriter(self.folder / JOURNAL_FILE)
         self._deltas: dict[str, RequestDeltas] = {}
+        self._redact = Redactor.from_env()  # the keys this process holds, as records mask them
         self._synced_at = time.monotonic()
         self.run_id = run_id
         self._write("run", run_id=run_id, kind=kind, run_dir=str(run_dir), pid=os.getpid())
@@ -64,8 +66,10 @@ class Journal:
         self._write("answer", agent=agent_id, call=call_id, status=status, body=body, error=error)
 
     def fact(self, what: str, **fields: Any) -> None:
-        """One of the parent's own facts (a task call, a state, an approval, a charge)."""
-        self._write("fact", what=what, **fields)
+        """One of the parent's own facts (a task call, a state, an approval, a charge);
+        a secret this process holds in any text of it is masked, as in the records (a
+        child's answer may carry a key a hostile server split over several deltas)."""
+        self._write("fact", what=what, **_masked(fields, self._redact))
 
     def end(self, status: str) -> None:
         """The run's end: its last record, then ``ended`` (what ``runs list`` reads)."""
@@ -104,3 +108,13 @@ def _write_small(path: Path, data: bytes) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def _masked(value: Any, redact: Redactor) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: _masked(item, redact) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_masked(item, redact) for item in value]
+    return value

@@ -111,14 +111,18 @@ def test_the_journal_is_private_and_outside_the_workdir(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     run_dir = tmp_path / "work" / ".agentcell" / "runs" / "20261206-120000-abc1"
     run_dir.mkdir(parents=True)
-    os.umask(0o022)
-    journal = Journal(run_dir, run_id=run_dir.name, kind="run")
+    (tmp_path / "state" / "agentcell" / "journal").mkdir(parents=True, mode=0o755)
+    previous = os.umask(0o000)  # a folder that was there, loose, and no umask at all
+    try:
+        journal = Journal(run_dir, run_id=run_dir.name, kind="run")
+    finally:
+        os.umask(previous)
     try:
         folder = journal.folder
         assert folder == journal_dir(run_dir)
         assert folder.is_relative_to(tmp_path / "state" / "agentcell" / "journal")
-        for path in (folder.parent, folder):
-            assert stat.S_IMODE(path.stat().st_mode) == 0o700
+        for path in (folder.parent.parent, folder.parent, folder):
+            assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
         for path in folder.iterdir():
             assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
         # Another workdir's run of the same name has its own journal.

@@ -9,6 +9,7 @@ that the sub-agents' model requests take the relayed route the journal records.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -30,9 +31,10 @@ FINISHERS = ["count a", "count b", "count c"]
 WAITERS = ["wait d", "wait e", "wait f"]
 
 
-def _fan_out(body: dict[str, Any], api: str) -> Reply:
-    """The main agent starts six sub-agents; three answer, three wait on the model for
-    ever; the sub-agent ``peek`` tries to read the journal first."""
+def _fan_out(key: str, body: dict[str, Any], api: str) -> Reply:
+    """The main agent starts six sub-agents; three answer (a hostile server's answer
+    carrying the provider key: the relay masks it in the stream, the journal in what the
+    child made of it), three wait on the model for ever."""
     if "main agent of agentcell" in _system(body):
         if _tool_results(body):
             return Reply(text="never reached: the orchestrator is killed first")
@@ -44,7 +46,9 @@ def _fan_out(body: dict[str, Any], api: str) -> Reply:
     prompt = _first_user(body)
     if prompt in WAITERS:
         return Reply(hang=True)
-    return Reply(text=f"result of {prompt}")
+    if prompt == FINISHERS[-1]:  # split over deltas, which the relay's mask cannot see
+        return Reply(text=f"result of {prompt} {key}", chunk_size=4)
+    return Reply(text=f"result of {prompt} {key}", chunk_size=1000)  # in one delta
 
 
 def _start(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
@@ -103,8 +107,8 @@ def project(tmp_path: Path) -> Path:
 def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
     project: Path, model_server: ModelServer
 ) -> None:
-    model_server.responder = _fan_out
     env = cli_env(project, model_server)
+    model_server.responder = functools.partial(_fan_out, env["OPENAI_API_KEY"])
     proc = _start(project, env)
     try:
         _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
@@ -157,7 +161,8 @@ def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
     assert {started[p] for p in FINISHERS} == set(ended)
     for prompt in FINISHERS:
         result = ended[started[prompt]]
-        assert (result["status"], result["final_text"]) == ("completed", f"result of {prompt}")
+        assert result["status"] == "completed"
+        assert result["final_text"].startswith(f"result of {prompt} ")
     # Every sub-agent's request is journaled, and each finished one's answer whole; the
     # waiting ones' answers never came.
     asked = {r["agent"] for r in records if r["k"] == "ask"}
@@ -166,7 +171,7 @@ def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
     for prompt in FINISHERS:
         answer = answers[started[prompt]]
         assert answer["status"] == 200 and answer["error"] == ""
-        assert _streamed_text(answer["body"]) == f"result of {prompt}"
+        assert _streamed_text(answer["body"]).startswith(f"result of {prompt} ")
     assert not {started[p] for p in WAITERS} & set(answers)
     # Nothing of the provider's key, nor of the request headers.
     raw = (journal_dir(run_dir) / "journal").read_bytes()
