@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import targets
+from bench import journal_cost, targets
 from bench.measure import percentile
 
 MiB = 2**20
@@ -346,6 +346,9 @@ HEADLINE_KEYS = (
     "io_32_ideal_x_fastest_peer",
     "https_io_32_ideal_x_fastest_peer",
     "analysis_32_ideal_x_fastest_peer",
+    # What journaling a run costs (the journal workload): wall with ÷ without, and bytes.
+    "journal_overhead_io_128",
+    "journal_bytes_per_turn_io_128",
 )
 
 
@@ -447,6 +450,7 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
     if peer is not None and math.isfinite(peer["rejected"]):
         figures["ratelimit_429s_fastest_peer"] = float(peer["rejected"])
     figures["ratelimit_429s_fewest_peer"] = _fewest_429s(results)
+    figures.update(journal_cost.figures(results))
     return figures
 
 
@@ -591,6 +595,8 @@ def markdown(results: dict[str, Any]) -> str:
             parts.append(events_table(workload))
         elif name == "ratelimit":
             parts.append(ratelimit_table(workload))
+        elif name == "journal":
+            parts.append(journal_cost.table(workload))
         if name == "io":
             parts += [
                 "",

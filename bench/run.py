@@ -99,6 +99,7 @@ def sweep(
     port = server.port
     results = []
     runs = [(s, label, fields) for s in workload.systems for label, fields in workload.variants]
+    runs *= workload.pairs  # interleaved: a, b, a, b, …
     for system, label, fields in [*runs, *workload.extra]:
         if only and system not in only:
             continue

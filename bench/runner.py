@@ -59,6 +59,8 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         prestart=bool(job.get("prestart")),
         analysis=job["spec"].get("tool") == analysis.FILES,
         call_ahead=bool(job.get("call_ahead")),
+        record=bool(job.get("record")),
+        journal=bool(job.get("journal", True)),
     )
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]
@@ -115,6 +117,7 @@ async def _one(
             parent_peak_rss=peak.peak,
             events=result.events,
             chars=result.chars,
+            **result.extra,
         )
         if snapshot is not None:
             # Taken long before the run ends, unless some sub-agent never asked the model.

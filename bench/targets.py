@@ -51,6 +51,7 @@ TARGETS = (
     Target("dispatch, N=8: warm p50 ÷ forkserver floor", "dispatch_warm_p50_x_floor_8", 3.0),
     Target("https-io, N=32: agentcell ÷ fastest peer", "https_io_32_x_fastest_peer", 0.70),
     Target("memory: child USS, MiB", "child_uss_mib", 8.0, 1),
+    Target("journal, io N=128: wall with the journal ÷ without", "journal_overhead_io_128", 1.05),
     Target(
         "ratelimit, N=32: agentcell's 429s (with its limiter) < every peer's",
         "ratelimit_429s_agentcell",

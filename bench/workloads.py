@@ -42,6 +42,9 @@ class Workload:
     tls: bool = False  # the model over HTTPS (the load server's TLS port, its test CA)
     quick_ns: tuple[int, ...] = (1, 8, 32, 128)
     full_ns: tuple[int, ...] = (1, 8, 32, 128, 256)
+    # Above 1: the variants run this many times each, interleaved (a, b, a, b, …), one
+    # runner each, so that a pair's two runs see the same machine.
+    pairs: int = 1
 
     def ideal_s(self, n: int, latency_s: float, tool_s: float, cores: int) -> float:
         """The wall time with free dispatch and unlimited client CPU: the model turns of
@@ -173,6 +176,25 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             spec={"turns": 3, "tool": "probe", "lat": lat, "hold": 1},
             memory=True,
             timeout_s=20.0,
+        ),
+        Workload(
+            name="journal",
+            title="journal: what journaling a run costs",
+            what=(
+                "The io workload at N=128 with run records on, with the run's journal (every "
+                "relayed request as a delta, every answer, every sub-agent's start and result) "
+                "and without it (an internal switch), 5 interleaved pairs: the wall of each, "
+                "their ratio's median, and the journal's bytes per model turn, by turn."
+            ),
+            systems=["agentcell"],
+            spec=io,
+            variants=(
+                ("records only", {"record": True, "journal": False}),
+                ("journal", {"record": True, "journal": True}),
+            ),
+            quick_ns=(128,),
+            full_ns=(128,),
+            pairs=5,
         ),
         Workload(
             name="events",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import tempfile
 from importlib import metadata
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from bench import analysis
 from bench.script import Spec
@@ -23,6 +23,8 @@ class Options:
     prestart: bool = False  # ProcessPoolExecutor: start every worker before the clock
     analysis: bool = False  # the analysis workload: file tools over a source tree
     call_ahead: bool = False  # agentcell: first model requests sent while processes start
+    record: bool = False  # agentcell: run records (the journal workload)
+    journal: bool = True  # agentcell, with records: journal the run (off: its cost measured)
 
 
 @dataclasses.dataclass(slots=True)
@@ -32,6 +34,7 @@ class Outcome:
     detail: str = ""  # why not ok
     events: int = 0  # sub-agent text events handled by the parent (count_events)
     chars: int = 0  # the text they carried
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # more fields of its row
 
 
 def worker_prompt(options: Options) -> str:

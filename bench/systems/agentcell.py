@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.config._settings import ProviderLimits
+from agentcell.orchestrator.journal._file import encode_record, read_journal
+from agentcell.orchestrator.journal._place import JOURNAL_FILE, journal_dir
 from agentcell.protocol import TextDelta
 
 from bench import analysis
@@ -33,6 +36,8 @@ class Agentcell(System):
         self.orch: Orchestrator | None = None
         self.pool: WorkerPool | None = None
         self.workdir = ""
+        self.options = Options()
+        self.journals: list[Path] = []
         self.events = 0
         self.chars = 0
 
@@ -57,6 +62,7 @@ class Agentcell(System):
 
     async def open(self, n: int, options: Options) -> None:
         self.workdir = tempfile.mkdtemp(prefix="agentcell-bench-")
+        self.options = options
         settings = self.settings(n, options)
         tools = [tool.name for tool in TOOLS]
         if options.analysis:  # its built-in file tools, over the tree in its workdir
@@ -74,11 +80,13 @@ class Agentcell(System):
             settings=settings,
             workdir=self.workdir,
             load_agent_files=False,
-            record=False,
+            record=options.record,
             agents=[worker],
             tools=TOOLS,
             pool=self.pool,
         )
+        # The internal switch the journal workload measures it by (records stay on).
+        self.orch._calls.journaled = options.journal
         await self.orch.__aenter__()
         if options.count_events:
             self.orch.bus.subscribe(self._on_event)
@@ -110,6 +118,9 @@ class Agentcell(System):
         answers = [r.text if r.ok else f"{r.status.value}: {r.error}" for r in report.subagents]
         result = outcome(spec.n, answers, main_ok=report.ok, detail=report.error)
         result.events, result.chars = self.events, self.chars
+        if self.options.record and report.run_dir:
+            result.extra = journal_figures(Path(report.run_dir))
+            self.journals.append(journal_dir(Path(report.run_dir)))  # removed at close
         return result
 
     async def close(self) -> None:
@@ -120,6 +131,33 @@ class Agentcell(System):
             await self.pool.close()
             self.pool = None
         shutil.rmtree(self.workdir, ignore_errors=True)
+        for folder in self.journals:
+            shutil.rmtree(folder, ignore_errors=True)
+        self.journals.clear()
 
     def child_pids(self) -> list[int]:
         return self.orch.pool.pids() if self.orch is not None else []
+
+
+def journal_figures(run_dir: Path) -> dict[str, Any]:
+    """The run's journal: its bytes, its model turns (relayed requests), and the mean
+    bytes a request's record takes by the sub-agent's turn (1st, 2nd, …): flat when each
+    record holds what the turn added, growing when it held the history."""
+    path = journal_dir(run_dir) / JOURNAL_FILE
+    if not path.is_file():
+        return {"journal_bytes": 0, "journal_turns": 0}
+    records = read_journal(path).records
+    by_turn: dict[int, list[int]] = {}
+    turns: dict[str, int] = {}
+    for record in records:
+        if record["k"] == "ask":
+            turn = turns[record["agent"]] = turns.get(record["agent"], 0) + 1
+            fields = {k: v for k, v in record.items() if k != "k"}
+            by_turn.setdefault(turn, []).append(len(encode_record("ask", fields)))
+    return {
+        "journal_bytes": path.stat().st_size,
+        "journal_turns": sum(turns.values()),
+        "journal_ask_bytes_by_turn": [
+            sum(sizes) / len(sizes) for _, sizes in sorted(by_turn.items())
+        ],
+    }

@@ -7,6 +7,7 @@ measurements and the report; only the result's structure is checked, never timin
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from conftest import SpawnRecorder
@@ -180,6 +181,8 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "io_32_ideal_x_fastest_peer",
         "https_io_32_ideal_x_fastest_peer",
         "analysis_32_ideal_x_fastest_peer",
+        "journal_overhead_io_128",
+        "journal_bytes_per_turn_io_128",
     ]
     assert figures["io_128_x_ideal"] == 2.0
     assert figures["io_128_x_inprocess"] == 1.25
@@ -192,3 +195,56 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
     # What did not run is null, never a made-up number.
     for key in ("https_io_32_x_fastest_peer", "dispatch_warm_p50_x_floor_1", "child_uss_mib"):
         assert figures[key] is None
+    assert figures["journal_overhead_io_128"] is None
+
+
+async def test_the_journal_workload_measures_a_journaled_run_against_records_alone(
+    spawned: SpawnRecorder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two runs of a pair (records only, then journaled) through the runner, as the
+    journal workload makes them; then the headline's two keys from three such pairs."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    rows = {}
+    with LoadServer(latency_ms=5) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-bench-not-a-real-key")
+        for label, journal in (("records only", False), ("journal", True)):
+            job = {
+                "system": "agentcell",
+                "ns": [2],
+                "spec": {"turns": 3, "tool": "probe", "lat": 5},
+                "port": server.port,
+                "run_prefix": f"journal-{journal}",
+                "timeout_s": 60,
+                "record": True,
+                "journal": journal,
+            }
+            [rows[label]] = (await runner.run_job(job))["rows"]
+    assert rows["records only"]["ok"] and rows["journal"]["ok"]
+    assert rows["records only"]["journal_bytes"] == 0  # the switch really turns it off
+    journaled = rows["journal"]
+    assert journaled["journal_turns"] == 2 * 3  # every sub-agent request, relayed
+    first, *later = journaled["journal_ask_bytes_by_turn"]
+    assert len(later) == 2 and max(later) < first  # the first holds the tools, once
+    assert abs(later[1] - later[0]) < 64  # each later one what its turn added
+    assert not list((tmp_path / "state" / "agentcell" / "journal").iterdir())  # cleaned up
+
+    def pair(off: float, on: float) -> list[dict[str, object]]:
+        rows = [
+            {"n": 128, "ok": True, "wall_s": off, "journal_bytes": 0, "journal_turns": 0},
+            {"n": 128, "ok": True, "wall_s": on, "journal_bytes": 3000, "journal_turns": 3},
+        ]
+        return [
+            {"system": "agentcell", "variant": "records only", "rows": [rows[0]]},
+            {"system": "agentcell", "variant": "journal", "rows": [rows[1]]},
+        ]
+
+    results = {
+        "raw_floor": {"p50_s": 0.004},
+        "workloads": [
+            {"name": "journal", "results": [*pair(2.0, 2.1), *pair(2.0, 2.0), *pair(1.0, 1.2)]}
+        ],
+    }
+    figures = report.headline_figures(results)
+    assert figures["journal_overhead_io_128"] == 1.05  # the median of 1.05, 1.0 and 1.2
+    assert figures["journal_bytes_per_turn_io_128"] == 1000
