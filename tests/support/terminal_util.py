@@ -18,6 +18,18 @@ import pyte
 from cli_runner import AGENTCELL
 
 
+def read_pty(fd: int, left: float) -> bytes | None:
+    """What the terminal ``fd`` has within ``left`` seconds: None when nothing came, b""
+    when the other side is gone (EOF, or EIO once the program has exited)."""
+    ready, _, _ = select.select([fd], [], [], max(left, 0))
+    if not ready:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return b""
+
+
 class Screen:
     def __init__(
         self, args: list[str], cwd: Path, env: dict[str, str], *, rows: int = 50, cols: int = 140
@@ -58,15 +70,10 @@ class Screen:
             if left <= 0 or self.ended:
                 state = "it exited" if self.ended else "timed out"
                 raise AssertionError(f"never saw {what} ({state}); the screen:\n{text}")
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    self.ended = True
-                    continue
+            chunk = read_pty(self.fd, left)
+            if chunk == b"":
+                self.ended = True
+            elif chunk is not None:
                 self.stream.feed(chunk)
 
     def expect(self, needle: str, timeout: float = 60) -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import signal
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from cli_runner import (
 )
 from http_script import delegating_responder
 from model_servers import Call, ModelServer, Reply
+from terminal_util import read_pty
 
 __all__ = ["project"]  # the fixture
 
@@ -345,14 +345,10 @@ class Terminal:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AssertionError(f"never saw {text!r}; output so far:\n{self.output}")
-            ready, _, _ = select.select([self.fd], [], [], left)
-            if ready:
-                try:
-                    chunk = os.read(self.fd, 65536)
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    raise AssertionError(f"exited before {text!r}; output:\n{self.output}")
+            chunk = read_pty(self.fd, left)
+            if chunk == b"":
+                raise AssertionError(f"exited before {text!r}; output:\n{self.output}")
+            if chunk is not None:
                 self.output += chunk.decode(errors="replace").replace("\r\n", "\n")
         start = self._seen
         self._seen = self.output.index(text, start) + len(text)

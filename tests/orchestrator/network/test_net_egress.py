@@ -21,6 +21,7 @@ from agentcell.orchestrator.config._trust import narrow_network, trust
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
+from listeners import recording_listener
 from model_servers import ModelServer, Reply, serving
 from network_runs import (
     PAGE,
@@ -88,20 +89,8 @@ def page() -> Iterator[int]:
 @pytest.fixture
 def other() -> Iterator[tuple[int, list[socket.socket]]]:
     """A listener on 127.0.0.1 NOT in the list; what it accepted."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.setblocking(False)
-    accepted: list[socket.socket] = []
-    try:
-        yield server.getsockname()[1], accepted
-    finally:
-        while True:
-            try:
-                accepted.append(server.accept()[0])
-            except BlockingIOError:
-                break
-        for conn in accepted:
-            conn.close()
-        server.close()
+    with recording_listener() as found:
+        yield found
 
 
 _URLLIB = (

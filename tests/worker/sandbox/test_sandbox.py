@@ -23,6 +23,7 @@ from agentcell.protocol import RunStatus
 from agents import agent
 from conftest import SpawnRecorder
 from delegation_util import gate
+from listeners import recording_listener
 from model_servers import ModelServer
 from sandbox_util import (
     CAPS,
@@ -44,20 +45,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture
 def listener() -> Iterator[tuple[int, list[socket.socket]]]:
     """An "attacker" TCP listener on 127.0.0.1 that records every connection it gets."""
-    server = socket.create_server(("127.0.0.1", 0))
-    server.setblocking(False)
-    accepted: list[socket.socket] = []
-    try:
-        yield server.getsockname()[1], accepted
-    finally:
-        while True:
-            try:
-                accepted.append(server.accept()[0])
-            except BlockingIOError:
-                break
-        for conn in accepted:
-            conn.close()
-        server.close()
+    with recording_listener() as found:
+        yield found
 
 
 async def test_workspace_sandbox_walls_bash_in_and_keeps_the_workdir_usable(
