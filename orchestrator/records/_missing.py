@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator.journal._place import run_state
+from agentcell.orchestrator.journal._file import read_journal
+from agentcell.orchestrator.journal._place import JOURNAL_FILE, journal_dir, run_state
 
 #: Said of a run folder with no summary: why there may be none.
 NO_SUMMARY = "summary.json (the run is still going, was killed, or its disk was full)"
@@ -44,7 +45,38 @@ def summary_from_records(path: Path) -> dict[str, Any]:
             summary.update(status="running", pid=pid)
         elif state == "interrupted":
             summary["status"] = "interrupted"
+    journaled = journaled_subagents(path)
+    if journaled is not None:
+        # The parent's own account, which no sub-agent can write, over their transcripts.
+        summary["subagents"] = journaled
     return summary
+
+
+def journaled_subagents(run_dir: Path) -> list[dict[str, Any]] | None:
+    """Each sub-agent the run's journal says was started, with the result it journaled
+    (``interrupted``: started, never ended); None for a run with no journal."""
+    path = journal_dir(run_dir) / JOURNAL_FILE
+    try:
+        records = read_journal(path).records
+    except (OSError, ValueError):
+        return None
+    started: dict[str, dict[str, Any]] = {}
+    for record in records:
+        if record["k"] != "fact" or not isinstance(record.get("agent"), str):
+            continue
+        if record.get("what") == "started":
+            started[record["agent"]] = {
+                "agent_id": record["agent"],
+                "agent_type": str(record.get("agent_type", "")),
+                "description": str(record.get("description", "")),
+                "status": "interrupted",
+                "final_text": "",
+                "error": "agentcell stopped before this sub-agent ended",
+                "tool_calls": 0,
+            }
+        elif record.get("what") == "ended" and isinstance(record.get("result"), dict):
+            started[record["agent"]] = {"agent_id": record["agent"], **record["result"]}
+    return list(started.values())
 
 
 def _subagent(record: Path) -> dict[str, Any]:
