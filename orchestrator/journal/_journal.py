@@ -28,6 +28,7 @@ from agentcell.orchestrator.journal._place import (
     JOURNAL_FILE,
     RunLock,
     make_journal_dir,
+    prune,
 )
 from agentcell.worker import Redactor
 
@@ -40,6 +41,7 @@ class Journal:
     def __init__(self, run_dir: Path, *, run_id: str, kind: str) -> None:
         self.folder = make_journal_dir(run_dir)
         self._lock = RunLock(self.folder)
+        prune(self.folder.parent, keep=self.folder)  # journals whose run folder is gone
         (self.folder / ENDED_FILE).unlink(missing_ok=True)  # it goes on (again) from here
         self._writer = JournalWriter(self.folder / JOURNAL_FILE)
         self._deltas: dict[str, RequestDeltas] = {}

@@ -5,8 +5,9 @@
 record key (records/_key.py). A sandboxed sub-agent's walls grant no part of the home
 but git's config, so no child can read or write it; no child gets a descriptor to it.
 
-The folder holds ``journal`` (the records, _file.py), ``lock`` and, once the run has
-ended, ``ended`` (its status). The live orchestrator holds an exclusive ``flock`` on
+The folder holds ``journal`` (the records, _file.py), ``lock``, ``run-dir`` (the run
+folder's path: when that is gone, nothing can resume the run, and a later run's start
+removes its journal) and, once the run has ended, ``ended`` (its status). The live orchestrator holds an exclusive ``flock`` on
 ``lock`` for as long as the run goes, with its pid written in it; the kernel lets go of
 it when that process dies, however it dies. A run whose lock nobody holds and that has
 no ``ended`` was interrupted.
@@ -18,12 +19,18 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import random
+import shutil
 from pathlib import Path
 
 JOURNAL_FILE = "journal"
 LOCK_FILE = "lock"
 #: Written when the run ends (its status), removed when a run opens the journal again.
 ENDED_FILE = "ended"
+#: The run folder's real path: a journal whose run folder is gone is removed (``prune``).
+RUN_DIR_FILE = "run-dir"
+#: How many other journals one run's start looks at for removal (a random sample).
+PRUNE_SAMPLE = 64
 
 
 def journal_root() -> Path:
@@ -48,7 +55,37 @@ def make_journal_dir(run_dir: Path) -> Path:
     for part in (root.parent, root):
         os.chmod(part, 0o700)
     folder.mkdir(mode=0o700, exist_ok=True)  # a folder in use again (a chat's) appends
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(folder / RUN_DIR_FILE, flags, 0o600)
+    try:
+        os.write(fd, os.fsencode(os.path.realpath(run_dir)))
+    finally:
+        os.close(fd)
     return folder
+
+
+def prune(root: Path, keep: Path) -> list[Path]:
+    """Remove journals (besides ``keep``) whose run folder is gone: nothing can resume
+    them. A journal that is held (its run is going), or that names no run folder, stays.
+    At most ``PRUNE_SAMPLE`` of them, drawn at random, are looked at per call, so a run's
+    start never walks a long history. Returns what was removed."""
+    try:
+        names = [entry.name for entry in os.scandir(root) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+    removed = []
+    for name in random.sample(names, min(PRUNE_SAMPLE, len(names))):
+        folder = root / name
+        if folder == keep or holder_of(folder) is not None:
+            continue
+        try:
+            run_dir = os.fsdecode((folder / RUN_DIR_FILE).read_bytes())
+        except OSError:
+            continue
+        if run_dir and not os.path.lexists(run_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
 
 
 class RunLock:

@@ -28,6 +28,7 @@ from agentcell.orchestrator.journal._place import (
     RunStillGoing,
     holder_of,
     journal_dir,
+    make_journal_dir,
 )
 from hypothesis import given
 from hypothesis import strategies as st
@@ -211,3 +212,27 @@ def test_any_run_of_requests_rebuilds_exactly(steps: list[tuple[int, list[str], 
             "model": "a" if other else "b",
             "messages": messages,
         }
+
+
+def test_a_runs_start_removes_the_journals_whose_run_folder_is_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing can resume those; a journal whose run is going, or whose run folder is
+    still there, stays."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    runs = tmp_path / "work" / ".agentcell" / "runs"
+    folders = {}
+    for name in ("deleted", "kept", "going"):
+        (runs / name).mkdir(parents=True)
+        folders[name] = make_journal_dir(runs / name)
+    going = RunLock(folders["going"])
+    try:
+        for name in ("deleted", "going"):
+            (runs / name).rmdir()
+        (runs / "new").mkdir()
+        journal = Journal(runs / "new", run_id="new", kind="run")
+        journal.close()
+        assert not folders["deleted"].exists()
+        assert folders["kept"].is_dir() and folders["going"].is_dir()
+    finally:
+        going.release()
