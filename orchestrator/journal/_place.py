@@ -7,10 +7,10 @@ but git's config, so no child can read or write it; no child gets a descriptor t
 
 The folder holds ``journal`` (the records, _file.py), ``lock``, ``run-dir`` (the run
 folder's path: when that is gone, nothing can resume the run, and a later run's start
-removes its journal) and, once the run has ended, ``ended`` (its status). The live orchestrator holds an exclusive ``flock`` on
-``lock`` for as long as the run goes, with its pid written in it; the kernel lets go of
-it when that process dies, however it dies. A run whose lock nobody holds and that has
-no ``ended`` was interrupted.
+removes its journal) and, once the run has ended, ``ended`` (its status). The live
+orchestrator holds an exclusive ``flock`` on ``lock`` for as long as the run goes, with its
+pid written in it; the kernel lets go of it when that process dies, however it dies. A run
+whose lock nobody holds and that has no ``ended`` was interrupted.
 """
 
 from __future__ import annotations
