@@ -19,7 +19,7 @@ from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.delegation._request import RunAccount
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._journal import Journal
-from agentcell.orchestrator.journal._place import RunStillGoing
+from agentcell.orchestrator.journal._place import RunStillGoing, inside, journal_root
 from agentcell.orchestrator.records._disk import disk_refusal
 from agentcell.orchestrator.records._store import new_run_dir
 from agentcell.orchestrator.telemetry._usage import UsageLedger
@@ -101,6 +101,14 @@ class Calls:
         """The journal of the run recorded in ``run_dir``: opened by its first call and
         kept while the folder is in use (a chat's turns share one)."""
         if run_dir is None or not self.journaled:
+            return None
+        if inside(journal_root(), self.workdir):
+            # Sub-agents may write the workdir: a journal there could be forged by one.
+            log.warning(
+                "not journaling this run: the journal folder %s is inside the workdir, "
+                "where sub-agents can write; set XDG_STATE_HOME to a folder outside it",
+                journal_root(),
+            )
             return None
         journal = self._journals.get(str(run_dir))
         if journal is None:

@@ -40,6 +40,12 @@ def journal_root() -> Path:
     return Path(state) / "agentcell" / "journal"
 
 
+def inside(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is ``folder`` or beneath it, links resolved."""
+    real, top = os.path.realpath(path), os.path.realpath(folder)
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
 def journal_dir(run_dir: Path) -> Path:
     """The journal folder of the run recorded in ``run_dir`` (made or not)."""
     real = os.path.realpath(run_dir)

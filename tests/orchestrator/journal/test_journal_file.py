@@ -11,9 +11,12 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import pytest
+from agentcell.orchestrator._calls import Calls
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.journal._delta import RequestDeltas, RequestRebuilder
 from agentcell.orchestrator.journal._file import (
     MAGIC,
@@ -30,6 +33,7 @@ from agentcell.orchestrator.journal._place import (
     journal_dir,
     make_journal_dir,
 )
+from agentcell.orchestrator.telemetry._usage import UsageLedger
 from hypothesis import given
 from hypothesis import strategies as st
 from small_disk import mounted_tmpfs
@@ -236,3 +240,24 @@ def test_a_runs_start_removes_the_journals_whose_run_folder_is_gone(
         assert folders["kept"].is_dir() and folders["going"].is_dir()
     finally:
         going.release()
+
+
+def test_a_journal_folder_inside_the_workdir_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """agentcell run in the home folder itself: the state folder is in the workdir, which
+    sub-agents may write, so a journal there could be forged by one. That run is not
+    journaled, and says why; with the state folder elsewhere it is."""
+    work = tmp_path / "home"
+    run_dir = work / ".agentcell" / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    recording = SimpleNamespace(record=True, run_dir=None, call_summaries=True)
+    calls = Calls(recording, Settings(), UsageLedger(), workdir=work, model_name=None)
+    monkeypatch.setenv("XDG_STATE_HOME", str(work / ".local" / "state"))
+    assert calls.account(run_dir, [], kind="run").journal is None
+    assert "not journaling this run: the journal folder" in caplog.text
+    assert not (work / ".local").exists()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    account = calls.account(run_dir, [], kind="run")
+    assert account.journal is not None
+    calls.finish(account, "completed")

@@ -14,10 +14,12 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import nobody_runtime
 import psutil
 import pytest
 from agentcell.orchestrator.journal._file import read_journal
@@ -26,6 +28,7 @@ from agentcell.worker import probe_sandbox
 from cli_runner import AGENTCELL, cli_env
 from http_script import _first_user, _system, _tool_results
 from model_servers import Call, ModelServer, Reply
+from places import SUPPORT
 
 FINISHERS = ["count a", "count b", "count c"]
 WAITERS = ["wait d", "wait e", "wait f"]
@@ -190,42 +193,56 @@ def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
     assert b"authorization" not in raw.lower()
 
 
-def test_no_sub_agent_can_read_the_journal(project: Path, model_server: ModelServer) -> None:
-    """A sub-agent's bash behind the default sandbox: the journal folder is outside what
-    its walls grant, and no descriptor to it is open in the sub-agent."""
+def _peek(user: str, tmp_path: Path) -> subprocess.Popen[str]:
+    """tests/support/journal_peek_driver.py as ``user``, in a process group of its own."""
+    if user == "root":
+        if os.geteuid() != 0:
+            pytest.skip("needs root")
+        (tmp_path / "work").mkdir()
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(SUPPORT),
+            "HOME": str(tmp_path),
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        }
+        command = [sys.executable, str(SUPPORT / "journal_peek_driver.py"), str(tmp_path / "work")]
+    else:
+        if (why := nobody_runtime.unavailable()) is not None:
+            pytest.skip(why)
+        runtime = nobody_runtime.runtime()
+        home = runtime.home()  # nobody's: its state folder, and the workdir beneath it
+        (home / "work").mkdir()
+        os.chown(home / "work", nobody_runtime.NOBODY, nobody_runtime.NOBODY)
+        env = {**runtime.env, "HOME": str(home)}
+        script = str(runtime.folder / "tests" / "journal_peek_driver.py")
+        command = runtime.command(script, str(home / "work"))
+    return subprocess.Popen(
+        command, env=env, cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_no_sub_agent_can_read_the_journal(tmp_path: Path, user: str) -> None:
+    """A real sub-agent behind the default sandbox, of an orchestrator run as root and as
+    a normal user, tries the journal of its own run with bash and with its file tools:
+    the journal folder is outside what its walls grant, and no descriptor to it is open
+    in the sub-agent."""
     if not probe_sandbox()["landlock_scopes"]:
         pytest.skip("needs Landlock ABI 6 (this project's CI has 7)")
-    state = os.environ["XDG_STATE_HOME"]
-    probe = (
-        f"ls -l /proc/self/fd /proc/$PPID/fd 2>&1 | grep -c journal; "
-        f"cat {state}/agentcell/journal/*/journal 2>&1 | head -c 300; "
-        f"ls {state}/agentcell/journal 2>&1 | head -c 300"
-    )
-
-    def respond(body: dict[str, Any], api: str) -> Reply:
-        if "main agent of agentcell" in _system(body):
-            if _tool_results(body):
-                return Reply(text="SEEN:" + _tool_results(body)[0])
-            task = {"subagent_type": "general-purpose", "prompt": "peek", "description": "p"}
-            return Reply(tool_calls=[Call("task", task)])
-        if not _tool_results(body):
-            return Reply(tool_calls=[Call("bash", {"command": probe})])
-        return Reply(text="OUT:" + _tool_results(body)[0])
-
-    model_server.responder = respond
-    env = cli_env(project, model_server)
-    done = subprocess.run(
-        [AGENTCELL, "run", "--model", "openai:m", "--approve", "allow", "--json", "peek"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)["final_text"].partition("OUT:")[2]
-    assert seen.startswith("0\n"), seen  # no descriptor names a journal
-    assert "Permission denied" in seen or "No such file" in seen, seen
-    assert "agentcell-journal" not in seen
-    run_dir = Path(json.loads(done.stdout)["run_dir"])
-    assert (journal_dir(run_dir) / "journal").is_file()  # there was one to read
+    driver = _peek(user, tmp_path)
+    try:
+        out, err = driver.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait()
+    assert driver.returncode == 0, err[-4000:]
+    seen = json.loads(out)
+    assert seen["status"] == "completed", seen
+    assert seen["written"], seen  # there was a journal to read, at the path tried
+    descriptors, cat, read, listing = seen["outputs"]
+    assert descriptors.strip() == "0", descriptors
+    assert "Permission denied" in cat or "No such file" in cat, cat
+    assert "agentcell-journal" not in cat + read + listing
+    assert "journal" not in listing.replace(seen["target"].rsplit("/", 2)[0], ""), listing
