@@ -59,6 +59,8 @@ class Calls:
         #: Whether recorded calls are journaled (off only to measure what it costs).
         self.journaled = True
         self._journals: dict[str, Journal] = {}  # open, by run folder
+        #: The folder of the next call alone (a resume's, marked before it starts).
+        self.next_run_dir: Path | None = None
 
     def refusal(self) -> str:
         """Why a call may not start on this disk, in one line ("": it may)."""
@@ -69,6 +71,9 @@ class Calls:
         shares it), else a new one per call; None when not recording."""
         if not self.recording.record:
             return None
+        if self.next_run_dir is not None:  # a resume's folder, made before it started
+            chosen, self.next_run_dir = self.next_run_dir, None
+            return chosen
         given = self.recording.run_dir
         return given if given is not None else new_run_dir(self.workdir)
 

@@ -29,9 +29,12 @@ from agentcell.orchestrator._parts import Parts
 from agentcell.orchestrator.approvals._channel import ApprovalQuery
 from agentcell.orchestrator.approvals._hooks import stop_hook
 from agentcell.orchestrator.config._load import base_url_problem
+from agentcell.orchestrator.definitions._tool_policy import COORDINATION_TOOLS
 from agentcell.orchestrator.delegation._events import AgentActivity
 from agentcell.orchestrator.delegation._request import RunAccount, Scope
 from agentcell.orchestrator.delegation._runner import Runner
+from agentcell.orchestrator.journal._main_model import JournaledModel, main_tool_journal
+from agentcell.orchestrator.journal._replay import RunPast
 from agentcell.orchestrator.prompt._context import instructions_prompt
 from agentcell.orchestrator.records._disk import disk_full_report, finish_record
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
@@ -92,8 +95,10 @@ class MainAgent:
         session: Session | None,
         timeout_s: float | None,
         keep_background: bool,
+        past: RunPast | None = None,
     ) -> RunReport:
-        """One run of the main agent on ``prompt`` (see ``Orchestrator.run``)."""
+        """One run of the main agent on ``prompt`` (see ``Orchestrator.run``); with
+        ``past``, the resume of a killed run: its journaled prompt, answers and results."""
         parts = self.parts
         started = time.perf_counter()
         if refusal := self.calls.refusal():
@@ -103,24 +108,29 @@ class MainAgent:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         parts.tracker.release_delivered()
-        opening = await parts.session_hooks.start()
-        submitted = await parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
-        if submitted.blocked:
-            if model.name not in parts.model_objects:
-                await model.aclose()
-            return blocked_report(submitted.reason, started)
-        for context in (opening, submitted.context):
-            prompt = f"{prompt}\n\n{context}" if context else prompt
+        if past is None:
+            opening = await parts.session_hooks.start()
+            submitted = await parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
+            if submitted.blocked:
+                if model.name not in parts.model_objects:
+                    await model.aclose()
+                return blocked_report(submitted.reason, started)
+            for context in (opening, submitted.context):
+                prompt = f"{prompt}\n\n{context}" if context else prompt
         run_dir = self.calls.run_dir()
         transcript = main_transcript(run_dir, prompt, parts.model_name)
         stops: list[Stop] = []
         account = self.calls.account(run_dir, stops, kind="run")
+        account.past = past
+        if account.journal is not None:
+            account.journal.fact("main", prompt=prompt, model=model.name)
+        journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_mcp_servers()
         tools = main_tools(parts.custom_tools, servers.tools, task_tool, parts.tracker)
         engine = self._engine(
-            model,
+            journaled,  # a Model: its name, stream, aclose
             tools,
             task_tool,
             account,
@@ -206,6 +216,9 @@ class MainAgent:
                 finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
                 stream_watcher=self._start_ahead(account),
                 tracer=main_tracer(parts.tracing, model=model.name, run_dir=run_dir),
+                tool_journal=main_tool_journal(
+                    account.journal, account.past.main if account.past else None, COORDINATION_TOOLS
+                ),
             ),
         )
 

@@ -211,6 +211,19 @@ class Orchestrator:
             prompt, session=session, timeout_s=timeout_s, keep_background=keep_background
         )
 
+    async def resume(self, run_id: str, *, timeout_s: float | None = None) -> RunReport:
+        """Finish a run whose orchestrator died (``runs list`` says ``interrupted``),
+        from its journal, as a new run that names it: completed sub-agents deliver their
+        journaled results, in-flight ones go on from their last journaled turn in fresh
+        processes, and no journaled model request or tool call is made again.
+
+        ``LookupError`` (one line) for a run that is still going, ended, or has no
+        journal. The orchestrator needs the custom tools and model objects the run had.
+        """
+        from agentcell.orchestrator._resume_run import resume_run
+
+        return await resume_run(self._main, self.workdir, run_id, timeout_s=timeout_s)
+
     async def run_stream(
         self, prompt: str, *, session: Session | None = None, timeout_s: float | None = None
     ) -> AsyncIterator[OrchestratorEvent | RunReport]:

@@ -67,6 +67,15 @@ class McpServer(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
     start_timeout_s: float = 30.0
 
 
+class ReplayedTool(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True):
+    """A tool call of a resumed agent as the run's journal has it: ``finished`` with its
+    result (never run again), or only started (its result unknown: see the engine)."""
+
+    finished: bool = False
+    content: str = ""
+    is_error: bool = False
+
+
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Everything a child needs to run one sub-agent. Sent by the parent inside ``Start``."""
 
@@ -118,6 +127,11 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     model_permits: bool = False  # ask the parent for a permit before each model request
     # Send each model request to the parent (``ModelCall``): it adds the URL and the key.
     model_via_parent: bool = False
+    # The run is journaled: report each tool call's start (and wait for the parent to
+    # have written it) and its whole result (``ToolRecord``).
+    report_tools: bool = False
+    # A resumed agent: its journaled tool calls by call id, never run a second time.
+    replayed_tools: dict[str, ReplayedTool] = msgspec.field(default_factory=dict)
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):
@@ -222,6 +236,27 @@ class HookReply(msgspec.Struct, tag="hook_reply", tag_field="t", kw_only=True):
     # PostToolUse's updatedToolOutput, as our tool's text: what the model sees instead of
     # the tool's output (None: the output stands).
     updated_output: str | None = None
+
+
+class ToolRecord(msgspec.Struct, tag="tool_record", tag_field="t", kw_only=True):
+    """child → parent: a tool call starts (``finished`` false: the child waits for a
+    ``ToolRecorded`` before it runs it) or has its whole result. Signed: the run's
+    journal takes only the child's own."""
+
+    request_id: int
+    call_id: str
+    name: str
+    finished: bool = False
+    arguments: str = ""  # at its start
+    content: str = ""  # at its end: the whole result, as the model gets it
+    is_error: bool = False
+    mac: bytes = b""
+
+
+class ToolRecorded(msgspec.Struct, tag="tool_recorded", tag_field="t", kw_only=True):
+    """parent → child: the start of ``request_id``'s tool call is in the journal."""
+
+    request_id: int
 
 
 class PermitRequest(msgspec.Struct, tag="permit_request", tag_field="t", kw_only=True):
@@ -378,6 +413,8 @@ Frame = (
     | DelegateReply
     | HookRequest
     | HookReply
+    | ToolRecord
+    | ToolRecorded
     | PermitRequest
     | PermitGrant
     | PermitDone

@@ -40,6 +40,7 @@ from agentcell.worker.engine._loop import (
     TurnHook,
 )
 from agentcell.worker.engine._session import Session
+from agentcell.worker.engine._tool_journal import ToolJournal
 from agentcell.worker.mcp._client import MCP_PREFIX, McpServers
 from agentcell.worker.models._content_coding import ACCEPT_ENCODING, CodingError, ContentDecoder
 from agentcell.worker.records._chain import (
@@ -67,6 +68,7 @@ from agentcell.worker.sandbox._apply import workdir_owner_note
 from agentcell.worker.sandbox._mountns import remove_placeholders as remove_protection_placeholders
 
 __all__ = [
+    "ToolJournal",
     "ACCEPT_ENCODING",
     "ChildBoot",
     "CodingError",

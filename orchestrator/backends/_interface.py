@@ -21,6 +21,7 @@ from agentcell.protocol import (
     ModelCall,
     SpanBatch,
     Start,
+    ToolRecord,
     frame_is_authentic,
     seal_for_child,
 )
@@ -136,8 +137,8 @@ class FrameQueue(WorkerLease, Generic[_W]):
         return sealed
 
     def _deliver(self, frame: Frame | None) -> None:
-        if isinstance(frame, SpanBatch | ModelCall) and not self._signed(frame):
-            return  # spans or model calls without this run's signature: not the child's
+        if isinstance(frame, SpanBatch | ModelCall | ToolRecord) and not self._signed(frame):
+            return  # spans, model calls, tool records without its signature: not the child's
         if frame is None:
             self._ended = True
         else:
@@ -147,7 +148,7 @@ class FrameQueue(WorkerLease, Generic[_W]):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _signed(self, frame: SpanBatch | ModelCall) -> bool:
+    def _signed(self, frame: SpanBatch | ModelCall | ToolRecord) -> bool:
         worker = self._worker
         return bool(worker.frame_key) and frame_is_authentic(frame, worker.frame_key)
 

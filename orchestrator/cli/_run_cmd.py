@@ -135,14 +135,18 @@ async def _watched(
     timeout_s: float | None,
     answer: AnswerStream | None,
     view: ProgressView | None,
+    finishing: str | None = None,
 ) -> RunReport:
-    """The run, its answer streamed and its progress shown while it runs."""
+    """The run, its answer streamed and its progress shown while it runs; ``finishing``:
+    the resume of that interrupted run instead (``runs resume``)."""
     if answer is not None:
         orch.bus.subscribe(answer.on_event)
     if view is not None:
         orch.bus.subscribe(view.on_event)
         view.start()
     try:
+        if finishing is not None:
+            return await orch.resume(finishing, timeout_s=timeout_s)
         return await orch.run(prompt, session=session, timeout_s=timeout_s)
     finally:
         if view is not None:
@@ -180,7 +184,9 @@ async def run_once(
     session: Session | None = None,
     resumed_from: str | None = None,
 ) -> int:
-    """``resumed_from``: the recorded run ``session`` is from (``runs resume``)."""
+    """``resumed_from``: the recorded run ``session`` is from (``runs resume``); with no
+    ``session``, the interrupted run this one finishes (``prompt`` is its prompt)."""
+    finishing = resumed_from if session is None else None
     console, live = make_console()
     view = None if quiet else ProgressView(console, live=live)
     reader, approval = _terminal_approval(settings, view)
@@ -202,9 +208,17 @@ async def run_once(
             if not quiet:
                 print_diagnostics(orch, console)
             run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
+            if finishing is not None and not quiet:
+                console.print(literal(f"finishing interrupted run {finishing}"), style="dim")
             async with orch:
                 report = await _watched(
-                    orch, prompt, session=session, timeout_s=timeout_s, answer=answer, view=view
+                    orch,
+                    prompt,
+                    session=session,
+                    timeout_s=timeout_s,
+                    answer=answer,
+                    view=view,
+                    finishing=finishing,
                 )
     except asyncio.CancelledError:
         console.print("interrupted; every sub-agent process was stopped", style="yellow")

@@ -33,6 +33,7 @@ from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
+from agentcell.orchestrator.journal._replay import Answer
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
@@ -55,6 +56,8 @@ from agentcell.protocol import (
     PermitDone,
     PermitRequest,
     SpanBatch,
+    ToolRecord,
+    ToolRecorded,
     TurnStarted,
     Usage,
     UsageUpdate,
@@ -106,6 +109,7 @@ class Child:
     stop_hooks: SubagentStopHooks
     ledger: UsageLedger
     ahead: CallAhead | None = None  # its first model request, sent while it started
+    replay: list[Answer] = dataclasses.field(default_factory=list)  # a resume's answers
 
 
 class Relay:
@@ -155,7 +159,7 @@ class Relay:
 
     def _model_relay(self, group: asyncio.TaskGroup) -> ModelRelay:
         parent, lease = self.parent, self.child.lease
-        return ModelRelay(
+        models = ModelRelay(
             self.child.spec,
             parent.settings,
             parent.limiter,
@@ -167,6 +171,8 @@ class Relay:
             tokens_left=self.child.ledger.tokens_left,  # an output limit is clamped to it
             journal=account.journal if (account := self.child.scope.account) else None,
         )
+        models.serve_again(self.child.replay)
+        return models
 
     async def _pump(self, permits: ChildPermits, models: ModelRelay) -> None:
         lease = self.child.lease
@@ -183,6 +189,8 @@ class Relay:
                 self._on_event(frame)
             elif isinstance(frame, SpanBatch) and self.progress.spans is not None:
                 self.progress.spans.take(frame)
+            elif isinstance(frame, ToolRecord):
+                self._tool_record(frame)
             elif isinstance(frame, ApprovalRequest):
                 self._answer(self._approval(frame))
             elif isinstance(frame, DelegateRequest):
@@ -227,6 +235,18 @@ class Relay:
         self.parent.bus.publish(
             AgentActivity(agent_id=agent_id, event=event, call_id=child.call_id)
         )
+
+    def _tool_record(self, frame: ToolRecord) -> None:
+        """A tool call's start or whole result, into the run's journal (the backend
+        dropped one without the child's signature); a start is acknowledged once written,
+        and the child runs the call only then."""
+        account = self.child.scope.account
+        journal = account.journal if account is not None else None
+        if journal is not None:
+            journal.tool(self.child.spec.agent_id, frame)
+        if not frame.finished:
+            with contextlib.suppress(ChannelClosed):
+                self.child.lease.send_nowait(ToolRecorded(request_id=frame.request_id))
 
     async def _send(self, reply: Any) -> None:
         with contextlib.suppress(ChannelClosed):

@@ -12,6 +12,7 @@ from typing import Any
 from agentcell.orchestrator.backends._interface import WorkerLease
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.journal._replay import RunPast
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import ChannelClosed, Control, ControlAction, Message, RunStatus
 
@@ -56,6 +57,7 @@ class RunAccount:
     results: list[SubAgentResult] = dataclasses.field(default_factory=list)
     run_dir: str = ""  # "" : not recorded
     journal: Journal | None = None  # the run's journal (recorded runs): journal/
+    past: RunPast | None = None  # a resume: the killed run it goes on from
 
 
 class RunHandle:

@@ -48,6 +48,13 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentStarted,
 )
 from agentcell.orchestrator.delegation._finishing import FinishingSteps
+from agentcell.orchestrator.delegation._journaled import (
+    delivered_again,
+    earlier,
+    journal_end,
+    journal_start,
+    journaled_result,
+)
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
@@ -61,11 +68,11 @@ from agentcell.orchestrator.delegation._settle import (
     start_failure,
     with_cancel_reason,
 )
+from agentcell.orchestrator.journal._replay import Answer
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
-from agentcell.orchestrator.records._store import subagent_json
 from agentcell.orchestrator.telemetry._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.telemetry._usage import BudgetExceeded, UsageLedger
 from agentcell.orchestrator.workspace._worktree import (
@@ -140,6 +147,8 @@ class _Admitted:
     spans: ChildSpans | None = None  # its trace, when the parent traces
     egress: EgressProxy | None = None  # its host-filtering proxy, for a network: list
     ahead: CallAhead | None = None  # its first model request, sent while it starts
+    # A resume: the answers the killed run's agent was given, served again in order.
+    replay: list[Answer] = dataclasses.field(default_factory=list)
 
     async def open_egress(self, settings: Settings, agent_id: str) -> None:
         """A ``network:`` list: the proxy the child's bash reaches its hosts through."""
@@ -178,6 +187,7 @@ class _Admitted:
             hooks=self.hooks,
             stop_hooks=self.stop_hooks,
             ledger=self.ledger,
+            replay=self.replay,
         )
 
 
@@ -281,9 +291,17 @@ class Runner:
         is still published and left on ``handle.result``. A failure of the parent's own
         (a bug, the environment) is this run's ``error`` result: it never raises here.
         """
-        agent_id = agent_id or self.new_agent_id()
         handle = handle or RunHandle()
-        _journal_start(scope, request, agent_id, task_id)
+        before = earlier(scope, request)
+        if before is not None:  # a resume: the sub-agent the killed run started here
+            agent_id = before.agent_id
+            if before.result is not None:  # it ended: its result, never asked again
+                result = journaled_result(before.result)
+                handle.result = result
+                self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
+                return delivered_again(result, request, scope, task_id)
+        agent_id = agent_id or self.new_agent_id()
+        journal_start(scope, request, agent_id, task_id)
         try:
             async with asyncio.TaskGroup() as group:
                 inner = group.create_task(
@@ -295,7 +313,7 @@ class Runner:
         except asyncio.CancelledError:
             if handle.result is not None and scope.account is not None:
                 scope.account.results.append(handle.result)
-                _journal_end(scope, handle.result)
+                journal_end(scope, handle.result)
             raise
         finally:
             self.recorded.ended(agent_id)  # however it ended, it runs no more
@@ -311,7 +329,7 @@ class Runner:
             result = inner.result()
         if scope.account is not None:
             scope.account.results.append(result)
-            _journal_end(scope, result)
+            journal_end(scope, result)
         return result
 
     async def _contained(
@@ -389,6 +407,11 @@ class Runner:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
         base["warnings"] = prepared.warnings
+        account = scope.account
+        prepared.spec.report_tools = account is not None and account.journal is not None
+        before = earlier(scope, request)
+        if before is not None:  # a resume: what it did before is not done again
+            prepared.spec.replayed_tools = dict(before.tools)
         # Replaced by what the child reports it applied; kept if it ended before that.
         base["sandbox"] = f"{prepared.spec.sandbox} (requested; not confirmed by the child)"
         return _Admitted(
@@ -400,6 +423,7 @@ class Runner:
             ledger=ledger,
             run_dir=run_dir,
             background=base["background"],
+            replay=list(before.answers) if before is not None else [],
         )
 
     async def _isolate(self, admitted: _Admitted, agent_id: str) -> SubAgentResult | None:
@@ -547,6 +571,8 @@ class Runner:
         # permit its running siblings wait for (max_concurrent), and none would move.
         if not settings.call_ahead or not predictable(spec) or parent.limiter.applies(spec.model):
             return None
+        if admitted.replay:  # its first answer is in the journal
+            return None
         tools = [self.prepare.custom_tools[n] for n in spec.tools if n in self.prepare.custom_tools]
         try:
             body = await first_request_body(spec, tools)
@@ -667,28 +693,3 @@ def _owner(scope: Scope) -> str:
 
 def _ledger(scope: Scope, default: UsageLedger) -> UsageLedger:
     return scope.account.ledger if scope.account is not None else default
-
-
-def _journal_start(scope: Scope, request: DelegationRequest, agent_id: str, task_id: str) -> None:
-    """The run's journal says a sub-agent was started, by whom and for what."""
-    journal = scope.account.journal if scope.account is not None else None
-    if journal is not None:
-        journal.fact(
-            "started",
-            agent=agent_id,
-            by=scope.agent_id,
-            depth=scope.depth,
-            agent_type=request.agent_type,
-            prompt=request.prompt,
-            description=request.description,
-            background=bool(request.background),
-            task=task_id,
-            call=request.call_id,
-        )
-
-
-def _journal_end(scope: Scope, result: SubAgentResult) -> None:
-    """The run's journal says how a sub-agent ended: its one result, whole."""
-    journal = scope.account.journal if scope.account is not None else None
-    if journal is not None:
-        journal.fact("ended", agent=result.agent_id, result=subagent_json(result))

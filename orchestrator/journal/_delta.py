@@ -54,6 +54,19 @@ class RequestDeltas:
         return fields
 
 
+def request_digest(top: dict[str, msgspec.Raw]) -> bytes:
+    """One request's digest, as ``RequestRebuilder.digest`` makes it from the journal: a
+    resumed agent's request is answered from the journal only when it is the one journaled."""
+    raw = top.get("messages")
+    messages = list(_MESSAGES.decode(raw)) if raw is not None else []
+    rest = msgspec.json.encode({k: v for k, v in top.items() if k != "messages"})
+    return _joined_digest(rest, [_digest(bytes(m)) for m in messages])
+
+
+def _joined_digest(rest: bytes, message_digests: list[bytes]) -> bytes:
+    return _digest(b"".join([_digest(rest), *message_digests]))
+
+
 @dataclass
 class RequestRebuilder:
     """The inverse of ``RequestDeltas`` over one agent's journaled requests, in order."""
@@ -72,3 +85,8 @@ class RequestRebuilder:
         top = msgspec.json.decode(self._rest, type=dict[str, msgspec.Raw])
         top["messages"] = msgspec.Raw(b"[" + b",".join(self._messages) + b"]")
         return msgspec.json.encode(top)
+
+    def digest(self, fields: dict[str, Any]) -> bytes:
+        """The ``request_digest`` of the request the journaled ``fields`` stand for."""
+        self.rebuild(fields)
+        return _joined_digest(self._rest, [_digest(m) for m in self._messages])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -30,9 +31,11 @@ from agentcell.orchestrator.journal._place import (
     make_journal_dir,
     prune,
 )
+from agentcell.protocol import ToolRecord
 from agentcell.worker import Redactor
 
 SYNC_EVERY_S = 1.0
+KILL_AT_VARIABLE = "AGENTCELL_TEST_KILL_AT"
 
 
 class Journal:
@@ -48,6 +51,7 @@ class Journal:
         self._redact = Redactor.from_env()  # the keys this process holds, as records mask them
         self._synced_at = time.monotonic()
         self.run_id = run_id
+        self._kill_at = KillAt.from_env()
         self._write("run", run_id=run_id, kind=kind, run_dir=str(run_dir), pid=os.getpid())
 
     @property
@@ -66,6 +70,36 @@ class Journal:
         """A relayed answer, whole: its status, the bytes the child was sent, and the
         kind of error that cut it ("" when it arrived whole)."""
         self._write("answer", agent=agent_id, call=call_id, status=status, body=body, error=error)
+
+    def tool(self, agent_id: str, record: ToolRecord) -> None:
+        """A tool call's start, or its whole result (masked as a fact's text is)."""
+        if record.finished:
+            self.fact(
+                "tool",
+                agent=agent_id,
+                call=record.call_id,
+                name=record.name,
+                finished=True,
+                content=record.content,
+                is_error=record.is_error,
+            )
+        else:
+            self.fact(
+                "tool",
+                agent=agent_id,
+                call=record.call_id,
+                name=record.name,
+                arguments=record.arguments,
+            )
+
+    def main_answer(self, digest: bytes, response: bytes) -> None:
+        """One of the main agent's model answers, as it parsed it (it runs here), with
+        the digest of the request it answered: what a resume serves that request."""
+        self._write("main_answer", digest=digest, response=response)
+
+    def masked(self, data: bytes) -> bytes:
+        """UTF-8 ``data`` with every secret this process holds masked."""
+        return self._redact(data.decode()).encode()
 
     def fact(self, what: str, **fields: Any) -> None:
         """One of the parent's own facts (a task call, a state, an approval, a charge);
@@ -94,6 +128,8 @@ class Journal:
                 self._sync()
         except JournalBroken:
             pass
+        if self._kill_at is not None:
+            self._kill_at.written(kind if kind != "fact" else f"fact:{fields['what']}")
 
     def _sync(self) -> None:
         self._synced_at = time.monotonic()
@@ -101,6 +137,29 @@ class Journal:
             self._writer.sync()
         except JournalBroken:
             pass
+
+
+class KillAt:
+    """The test-only fault switch: ``AGENTCELL_TEST_KILL_AT=KIND:N`` SIGKILLs this process
+    right after the journal wrote its N-th record of KIND (``ask``, ``answer``,
+    ``main_answer``, or ``fact:WHAT``): an orchestrator dying at a chosen point."""
+
+    def __init__(self, kind: str, nth: int) -> None:
+        self._kind, self._left = kind, nth
+
+    @classmethod
+    def from_env(cls) -> KillAt | None:
+        wanted = os.environ.get(KILL_AT_VARIABLE, "")
+        kind, _, nth = wanted.rpartition(":")
+        if not kind or not nth.isdigit():
+            return None
+        return cls(kind, int(nth))
+
+    def written(self, kind: str) -> None:
+        if kind == self._kind:
+            self._left -= 1
+            if self._left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _write_small(path: Path, data: bytes) -> None:

@@ -21,6 +21,7 @@ usage arrived is not free.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import importlib.util
@@ -31,7 +32,9 @@ from typing import Any
 import httpx
 import msgspec
 from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.journal._delta import request_digest
 from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.journal._replay import Answer
 from agentcell.orchestrator.model_relay._batch import (
     CallFrames,
     relay_chunks,
@@ -279,6 +282,36 @@ class _Call:
         self.tokens = 0  # what the limiter is told it cost
 
 
+class JournaledAnswer:
+    """A resumed agent's answer from the journal, served the way an answer sent ahead
+    is (``_serve`` takes it in place of one): no permit, no upstream, its bytes as the
+    child was sent them then."""
+
+    secrets: list[bytes] = []
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def take(self) -> tuple[ModelPermit, _Replayed]:
+        return ModelPermit(None, 0), _Replayed(self._body)
+
+
+class _Replayed:
+    """A ``TransportResponse`` of journaled bytes."""
+
+    status = 200
+    headers = {"content-type": "text/event-stream"}
+
+    def __init__(self, body: bytes) -> None:
+        self._body = body
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    async def aclose(self) -> None:
+        return None
+
+
 class ModelRelay:
     """One child's model calls, each served in a task of the child relay's group.
 
@@ -301,6 +334,7 @@ class ModelRelay:
     ) -> None:
         self._spec = spec
         self._journal = journal  # each request and answer, when the run is journaled
+        self._replay: collections.deque[Answer] = collections.deque()  # see serve_again
         self._tokens_left = tokens_left
         self._ahead = ahead  # its first request, sent while it started (_call_ahead)
         self._settings = settings
@@ -359,9 +393,32 @@ class ModelRelay:
                 self._start(ahead.aclose())
                 ahead = None
             call = _Call(estimate_tokens(body), UsageScan(self._spec.model.partition(":")[0]))
-            call.task = task = self._start(self._serve(frame, call, ahead))
+            replayed = self._replayed(checked[1])
+            served: CallAhead | JournaledAnswer | None = ahead
+            if replayed is not None:
+                served = JournaledAnswer(replayed.body)
+            call.task = task = self._start(self._serve(frame, call, served))
             self._calls[frame.id] = call
             task.add_done_callback(functools.partial(self._ended, frame.id))
+
+    def serve_again(self, answers: list[Answer]) -> None:
+        """A resumed agent: the answers the killed run's agent was given, served while
+        its requests are the ones journaled; the first that is not ends the replay (it
+        and every later one is asked upstream)."""
+        self._replay.extend(answers)
+
+    def _replayed(self, top: dict[str, msgspec.Raw]) -> Answer | None:
+        """The journaled answer to this request, if it is the next one journaled."""
+        if not self._replay:
+            return None
+        if self._replay[0].digest == request_digest(top):
+            return self._replay.popleft()
+        log.warning(
+            "%s: its request differs from the one journaled: asking the model from here on",
+            self._spec.agent_id,
+        )
+        self._replay.clear()
+        return None
 
     def _left(self) -> int | None:
         return None if self._tokens_left is None else self._tokens_left()
@@ -455,7 +512,9 @@ class ModelRelay:
             )
         return self._upstream
 
-    async def _serve(self, frame: ModelCall, call: _Call, ahead: CallAhead | None = None) -> None:
+    async def _serve(
+        self, frame: ModelCall, call: _Call, ahead: CallAhead | JournaledAnswer | None = None
+    ) -> None:
         cid = frame.id
         if ahead is None:
             permit = await self._limiter.acquire(self._spec.model, call.estimate)

@@ -93,6 +93,8 @@ FRAME_STRATEGIES: dict[type, st.SearchStrategy[Frame]] = {
     protocol.DelegateReply: builds(protocol.DelegateReply),
     protocol.HookRequest: builds(protocol.HookRequest),
     protocol.HookReply: builds(protocol.HookReply),
+    protocol.ToolRecord: builds(protocol.ToolRecord),
+    protocol.ToolRecorded: builds(protocol.ToolRecorded),
     protocol.PermitRequest: builds(protocol.PermitRequest),
     protocol.PermitGrant: builds(protocol.PermitGrant),
     protocol.PermitDone: builds(protocol.PermitDone, retry_after=st.none() | st.floats(0, 1e6)),

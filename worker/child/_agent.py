@@ -41,6 +41,7 @@ from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker.engine._loop import Attachments, Engine, Limits, ToolSetting
 from agentcell.worker.engine._session import Session
+from agentcell.worker.engine._tool_journal import ToolJournal
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.models.transports._permits import LinkGate
 from agentcell.worker.records._redact import Redactor
@@ -469,7 +470,25 @@ def build_engine(
             # With an explicit environment, bash gets its own (no model credentials).
             env=dict(spec.bash_env) if spec.env is not None else None,
         ),
-        attached=Attachments(turn_hooks=[TurnControls(link)], finish_hooks=finish_hooks),
+        attached=Attachments(
+            turn_hooks=[TurnControls(link)],
+            finish_hooks=finish_hooks,
+            tool_journal=_tool_journal(spec, link),
+        ),
+    )
+
+
+def _tool_journal(spec: AgentSpec, link: ChildLink) -> ToolJournal | None:
+    """The parent's journal of this agent's tool calls, when the run is journaled; a
+    resumed agent's journaled calls are not run again. The coordination tools always
+    run: the parent itself resumes what they started."""
+    if not spec.report_tools and not spec.replayed_tools:
+        return None
+    return ToolJournal(
+        link.tool_started,
+        link.tool_finished,
+        replayed=spec.replayed_tools,
+        live=COORDINATION_TOOLS,
     )
 
 

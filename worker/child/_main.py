@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from agentcell.protocol import (
     PROTOCOL_VERSION,
@@ -57,10 +57,16 @@ from agentcell.protocol import (
     Start,
     StreamChannel,
     TaskNursery,
+    ToolCall,
+    ToolRecord,
+    ToolRecorded,
     frame_is_authentic,
     sign_frame,
 )
 from agentcell.worker.child import _proc
+
+if TYPE_CHECKING:
+    from agentcell.worker.tools import ToolOutput
 from agentcell.worker.engine._answer_cap import capped_answer, fitted_events
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _cgroup, _landlock_held
@@ -205,6 +211,30 @@ class ChildLink:
             raise
         return request_id, grant
 
+    async def tool_started(self, call: ToolCall) -> None:
+        """Tell the parent a tool call starts, and wait until its journal has it: a call
+        the journal does not have was never run (a resume may run it)."""
+        request_id, answer = self._new_request()
+        record = ToolRecord(
+            request_id=request_id, call_id=call.id, name=call.name, arguments=call.arguments
+        )
+        await self.channel.send(sign_frame(record, self.start.frame_key))
+        await answer
+
+    def tool_finished(self, call: ToolCall, output: ToolOutput) -> None:
+        """Tell the parent a tool call's whole result (its journal's, not the model's:
+        the model gets it in the next request, as always)."""
+        record = ToolRecord(
+            request_id=0,
+            call_id=call.id,
+            name=call.name,
+            finished=True,
+            content=output.content,
+            is_error=output.is_error,
+        )
+        with contextlib.suppress(ChannelClosed):
+            self.channel.send_nowait(sign_frame(record, self.start.frame_key))
+
     def return_permit(
         self, request_id: int, tokens: int = 0, retry_after: float | None = None
     ) -> None:
@@ -245,7 +275,9 @@ class ChildLink:
                 flush=True,
             )
             return
-        if isinstance(frame, ApprovalReply | DelegateReply | HookReply | PermitGrant):
+        if isinstance(
+            frame, ApprovalReply | DelegateReply | HookReply | PermitGrant | ToolRecorded
+        ):
             future = self._pending.pop(frame.request_id, None)
             if future is not None and not future.done():
                 future.set_result(frame)

@@ -39,6 +39,7 @@ from agentcell.protocol import (
 )
 from agentcell.worker.engine._compaction import Compactor
 from agentcell.worker.engine._session import Session
+from agentcell.worker.engine._tool_journal import ToolJournal
 from agentcell.worker.models import Model, ModelError, ModelRequest, ToolCallStart
 from agentcell.worker.models._base import ModelResponse, StopReason, TextPart
 from agentcell.worker.rules._policy import Approver, Decision, Hook, judge
@@ -112,8 +113,9 @@ class ToolSetting:
 class Attachments:
     """What a caller attaches to the loop, each called at its own point: ``turn_hooks``
     at each turn boundary, ``compactor`` before each model call, ``stream_watcher``
-    while a model call streams, ``finish_hooks`` when the model has answered, and
-    ``tracer`` around the run, its model calls and its tool calls."""
+    while a model call streams, ``finish_hooks`` when the model has answered,
+    ``tracer`` around the run, its model calls and its tool calls, and ``tool_journal``
+    around each tool call."""
 
     turn_hooks: Iterable[TurnHook] = ()
     finish_hooks: Iterable[TurnHook] = ()
@@ -121,6 +123,8 @@ class Attachments:
     # Summarises older turns when the conversation grows past its threshold.
     compactor: Compactor | None = None
     tracer: AgentTracer | None = None  # OpenTelemetry spans of this run (None: tracing is off)
+    # The run's journal of tool calls (a journaled or resumed run; None: not journaled).
+    tool_journal: ToolJournal | None = None
 
 
 class Engine:
@@ -163,6 +167,7 @@ class Engine:
         self.compactor = attached.compactor
         self.last_context_tokens = 0  # the last call's prompt + answer, as reported
         self.tracer = attached.tracer
+        self.tool_journal = attached.tool_journal
         self.usage = Usage()
         self.turns = 0
         self.tool_calls = 0
@@ -443,13 +448,21 @@ class Engine:
         self._emit(ToolStarted(call_id=call.id, name=call.name, arguments=call.arguments))
         started = time.perf_counter()
         tool = self.tools.get(call.name)
-        if tool is None:
+        journal = self.tool_journal
+        journaled = journal.journaled(call, tool) if journal is not None else None
+        if journaled is not None:
+            output = journaled  # a resumed run's call: never run twice
+        elif tool is None:
             available = ", ".join(self.tools.names) or "none"
             output = ToolOutput(
                 f"unknown tool {call.name!r}; the tools you can call are: {available}", True
             )
         else:
+            if journal is not None:
+                await journal.started(call)  # in the journal before it does anything
             output = await self._execute(call, tool)
+        if journal is not None:
+            journal.finished(call, output)
         duration_ms = (time.perf_counter() - started) * 1000
         self._emit(
             ToolFinished(

@@ -56,7 +56,7 @@ def _fan_out(key: str, body: dict[str, Any], api: str) -> Reply:
 
 def _start(work: Path, env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [AGENTCELL, "run", "--model", "openai:m", "--json", "fan out"],
+        [AGENTCELL, "run", "--model", "openai:m", "--approve", "allow", "--json", "fan out"],
         cwd=work,
         env=env,
         stdout=subprocess.PIPE,
@@ -246,3 +246,101 @@ def test_no_sub_agent_can_read_the_journal(tmp_path: Path, user: str) -> None:
     assert "Permission denied" in cat or "No such file" in cat, cat
     assert "agentcell-journal" not in cat + read + listing
     assert "journal" not in listing.replace(seen["target"].rsplit("/", 2)[0], ""), listing
+
+
+class _Resumable:
+    """A fan-out of six whose every sub-agent first appends its name to a counter file
+    with bash (a side effect that must happen once), then answers; while ``hang`` is
+    set the three waiters hang on their second request, the one after their tool call."""
+
+    def __init__(self) -> None:
+        self.hang = True
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        if "main agent of agentcell" in _system(body):
+            if not results:
+                calls = [
+                    Call(
+                        "task", {"subagent_type": "general-purpose", "prompt": p, "description": p}
+                    )
+                    for p in [*FINISHERS, *WAITERS]
+                ]
+                return Reply(text="Fanning out.", tool_calls=calls)
+            return Reply(text="All six reported.")
+        prompt = _first_user(body)
+        if not results:
+            name = prompt.replace(" ", "-")
+            return Reply(tool_calls=[Call("bash", {"command": f"echo {name} >> counter.txt"})])
+        if prompt in WAITERS and self.hang:
+            return Reply(hang=True)
+        return Reply(text=f"result of {prompt}")
+
+
+def _finished_tools(run_dir: Path, agents: set[str]) -> int:
+    return sum(
+        1
+        for r in _records(run_dir)
+        if r.get("what") == "tool" and r.get("finished") and r["agent"] in agents
+    )
+
+
+def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
+    project: Path, model_server: ModelServer
+) -> None:
+    """Killed with three results in and three sub-agents past their tool call, the run is
+    finished by ``runs resume``: the answer an unkilled run gives, no journaled model
+    request made again, no tool call run twice, each result delivered once."""
+    env = cli_env(project, model_server)
+    script = model_server.responder = _Resumable()
+    proc = _start(project, env)
+    try:
+        _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
+        run_dir = _run_dir(project)
+        assert run_dir is not None
+        _wait_for(lambda: _answered(run_dir) == 3, "three sub-agents' results")
+        started = {r["prompt"]: r["agent"] for r in _records(run_dir) if r.get("what") == "started"}
+        waiters = {started[p] for p in WAITERS}
+        _wait_for(lambda: _finished_tools(run_dir, waiters) == 3, "the waiters' tool calls")
+        model_server.wait_requests(1 + 6 + 6)  # the waiters' second requests are in
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    assert run_state(run_dir) == ("interrupted", None)
+    before = len(model_server.requests)
+    script.hang = False
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        start_new_session=True,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout)
+    assert report["final_text"] == "All six reported."
+    assert report["resumed_from"] == run_dir.name
+    asked = [r.body for r in model_server.requests[before:]]
+    # Asked again: the waiters' hanging request (its answer never came) and the main
+    # agent's turn after the results; nothing the journal had.
+    mains = [b for b in asked if "main agent of agentcell" in _system(b)]
+    assert len(mains) == 1 and len(_tool_results(mains[0])) == 6
+    subs = sorted(_first_user(b) for b in asked if b not in mains)
+    assert subs == WAITERS
+    for prompt in [*FINISHERS, *WAITERS]:  # each result reached the main agent once
+        assert sum(f"result of {prompt}" in t for t in _tool_results(mains[0])) == 1
+    lines = (project / "counter.txt").read_text().split()
+    assert sorted(lines) == sorted(p.replace(" ", "-") for p in [*FINISHERS, *WAITERS])
+    statuses = {sub["agent_id"]: sub["status"] for sub in report["subagents"]}
+    assert statuses == dict.fromkeys(started.values(), "completed")
+    # A finished one was not run again, not even from the journal: no process of its own.
+    ended = {r["agent"]: r["result"]["pid"] for r in _records(run_dir) if r.get("what") == "ended"}
+    pids = {sub["agent_id"]: sub["pid"] for sub in report["subagents"]}
+    assert {started[p]: pids[started[p]] for p in FINISHERS} == ended
+    resumer = Path(report["run_dir"]).name
+    assert (journal_dir(run_dir) / "resumed-by").read_text().strip() == resumer

@@ -1,0 +1,103 @@
+"""``Orchestrator.resume``: a run whose orchestrator died, finished from its journal.
+
+The resume is a run of its own (a new run folder, marked as resuming the killed one,
+journaled in turn, so it can itself be killed and resumed). Its main agent starts again
+from the journaled prompt: every request it makes that the killed run made is answered
+from the journal, every tool call the journal has is not run again, a sub-agent that
+ended delivers its journaled result, and one that was in flight starts in a fresh
+process and sandbox and goes on the same way from its own journal (_replay.py). While
+it runs it holds the killed run's lock, so a second resume of that run is refused; when
+it ends, the killed run's journal folder names it (``resumed-by``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentcell.orchestrator.journal._place import RunLock, RunStillGoing, journal_dir
+from agentcell.orchestrator.journal._replay import RunPast, read_past
+from agentcell.orchestrator.records._store import find_run_dir, mark_resumed, new_run_dir
+
+if TYPE_CHECKING:
+    from agentcell.orchestrator._main_agent import MainAgent
+    from agentcell.orchestrator._main_run import RunReport
+
+#: In the killed run's journal folder: the id of the run that resumed it.
+RESUMED_BY = "resumed-by"
+
+
+class NotResumable(LookupError):
+    """The run cannot be resumed where it stopped (one line: why, and what to do)."""
+
+
+def killed_run(workdir: Path, run_id: str) -> tuple[Path, RunPast]:
+    """The folder and journal of the interrupted run ``run_id`` names (a unique prefix
+    or suffix will do). ``NotResumable`` for one that is going, ended, or has no journal."""
+    run_dir = find_run_dir(workdir, run_id)
+    past = read_past(run_dir)
+    if past.ended:
+        raise NotResumable(
+            f"run {run_dir.name} ended ({past.ended}): continue its session with "
+            f"`agentcell runs resume {run_dir.name}` instead"
+        )
+    if past.prompt is None:
+        raise NotResumable(
+            f"run {run_dir.name} journaled no main-agent run (a delegate or map call): "
+            "there is no conversation to finish"
+        )
+    if past.turns != 1:
+        raise NotResumable(
+            f"run {run_dir.name} is an interrupted chat: continue it with "
+            f"`agentcell runs resume {run_dir.name}` (its recorded turns go on)"
+        )
+    return run_dir, past
+
+
+def interrupted_prompt(run_dir: Path) -> str | None:
+    """The prompt of the interrupted one-shot run in ``run_dir``, or None when there is
+    none to finish (no journal, or a chat, whose turns ``runs resume`` continues)."""
+    try:
+        past = read_past(run_dir)
+    except LookupError:
+        return None
+    if past.ended or past.prompt is None or past.turns != 1:
+        return None
+    return past.prompt
+
+
+def journaled_model(run_dir: Path) -> str | None:
+    """The main model the run's journal names."""
+    try:
+        return read_past(run_dir).model or None
+    except LookupError:
+        return None
+
+
+async def resume_run(
+    main: MainAgent, workdir: Path, run_id: str, *, timeout_s: float | None
+) -> RunReport:
+    """Finish the interrupted run ``run_id`` (see the module)."""
+    run_dir, past = killed_run(workdir, run_id)
+    try:
+        hold = RunLock(journal_dir(run_dir))
+    except RunStillGoing as going:
+        raise NotResumable(
+            f"run {run_dir.name} is still running (pid {going.pid}): wait for it to end, "
+            "or stop that orchestrator"
+        ) from None
+    try:
+        new_dir = new_run_dir(workdir)
+        mark_resumed(new_dir, run_dir.name)
+        main.calls.next_run_dir = new_dir
+        # Its sub-agents keep their ids; new ones are numbered after them.
+        main.runner.number_after(past.highest_agent_number)
+        report = await main.run(
+            past.prompt or "", session=None, timeout_s=timeout_s, keep_background=False, past=past
+        )
+        with contextlib.suppress(OSError):
+            (journal_dir(run_dir) / RESUMED_BY).write_text(new_dir.name + "\n")
+        return report
+    finally:
+        hold.release()
