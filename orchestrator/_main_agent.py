@@ -39,6 +39,7 @@ from agentcell.orchestrator.prompt._context import instructions_prompt
 from agentcell.orchestrator.records._disk import disk_full_report, finish_record
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
 from agentcell.orchestrator.task_tools._delivery import ResultDelivery
+from agentcell.orchestrator.task_tools._journaled_drain import JournaledDrain
 from agentcell.orchestrator.task_tools._start_ahead import StartAhead
 from agentcell.orchestrator.task_tools._tools import (
     TaskTool,
@@ -201,7 +202,13 @@ class MainAgent:
         # Background results reach the model as a message, not a tool result: same cap.
         delivery = ResultDelivery(limits.max_tool_output_chars, run_dir, parts.workdir)
         wait_s = settings.background_wait_s
-        finish_hooks = [background_finisher(parts.tracker, task_tool, wait_s, delivery)]
+        drain = JournaledDrain(
+            parts.tracker,
+            account.journal,
+            lambda: getattr(model, "replaying", False),
+            account.past.deliveries if account.past else None,
+        )
+        finish_hooks = [background_finisher(parts.tracker, task_tool, wait_s, delivery, drain)]
         return Engine(
             model,
             tools,
@@ -212,7 +219,7 @@ class MainAgent:
             workdir=parts.workdir,
             setting=Engine.ToolSetting(run_dir=run_dir, agent_id="main"),
             attached=Engine.Attachments(
-                turn_hooks=[background_injector(parts.tracker, delivery)],
+                turn_hooks=[background_injector(parts.tracker, delivery, drain)],
                 finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
                 stream_watcher=self._start_ahead(account),
                 tracer=main_tracer(parts.tracing, model=model.name, run_dir=run_dir),

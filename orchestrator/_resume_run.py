@@ -13,6 +13,7 @@ it ends, the killed run's journal folder names it (``resumed-by``).
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,8 @@ from agentcell.orchestrator.records._store import find_run_dir, mark_resumed, ne
 if TYPE_CHECKING:
     from agentcell.orchestrator._main_agent import MainAgent
     from agentcell.orchestrator._main_run import RunReport
+
+log = logging.getLogger("agentcell.orchestrator")
 
 #: In the killed run's journal folder: the id of the run that resumed it.
 RESUMED_BY = "resumed-by"
@@ -80,6 +83,12 @@ async def resume_run(
 ) -> RunReport:
     """Finish the interrupted run ``run_id`` (see the module)."""
     run_dir, past = killed_run(workdir, run_id)
+    if past.damage:  # a cut last record (a full disk, a power loss): done again
+        log.warning(
+            "run %s: %s; what came after its last whole record is done again",
+            run_dir.name,
+            past.damage,
+        )
     try:
         hold = RunLock(journal_dir(run_dir))
     except RunStillGoing as going:

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
+from agentcell.orchestrator.delegation._events import EventBus, SubAgentEnded
+from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._replay import AgentPast
 from agentcell.orchestrator.records._store import subagent_json
@@ -54,10 +55,19 @@ def journal_end(scope: Scope, result: SubAgentResult) -> None:
 
 
 def delivered_again(
-    result: SubAgentResult, request: DelegationRequest, scope: Scope, task_id: str
+    journaled: dict[str, Any],
+    request: DelegationRequest,
+    scope: Scope,
+    to: tuple[RunHandle, EventBus],
+    task_id: str,
 ) -> SubAgentResult:
     """The result a sub-agent of the killed run ended with, delivered again as it was
-    (the same words the model read then), and journaled in this run too."""
+    (the same words the model read then: on ``to``'s handle and bus), and journaled in
+    this run too."""
+    result = journaled_result(journaled)
+    handle, bus = to
+    handle.result = result
+    bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
     journal_start(scope, request, result.agent_id, task_id)
     if scope.account is not None:
         scope.account.results.append(result)

@@ -53,7 +53,6 @@ from agentcell.orchestrator.delegation._journaled import (
     earlier,
     journal_end,
     journal_start,
-    journaled_result,
 )
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
@@ -255,6 +254,12 @@ class Runner:
     def new_agent_id(self) -> str:
         return f"a{next(self._ids)}"
 
+    def agent_id_for(self, request: DelegationRequest, scope: Scope) -> str:
+        """The id a sub-agent started by ``request`` gets: on a resume, the one the
+        killed run gave the sub-agent that same tool call started; else a new one."""
+        before = earlier(scope, request)
+        return before.agent_id if before is not None else self.new_agent_id()
+
     def number_after(self, highest: int) -> None:
         """New sub-agents get ids after ``a{highest}`` (a resumed conversation names those)."""
         self._ids = itertools.count(highest + 1)
@@ -296,10 +301,7 @@ class Runner:
         if before is not None:  # a resume: the sub-agent the killed run started here
             agent_id = before.agent_id
             if before.result is not None:  # it ended: its result, never asked again
-                result = journaled_result(before.result)
-                handle.result = result
-                self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
-                return delivered_again(result, request, scope, task_id)
+                return delivered_again(before.result, request, scope, (handle, self.bus), task_id)
         agent_id = agent_id or self.new_agent_id()
         journal_start(scope, request, agent_id, task_id)
         try:

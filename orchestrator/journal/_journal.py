@@ -15,6 +15,7 @@ run writes, and at the end — so a power loss loses at most that much of the ru
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import time
@@ -33,6 +34,8 @@ from agentcell.orchestrator.journal._place import (
 )
 from agentcell.protocol import ToolRecord
 from agentcell.worker import Redactor
+
+log = logging.getLogger("agentcell.orchestrator")
 
 SYNC_EVERY_S = 1.0
 KILL_AT_VARIABLE = "AGENTCELL_TEST_KILL_AT"
@@ -120,29 +123,35 @@ class Journal:
         self._lock.release()
 
     def _write(self, kind: str, /, **fields: Any) -> None:
+        try:
+            self._append(kind, fields)
+        finally:
+            if self._kill_at is not None:  # written, or (broken) would have been
+                self._kill_at.written(kind if kind != "fact" else f"fact:{fields['what']}")
+
+    def _append(self, kind: str, fields: dict[str, Any]) -> None:
         if self._writer.broken is not None:
-            return  # said once, when it broke (the run's report carries it)
+            return  # said once, when it broke
         try:
             self._writer.append(kind, **fields)
             if time.monotonic() - self._synced_at >= SYNC_EVERY_S:
                 self._sync()
-        except JournalBroken:
-            pass
-        if self._kill_at is not None:
-            self._kill_at.written(kind if kind != "fact" else f"fact:{fields['what']}")
+        except JournalBroken as broken:
+            log.warning("%s", broken)  # once: it writes nothing more
 
     def _sync(self) -> None:
         self._synced_at = time.monotonic()
         try:
             self._writer.sync()
-        except JournalBroken:
-            pass
+        except JournalBroken as broken:
+            log.warning("%s", broken)
 
 
 class KillAt:
     """The test-only fault switch: ``AGENTCELL_TEST_KILL_AT=KIND:N`` SIGKILLs this process
-    right after the journal wrote its N-th record of KIND (``ask``, ``answer``,
-    ``main_answer``, or ``fact:WHAT``): an orchestrator dying at a chosen point."""
+    right after the journal wrote (or, broken, would have written) its N-th record of
+    KIND (``ask``, ``answer``, ``main_answer``, or ``fact:WHAT``): an orchestrator dying
+    at a chosen point."""
 
     def __init__(self, kind: str, nth: int) -> None:
         self._kind, self._left = kind, nth

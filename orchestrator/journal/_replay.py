@@ -55,6 +55,8 @@ class RunPast:
     agents: dict[str, AgentPast]
     damage: str = ""  # where a cut or damaged journal stops ("" when it is whole)
     turns: int = 0  # main-agent runs journaled (a chat has one per turn)
+    # The background results the main agent was handed: by hand-out, which sub-agents'.
+    deliveries: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     model: str = ""  # the main agent's model
     ended: str = ""  # the run's journaled end status ("" when it has none)
 
@@ -123,6 +125,8 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         past.prompt = str(record.get("prompt", ""))
         past.model = str(record.get("model", ""))
         past.turns += 1
+    elif what == "delivered":
+        past.deliveries[int(record.get("index", -1))] = [str(a) for a in record.get("agents", [])]
     elif what == "started":
         agent = _agent(past, str(record["agent"]))
         agent.by, agent.call = str(record.get("by", "")), str(record.get("call", ""))

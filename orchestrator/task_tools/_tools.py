@@ -8,7 +8,7 @@ the ``subagent_type`` enum always lists exactly what is registered.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -87,8 +87,9 @@ class TaskTool(Tool):
                 self._handles.discard(handle)
             return ToolOutput(result.render(), not result.ok)
         self._handles.add(handle)
-        # One id for the sub-agent everywhere: the task id is its agent id.
-        agent_id = self.runner.new_agent_id()
+        # One id for the sub-agent everywhere: the task id is its agent id (on a resume,
+        # the one the killed run gave the sub-agent this call started).
+        agent_id = self.runner.agent_id_for(request, self.scope())
         record = self.tracker.start(
             request.agent_type, request.description, handle, task_id=agent_id
         )
@@ -298,15 +299,21 @@ class TaskControlTool(Tool):
         return ToolOutput(f"{args.action} sent to task {args.task_id}")
 
 
+#: What hands out finished background results (default: the tracker's ``drain``; a
+#: journaled run's says which went out when, and a resume's hands out the same).
+Drain = Callable[[], Awaitable[list[TaskRecord]]]
+
+
 def background_injector(
-    tracker: TaskTracker, delivery: ResultDelivery | None = None
+    tracker: TaskTracker, delivery: ResultDelivery | None = None, drain: Drain | None = None
 ) -> Callable[[Session], Any]:
     """Turn hook: hand finished background results to the next model call, once each,
     within ``delivery``'s cap."""
     delivery = delivery or ResultDelivery()
+    take = drain or _drain_of(tracker)
 
     async def inject(session: Session) -> list[Message]:
-        return _results_message(tracker.drain(), delivery)
+        return _results_message(await take(), delivery)
 
     return inject
 
@@ -316,6 +323,7 @@ def background_finisher(
     task_tool: TaskTool,
     wait_s: float,
     delivery: ResultDelivery | None = None,
+    drain: Drain | None = None,
 ) -> Callable[[Session], Any]:
     """Finish hook: the run does not end while background results would be lost.
 
@@ -324,15 +332,23 @@ def background_finisher(
     """
 
     delivery = delivery or ResultDelivery()
+    take = drain or _drain_of(tracker)
 
     async def finish(session: Session) -> list[Message]:
         if tracker.running():
             done = await tracker.wait(None, wait_s)
             if not done:
                 await task_tool.shutdown()
-        return _results_message(tracker.drain(), delivery)
+        return _results_message(await take(), delivery)
 
     return finish
+
+
+def _drain_of(tracker: TaskTracker) -> Drain:
+    async def drain() -> list[TaskRecord]:
+        return tracker.drain()
+
+    return drain
 
 
 def _results_message(records: list[TaskRecord], delivery: ResultDelivery) -> list[Message]:

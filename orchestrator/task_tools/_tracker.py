@@ -52,6 +52,8 @@ class TaskRecord:
 
     def summary(self) -> str:
         elapsed = (self.ended_at or time.monotonic()) - self.started_at
+        if self.result is not None:  # its own account: a resume hands out the same words
+            elapsed = self.result.duration_ms / 1000
         line = f"task {self.task_id} [{self.state.value}] {self.agent_type}"
         if self.description:
             line += f' "{self.description}"'
@@ -115,9 +117,13 @@ class TaskTracker:
     def undelivered(self) -> list[TaskRecord]:
         return [r for r in self._tasks.values() if r.state.terminal and not r.delivered]
 
-    def drain(self) -> list[TaskRecord]:
-        """Finished results not handed out yet; each one is handed out exactly once."""
+    def drain(self, only: Iterable[str] | None = None) -> list[TaskRecord]:
+        """Finished results not handed out yet (of the tasks ``only`` names, if given);
+        each one is handed out exactly once."""
         ready = self.undelivered()
+        if only is not None:
+            wanted = set(only)
+            ready = [r for r in ready if r.task_id in wanted]
         for record in ready:
             record.delivered = True
         return ready
