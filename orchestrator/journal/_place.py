@@ -21,6 +21,7 @@ import hashlib
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 JOURNAL_FILE = "journal"
@@ -94,6 +95,9 @@ def prune(root: Path, keep: Path) -> list[Path]:
     return removed
 
 
+_LOCK_TRIES = 4
+
+
 class RunLock:
     """The live run's hold on its journal folder: taken at the start, let go at the end
     (or by the kernel, when the orchestrator dies)."""
@@ -101,12 +105,18 @@ class RunLock:
     def __init__(self, folder: Path) -> None:
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         self._fd = os.open(folder / LOCK_FILE, flags, 0o600)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _holder(self._fd)
-            os.close(self._fd)
-            raise RunStillGoing(holder) from None
+        for attempt in range(_LOCK_TRIES):
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # A reader's shared lock (``holder_of``) lasts microseconds: try again
+                # a few times before taking the run for a live one's.
+                if attempt == _LOCK_TRIES - 1:
+                    holder = _holder(self._fd)
+                    os.close(self._fd)
+                    raise RunStillGoing(holder) from None
+                time.sleep(0.005)
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 

@@ -25,6 +25,9 @@ def summary_from_records(path: Path) -> dict[str, Any]:
     main = _entries(path / "main.jsonl")
     start = next((e for e in main if e.get("kind") == "start"), {})
     result = next((e["result"] for e in reversed(main) if _is_result(e)), None)
+    state, pid = run_state(path)
+    if state == "interrupted":  # whatever a line says, its journal says it never ended
+        result = None
     summary: dict[str, Any] = {
         "status": str(result.get("status", "unfinished")) if result else "unfinished",
         "final_text": str(result.get("text", "")) if result else "",
@@ -40,7 +43,6 @@ def summary_from_records(path: Path) -> dict[str, Any]:
         summary["missing"].append("the main agent's result line in main.jsonl")
         # Its journal says which: the run is going (its orchestrator holds it) or was
         # interrupted (nobody does, and it never ended).
-        state, pid = run_state(path)
         if state == "running":
             summary.update(status="running", pid=pid)
         elif state == "interrupted":
@@ -48,20 +50,28 @@ def summary_from_records(path: Path) -> dict[str, Any]:
     journaled = journaled_subagents(path)
     if journaled is not None:
         # The parent's own account, which no sub-agent can write, over their transcripts.
-        summary["subagents"] = journaled
+        subagents, journaled_main = journaled
+        summary["subagents"] = subagents
+        summary.update(journaled_main)
     return summary
 
 
-def journaled_subagents(run_dir: Path) -> list[dict[str, Any]] | None:
+def journaled_subagents(
+    run_dir: Path,
+) -> tuple[list[dict[str, Any]], dict[str, str]] | None:
     """Each sub-agent the run's journal says was started, with the result it journaled
-    (``interrupted``: started, never ended); None for a run with no journal."""
+    (``interrupted``: started, never ended), and the main agent's prompt and model as
+    journaled; None for a run with no journal."""
     path = journal_dir(run_dir) / JOURNAL_FILE
     try:
         records = read_journal(path).records
     except (OSError, ValueError):
         return None
     started: dict[str, dict[str, Any]] = {}
+    main: dict[str, str] = {}
     for record in records:
+        if record["k"] == "fact" and record.get("what") == "main":
+            main = {"prompt": str(record.get("prompt", "")), "model": str(record.get("model", ""))}
         if record["k"] != "fact" or not isinstance(record.get("agent"), str):
             continue
         if record.get("what") == "started":
@@ -76,7 +86,7 @@ def journaled_subagents(run_dir: Path) -> list[dict[str, Any]] | None:
             }
         elif record.get("what") == "ended" and isinstance(record.get("result"), dict):
             started[record["agent"]] = {"agent_id": record["agent"], **record["result"]}
-    return list(started.values())
+    return list(started.values()), main
 
 
 def _subagent(record: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.journal._place import run_state
 from agentcell.orchestrator.records._key import verified_record
 from agentcell.orchestrator.records._missing import summary_from_records
 from agentcell.protocol import Message
@@ -200,8 +201,11 @@ def _read_summary(path: Path) -> dict[str, Any]:
 
 def _summary_file(path: Path) -> dict[str, Any]:
     file = path / "summary.json"
-    if not file.is_file():
-        return summary_from_records(path)  # what its transcripts say, and what is missing
+    if not file.is_file() or run_state(path)[0] == "interrupted":
+        # What its transcripts and journal say, and what is missing. A killed run's
+        # summary.json, if any, was not the parent's last word (a sub-agent may have
+        # written it): its journal is.
+        return summary_from_records(path)
     try:
         data: dict[str, Any] = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError):
