@@ -33,6 +33,7 @@ from agentcell.orchestrator.definitions._tool_policy import COORDINATION_TOOLS
 from agentcell.orchestrator.delegation._events import AgentActivity
 from agentcell.orchestrator.delegation._request import RunAccount, Scope
 from agentcell.orchestrator.delegation._runner import Runner
+from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._main_model import JournaledModel, main_tool_journal
 from agentcell.orchestrator.journal._replay import RunPast
 from agentcell.orchestrator.prompt._context import instructions_prompt
@@ -214,7 +215,7 @@ class MainAgent:
             tools,
             system_prompt=self._system_prompt(),
             hooks=main_hooks(settings, hooks, tools),
-            approver=self._approver,
+            approver=functools.partial(self._approver, account.journal),
             limits=limits,
             workdir=parts.workdir,
             setting=Engine.ToolSetting(run_dir=run_dir, agent_id="main"),
@@ -278,7 +279,9 @@ class MainAgent:
             account=account,
         )
 
-    async def _approver(self, call: ToolCall, reason: str) -> tuple[bool, str]:
+    async def _approver(
+        self, journal: Journal | None, call: ToolCall, reason: str
+    ) -> tuple[bool, str]:
         answer = await self.parts.broker.decide(
             ApprovalQuery(
                 agent_id="main",
@@ -287,7 +290,8 @@ class MainAgent:
                 arguments=call.arguments,
                 reason=reason,
                 call_id=call.id,
-            )
+            ),
+            journal,
         )
         return answer.approved, answer.reason
 

@@ -102,6 +102,7 @@ async def resume_run(
         main.calls.next_run_dir = new_dir
         # Its sub-agents keep their ids; new ones are numbered after them.
         main.runner.number_after(past.highest_agent_number)
+        main.parts.broker.restore(past.always)  # what the user allowed "always" holds
         report = await main.run(
             past.prompt or "", session=None, timeout_s=timeout_s, keep_background=False, past=past
         )

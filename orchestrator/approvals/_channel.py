@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 import dataclasses
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Protocol, TextIO
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from agentcell.orchestrator.approvals._question import (
     always_scope,
@@ -22,6 +22,9 @@ from agentcell.orchestrator.approvals._question import (
     question_lines,
     scope_words,
 )
+
+if TYPE_CHECKING:
+    from agentcell.orchestrator.journal._journal import Journal
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -39,6 +42,7 @@ class ApprovalQuery:
 class ApprovalAnswer:
     approved: bool
     reason: str = ""
+    always: bool = False  # approved for this tool from this agent type, for the session
 
 
 class ApprovalChannel(Protocol):
@@ -115,7 +119,7 @@ class TerminalPrompt:
                 return ApprovalAnswer(False, "the user said no")
             if choice in ("a", "always"):
                 self.always.add((always_scope(query.agent_id, query.agent_type), query.tool))
-                return ApprovalAnswer(True)
+                return ApprovalAnswer(True, always=True)
             print("  please answer y, n or a", file=self._out, flush=True)
             prompt = _keys(query)
 
@@ -159,10 +163,34 @@ class ApprovalBroker:
         self.channel = channel
         self.bubble_background = bubble_background
         self._turn = asyncio.Lock()  # FIFO: waiters are woken in arrival order
+        self.restored: set[tuple[tuple[str, str], str]] = set()  # see restore
         # Told of each question as it is asked (the Notification hooks), before it waits.
         self.notify: Callable[[ApprovalQuery], Awaitable[None]] | None = None
 
-    async def decide(self, query: ApprovalQuery) -> ApprovalAnswer:
+    async def decide(self, query: ApprovalQuery, journal: Journal | None = None) -> ApprovalAnswer:
+        """The channel's answer (``journal``: the run's, which keeps it); an "always"
+        the killed run was given holds in its resume without asking."""
+        if (always_scope(query.agent_id, query.agent_type), query.tool) in self.restored:
+            return ApprovalAnswer(True, "always allowed in this session (before its resume)")
+        answer = await self._decide(query)
+        if journal is not None:
+            journal.fact(
+                "approval",
+                agent=query.agent_id,
+                agent_type=query.agent_type,
+                tool=query.tool,
+                call=query.call_id,
+                approved=answer.approved,
+                always=answer.always,
+            )
+        return answer
+
+    def restore(self, always: Iterable[tuple[str, str, str]]) -> None:
+        """A resume: the (agent id, agent type, tool) the killed run's user allowed
+        "always" hold again, without asking."""
+        self.restored.update((always_scope(a, t), tool) for a, t, tool in always)
+
+    async def _decide(self, query: ApprovalQuery) -> ApprovalAnswer:
         if query.background and not self.bubble_background:
             return ApprovalAnswer(
                 False,

@@ -33,6 +33,7 @@ from agentcell.orchestrator.delegation._events import AgentActivity, EventBus
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunAccount, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
+from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._replay import Answer
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
@@ -240,8 +241,7 @@ class Relay:
         """A tool call's start or whole result, into the run's journal (the backend
         dropped one without the child's signature); a start is acknowledged once written,
         and the child runs the call only then."""
-        account = self.child.scope.account
-        journal = account.journal if account is not None else None
+        journal = _journal(self.child.scope)
         if journal is not None:
             journal.tool(self.child.spec.agent_id, frame)
         if not frame.finished:
@@ -265,7 +265,9 @@ class Relay:
         )
         refusal = refused_tool(frame.tool, spec)  # only a tool it was given
         answer = (
-            ApprovalAnswer(False, refusal) if refusal else await self.parent.broker.decide(query)
+            ApprovalAnswer(False, refusal)
+            if refusal
+            else await self.parent.broker.decide(query, _journal(self.child.scope))
         )
         await self._send(
             ApprovalReply(
@@ -396,6 +398,10 @@ async def delegation_reply(
     return DelegateReply(
         request_id=frame.request_id, content=result.render(), is_error=not result.ok
     )
+
+
+def _journal(scope: Scope) -> Journal | None:
+    return scope.account.journal if scope.account is not None else None
 
 
 def _first(errors: BaseExceptionGroup) -> BaseException:

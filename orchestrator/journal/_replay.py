@@ -55,6 +55,8 @@ class RunPast:
     agents: dict[str, AgentPast]
     damage: str = ""  # where a cut or damaged journal stops ("" when it is whole)
     turns: int = 0  # main-agent runs journaled (a chat has one per turn)
+    # What the user allowed "always": (agent id, agent type, tool), to hold again.
+    always: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     # The background results the main agent was handed: by hand-out, which sub-agents'.
     deliveries: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     model: str = ""  # the main agent's model
@@ -125,6 +127,10 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         past.prompt = str(record.get("prompt", ""))
         past.model = str(record.get("model", ""))
         past.turns += 1
+    elif what == "approval" and record.get("approved") and record.get("always"):
+        past.always.append(
+            (str(record.get("agent")), str(record.get("agent_type")), str(record.get("tool")))
+        )
     elif what == "delivered":
         past.deliveries[int(record.get("index", -1))] = [str(a) for a in record.get("agents", [])]
     elif what == "started":

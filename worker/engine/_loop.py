@@ -458,8 +458,6 @@ class Engine:
                 f"unknown tool {call.name!r}; the tools you can call are: {available}", True
             )
         else:
-            if journal is not None:
-                await journal.started(call)  # in the journal before it does anything
             output = await self._execute(call, tool)
         if journal is not None:
             journal.finished(call, output)
@@ -514,6 +512,10 @@ class Engine:
                 self.tracer.approval_waited((time.perf_counter() - asked) * 1000)
             if not approved:
                 return ToolOutput(f"permission denied: {why or 'the request was refused'}", True)
+        if self.tool_journal is not None:
+            # In the journal before it does anything (asked and approved first: a call
+            # still waiting for its approval when the run died is asked again).
+            await self.tool_journal.started(call)
         ctx = ToolContext(
             workdir=self.workdir,
             run_dir=self.run_dir,

@@ -370,3 +370,65 @@ def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
         assert says in show.stdout, show.stdout
         assert "FORGED" not in show.stdout, show.stdout  # a sub-agent's word is not read
     assert f"run {run_dir.name}: interrupted" in show_of(run_dir.name)
+
+
+class _Nested:
+    """Main → "outer" → "inner" (a task of the sub-agent's own); inner appends to the
+    counter with bash, then, while ``hang`` is set, hangs on its next request."""
+
+    def __init__(self) -> None:
+        self.hang = True
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        who = "main" if "main agent of agentcell" in _system(body) else _first_user(body)
+        if who in ("main", "outer") and not results:
+            inner = "outer" if who == "main" else "inner"
+            task = {"subagent_type": "general-purpose", "prompt": inner, "description": inner}
+            return Reply(tool_calls=[Call("task", task)])
+        if who == "inner" and not results:
+            return Reply(tool_calls=[Call("bash", {"command": "echo inner >> counter.txt"})])
+        if who == "inner" and self.hang:
+            return Reply(hang=True)
+        return Reply(text=f"{who} done after: {' | '.join(results)[:300]}")
+
+
+def test_a_killed_nested_run_resumes_at_every_depth(
+    project: Path, model_server: ModelServer
+) -> None:
+    """Killed while a sub-agent's own sub-agent waits on the model: the resume goes on
+    with both, at their depths, from their journaled turns."""
+    env = cli_env(project, model_server, AGENTCELL_MAX_DEPTH="2")
+    script = model_server.responder = _Nested()
+    proc = _start(project, env)
+    try:
+        _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
+        run_dir = _run_dir(project)
+        assert run_dir is not None
+        _wait_for(lambda: len(model_server.requests) == 4, "inner's second request")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    started = {r["prompt"]: r for r in _records(run_dir) if r.get("what") == "started"}
+    assert started["inner"]["depth"] == 1 and started["inner"]["by"] == started["outer"]["agent"]
+    script.hang = False
+    before = len(model_server.requests)
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout)
+    assert report["final_text"].startswith("main done after: [completed] general-purpose")
+    assert "inner done after" in report["final_text"]
+    # Asked again: inner's hanging request, then outer's and main's next turns.
+    asked = [_first_user(r.body) if "main agent" not in _system(r.body) else "main"
+             for r in model_server.requests[before:]]  # fmt: skip
+    assert asked == ["inner", "outer", "main"]
+    assert (project / "counter.txt").read_text() == "inner\n"
+    ids = {sub["agent_id"]: sub["depth"] for sub in report["subagents"]}
+    assert ids == {started["outer"]["agent"]: 1, started["inner"]["agent"]: 2}
