@@ -35,7 +35,7 @@ from agentcell.orchestrator.delegation._request import RunAccount, Scope
 from agentcell.orchestrator.delegation._runner import Runner
 from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._main_model import JournaledModel, main_tool_journal
-from agentcell.orchestrator.journal._replay import RunPast
+from agentcell.orchestrator.journal._replay import RunPast, spent_before
 from agentcell.orchestrator.prompt._context import instructions_prompt
 from agentcell.orchestrator.records._disk import disk_full_report, finish_record
 from agentcell.orchestrator.task_tools._background import BackgroundRuns
@@ -49,7 +49,7 @@ from agentcell.orchestrator.task_tools._tools import (
 )
 from agentcell.orchestrator.telemetry._tracing_setup import main_tracer
 from agentcell.orchestrator.telemetry._usage import UsageLedger
-from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, UsageUpdate
+from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, Usage, UsageUpdate
 from agentcell.worker import Engine, Limits, McpServers, Session, Transcript
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool
@@ -124,7 +124,10 @@ class MainAgent:
         stops: list[Stop] = []
         account = self.calls.account(run_dir, stops, kind="run")
         account.past = past
+        carried = carry_spend(past, account.ledger) if past is not None else None
         if account.journal is not None:
+            if past is not None:  # what it did not replay before it died, too, is there
+                account.journal.fact("resumes", run=past.run_id)
             account.journal.fact("main", prompt=prompt, model=model.name)
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
@@ -165,6 +168,7 @@ class MainAgent:
             if transcript is not None:
                 transcript.messages(session.messages)
         report = run_report(result, account, started, run_dir)
+        report.carried_usage = carried
         report = finish_record(
             report, transcript, prompt=prompt, model=model.name, summary=self.calls.summaries
         )
@@ -307,6 +311,16 @@ class MainAgent:
             publish(AgentActivity(agent_id="main", event=event))
 
         return on_event
+
+
+def carry_spend(past: RunPast, ledger: UsageLedger) -> Usage:
+    """The killed run's spending its resume does not repeat, charged to the resume's
+    ledger first (its budgets count it)."""
+    carried = Usage()
+    for agent_id, agent_type, model, usage in spent_before(past):
+        ledger.add_usage(agent_id, agent_type, model, usage)
+        carried = carried + usage
+    return carried
 
 
 MAIN_SYSTEM_PROMPT = """\

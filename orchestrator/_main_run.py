@@ -66,6 +66,9 @@ class RunReport:
     run_dir: str
     subagents: list[SubAgentResult]
     main: RunResult
+    # A resume: what the killed run spent that this one did not spend again (in ``usage``
+    # too, which counts the whole run).
+    carried_usage: Usage | None = None
 
     @property
     def ok(self) -> bool:
@@ -237,6 +240,11 @@ def report_json(report: RunReport, *, prompt: str = "", model: str = "") -> dict
         "model": model,
         "prompt": prompt,
         "subagents": [subagent_json(r) for r in report.subagents],
+        **(
+            {"carried_usage": msgspec.to_builtins(report.carried_usage)}
+            if report.carried_usage is not None
+            else {}
+        ),
     }
 
 

@@ -83,6 +83,8 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         head += f" · {summary['duration_ms'] / 1000:.1f} s"
     head += f" · {_tokens(summary.get('usage', {}))} tokens ({usage_split(_usage(summary))})"
     say(head, "bold")
+    if summary.get("carried_usage"):  # a resume: the killed run's share, counted above
+        say(f"of which spent by the run it resumed: {_tokens(summary['carried_usage'])} tokens")
     _say_lineage(say, workdir, summary)
     turns = summary.get("turns")
     if turns:  # a chat: every turn

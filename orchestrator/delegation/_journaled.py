@@ -4,14 +4,19 @@ result is delivered again, or whose journaled turns are served again)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import msgspec
+from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.orchestrator.delegation._events import EventBus, SubAgentEnded
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._replay import AgentPast
 from agentcell.orchestrator.records._store import subagent_json
+from agentcell.protocol import AgentSpec
+
+log = logging.getLogger("agentcell.runner")
 
 
 def earlier(scope: Scope, request: DelegationRequest) -> AgentPast | None:
@@ -73,3 +78,36 @@ def delivered_again(
         scope.account.results.append(result)
         journal_end(scope, result)
     return result
+
+
+def journaled_spec(
+    spec: AgentSpec, scope: Scope, definition: AgentDefinition, before: AgentPast | None
+) -> None:
+    """A journaled run's sub-agent reports its tool calls, and its definition is
+    journaled as it starts (its resume runs it); a resumed one is handed what it did
+    before, not to be done again."""
+    journal = scope.account.journal if scope.account is not None else None
+    spec.report_tools = journal is not None
+    if journal is not None:
+        dumped = definition.model_dump(mode="json")
+        journal.fact("definition", agent=spec.agent_id, definition=dumped)
+    if before is not None:
+        spec.replayed_tools = dict(before.tools)
+
+
+def definition_again(
+    journaled: dict[str, Any], current: AgentDefinition | None
+) -> AgentDefinition | None:
+    """A resumed sub-agent's definition: the one journaled when it started (its file may
+    have changed since: then said, naming the file). None if it no longer reads."""
+    try:
+        definition = AgentDefinition.model_validate(journaled)
+    except ValueError:
+        return current
+    if current is not None and current != definition:
+        log.warning(
+            "%s changed since the killed run started %s: the resume runs it as it was then",
+            definition.source,
+            definition.name,
+        )
+    return definition

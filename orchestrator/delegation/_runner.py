@@ -49,10 +49,12 @@ from agentcell.orchestrator.delegation._events import (
 )
 from agentcell.orchestrator.delegation._finishing import FinishingSteps
 from agentcell.orchestrator.delegation._journaled import (
+    definition_again,
     delivered_again,
     earlier,
     journal_end,
     journal_start,
+    journaled_spec,
 )
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
@@ -390,6 +392,9 @@ class Runner:
                 return self._refused(base, RunStatus.ERROR, str(exc))
             base["agent_type"] = request.agent_type
         definition = self.registry.get(request.agent_type)
+        before = earlier(scope, request)
+        if before is not None and before.definition:  # as the killed run started it
+            definition = definition_again(before.definition, definition)
         if definition is None:
             names = ", ".join(self.registry.names())
             return self._refused(
@@ -409,11 +414,7 @@ class Runner:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
         base["warnings"] = prepared.warnings
-        account = scope.account
-        prepared.spec.report_tools = account is not None and account.journal is not None
-        before = earlier(scope, request)
-        if before is not None:  # a resume: what it did before is not done again
-            prepared.spec.replayed_tools = dict(before.tools)
+        journaled_spec(prepared.spec, scope, definition, before)
         # Replaced by what the child reports it applied; kept if it ended before that.
         base["sandbox"] = f"{prepared.spec.sandbox} (requested; not confirmed by the child)"
         return _Admitted(

@@ -86,6 +86,11 @@ class RequestRebuilder:
         top["messages"] = msgspec.Raw(b"[" + b",".join(self._messages) + b"]")
         return msgspec.json.encode(top)
 
+    @property
+    def size(self) -> int:
+        """About how many bytes the last request rebuilt had."""
+        return len(self._rest) + sum(len(m) + 1 for m in self._messages)
+
     def digest(self, fields: dict[str, Any]) -> bytes:
         """The ``request_digest`` of the request the journaled ``fields`` stand for."""
         self.rebuild(fields)

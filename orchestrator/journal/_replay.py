@@ -11,6 +11,7 @@ Nothing here comes from a child's own files: the journal is the parent's alone.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ import msgspec
 from agentcell.orchestrator.journal._delta import RequestRebuilder
 from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import JOURNAL_FILE, journal_dir
-from agentcell.protocol import ReplayedTool
+from agentcell.protocol import ReplayedTool, Usage
+from agentcell.worker.models import estimate_tokens
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class AgentPast:
     answers: list[Answer] = dataclasses.field(default_factory=list)
     tools: dict[str, ReplayedTool] = dataclasses.field(default_factory=dict)
     result: dict[str, Any] | None = None  # its journaled end, when it ended
+    definition: dict[str, Any] | None = None  # the definition it started with
+    given_up_bytes: int = 0  # its requests in flight at the kill, their bodies' bytes
 
 
 @dataclasses.dataclass(slots=True)
@@ -60,6 +64,7 @@ class RunPast:
     # The background results the main agent was handed: by hand-out, which sub-agents'.
     deliveries: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     model: str = ""  # the main agent's model
+    resumes: str = ""  # the run this one resumed, if it was a resume
     ended: str = ""  # the run's journaled end status ("" when it has none)
 
     def started_by(self, by: str, call: str) -> AgentPast | None:
@@ -75,9 +80,62 @@ class RunPast:
         return max(numbers, default=0)
 
 
-def read_past(run_dir: Path) -> RunPast:
+#: How many runs back a chain of resumes is followed (a resume of a resume of ...).
+MAX_CHAIN = 16
+
+
+def read_past(run_dir: Path, *, depth: int = 0) -> RunPast:
     """The run recorded in ``run_dir`` as its journal has it. ``LookupError`` (one line)
-    when it has none, or none that can be read."""
+    when it has none, or none that can be read.
+
+    A run that was itself a resume (killed in turn) journaled what it replayed, but not
+    what it had no time to: the run it resumed is read too, and what that one's journal
+    holds beyond this one's is kept wherever this one had not gone its own way."""
+    past = _read_one(run_dir)
+    if past.resumes and depth < MAX_CHAIN:
+        with contextlib.suppress(LookupError):
+            older = read_past(run_dir.parent / past.resumes, depth=depth + 1)
+            past = _merged(past, older)
+    return past
+
+
+def _merged(newer: RunPast, older: RunPast) -> RunPast:
+    if not _continues(newer.main, older.main):
+        return newer  # its main agent went its own way: the older run has nothing for it
+    _merge_agent(newer.main, older.main)
+    for index, agents in older.deliveries.items():
+        newer.deliveries.setdefault(index, agents)
+    newer.always.extend(a for a in older.always if a not in newer.always)
+    for agent_id, old in older.agents.items():
+        mine = newer.agents.get(agent_id)
+        if mine is None:
+            newer.agents[agent_id] = old
+        elif _continues(mine, old):
+            _merge_agent(mine, old)
+    return newer
+
+
+def _continues(newer: AgentPast, older: AgentPast) -> bool:
+    """Did ``newer`` replay ``older``'s answers and no others (so far)?"""
+    return [a.digest for a in newer.answers] == [
+        a.digest for a in older.answers[: len(newer.answers)]
+    ]
+
+
+def _merge_agent(newer: AgentPast, older: AgentPast) -> None:
+    newer.answers.extend(older.answers[len(newer.answers) :])
+    for call, tool in older.tools.items():
+        if call not in newer.tools or (tool.finished and not newer.tools[call].finished):
+            newer.tools[call] = tool
+    if newer.result is None:
+        newer.result = older.result
+    newer.definition = newer.definition or older.definition
+    newer.given_up_bytes += older.given_up_bytes
+    newer.by, newer.call = newer.by or older.by, newer.call or older.call
+    newer.agent_type = newer.agent_type or older.agent_type
+
+
+def _read_one(run_dir: Path) -> RunPast:
     path = journal_dir(run_dir) / JOURNAL_FILE
     try:
         read = read_journal(path)
@@ -91,6 +149,7 @@ def read_past(run_dir: Path) -> RunPast:
     past = RunPast(run_id=run_dir.name, kind="", prompt=None, main=AgentPast("main"), agents={})
     past.damage = read.damage
     asks: dict[tuple[str, int], bytes] = {}
+    sizes: dict[tuple[str, int], int] = {}  # asked, never answered: their bodies' sizes
     rebuilders: dict[str, RequestRebuilder] = {}
     for record in read.records:
         kind = record["k"]
@@ -100,7 +159,9 @@ def read_past(run_dir: Path) -> RunPast:
             agent = str(record["agent"])
             rebuilder = rebuilders.setdefault(agent, RequestRebuilder())
             asks[agent, int(record["call"])] = rebuilder.digest(record)
+            sizes[agent, int(record["call"])] = rebuilder.size
         elif kind == "answer":
+            sizes.pop((str(record["agent"]), int(record["call"])), None)
             digest = asks.pop((str(record["agent"]), int(record["call"])), None)
             if digest is not None and record.get("status") == 200 and not record.get("error"):
                 _agent(past, str(record["agent"])).answers.append(
@@ -112,6 +173,8 @@ def read_past(run_dir: Path) -> RunPast:
             _fact(past, record)
         elif kind == "end":
             past.ended = str(record.get("status", ""))
+    for (agent, _), size in sizes.items():  # in flight at the kill: charged as given up
+        _agent(past, agent).given_up_bytes += size
     return past
 
 
@@ -123,7 +186,9 @@ def _agent(past: RunPast, agent_id: str) -> AgentPast:
 
 def _fact(past: RunPast, record: dict[str, Any]) -> None:
     what = record.get("what")
-    if what == "main":
+    if what == "resumes":
+        past.resumes = str(record.get("run", ""))
+    elif what == "main":
         past.prompt = str(record.get("prompt", ""))
         past.model = str(record.get("model", ""))
         past.turns += 1
@@ -138,6 +203,8 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         agent.by, agent.call = str(record.get("by", "")), str(record.get("call", ""))
         agent.agent_type = str(record.get("agent_type", ""))
         agent.background = bool(record.get("background"))
+    elif what == "definition" and isinstance(record.get("definition"), dict):
+        _agent(past, str(record["agent"])).definition = record["definition"]
     elif what == "ended" and isinstance(record.get("result"), dict):
         _agent(past, str(record["agent"])).result = record["result"]
     elif what == "tool":
@@ -156,3 +223,21 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
 def decode_response(body: bytes, into: type[Any]) -> Any:
     """A main-agent answer as it was journaled (msgpack of the parsed response)."""
     return msgspec.msgpack.decode(body, type=into)
+
+
+def spent_before(past: RunPast) -> list[tuple[str, str, str, Usage]]:
+    """What the killed run spent that its resume will not spend again, by sub-agent
+    (id, type, model, usage): each ended sub-agent's journaled usage (its result is
+    delivered again, never asked for), and each request in flight at the kill, charged
+    as a call given up is: its estimated input. (A replayed answer is charged when it is
+    served again, as the server reported it.)"""
+    spent = []
+    for agent in past.agents.values():
+        if agent.result is not None:
+            usage = msgspec.convert(agent.result.get("usage") or {}, Usage, strict=False)
+            model = str(agent.result.get("model", ""))
+            spent.append((agent.agent_id, agent.agent_type, model, usage))
+        if agent.given_up_bytes:
+            given_up = Usage(input_tokens=estimate_tokens(bytes(agent.given_up_bytes)))
+            spent.append((agent.agent_id, agent.agent_type, "", given_up))
+    return spent

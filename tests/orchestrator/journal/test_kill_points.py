@@ -159,40 +159,53 @@ def _answered(run_dir: Path) -> set[tuple[str, int]]:
     return keys
 
 
+def _runs(project: Path) -> set[Path]:
+    runs = project / ".agentcell" / "runs"
+    return {p for p in runs.iterdir() if p.is_dir()} if runs.is_dir() else set()
+
+
 @settings(max_examples=10, deadline=None)
-@given(point=KILL_POINTS)
+@given(points=st.lists(KILL_POINTS, min_size=1, max_size=2))
 def test_killed_anywhere_it_resumes_to_the_same_answer_doing_nothing_twice(
-    point: tuple[str, int],
+    points: list[tuple[str, int]],
 ) -> None:
+    """Killed at the first point; its resume killed at the second, if any (a resume of a
+    resume); then resumed to its end."""
     with tempfile.TemporaryDirectory() as tmp, ModelServer(_Script()) as server:
         (Path(tmp) / "home").mkdir()
         project = Path(tmp) / "work"
         project.mkdir()
         env = cli_env(project, server)
-        killed = _cli(project, {**env, "AGENTCELL_TEST_KILL_AT": f"{point[0]}:{point[1]}"},
-                      "run", "fan out")  # fmt: skip
-        (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
-        if killed.returncode != -signal.SIGKILL:  # the point never came: a whole run
-            assert killed.returncode == 0, killed.stderr[-3000:]
-            assert json.loads(killed.stdout)["final_text"] == FINAL
-            return
-        assert run_state(run_dir) == ("interrupted", None)
-        answered = _answered(run_dir)
-        before = len(server.requests)
-        resumed = _cli(project, env, "runs", "resume", run_dir.name)
-        assert resumed.returncode == 0, (point, resumed.stderr[-3000:])
-        report = json.loads(resumed.stdout)
-        assert report["final_text"] == FINAL, point
-        asked = [_key(r.body) for r in server.requests[before:]]
-        assert not answered & set(asked), (point, answered & set(asked))
+        command = ["run", "fan out"]
+        answered: set[tuple[str, int]] = set()  # by every killed run's journal
+        for point in [*points, None]:
+            known, before = _runs(project), len(server.requests)
+            kill = {"AGENTCELL_TEST_KILL_AT": f"{point[0]}:{point[1]}"} if point else {}
+            done = _cli(project, {**env, **kill}, *command)
+            asked = {_key(r.body) for r in server.requests[before:]}
+            assert not answered & asked, (points, answered & asked)
+            (run_dir,) = _runs(project) - known
+            if done.returncode != -signal.SIGKILL:  # it ran to its end
+                break
+            assert run_state(run_dir) == ("interrupted", None)
+            answered |= _answered(run_dir)
+            command = ["runs", "resume", run_dir.name]
+        report = json.loads(done.stdout)
+        why = [
+            report["status"],
+            report["error"],
+            [(s["status"], s["error"]) for s in report["subagents"]],
+        ]
+        assert done.returncode == 0, (points, why, done.stderr[-3000:])
+        assert report["final_text"] == FINAL, points
         last = server.requests[-1].body
         for prompt in PROMPTS:  # each result reached the main agent exactly once
-            assert _everything(last).count(f"result of {prompt}") == 1, (point, prompt)
+            assert _everything(last).count(f"result of {prompt}") == 1, (points, prompt)
         counter = project / "counter.txt"
         lines = counter.read_text().split() if counter.exists() else []
-        assert len(lines) == len(set(lines)), (point, lines)  # no call ran twice
+        assert len(lines) == len(set(lines)), (points, lines)  # no call ran twice
         statuses = {sub["status"] for sub in report["subagents"]}
-        assert statuses == {"completed"}, (point, report["subagents"])
+        assert statuses == {"completed"}, (points, report["subagents"])
         assert server.errors == []
 
 

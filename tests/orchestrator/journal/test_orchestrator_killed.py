@@ -370,6 +370,14 @@ def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
         assert says in show.stdout, show.stdout
         assert "FORGED" not in show.stdout, show.stdout  # a sub-agent's word is not read
     assert f"run {run_dir.name}: interrupted" in show_of(run_dir.name)
+    # Its budget counts what the killed run spent: the three finished sub-agents' tokens
+    # (as they reported them) and the three requests cut off (their estimated input).
+    ended_usage = [r["result"]["usage"] for r in _records(run_dir) if r.get("what") == "ended"]
+    carried = report["carried_usage"]
+    assert carried["input_tokens"] > sum(u["input_tokens"] for u in ended_usage) > 0
+    assert carried["output_tokens"] == sum(u["output_tokens"] for u in ended_usage)
+    assert report["usage"]["input_tokens"] > carried["input_tokens"]
+    assert "of which spent by the run it resumed" in show_of(resumer)
 
 
 class _Nested:
@@ -432,3 +440,58 @@ def test_a_killed_nested_run_resumes_at_every_depth(
     assert (project / "counter.txt").read_text() == "inner\n"
     ids = {sub["agent_id"]: sub["depth"] for sub in report["subagents"]}
     assert ids == {started["outer"]["agent"]: 1, started["inner"]["agent"]: 2}
+
+
+class _OneWaiter:
+    """Main → one "waiter" sub-agent (a project agent file) that runs bash, then, while
+    ``hang`` is set, hangs; each of its requests' system prompt is kept."""
+
+    def __init__(self) -> None:
+        self.hang = True
+        self.systems: list[str] = []
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        if "main agent of agentcell" in _system(body):
+            if results:
+                return Reply(text="main done")
+            task = {"subagent_type": "waiter", "prompt": "wait", "description": "wait"}
+            return Reply(tool_calls=[Call("task", task)])
+        self.systems.append(_system(body))
+        if not results:
+            return Reply(tool_calls=[Call("bash", {"command": "echo w >> counter.txt"})])
+        return Reply(hang=True) if self.hang else Reply(text="waited")
+
+
+def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
+    project: Path, model_server: ModelServer
+) -> None:
+    agents = project / ".agentcell" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "waiter.md").write_text("---\nname: waiter\ndescription: w\n---\nWAITER V1\n")
+    env = cli_env(project, model_server)
+    script = model_server.responder = _OneWaiter()
+    proc = _start(project, env)
+    try:
+        _wait_for(lambda: len(model_server.requests) == 3, "the waiter's second request")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    run_dir = _run_dir(project)
+    assert run_dir is not None
+    (agents / "waiter.md").write_text("---\nname: waiter\ndescription: w\n---\nWAITER V2\n")
+    script.hang = False
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads(resumed.stdout)["final_text"] == "main done"
+    assert f"{agents / 'waiter.md'} changed since the killed run" in resumed.stderr
+    # Its one request asked again (the one that hung) is the same agent: V1, as it started.
+    assert len(script.systems) == 3 and "WAITER V1" in script.systems[-1]
+    assert (project / "counter.txt").read_text() == "w\n"
