@@ -74,6 +74,10 @@ class ReplayedTool(msgspec.Struct, kw_only=True, frozen=True, omit_defaults=True
     finished: bool = False
     content: str = ""
     is_error: bool = False
+    # The call as journaled at its start: a call of another tool, or with other arguments,
+    # is not this one (a model's ids may repeat across a run and its resume).
+    name: str = ""
+    arguments: str = ""
 
 
 class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.orchestrator.delegation._events import EventBus, SubAgentEnded
+from agentcell.orchestrator.delegation._prepare import Prepared
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._replay import AgentPast
 from agentcell.orchestrator.records._store import subagent_json
-from agentcell.protocol import AgentSpec
 
 log = logging.getLogger("agentcell.runner")
 
@@ -81,18 +81,22 @@ def delivered_again(
 
 
 def journaled_spec(
-    spec: AgentSpec, scope: Scope, definition: AgentDefinition, before: AgentPast | None
+    prepared: Prepared, scope: Scope, definition: AgentDefinition, before: AgentPast | None
 ) -> None:
     """A journaled run's sub-agent reports its tool calls, and its definition is
     journaled as it starts (its resume runs it); a resumed one is handed what it did
     before, not to be done again."""
+    spec = prepared.spec
     journal = scope.account.journal if scope.account is not None else None
     spec.report_tools = journal is not None
     if journal is not None:
         dumped = definition.model_dump(mode="json")
-        journal.fact("definition", agent=spec.agent_id, definition=dumped)
+        relayed = spec.model_via_parent
+        journal.fact("definition", agent=spec.agent_id, definition=dumped, relayed=relayed)
     if before is not None:
         spec.replayed_tools = dict(before.tools)
+        if note := restart_note(before):
+            prepared.warnings.append(note)
 
 
 def definition_again(
@@ -111,3 +115,14 @@ def definition_again(
             definition.name,
         )
     return definition
+
+
+def restart_note(before: AgentPast | None) -> str:
+    """What a resumed sub-agent's result says when it could not go on where it stopped."""
+    if before is None or before.relayed or before.result is not None:
+        return ""
+    return (
+        "resumed from its prompt: its model calls did not pass through the orchestrator "
+        '(a model given in code, ray.model_route = "node", or a provider it does not '
+        "relay), so none were journaled"
+    )

@@ -46,6 +46,7 @@ class AgentPast:
     result: dict[str, Any] | None = None  # its journaled end, when it ended
     definition: dict[str, Any] | None = None  # the definition it started with
     given_up_bytes: int = 0  # its requests in flight at the kill, their bodies' bytes
+    relayed: bool = True  # its model calls went through the parent (and the journal)
 
 
 @dataclasses.dataclass(slots=True)
@@ -204,20 +205,26 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         agent.agent_type = str(record.get("agent_type", ""))
         agent.background = bool(record.get("background"))
     elif what == "definition" and isinstance(record.get("definition"), dict):
-        _agent(past, str(record["agent"])).definition = record["definition"]
+        agent = _agent(past, str(record["agent"]))
+        agent.definition = record["definition"]
+        agent.relayed = bool(record.get("relayed", True))
     elif what == "ended" and isinstance(record.get("result"), dict):
         _agent(past, str(record["agent"])).result = record["result"]
     elif what == "tool":
         agent = _agent(past, str(record["agent"]))
         call = str(record["call"])
         if record.get("finished"):
-            agent.tools[call] = ReplayedTool(
+            start = agent.tools.get(call) or ReplayedTool(name=str(record.get("name", "")))
+            agent.tools[call] = msgspec.structs.replace(
+                start,
                 finished=True,
                 content=str(record.get("content", "")),
                 is_error=bool(record.get("is_error")),
             )
         else:
-            agent.tools.setdefault(call, ReplayedTool())
+            agent.tools[call] = ReplayedTool(
+                name=str(record.get("name", "")), arguments=str(record.get("arguments", ""))
+            )
 
 
 def decode_response(body: bytes, into: type[Any]) -> Any:

@@ -490,6 +490,7 @@ class Engine:
             args = tool.parse_args(call.arguments)
         except ToolError as exc:
             return ToolOutput(str(exc), True)
+        written = call  # as the model wrote it (a hook may rewrite it): what a resume sees
         verdict, call, args = await judge(self.hooks, call, tool, args)
         if verdict.decision is Decision.DENY:
             return ToolOutput(f"permission denied: {verdict.reason}", True)
@@ -515,7 +516,7 @@ class Engine:
         if self.tool_journal is not None:
             # In the journal before it does anything (asked and approved first: a call
             # still waiting for its approval when the run died is asked again).
-            await self.tool_journal.started(call)
+            await self.tool_journal.started(written)
         ctx = ToolContext(
             workdir=self.workdir,
             run_dir=self.run_dir,

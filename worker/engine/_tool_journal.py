@@ -47,9 +47,10 @@ class ToolJournal:
         """The output of a call the journal already has, or None: it runs."""
         if call.name in self._live:
             return None
-        replayed = self._replayed.pop(call.id, None)
-        if replayed is None:
-            return None
+        replayed = self._replayed.get(call.id)
+        if replayed is None or (replayed.name, replayed.arguments) != (call.name, call.arguments):
+            return None  # not journaled, or another call under a repeated id
+        del self._replayed[call.id]
         if replayed.finished:
             output = ToolOutput(replayed.content, replayed.is_error)
         elif tool is not None and tool.read_only:

@@ -495,3 +495,50 @@ def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
     # Its one request asked again (the one that hung) is the same agent: V1, as it started.
     assert len(script.systems) == 3 and "WAITER V1" in script.systems[-1]
     assert (project / "counter.txt").read_text() == "w\n"
+
+
+def _coded_driver(
+    project: Path, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.Popen(
+        [sys.executable, str(SUPPORT / "coded_model_resume_driver.py"), args[0], str(project),
+         *args[1:]],
+        cwd=project, env={**env, "PYTHONPATH": str(SUPPORT)}, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_sub_agent_whose_model_the_parent_never_saw_restarts_from_its_prompt(
+    project: Path, model_server: ModelServer
+) -> None:
+    """A model object given in code: its calls are not journaled, so its resume starts it
+    from its prompt, and its result says so."""
+
+    def main(body: dict[str, Any], api: str) -> Reply:
+        if _tool_results(body):
+            return Reply(text="main done")
+        task = {"subagent_type": "coded", "prompt": "work", "description": "work"}
+        return Reply(tool_calls=[Call("task", task)])
+
+    model_server.responder = main
+    env = cli_env(project, model_server)
+    (project / "hang").touch()
+    killed = _coded_driver(project, {**env, "AGENTCELL_TEST_KILL_AT": "fact:tool:3"}, "run")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    run_dir = _run_dir(project)
+    assert run_dir is not None
+    (project / "hang").unlink()
+    resumed = _coded_driver(project, env, "resume", run_dir.name)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout)
+    assert report["final_text"] == "main done"
+    (coded,) = report["subagents"]
+    assert coded["status"] == "completed"
+    assert any(w.startswith("resumed from its prompt") for w in coded["warnings"])
