@@ -128,7 +128,7 @@ class MainAgent:
         if account.journal is not None:
             if past is not None:  # what it did not replay before it died, too, is there
                 account.journal.fact("resumes", run=past.run_id)
-            account.journal.fact("main", prompt=prompt, model=model.name)
+            account.journal.main_turn(prompt, model.name, session.messages, chat=keep_background)
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)

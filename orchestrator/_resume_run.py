@@ -17,9 +17,12 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from agentcell.orchestrator.journal._place import RunLock, RunStillGoing, journal_dir
 from agentcell.orchestrator.journal._replay import RunPast, read_past
 from agentcell.orchestrator.records._store import find_run_dir, mark_resumed, new_run_dir
+from agentcell.protocol import Message
+from agentcell.worker import Session
 
 if TYPE_CHECKING:
     from agentcell.orchestrator._main_agent import MainAgent
@@ -50,24 +53,19 @@ def killed_run(workdir: Path, run_id: str) -> tuple[Path, RunPast]:
             f"run {run_dir.name} journaled no main-agent run (a delegate or map call): "
             "there is no conversation to finish"
         )
-    if past.turns != 1:
-        raise NotResumable(
-            f"run {run_dir.name} is an interrupted chat: continue it with "
-            f"`agentcell runs resume {run_dir.name}` (its recorded turns go on)"
-        )
     return run_dir, past
 
 
-def interrupted_prompt(run_dir: Path) -> str | None:
-    """The prompt of the interrupted one-shot run in ``run_dir``, or None when there is
-    none to finish (no journal, or a chat, whose turns ``runs resume`` continues)."""
+def interrupted_prompt(run_dir: Path) -> tuple[str, bool] | None:
+    """The prompt of the interrupted run in ``run_dir`` (of its last turn, for a chat) and
+    whether it was a chat; None when there is none to finish (no journal, or it ended)."""
     try:
         past = read_past(run_dir)
     except LookupError:
         return None
-    if past.ended or past.prompt is None or past.turns != 1:
+    if past.ended or past.prompt is None:
         return None
-    return past.prompt
+    return past.prompt, past.chat
 
 
 def journaled_model(run_dir: Path) -> str | None:
@@ -103,9 +101,12 @@ async def resume_run(
         # Its sub-agents keep their ids; new ones are numbered after them.
         main.runner.number_after(past.highest_agent_number)
         main.parts.broker.restore(past.always)  # what the user allowed "always" holds
+        # A chat's turn goes on from the session its earlier turns left (journaled).
+        session = Session(msgspec.convert(past.session, list[Message])) if past.session else None
         report = await main.run(
-            past.prompt or "", session=None, timeout_s=timeout_s, keep_background=False, past=past
-        )
+            past.prompt or "", session=session, timeout_s=timeout_s, keep_background=False,
+            past=past,
+        )  # fmt: skip
         with contextlib.suppress(OSError):
             (journal_dir(run_dir) / RESUMED_BY).write_text(new_dir.name + "\n")
         return report

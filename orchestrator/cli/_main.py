@@ -472,11 +472,11 @@ def runs_resume(
         if state == "running":  # its orchestrator is alive: two would write one run
             raise LookupError(f"run {found.name} is still running (pid {pid})")
         if state == "interrupted" and (killed := interrupted_prompt(found)) is not None:
-            code = _finish_interrupted(
-                found, killed, prompt, workdir=workdir, agents_dirs=agents_dirs,
-                inline=inline, as_json=as_json, flags=flags,
-            )  # fmt: skip
-            sys.exit(code)
+            from agentcell.orchestrator.cli._finish_cmd import Resuming, finish_interrupted
+
+            how = Resuming(workdir, agents_dirs, inline, as_json=as_json, load=_load)
+            then = _read_prompt(prompt, None) if prompt is not None else None
+            sys.exit(finish_interrupted(how, found, killed, then, flags))
         resumed_id, messages = recorded_main_session(workdir.resolve(), run_id)
         if flags.get("model") is None:  # the record names the model the session was with
             flags["model"] = recorded_model(workdir.resolve(), run_id)
@@ -515,74 +515,6 @@ def runs_resume(
         )
     )
     sys.exit(code)
-
-
-def _finish_interrupted(
-    run_dir: Path,
-    prompt: str,
-    then: str | None,
-    *,
-    workdir: Path,
-    agents_dirs: tuple[Path, ...],
-    inline: Any,
-    as_json: bool,
-    flags: dict[str, Any],
-) -> int:
-    """``runs resume`` of an interrupted one-shot run: finish it (its answer printed, its
-    exit code the run's); with ``then``, one more run on the finished session after it."""
-    from agentcell.orchestrator.cli._run_cmd import run_once
-    from agentcell.orchestrator.records._store import (
-        list_runs,
-        recorded_main_session,
-        recorded_model,
-    )
-    from agentcell.worker import Session
-
-    if flags.get("model") is None:
-        flags["model"] = recorded_model_of_journal(run_dir)
-    settings = _load(workdir, **flags)
-    code = asyncio.run(
-        run_once(
-            prompt,
-            settings,
-            workdir=workdir.resolve(),
-            agents_dirs=agents_dirs,
-            agents=inline,
-            timeout_s=None,
-            as_json=as_json,
-            quiet=as_json,
-            resumed_from=run_dir.name,  # with no session: finish it
-        )
-    )
-    if then is None or code != 0:
-        return code
-    finished = [
-        r["run_id"] for r in list_runs(workdir.resolve()) if r.get("resumed_from") == run_dir.name
-    ]
-    if not finished:
-        return code
-    resumed_id, messages = recorded_main_session(workdir.resolve(), finished[-1])
-    settings = _load(workdir, **{**flags, "model": recorded_model(workdir.resolve(), resumed_id)})
-    return asyncio.run(
-        run_once(
-            _read_prompt(then, None),
-            settings,
-            workdir=workdir.resolve(),
-            agents_dirs=agents_dirs,
-            agents=inline,
-            timeout_s=None,
-            as_json=as_json,
-            quiet=as_json,
-            session=Session(messages),
-            resumed_from=resumed_id,
-        )
-    )
-
-
-def recorded_model_of_journal(run_dir: Path) -> str | None:
-    from agentcell.orchestrator._resume_run import journaled_model
-
-    return journaled_model(run_dir)
 
 
 # -- ray ------------------------------------------------------------------------------------

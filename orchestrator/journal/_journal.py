@@ -51,6 +51,7 @@ class Journal:
         (self.folder / ENDED_FILE).unlink(missing_ok=True)  # it goes on (again) from here
         self._writer = JournalWriter(self.folder / JOURNAL_FILE)
         self._deltas: dict[str, RequestDeltas] = {}
+        self._main_messages = 0  # of the main session, journaled by main_turn
         self._redact = Redactor.from_env()  # the keys this process holds, as records mask them
         self._synced_at = time.monotonic()
         self.run_id = run_id
@@ -94,6 +95,20 @@ class Journal:
                 name=record.name,
                 arguments=record.arguments,
             )
+
+    def main_turn(self, prompt: str, model: str, messages: list[Any], *, chat: bool) -> None:
+        """A main-agent run begins: its prompt and model, and the session it goes on from
+        as the messages the journal does not have yet (a chat's turns share a journal)."""
+        new = messages[self._main_messages :] if len(messages) >= self._main_messages else []
+        self._main_messages = len(messages)
+        self.fact(
+            "main",
+            prompt=prompt,
+            model=model,
+            chat=chat,
+            kept=len(messages) - len(new),
+            session=msgspec.to_builtins(new),
+        )
 
     def main_answer(self, digest: bytes, response: bytes) -> None:
         """One of the main agent's model answers, as it parsed it (it runs here), with

@@ -66,6 +66,9 @@ class RunPast:
     deliveries: dict[int, list[str]] = dataclasses.field(default_factory=dict)
     model: str = ""  # the main agent's model
     resumes: str = ""  # the run this one resumed, if it was a resume
+    chat: bool = False  # a chat's turn (its background sub-agents outlive it)
+    # The main session its last run went on from (a chat's earlier turns), as builtins.
+    session: list[Any] = dataclasses.field(default_factory=list)
     ended: str = ""  # the run's journaled end status ("" when it has none)
 
     def started_by(self, by: str, call: str) -> AgentPast | None:
@@ -189,10 +192,15 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
     what = record.get("what")
     if what == "resumes":
         past.resumes = str(record.get("run", ""))
-    elif what == "main":
+    elif what == "main":  # a main-agent run begins: what a resume replays is its own
         past.prompt = str(record.get("prompt", ""))
         past.model = str(record.get("model", ""))
+        past.chat = bool(record.get("chat"))
         past.turns += 1
+        kept = int(record.get("kept", len(past.session)))
+        past.session = past.session[:kept] + list(record.get("session") or [])
+        past.main.answers.clear()
+        past.deliveries.clear()
     elif what == "approval" and record.get("approved") and record.get("always"):
         past.always.append(
             (str(record.get("agent")), str(record.get("agent_type")), str(record.get("tool")))

@@ -449,9 +449,9 @@ class Engine:
         started = time.perf_counter()
         tool = self.tools.get(call.name)
         journal = self.tool_journal
-        journaled = journal.journaled(call, tool) if journal is not None else None
-        if journaled is not None:
+        if journal is not None and (journaled := journal.journaled(call, tool)) is not None:
             output = journaled  # a resumed run's call: never run twice
+            await journal.started(call)  # this run's journal has it whole too
         elif tool is None:
             available = ", ".join(self.tools.names) or "none"
             output = ToolOutput(

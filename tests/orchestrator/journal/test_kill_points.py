@@ -187,7 +187,11 @@ def test_killed_anywhere_it_resumes_to_the_same_answer_doing_nothing_twice(
             (run_dir,) = _runs(project) - known
             if done.returncode != -signal.SIGKILL:  # it ran to its end
                 break
-            assert run_state(run_dir) == ("interrupted", None)
+            assert run_state(run_dir) == ("interrupted", None), (
+                points,
+                run_state(run_dir),
+                done.returncode,
+            )
             answered |= _answered(run_dir)
             command = ["runs", "resume", run_dir.name]
         report = json.loads(done.stdout)

@@ -463,6 +463,16 @@ class _OneWaiter:
         return Reply(hang=True) if self.hang else Reply(text="waited")
 
 
+def _objects(text: str) -> list[Any]:
+    """The JSON objects printed one after another (each run's ``--json``)."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while text[at:].strip():
+        at += len(text[at:]) - len(text[at:].lstrip())
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+    return found
+
+
 def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
     project: Path, model_server: ModelServer
 ) -> None:
@@ -484,13 +494,17 @@ def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
     assert run_dir is not None
     (agents / "waiter.md").write_text("---\nname: waiter\ndescription: w\n---\nWAITER V2\n")
     script.hang = False
+    # With a prompt: the killed run finished first, then one more run on its session.
     resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
+        [AGENTCELL, "runs", "resume", run_dir.name, "and then?", "--approve", "allow", "--json"],
         cwd=project, env=env, capture_output=True, text=True, timeout=120,
         start_new_session=True,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert json.loads(resumed.stdout)["final_text"] == "main done"
+    finished, more = _objects(resumed.stdout)
+    assert finished["final_text"] == "main done" and finished["resumed_from"] == run_dir.name
+    assert more["resumed_from"] == Path(finished["run_dir"]).name
+    assert more["prompt"] == "and then?"
     assert f"{agents / 'waiter.md'} changed since the killed run" in resumed.stderr
     # Its one request asked again (the one that hung) is the same agent: V1, as it started.
     assert len(script.systems) == 3 and "WAITER V1" in script.systems[-1]
@@ -542,3 +556,45 @@ def test_a_sub_agent_whose_model_the_parent_never_saw_restarts_from_its_prompt(
     (coded,) = report["subagents"]
     assert coded["status"] == "completed"
     assert any(w.startswith("resumed from its prompt") for w in coded["warnings"])
+
+
+def _chat_script(body: dict[str, Any], api: str) -> Reply:
+    """The main agent answers each chat line; "fan out" starts one sub-agent first."""
+    if "main agent of agentcell" not in _system(body):
+        return Reply(text="sub-agent result")
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    last = body["messages"][-1]
+    if users[-1] == "fan out" and last["role"] == "user":
+        task = {"subagent_type": "general-purpose", "prompt": "go", "description": "go"}
+        return Reply(tool_calls=[Call("task", task)])
+    return Reply(text=f"answer to {users[-1]!r} after {len(users)} lines")
+
+
+def test_an_interrupted_chat_finishes_its_turn_then_goes_on(
+    project: Path, model_server: ModelServer
+) -> None:
+    model_server.responder = _chat_script
+    env = cli_env(project, model_server, AGENTCELL_TEST_KILL_AT="fact:ended:1")
+    killed = subprocess.run(
+        [AGENTCELL, "chat", "--model", "openai:m"], input="hello\nfan out\n",
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert "answer to 'hello' after 1 lines" in killed.stdout
+    run_dir = _run_dir(project)
+    assert run_dir is not None
+    before = len(model_server.requests)
+    env.pop("AGENTCELL_TEST_KILL_AT")
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name], input="and more\n",
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # The interrupted turn is finished on the session its first turn left, then the chat
+    # goes on with a line of its own.
+    assert "answer to 'fan out' after 2 lines" in resumed.stdout, resumed.stdout
+    assert "answer to 'and more' after 3 lines" in resumed.stdout, resumed.stdout
+    asked = [r.body for r in model_server.requests[before:]]
+    assert [len(_tool_results(b)) for b in asked] == [1, 1]  # nothing answered asked again
