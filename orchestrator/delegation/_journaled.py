@@ -81,11 +81,17 @@ def delivered_again(
 
 
 def journaled_spec(
-    prepared: Prepared, scope: Scope, definition: AgentDefinition, before: AgentPast | None
-) -> None:
+    prepared: Prepared,
+    scope: Scope,
+    definition: AgentDefinition,
+    before: AgentPast | None,
+    isolation: str | None,
+) -> AgentPast | None:
     """A journaled run's sub-agent reports its tool calls, and its definition is
     journaled as it starts (its resume runs it); a resumed one is handed what it did
-    before, not to be done again."""
+    before, not to be done again — returned, None if it starts again from its prompt: a
+    worktree agent does (what its tools did is in the killed run's worktree, not in the
+    fresh one it gets; that one is kept, as the killed run left it)."""
     spec = prepared.spec
     journal = scope.account.journal if scope.account is not None else None
     spec.report_tools = journal is not None
@@ -93,10 +99,17 @@ def journaled_spec(
         dumped = definition.model_dump(mode="json")
         relayed = spec.model_via_parent
         journal.fact("definition", agent=spec.agent_id, definition=dumped, relayed=relayed)
+    if before is not None and (isolation or definition.isolation) == "worktree":
+        prepared.warnings.append(
+            "resumed from its prompt in a fresh worktree: the killed run's worktree (its "
+            "changes so far) is kept as it was, on its own branch"
+        )
+        return None
     if before is not None:
         spec.replayed_tools = dict(before.tools)
         if note := restart_note(before):
             prepared.warnings.append(note)
+    return before
 
 
 def definition_again(

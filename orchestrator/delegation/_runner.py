@@ -414,7 +414,7 @@ class Runner:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
         base["warnings"] = prepared.warnings
-        journaled_spec(prepared, scope, definition, before)
+        before = journaled_spec(prepared, scope, definition, before, request.isolation)
         # Replaced by what the child reports it applied; kept if it ended before that.
         base["sandbox"] = f"{prepared.spec.sandbox} (requested; not confirmed by the child)"
         return _Admitted(

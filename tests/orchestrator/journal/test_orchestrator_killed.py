@@ -26,6 +26,7 @@ from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import journal_dir, run_state
 from agentcell.worker import probe_sandbox
 from cli_runner import AGENTCELL, cli_env
+from git_util import git_repo
 from http_script import _first_user, _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
@@ -598,3 +599,44 @@ def test_an_interrupted_chat_finishes_its_turn_then_goes_on(
     assert "answer to 'and more' after 3 lines" in resumed.stdout, resumed.stdout
     asked = [r.body for r in model_server.requests[before:]]
     assert [len(_tool_results(b)) for b in asked] == [1, 1]  # nothing answered asked again
+
+
+def test_a_worktree_agent_in_flight_starts_again_in_a_fresh_worktree(
+    project: Path, model_server: ModelServer
+) -> None:
+    """What its tools did is in the killed run's worktree, not in the one its resume
+    gets: it is not replayed (it would remember changes it cannot see), it starts again
+    from its prompt, says so, and the killed run's worktree is kept."""
+    project.rmdir()
+    git_repo(project)
+    agents = project / ".agentcell" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "waiter.md").write_text(
+        "---\nname: waiter\ndescription: w\nisolation: worktree\n---\nW\n"
+    )
+    env = cli_env(project, model_server)
+    script = model_server.responder = _OneWaiter()
+    proc = _start(project, env)
+    try:
+        _wait_for(lambda: len(model_server.requests) == 3, "the waiter's second request")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    run_dir = _run_dir(project)
+    assert run_dir is not None
+    (killed_tree,) = [p.parent for p in run_dir.rglob("counter.txt")]
+    script.hang = False
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=120,
+        start_new_session=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (waiter,) = json.loads(resumed.stdout)["subagents"]
+    assert waiter["status"] == "completed"
+    assert any("in a fresh worktree" in w for w in waiter["warnings"]), waiter["warnings"]
+    assert len(script.systems) == 4  # its two requests asked again, from its prompt
+    assert (killed_tree / "counter.txt").read_text() == "w\n"  # kept as the kill left it
