@@ -5,6 +5,7 @@ _orchestrator  the ``Orchestrator``, a facade over: _parts (what the main agent 
                _direct_runs (``delegate``, ``map``), _calls (records between calls)
 _main_run, _run_stream, _text   the report and tools around the main run, ``run_stream``,
                text made safe for a terminal
+_resume_run    ``Orchestrator.resume``: a killed run finished from its journal
 delegation/    one delegation: prepare → relay → settle
 model_relay/   a child's model requests, sent from the parent
 network/       what a sub-agent reaches through the parent (egress proxy, web_fetch)
@@ -15,7 +16,8 @@ task_tools/    the main agent's ``task`` tools and background sub-agents
 telemetry/     usage, budgets, traces
 records/       run records on disk
 mcp_host/      MCP servers as the parent sees them
-journal/, teams/  rooms of the next issues (empty)
+journal/       a run's journal: what a killed run's resume goes on from
+teams/         the room of the next issue (empty)
 backends/      where a sub-agent's process comes from (fork server, ray/)
 config/, definitions/, cli/   settings, agent definitions, the command line
 

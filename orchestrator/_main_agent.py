@@ -110,25 +110,20 @@ class MainAgent:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         parts.tracker.release_delivered()
-        if past is None:
-            opening = await parts.session_hooks.start()
-            submitted = await parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
-            if submitted.blocked:
-                if model.name not in parts.model_objects:
-                    await model.aclose()
-                return blocked_report(submitted.reason, started)
-            for context in (opening, submitted.context):
-                prompt = f"{prompt}\n\n{context}" if context else prompt
+        if past is None:  # a resume's prompt was submitted before it died
+            submitted = await self._submitted(prompt, started, model)
+            if isinstance(submitted, RunReport):
+                return submitted
+            prompt = submitted
         run_dir = self.calls.run_dir()
         transcript = main_transcript(run_dir, prompt, parts.model_name)
         stops: list[Stop] = []
         account = self.calls.account(run_dir, stops, kind="run")
         account.past = past
-        carried = carry_spend(past, account.ledger) if past is not None else None
-        if account.journal is not None:
-            if past is not None:  # what it did not replay before it died, too, is there
-                account.journal.fact("resumes", run=past.run_id)
-            account.journal.main_turn(prompt, model.name, session.messages, chat=keep_background)
+        carried = _carry_spend(past, account.ledger) if past is not None else None
+        if account.journal is not None:  # a resume names the run (what it did not replay)
+            resumes = past.run_id if past is not None else ""
+            account.journal.main_turn(prompt, model.name, session, keep_background, resumes)
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
@@ -174,6 +169,19 @@ class MainAgent:
         )
         self.calls.finish(account, report.status.value)
         return report
+
+    async def _submitted(self, prompt: str, started: float, model: Model) -> str | RunReport:
+        """The prompt as the session's and ``UserPromptSubmit`` hooks leave it, or the
+        report of a run one of them blocked (``model`` then closed, if it is ours)."""
+        opening = await self.parts.session_hooks.start()
+        submitted = await self.parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
+        if submitted.blocked:
+            if model.name not in self.parts.model_objects:
+                await model.aclose()
+            return blocked_report(submitted.reason, started)
+        for context in (opening, submitted.context):
+            prompt = f"{prompt}\n\n{context}" if context else prompt
+        return prompt
 
     def _new_task_tool(self, scope: Callable[[], Scope], nursery: TaskNursery) -> TaskTool:
         return TaskTool(
@@ -313,7 +321,7 @@ class MainAgent:
         return on_event
 
 
-def carry_spend(past: RunPast, ledger: UsageLedger) -> Usage:
+def _carry_spend(past: RunPast, ledger: UsageLedger) -> Usage:
     """The killed run's spending its resume does not repeat, charged to the resume's
     ledger first (its budgets count it)."""
     carried = Usage()

@@ -472,7 +472,7 @@ def runs_resume(
         if state == "running":  # its orchestrator is alive: two would write one run
             raise LookupError(f"run {found.name} is still running (pid {pid})")
         if state == "interrupted" and (killed := interrupted_prompt(found)) is not None:
-            from agentcell.orchestrator.cli._finish_cmd import Resuming, finish_interrupted
+            from agentcell.orchestrator.cli._runs_cmd import Resuming, finish_interrupted
 
             how = Resuming(workdir, agents_dirs, inline, as_json=as_json, load=_load)
             then = _read_prompt(prompt, None) if prompt is not None else None

@@ -96,9 +96,13 @@ class Journal:
                 arguments=record.arguments,
             )
 
-    def main_turn(self, prompt: str, model: str, messages: list[Any], *, chat: bool) -> None:
+    def main_turn(self, prompt: str, model: str, session: Any, chat: bool, resumes: str) -> None:
         """A main-agent run begins: its prompt and model, and the session it goes on from
-        as the messages the journal does not have yet (a chat's turns share a journal)."""
+        as the messages the journal does not have yet (a chat's turns share a journal);
+        ``resumes``: the killed run it resumes (its journal is read with this one's)."""
+        if resumes:
+            self.fact("resumes", run=resumes)
+        messages = session.messages
         new = messages[self._main_messages :] if len(messages) >= self._main_messages else []
         self._main_messages = len(messages)
         self.fact(
