@@ -333,19 +333,24 @@ def finish_interrupted(
     workdir = how.workdir.resolve()
     if flags.get("model") is None:  # the journal names the model it ran with
         flags["model"] = journaled_model(run_dir)
-    code = asyncio.run(
-        run_once(
-            prompt,
-            how.load(how.workdir, **flags),
-            workdir=workdir,
-            agents_dirs=how.agents_dirs,
-            agents=how.inline,
-            timeout_s=None,
-            as_json=how.as_json,
-            quiet=how.as_json,
-            resumed_from=run_dir.name,  # with no session: finish it
+
+    def once(prompt: str, settings: Settings, session: Session | None, resumed: str) -> int:
+        return asyncio.run(
+            run_once(
+                prompt,
+                settings,
+                workdir=workdir,
+                agents_dirs=how.agents_dirs,
+                agents=how.inline,
+                timeout_s=None,
+                as_json=how.as_json,
+                quiet=how.as_json,
+                session=session,
+                resumed_from=resumed,  # with no session: finish that run
+            )
         )
-    )
+
+    code = once(prompt, how.load(how.workdir, **flags), None, run_dir.name)
     finished = [r["run_id"] for r in list_runs(workdir) if r.get("resumed_from") == run_dir.name]
     if code != 0 or not finished or (then is None and not chat):
         return code
@@ -364,17 +369,4 @@ def finish_interrupted(
                 resumed_from=resumed_id,
             )
         )
-    return asyncio.run(
-        run_once(
-            then,
-            settings,
-            workdir=workdir,
-            agents_dirs=how.agents_dirs,
-            agents=how.inline,
-            timeout_s=None,
-            as_json=how.as_json,
-            quiet=how.as_json,
-            session=Session(messages),
-            resumed_from=resumed_id,
-        )
-    )
+    return once(then, settings, Session(messages), resumed_id)

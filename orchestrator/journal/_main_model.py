@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._replay import AgentPast, Answer
-from agentcell.protocol import ToolCall
+from agentcell.protocol import ToolCall, ToolRecord
 from agentcell.worker import ToolJournal
 from agentcell.worker.models import Model, ModelRequest, ModelResponse
 from agentcell.worker.tools import ToolOutput
@@ -83,20 +83,15 @@ def main_tool_journal(
 
     async def started(call: ToolCall) -> None:
         if journal is not None:
-            journal.fact(
-                "tool", agent="main", call=call.id, name=call.name, arguments=call.arguments
-            )
+            record = ToolRecord(request_id=0, call_id=call.id, name=call.name)
+            journal.tool("main", msgspec.structs.replace(record, arguments=call.arguments))
 
     def finished(call: ToolCall, output: ToolOutput) -> None:
         if journal is not None:
-            journal.fact(
-                "tool",
-                agent="main",
-                call=call.id,
-                name=call.name,
-                finished=True,
-                content=output.content,
-                is_error=output.is_error,
+            record = ToolRecord(request_id=0, call_id=call.id, name=call.name, finished=True)
+            journal.tool(
+                "main",
+                msgspec.structs.replace(record, content=output.content, is_error=output.is_error),
             )
 
     return ToolJournal(

@@ -3,8 +3,6 @@ the killed run never got to asks again; a journaled call is not asked about agai
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +13,7 @@ from cli_runner import cli_env
 from http_script import _system
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
+from process_group import run_in_group
 
 DRIVER = str(SUPPORT / "approval_resume_driver.py")
 
@@ -31,17 +30,7 @@ def _script(body: dict[str, Any], api: str) -> Reply:
 
 
 def _driver(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(
-        [sys.executable, DRIVER, *args], cwd=work, env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return run_in_group([sys.executable, DRIVER, *args], cwd=work, env=env)
 
 
 def test_an_always_holds_after_the_resume_and_an_unasked_call_is_asked(

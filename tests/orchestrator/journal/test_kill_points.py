@@ -11,16 +11,13 @@ command against a scripted model server (the relayed route the journal records).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
 import signal
 import struct
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +29,7 @@ from http_script import _first_user, _system, _tool_results
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_servers import Call, ModelServer, Reply
+from process_group import run_in_group
 from small_disk import mounted_tmpfs
 
 FOREGROUND = ["fg one", "fg two"]
@@ -101,37 +99,8 @@ class _Script:
 
 
 def _cli(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """The command in a process group of its own, whatever it leaves killed with it."""
-    proc = subprocess.Popen(
-        [AGENTCELL, *args, "--model", "openai:m", "--approve", "allow", "--json"],
-        cwd=project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    _no_process_left(proc.pid)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
-def _no_process_left(group: int) -> None:
-    """The orchestrator's children die with it (their parent-death signal): its process
-    group is empty within seconds."""
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return
-        assert time.monotonic() < deadline, f"processes of group {group} outlived the run"
-        time.sleep(0.05)
+    command = [AGENTCELL, *args, "--model", "openai:m", "--approve", "allow", "--json"]
+    return run_in_group(command, cwd=project, env=env)
 
 
 def _key(body: dict[str, Any]) -> tuple[str, int]:

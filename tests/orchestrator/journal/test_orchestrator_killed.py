@@ -30,6 +30,7 @@ from git_util import git_repo
 from http_script import _first_user, _system, _tool_results
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
+from process_group import run_in_group
 
 FINISHERS = ["count a", "count b", "count c"]
 WAITERS = ["wait d", "wait e", "wait f"]
@@ -278,6 +279,28 @@ class _Resumable:
         return Reply(text=f"result of {prompt}")
 
 
+def _killed_when(project: Path, env: dict[str, str], condition: Any) -> Path:
+    """The fan-out started, SIGKILLed once ``condition`` holds; its run folder."""
+    proc = _start(project, env)
+    try:
+        _wait_for(condition, "the point to kill it at")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+    run_dir = _run_dir(project)
+    assert run_dir is not None
+    return run_dir
+
+
+def _resume(project: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``runs resume ARGS`` (approvals allowed, JSON out), in a group of its own."""
+    command = [AGENTCELL, "runs", "resume", *args, "--approve", "allow", "--json"]
+    return run_in_group(command, cwd=project, env=env)
+
+
 def _finished_tools(run_dir: Path, agents: set[str]) -> int:
     return sum(
         1
@@ -294,22 +317,17 @@ def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
     request made again, no tool call run twice, each result delivered once."""
     env = cli_env(project, model_server)
     script = model_server.responder = _Resumable()
-    proc = _start(project, env)
-    try:
-        _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
+
+    def past_their_tool_calls() -> bool:
+        # Three results in; the waiters' tool calls journaled and their next requests in.
         run_dir = _run_dir(project)
-        assert run_dir is not None
-        _wait_for(lambda: _answered(run_dir) == 3, "three sub-agents' results")
-        started = {r["prompt"]: r["agent"] for r in _records(run_dir) if r.get("what") == "started"}
-        waiters = {started[p] for p in WAITERS}
-        _wait_for(lambda: _finished_tools(run_dir, waiters) == 3, "the waiters' tool calls")
-        model_server.wait_requests(1 + 6 + 6)  # the waiters' second requests are in
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        if run_dir is None or _answered(run_dir) < 3:
+            return False
+        waiters = {r["agent"] for r in _records(run_dir) if r.get("prompt") in WAITERS}
+        return _finished_tools(run_dir, waiters) == 3 and len(model_server.requests) == 13
+
+    run_dir = _killed_when(project, env, past_their_tool_calls)
+    started = {r["prompt"]: r["agent"] for r in _records(run_dir) if r.get("what") == "started"}
     assert run_state(run_dir) == ("interrupted", None)
     # What the sub-agents could have written before the kill: their own transcripts and
     # any file of the run folder. The resume reads none of it.
@@ -320,15 +338,7 @@ def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
     (run_dir / "summary.json").write_text(json.dumps({"final_text": "FORGED"}))
     before = len(model_server.requests)
     script.hang = False
-    resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        start_new_session=True,
-    )
+    resumed = _resume(project, env, run_dir.name)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
     assert report["final_text"] == "All six reported."
@@ -409,27 +419,12 @@ def test_a_killed_nested_run_resumes_at_every_depth(
     with both, at their depths, from their journaled turns."""
     env = cli_env(project, model_server, AGENTCELL_MAX_DEPTH="2")
     script = model_server.responder = _Nested()
-    proc = _start(project, env)
-    try:
-        _wait_for(lambda: _run_dir(project) is not None, "the run's folder")
-        run_dir = _run_dir(project)
-        assert run_dir is not None
-        _wait_for(lambda: len(model_server.requests) == 4, "inner's second request")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+    run_dir = _killed_when(project, env, lambda: len(model_server.requests) == 4)
     started = {r["prompt"]: r for r in _records(run_dir) if r.get("what") == "started"}
     assert started["inner"]["depth"] == 1 and started["inner"]["by"] == started["outer"]["agent"]
     script.hang = False
     before = len(model_server.requests)
-    resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
-        start_new_session=True,
-    )  # fmt: skip
+    resumed = _resume(project, env, run_dir.name)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
     assert report["final_text"].startswith("main done after: [completed] general-purpose")
@@ -482,25 +477,11 @@ def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
     (agents / "waiter.md").write_text("---\nname: waiter\ndescription: w\n---\nWAITER V1\n")
     env = cli_env(project, model_server)
     script = model_server.responder = _OneWaiter()
-    proc = _start(project, env)
-    try:
-        _wait_for(lambda: len(model_server.requests) == 3, "the waiter's second request")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    run_dir = _run_dir(project)
-    assert run_dir is not None
+    run_dir = _killed_when(project, env, lambda: len(model_server.requests) == 3)
     (agents / "waiter.md").write_text("---\nname: waiter\ndescription: w\n---\nWAITER V2\n")
     script.hang = False
     # With a prompt: the killed run finished first, then one more run on its session.
-    resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name, "and then?", "--approve", "allow", "--json"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
-        start_new_session=True,
-    )  # fmt: skip
+    resumed = _resume(project, env, run_dir.name, "and then?")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     finished, more = _objects(resumed.stdout)
     assert finished["final_text"] == "main done" and finished["resumed_from"] == run_dir.name
@@ -515,19 +496,9 @@ def test_an_agent_file_changed_since_the_kill_resumes_as_it_was(
 def _coded_driver(
     project: Path, env: dict[str, str], *args: str
 ) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.Popen(
-        [sys.executable, str(SUPPORT / "coded_model_resume_driver.py"), args[0], str(project),
-         *args[1:]],
-        cwd=project, env={**env, "PYTHONPATH": str(SUPPORT)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=120)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    driver = str(SUPPORT / "coded_model_resume_driver.py")
+    command = [sys.executable, driver, args[0], str(project), *args[1:]]
+    return run_in_group(command, cwd=project, env={**env, "PYTHONPATH": str(SUPPORT)})
 
 
 def test_a_sub_agent_whose_model_the_parent_never_saw_restarts_from_its_prompt(
@@ -576,22 +547,16 @@ def test_an_interrupted_chat_finishes_its_turn_then_goes_on(
 ) -> None:
     model_server.responder = _chat_script
     env = cli_env(project, model_server, AGENTCELL_TEST_KILL_AT="fact:ended:1")
-    killed = subprocess.run(
-        [AGENTCELL, "chat", "--model", "openai:m"], input="hello\nfan out\n",
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
-        start_new_session=True,
-    )  # fmt: skip
+    chat = [AGENTCELL, "chat", "--model", "openai:m"]
+    killed = run_in_group(chat, cwd=project, env=env, input="hello\nfan out\n")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert "answer to 'hello' after 1 lines" in killed.stdout
     run_dir = _run_dir(project)
     assert run_dir is not None
     before = len(model_server.requests)
     env.pop("AGENTCELL_TEST_KILL_AT")
-    resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name], input="and more\n",
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
-        start_new_session=True,
-    )  # fmt: skip
+    resume = [AGENTCELL, "runs", "resume", run_dir.name]
+    resumed = run_in_group(resume, cwd=project, env=env, input="and more\n")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     # The interrupted turn is finished on the session its first turn left, then the chat
     # goes on with a line of its own.
@@ -616,24 +581,10 @@ def test_a_worktree_agent_in_flight_starts_again_in_a_fresh_worktree(
     )
     env = cli_env(project, model_server)
     script = model_server.responder = _OneWaiter()
-    proc = _start(project, env)
-    try:
-        _wait_for(lambda: len(model_server.requests) == 3, "the waiter's second request")
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-    run_dir = _run_dir(project)
-    assert run_dir is not None
+    run_dir = _killed_when(project, env, lambda: len(model_server.requests) == 3)
     (killed_tree,) = [p.parent for p in run_dir.rglob("counter.txt")]
     script.hang = False
-    resumed = subprocess.run(
-        [AGENTCELL, "runs", "resume", run_dir.name, "--approve", "allow", "--json"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=120,
-        start_new_session=True,
-    )  # fmt: skip
+    resumed = _resume(project, env, run_dir.name)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (waiter,) = json.loads(resumed.stdout)["subagents"]
     assert waiter["status"] == "completed"
