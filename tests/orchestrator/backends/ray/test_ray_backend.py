@@ -25,10 +25,13 @@ from agentcell.orchestrator import AgentActivity, CallbackChannel
 from agentcell.orchestrator.backends.ray._backend import RayBackend, RayBackendError, RayOptions
 from agentcell.orchestrator.backends.ray._local import RayHead
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
+from agentcell.orchestrator.journal._file import read_journal
+from agentcell.orchestrator.journal._place import journal_dir
 from agentcell.protocol import Notice, RunStatus
 from agentcell.worker.tools import function_tool
 from cli_runner import AGENTCELL, cli_env
 from delegation_util import gate
+from http_script import _first_user
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 from ray_util import outside_loopback
@@ -434,3 +437,40 @@ async def test_a_remote_sub_agent_starts_its_mcp_server_on_its_node(
     assert parent == result.pid  # a process of the remote sub-agent's own tree
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     await wait_none_alive(ray_env)
+
+
+def test_a_run_killed_on_a_cluster_resumes_on_it_and_its_actors_are_gone(
+    head: RayHead, model_server: ModelServer, tmp_path: Path
+) -> None:
+    """The orchestrator SIGKILLed once two of four remote sub-agents ended: its actors
+    and their processes go with it; `runs resume` on the same cluster delivers the two
+    results from the journal and asks nothing it had answered."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (tmp_path / "home").mkdir()
+    (work / "a.txt").write_text("x\n")
+    model_server.responder = fan_out_responder(4)
+    env = cli_env(work, model_server, **{k: v for k, v in head.env.items() if k.startswith("RAY_")})
+    ray_flags = ["--backend", "ray", "--ray-address", head.address, "--model", "openai:gpt-test"]
+    killed = subprocess.run(
+        [AGENTCELL, "run", "--json", *ray_flags, "fan out"],
+        cwd=work, env={**env, "AGENTCELL_TEST_KILL_AT": "fact:ended:2"},
+        capture_output=True, text=True, timeout=240, start_new_session=True,
+    )  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    asyncio.run(wait_none_alive(head))  # the dead run's actors and processes are gone
+    (run_dir,) = [p for p in (work / ".agentcell" / "runs").iterdir() if p.is_dir()]
+    records = read_journal(journal_dir(run_dir) / "journal").records
+    ended = {r["result"]["description"] for r in records if r.get("what") == "ended"}
+    before = len(model_server.requests)
+    resumed = subprocess.run(
+        [AGENTCELL, "runs", "resume", run_dir.name, "--json", *ray_flags],
+        cwd=work, env=env, capture_output=True, text=True, timeout=240, start_new_session=True,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout)
+    assert report["final_text"] == "4 sub-agents reported"
+    assert {s["status"] for s in report["subagents"]} == {"completed"}
+    asked = {_first_user(r.body) for r in model_server.requests[before:]}
+    assert len(ended) == 2 and not {f"job {d[1:]}" for d in ended} & asked
+    asyncio.run(wait_none_alive(head))
