@@ -381,6 +381,10 @@ def test_a_killed_fan_out_resumes_and_asks_nothing_twice(
         assert says in show.stdout, show.stdout
         assert "FORGED" not in show.stdout, show.stdout  # a sub-agent's word is not read
     assert f"run {run_dir.name}: interrupted" in show_of(run_dir.name)
+    page = project / "killed.html"
+    view = [AGENTCELL, "runs", "view", run_dir.name, "-o", str(page)]
+    assert subprocess.run(view, cwd=project, env=env, capture_output=True).returncode == 0
+    assert "FORGED" not in page.read_text()  # its lanes' states are the journal's
     # Its budget counts what the killed run spent: the three finished sub-agents' tokens
     # (as they reported them) and the three requests cut off (their estimated input).
     ended_usage = [r["result"]["usage"] for r in _records(run_dir) if r.get("what") == "ended"]
