@@ -121,9 +121,7 @@ class MainAgent:
         account = self.calls.account(run_dir, stops, kind="run")
         account.past = past
         carried = _carry_spend(past, account.ledger) if past is not None else None
-        if account.journal is not None:  # a resume names the run (what it did not replay)
-            resumes = past.run_id if past is not None else ""
-            account.journal.main_turn(prompt, model.name, session, keep_background, resumes)
+        self._journal_turn(account, prompt, model.name, session, chat=keep_background)
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
@@ -169,6 +167,18 @@ class MainAgent:
         )
         self.calls.finish(account, report.status.value)
         return report
+
+    def _journal_turn(
+        self, account: RunAccount, prompt: str, model: str, session: Session, *, chat: bool
+    ) -> None:
+        """The run's start in its journal: its prompt, model and session, the run a
+        resume resumes, and what it was given in code by name (its resume needs them)."""
+        if account.journal is None:
+            return
+        past = account.past
+        given = [t.name for t in self.parts.custom_tools] + sorted(self.parts.model_objects)
+        resumes = past.run_id if past is not None else ""
+        account.journal.main_turn(prompt, model, session, chat=chat, resumes=resumes, given=given)
 
     async def _submitted(self, prompt: str, started: float, model: Model) -> str | RunReport:
         """The prompt as the session's and ``UserPromptSubmit`` hooks leave it, or the

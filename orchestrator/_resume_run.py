@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import msgspec
+from agentcell.orchestrator.config._load import ConfigError
 from agentcell.orchestrator.journal._place import RunLock, RunStillGoing, journal_dir
 from agentcell.orchestrator.journal._replay import RunPast, read_past
 from agentcell.orchestrator.records._store import find_run_dir, mark_resumed, new_run_dir
@@ -81,6 +82,15 @@ async def resume_run(
 ) -> RunReport:
     """Finish the interrupted run ``run_id`` (see the module)."""
     run_dir, past = killed_run(workdir, run_id)
+    given = {t.name for t in main.parts.custom_tools} | set(main.parts.model_objects)
+    if missing := [name for name in past.given if name not in given]:
+        raise ConfigError(
+            [
+                f"run {run_dir.name} was given {name!r} in code (a custom tool or a model "
+                "object): give the resuming Orchestrator the same one, by that name"
+                for name in missing
+            ]
+        )
     if past.damage:  # a cut last record (a full disk, a power loss): done again
         log.warning(
             "run %s: %s; what came after its last whole record is done again",

@@ -96,10 +96,14 @@ class Journal:
                 arguments=record.arguments,
             )
 
-    def main_turn(self, prompt: str, model: str, session: Any, chat: bool, resumes: str) -> None:
+    def main_turn(
+        self, prompt: str, model: str, session: Any, *, chat: bool, resumes: str, given: list[str]
+    ) -> None:
         """A main-agent run begins: its prompt and model, and the session it goes on from
         as the messages the journal does not have yet (a chat's turns share a journal);
-        ``resumes``: the killed run it resumes (its journal is read with this one's)."""
+        ``resumes``: the killed run it resumes (its journal is read with this one's);
+        ``given``: the custom tools and model objects it was given in code, by name (its
+        resume needs them)."""
         if resumes:
             self.fact("resumes", run=resumes)
         messages = session.messages
@@ -111,6 +115,7 @@ class Journal:
             model=model,
             chat=chat,
             kept=len(messages) - len(new),
+            given=given,
             session=msgspec.to_builtins(new),
         )
 

@@ -67,6 +67,7 @@ class RunPast:
     model: str = ""  # the main agent's model
     resumes: str = ""  # the run this one resumed, if it was a resume
     chat: bool = False  # a chat's turn (its background sub-agents outlive it)
+    given: list[str] = dataclasses.field(default_factory=list)  # tools, models in code
     # The main session its last run went on from (a chat's earlier turns), as builtins.
     session: list[Any] = dataclasses.field(default_factory=list)
     ended: str = ""  # the run's journaled end status ("" when it has none)
@@ -196,6 +197,7 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         past.prompt = str(record.get("prompt", ""))
         past.model = str(record.get("model", ""))
         past.chat = bool(record.get("chat"))
+        past.given = [str(name) for name in record.get("given") or []]
         past.turns += 1
         kept = int(record.get("kept", len(past.session)))
         past.session = past.session[:kept] + list(record.get("session") or [])

@@ -3,7 +3,8 @@ pass through the parent, so none are journaled), or the resume of one
 (test_orchestrator_killed). The sub-agent runs bash, then, while the workdir holds a
 file ``hang``, hangs on its next call. Run as its own process so that it can be killed.
 
-argv: run WORKDIR | resume WORKDIR RUN_ID. Prints the report as JSON.
+argv: run WORKDIR | resume WORKDIR RUN_ID | bare WORKDIR RUN_ID (a resume not given the
+model object). Prints the report as JSON, or the resume's refusal.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import AgentDefinition, ConfigError, Orchestrator, Settings
 from agentcell.orchestrator._main_run import report_json
 from agentcell.protocol import ToolMessage
 from agentcell.worker.models._doubles import FunctionModel, reply, tool_call
@@ -32,15 +33,21 @@ async def main(mode: str, workdir: Path, run_id: str = "") -> None:
     agent = AgentDefinition(
         name="coded", description="c", tools=["bash"], model="function:coded", source="t"
     )
+    # "bare": a resume by an orchestrator not given the model object the run had.
+    models = {} if mode == "bare" else {"function:coded": FunctionModel(coded, name="coded")}
     orch = Orchestrator(
         settings=Settings(model="openai:m", approval="allow"),
         workdir=workdir,
         agents=[agent],
-        models={"function:coded": FunctionModel(coded, name="function:coded")},
+        models=models,
         load_agent_files=False,
     )
     async with orch:
-        report = await (orch.resume(run_id) if mode == "resume" else orch.run("go"))
+        try:
+            report = await (orch.run("go") if mode == "run" else orch.resume(run_id))
+        except ConfigError as refused:
+            print(refused)
+            return
     print(json.dumps(report_json(report)))
 
 

@@ -525,6 +525,9 @@ def test_a_sub_agent_whose_model_the_parent_never_saw_restarts_from_its_prompt(
     run_dir = _run_dir(project)
     assert run_dir is not None
     (project / "hang").unlink()
+    # Resumed without the model object the run was given: refused, naming it.
+    refused = _coded_driver(project, env, "bare", run_dir.name)
+    assert "was given 'function:coded' in code" in refused.stdout, refused.stderr[-2000:]
     resumed = _coded_driver(project, env, "resume", run_dir.name)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     report = json.loads(resumed.stdout)
