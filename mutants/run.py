@@ -51,6 +51,11 @@ MODULES: dict[str, tuple[str, str, float]] = {
         "tests/orchestrator/backends/test_hardening_processes.py::test_a_result_forged_through_a_copy_of_the_socket_is_dropped",
         120,
     ),
+    "tool-journal": (
+        "worker/engine/_tool_journal.py",
+        "tests/worker/engine/test_tool_journal.py",
+        60,
+    ),
     "trust": (
         "orchestrator/config/_trust.py",
         f"tests/mutants/test_mutation_kills_trust.py {TABLE_KILLS} {TRUST_KILLS} "

@@ -55,10 +55,12 @@ def test_a_call_only_started_is_interrupted_unless_read_only() -> None:
     "call",
     [
         ToolCall(id="c1", name="write_file", arguments=CALL.arguments),
+        ToolCall(id="c1", name="apply", arguments=CALL.arguments),  # sorts before it
         ToolCall(id="c1", name="bash", arguments='{"command":"rm -rf /"}'),
+        ToolCall(id="c1", name="bash", arguments='{"command":"a"}'),  # sorts before it
         ToolCall(id="c2", name="bash", arguments=CALL.arguments),
     ],
-    ids=["another tool", "other arguments", "another id"],
+    ids=["another tool", "a tool before it", "other arguments", "arguments before", "id"],
 )
 def test_only_the_very_call_journaled_is_served(call: ToolCall) -> None:
     journal = _journal({"c1": _as(True, content="hi\n")})
