@@ -141,7 +141,7 @@ class MainAgent:
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.
         self.tool_names = [tool.name for tool in tools if tool not in servers.tools]
         self.engines.add(engine)
-        on_event = self._events(account.ledger)
+        on_event = self._events(account)
         if transcript is not None:
             on_event = tee(on_event, transcript.event)
         try:
@@ -317,13 +317,17 @@ class MainAgent:
         )
         return answer.approved, answer.reason
 
-    def _events(self, ledger: UsageLedger) -> Any:
-        """The main engine's event sink: usage and turns into this run's ledger, then out."""
+    def _events(self, account: RunAccount) -> Any:
+        """The main engine's event sink: usage and turns into this run's ledger (and
+        journal), then out."""
         publish = self.parts.bus.publish
+        ledger, journal = account.ledger, account.journal
 
         def on_event(event: Any) -> None:
             if isinstance(event, UsageUpdate):
                 ledger.add_usage("main", "main", event.model, event.usage)
+                if journal is not None:
+                    journal.charged("main", event.model, event.usage)
             elif isinstance(event, TurnStarted):
                 ledger.add_turn("main", "main")
             publish(AgentActivity(agent_id="main", event=event))

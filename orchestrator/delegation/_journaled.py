@@ -97,8 +97,18 @@ def journaled_spec(
     spec.report_tools = journal is not None
     if journal is not None:
         dumped = definition.model_dump(mode="json")
+        # What it was granted, as the parent narrowed it (trust, its parent's tools).
+        grants = {
+            "tools": [*spec.tools, *(t.name for t in spec.remote_tools)],
+            "sandbox": spec.sandbox,
+            "network": spec.network,
+            "permission_mode": spec.permission_mode,
+            "mcp_servers": [server.name for server in spec.mcp_servers],
+        }
         relayed = spec.model_via_parent
-        journal.fact("definition", agent=spec.agent_id, definition=dumped, relayed=relayed)
+        journal.fact(
+            "definition", agent=spec.agent_id, definition=dumped, relayed=relayed, grants=grants
+        )
     if before is not None and (isolation or definition.isolation) == "worktree":
         prepared.warnings.append(
             "resumed from its prompt in a fresh worktree: the killed run's worktree (its "

@@ -230,6 +230,8 @@ class Relay:
             progress.usage = progress.usage + event.usage
             progress.model = event.model or progress.model
             child.ledger.add_usage(agent_id, agent_type, event.model, event.usage)
+            if (journal := _journal(child.scope)) is not None:
+                journal.charged(agent_id, event.model, event.usage)
         elif isinstance(event, TurnStarted):
             progress.turns = event.turn
             child.ledger.add_turn(agent_id, agent_type)

@@ -32,7 +32,7 @@ from agentcell.orchestrator.journal._place import (
     make_journal_dir,
     prune,
 )
-from agentcell.protocol import ToolRecord
+from agentcell.protocol import ToolRecord, Usage
 from agentcell.worker import Redactor
 
 log = logging.getLogger("agentcell.orchestrator")
@@ -118,6 +118,10 @@ class Journal:
             given=given,
             session=msgspec.to_builtins(new),
         )
+
+    def charged(self, agent_id: str, model: str, usage: Usage) -> None:
+        """Tokens charged to the run for one of an agent's model calls, as counted."""
+        self.fact("charged", agent=agent_id, model=model, usage=msgspec.to_builtins(usage))
 
     def main_answer(self, digest: bytes, response: bytes) -> None:
         """One of the main agent's model answers, as it parsed it (it runs here), with

@@ -189,6 +189,12 @@ def test_a_killed_fan_out_keeps_what_finished_and_reads_interrupted(
         assert answer["status"] == 200 and answer["error"] == ""
         assert _streamed_text(answer["body"]).startswith(f"result of {prompt} ")
     assert not {started[p] for p in WAITERS} & set(answers)
+    # The parent's own facts: what each was granted, what each finished one was charged.
+    grants = {r["agent"]: r["grants"] for r in records if r.get("what") == "definition"}
+    assert set(grants) == set(started.values())
+    assert all("bash" in g["tools"] and g["sandbox"] == "workspace" for g in grants.values())
+    charged = {r["agent"] for r in records if r.get("what") == "charged"}
+    assert {started[p] for p in FINISHERS} | {"main"} <= charged
     # Nothing of the provider's key, nor of the request headers.
     raw = (journal_dir(run_dir) / "journal").read_bytes()
     assert env["OPENAI_API_KEY"].encode() not in raw
