@@ -96,7 +96,10 @@ def journaled_spec(
     journal = scope.account.journal if scope.account is not None else None
     spec.report_tools = journal is not None
     if journal is not None:
-        dumped = definition.model_dump(mode="json")
+        # A file's definition may change before a resume: it is kept as it was. A built-in
+        # or one given in code is the resuming orchestrator's own again.
+        from_file = definition.source not in ("builtin", "programmatic")
+        dumped = definition.model_dump(mode="json") if from_file else None
         # What it was granted, as the parent narrowed it (trust, its parent's tools).
         grants = {
             "tools": [*spec.tools, *(t.name for t in spec.remote_tools)],

@@ -246,7 +246,7 @@ class Relay:
         journal = _journal(self.child.scope)
         if journal is not None:
             journal.tool(self.child.spec.agent_id, frame)
-        if not frame.finished:
+        if not frame.finished and frame.request_id:  # 0: the child does not wait for it
             with contextlib.suppress(ChannelClosed):
                 self.child.lease.send_nowait(ToolRecorded(request_id=frame.request_id))
 

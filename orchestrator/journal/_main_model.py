@@ -81,7 +81,7 @@ def main_tool_journal(
     if journal is None and past is None:
         return None
 
-    async def started(call: ToolCall) -> None:
+    async def started(call: ToolCall, wait: bool) -> None:  # written here: never waits
         if journal is not None:
             record = ToolRecord(request_id=0, call_id=call.id, name=call.name)
             journal.tool("main", msgspec.structs.replace(record, arguments=call.arguments))

@@ -214,9 +214,10 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         agent.by, agent.call = str(record.get("by", "")), str(record.get("call", ""))
         agent.agent_type = str(record.get("agent_type", ""))
         agent.background = bool(record.get("background"))
-    elif what == "definition" and isinstance(record.get("definition"), dict):
+    elif what == "definition":
         agent = _agent(past, str(record["agent"]))
-        agent.definition = record["definition"]
+        if isinstance(record.get("definition"), dict):  # a file's, as it was
+            agent.definition = record["definition"]
         agent.relayed = bool(record.get("relayed", True))
     elif what == "ended" and isinstance(record.get("result"), dict):
         _agent(past, str(record["agent"])).result = record["result"]

@@ -211,13 +211,17 @@ class ChildLink:
             raise
         return request_id, grant
 
-    async def tool_started(self, call: ToolCall) -> None:
-        """Tell the parent a tool call starts, and wait until its journal has it: a call
-        the journal does not have was never run (a resume may run it)."""
-        request_id, answer = self._new_request()
+    async def tool_started(self, call: ToolCall, wait: bool) -> None:
+        """Tell the parent a tool call starts and, if ``wait``, wait until its journal has
+        it: a call the journal does not have was never run (a resume may run it)."""
+        request_id, answer = self._new_request() if wait else (0, None)  # 0: no answer
         record = ToolRecord(
             request_id=request_id, call_id=call.id, name=call.name, arguments=call.arguments
         )
+        if answer is None:
+            with contextlib.suppress(ChannelClosed):
+                self.channel.send_nowait(sign_frame(record, self.start.frame_key))
+            return
         await self.channel.send(sign_frame(record, self.start.frame_key))
         await answer
 

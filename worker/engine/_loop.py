@@ -451,7 +451,7 @@ class Engine:
         journal = self.tool_journal
         if journal is not None and (journaled := journal.journaled(call, tool)) is not None:
             output = journaled  # a resumed run's call: never run twice
-            await journal.started(call)  # this run's journal has it whole too
+            await journal.started(call, wait=False)  # this run's journal has it whole too
         elif tool is None:
             available = ", ".join(self.tools.names) or "none"
             output = ToolOutput(
@@ -516,7 +516,8 @@ class Engine:
         if self.tool_journal is not None:
             # In the journal before it does anything (asked and approved first: a call
             # still waiting for its approval when the run died is asked again).
-            await self.tool_journal.started(written)
+            # A read-only call may run twice: it does not wait for the journal.
+            await self.tool_journal.started(written, wait=not tool.read_only)
         ctx = ToolContext(
             workdir=self.workdir,
             run_dir=self.run_dir,

@@ -20,8 +20,9 @@ INTERRUPTED = (
     "it may or may not have run]"
 )
 
-#: Told a call starts; returns once the journal has it (the call runs after that).
-OnStart = Callable[[ToolCall], Awaitable[None]]
+#: Told a call starts; returns once the journal has it (the call runs after that), or at
+#: once when told not to ``wait`` (a call that may run twice: a read-only one).
+OnStart = Callable[[ToolCall, bool], Awaitable[None]]
 #: Told a call's whole result.
 OnFinish = Callable[[ToolCall, ToolOutput], None]
 
@@ -60,8 +61,8 @@ class ToolJournal:
         self.served += 1
         return output
 
-    async def started(self, call: ToolCall) -> None:
-        await self._on_start(call)
+    async def started(self, call: ToolCall, *, wait: bool = True) -> None:
+        await self._on_start(call, wait)
 
     def finished(self, call: ToolCall, output: ToolOutput) -> None:
         self._on_finish(call, output)

@@ -20,7 +20,7 @@ class _Tool:
 
 
 def _journal(replayed: dict[str, ReplayedTool]) -> ToolJournal:
-    async def started(call: ToolCall) -> None:
+    async def started(call: ToolCall, wait: bool) -> None:
         return None
 
     def finished(call: ToolCall, output: ToolOutput) -> None:
