@@ -80,3 +80,24 @@ def delegating_responder(body: dict[str, Any], api: str) -> Reply:
         return Reply(tool_calls=[Call("glob", {"pattern": "*.txt"})])
     files = [line for line in results[0].splitlines() if line.endswith(".txt")]
     return Reply(text=f"found {len(files)} text files")
+
+
+def fan_out(prompts: list[str], *, background: tuple[str, ...] = ()) -> Reply:
+    """The main agent's fan-out: one general-purpose ``task`` per prompt (those named in
+    ``background`` in the background)."""
+    calls = [
+        Call(
+            "task",
+            {"subagent_type": "general-purpose", "prompt": p, "description": p}
+            | ({"background": True} if p in background else {}),
+        )
+        for p in prompts
+    ]
+    return Reply(text="Fanning out.", tool_calls=calls)
+
+
+def count_once(prompt: str) -> Reply:
+    """A sub-agent's first step: append its name to counter.txt with bash (the side effect
+    a resume must never repeat)."""
+    name = prompt.replace(" ", "-")
+    return Reply(tool_calls=[Call("bash", {"command": f"echo {name} >> counter.txt"})])

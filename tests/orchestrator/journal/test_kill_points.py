@@ -25,7 +25,7 @@ import pytest
 from agentcell.orchestrator.journal._file import MAGIC, read_journal
 from agentcell.orchestrator.journal._place import journal_dir, run_state
 from cli_runner import AGENTCELL, cli_env
-from http_script import _first_user, _system, _tool_results
+from http_script import _first_user, _system, _tool_results, count_once, fan_out
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from model_servers import Call, ModelServer, Reply
@@ -70,19 +70,7 @@ class _Script:
         results = _tool_results(body)
         if "main agent of agentcell" in _system(body):
             if not results:
-                calls = [
-                    Call(
-                        "task",
-                        {
-                            "subagent_type": "general-purpose",
-                            "prompt": p,
-                            "description": p,
-                            "background": p == BACKGROUND,
-                        },
-                    )  # fmt: skip
-                    for p in PROMPTS
-                ]
-                return Reply(text="Fanning out.", tool_calls=calls)
+                return fan_out(PROMPTS, background=(BACKGROUND,))
             if f"result of {BACKGROUND}" in _everything(body):
                 return Reply(text=FINAL)
             self.release.set()
@@ -91,8 +79,7 @@ class _Script:
             return Reply(tool_calls=[Call("task_wait", {"task_ids": [task.group(1)]})])
         prompt = _first_user(body)
         if not results:
-            name = prompt.replace(" ", "-")
-            return Reply(tool_calls=[Call("bash", {"command": f"echo {name} >> counter.txt"})])
+            return count_once(prompt)
         if prompt == BACKGROUND:
             return Reply(text=f"result of {prompt}", pause_after=1, release=self.release)
         return Reply(text=f"result of {prompt}")

@@ -27,7 +27,7 @@ from agentcell.orchestrator.journal._place import journal_dir, run_state
 from agentcell.worker import probe_sandbox
 from cli_runner import AGENTCELL, cli_env
 from git_util import git_repo
-from http_script import _first_user, _system, _tool_results
+from http_script import _first_user, _system, _tool_results, count_once, fan_out
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 from process_group import run_in_group
@@ -43,11 +43,7 @@ def _fan_out(key: str, body: dict[str, Any], api: str) -> Reply:
     if "main agent of agentcell" in _system(body):
         if _tool_results(body):
             return Reply(text="never reached: the orchestrator is killed first")
-        calls = [
-            Call("task", {"subagent_type": "general-purpose", "prompt": p, "description": p})
-            for p in [*FINISHERS, *WAITERS]
-        ]
-        return Reply(text="Fanning out.", tool_calls=calls)
+        return fan_out([*FINISHERS, *WAITERS])
     prompt = _first_user(body)
     if prompt in WAITERS:
         return Reply(hang=True)
@@ -268,18 +264,11 @@ class _Resumable:
         results = _tool_results(body)
         if "main agent of agentcell" in _system(body):
             if not results:
-                calls = [
-                    Call(
-                        "task", {"subagent_type": "general-purpose", "prompt": p, "description": p}
-                    )
-                    for p in [*FINISHERS, *WAITERS]
-                ]
-                return Reply(text="Fanning out.", tool_calls=calls)
+                return fan_out([*FINISHERS, *WAITERS])
             return Reply(text="All six reported.")
         prompt = _first_user(body)
         if not results:
-            name = prompt.replace(" ", "-")
-            return Reply(tool_calls=[Call("bash", {"command": f"echo {name} >> counter.txt"})])
+            return count_once(prompt)
         if prompt in WAITERS and self.hang:
             return Reply(hang=True)
         return Reply(text=f"result of {prompt}")
