@@ -238,11 +238,6 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
             )
 
 
-def decode_response(body: bytes, into: type[Any]) -> Any:
-    """A main-agent answer as it was journaled (msgpack of the parsed response)."""
-    return msgspec.msgpack.decode(body, type=into)
-
-
 def spent_before(past: RunPast) -> list[tuple[str, str, str, Usage]]:
     """What the killed run spent that its resume will not spend again, by sub-agent
     (id, type, model, usage): each ended sub-agent's journaled usage (its result is

@@ -20,12 +20,13 @@ from agentcell.orchestrator.journal._place import JOURNAL_FILE, journal_dir, run
 NO_SUMMARY = "summary.json (the run is still going, was killed, or its disk was full)"
 
 
-def summary_from_records(path: Path) -> dict[str, Any]:
-    """A summary of the run at ``path`` made from its transcripts alone."""
+def summary_from_records(path: Path, known: tuple[str, int | None] | None = None) -> dict[str, Any]:
+    """A summary of the run at ``path`` made from its transcripts and journal (``known``:
+    its ``run_state``, when the caller has it)."""
     main = _entries(path / "main.jsonl")
     start = next((e for e in main if e.get("kind") == "start"), {})
     result = next((e["result"] for e in reversed(main) if _is_result(e)), None)
-    state, pid = run_state(path)
+    state, pid = known or run_state(path)
     if state == "interrupted":  # whatever a line says, its journal says it never ended
         result = None
     summary: dict[str, Any] = {

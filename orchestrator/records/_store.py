@@ -201,11 +201,12 @@ def _read_summary(path: Path) -> dict[str, Any]:
 
 def _summary_file(path: Path) -> dict[str, Any]:
     file = path / "summary.json"
-    if not file.is_file() or run_state(path)[0] == "interrupted":
+    state = run_state(path)
+    if not file.is_file() or state[0] == "interrupted":
         # What its transcripts and journal say, and what is missing. A killed run's
         # summary.json, if any, was not the parent's last word (a sub-agent may have
         # written it): its journal is.
-        return summary_from_records(path)
+        return summary_from_records(path, state)
     try:
         data: dict[str, Any] = json.loads(file.read_text())
     except (OSError, json.JSONDecodeError):
