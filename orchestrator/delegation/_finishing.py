@@ -35,6 +35,16 @@ log = logging.getLogger("agentcell.runner")
 T = TypeVar("T")
 
 
+def worktree_place(run_dir: str, workdir: str, session: str, agent_id: str) -> tuple[Path, str]:
+    """Where a sub-agent's new worktree goes (its run's folder) and its branch's name."""
+    if run_dir:
+        root, run = Path(run_dir), Path(run_dir).name
+    else:  # no run record: a name of its own, so sessions never collide
+        run = f"session-{session}"
+        root = Path(workdir) / ".agentcell" / "worktrees" / run
+    return root, f"agentcell/{run}/{agent_id}"
+
+
 class FinishingSteps:
     """The runner's steps that outlive a cancel; see the module's docstring."""
 

@@ -13,8 +13,14 @@ from agentcell.orchestrator.delegation._events import EventBus, SubAgentEnded
 from agentcell.orchestrator.delegation._prepare import Prepared
 from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
 from agentcell.orchestrator.delegation._results import SubAgentResult
-from agentcell.orchestrator.journal._replay import AgentPast
+from agentcell.orchestrator.journal._replay import AgentPast, Answer
 from agentcell.orchestrator.records._store import subagent_json
+from agentcell.orchestrator.workspace._worktree import (
+    Worktree,
+    WorktreeError,
+    adopt_worktree,
+    journaled_worktree,
+)
 
 log = logging.getLogger("agentcell.runner")
 
@@ -85,13 +91,10 @@ def journaled_spec(
     scope: Scope,
     definition: AgentDefinition,
     before: AgentPast | None,
-    isolation: str | None,
 ) -> AgentPast | None:
     """A journaled run's sub-agent reports its tool calls, and its definition is
     journaled as it starts (its resume runs it); a resumed one is handed what it did
-    before, not to be done again — returned, None if it starts again from its prompt: a
-    worktree agent does (what its tools did is in the killed run's worktree, not in the
-    fresh one it gets; that one is kept, as the killed run left it)."""
+    before, not to be done again (returned)."""
     spec = prepared.spec
     journal = scope.account.journal if scope.account is not None else None
     spec.report_tools = journal is not None
@@ -112,12 +115,6 @@ def journaled_spec(
         journal.fact(
             "definition", agent=spec.agent_id, definition=dumped, relayed=relayed, grants=grants
         )
-    if before is not None and (isolation or definition.isolation) == "worktree":
-        prepared.warnings.append(
-            "resumed from its prompt in a fresh worktree: the killed run's worktree (its "
-            "changes so far) is kept as it was, on its own branch"
-        )
-        return None
     if before is not None:
         spec.replayed_tools = dict(before.tools)
         if note := restart_note(before):
@@ -152,3 +149,33 @@ def restart_note(before: AgentPast | None) -> str:
         '(a model given in code, ray.model_route = "node", or a provider it does not '
         "relay), so none were journaled"
     )
+
+
+def gone_on_in(past: AgentPast | None, prepared: Prepared, replay: list[Answer]) -> Worktree | None:
+    """On a resume, the worktree the killed run gave this sub-agent, to go on in; None
+    for a fresh one. A resumed sub-agent that gets a fresh one starts again from its
+    prompt (it would remember changes it cannot see: its tools' work is in the old one,
+    which is kept as the kill left it), and its result says why."""
+    if past is None:
+        return None
+    why = "the killed run journaled no worktree for it"
+    if past.worktree is not None:
+        try:
+            return adopt_worktree(past.worktree)
+        except WorktreeError as exc:
+            why = str(exc)
+    replay.clear()
+    prepared.spec.replayed_tools = {}
+    prepared.warnings.append(
+        f"resumed from its prompt in a fresh worktree ({why}); the killed run's worktree, "
+        "if any, is kept as it was, on its own branch"
+    )
+    return None
+
+
+def journal_worktree(scope: Scope, agent_id: str, tree: Worktree) -> None:
+    """The run's journal keeps the worktree a sub-agent works in, as it was made (or
+    adopted), before the sub-agent starts: what a resume goes on in."""
+    journal = scope.account.journal if scope.account is not None else None
+    if journal is not None:
+        journal.fact("worktree", agent=agent_id, tree=journaled_worktree(tree))

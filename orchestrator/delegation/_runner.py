@@ -47,13 +47,15 @@ from agentcell.orchestrator.delegation._events import (
     SubAgentProcess,
     SubAgentStarted,
 )
-from agentcell.orchestrator.delegation._finishing import FinishingSteps
+from agentcell.orchestrator.delegation._finishing import FinishingSteps, worktree_place
 from agentcell.orchestrator.delegation._journaled import (
     definition_again,
     delivered_again,
     earlier,
+    gone_on_in,
     journal_end,
     journal_start,
+    journal_worktree,
     journaled_spec,
 )
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
@@ -69,7 +71,7 @@ from agentcell.orchestrator.delegation._settle import (
     start_failure,
     with_cancel_reason,
 )
-from agentcell.orchestrator.journal._replay import Answer
+from agentcell.orchestrator.journal._replay import AgentPast, Answer
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
@@ -150,6 +152,7 @@ class _Admitted:
     ahead: CallAhead | None = None  # its first model request, sent while it starts
     # A resume: the answers the killed run's agent was given, served again in order.
     replay: list[Answer] = dataclasses.field(default_factory=list)
+    past: AgentPast | None = None  # and the rest the killed run journaled of it
 
     async def open_egress(self, settings: Settings, agent_id: str) -> None:
         """A ``network:`` list: the proxy the child's bash reaches its hosts through."""
@@ -369,7 +372,7 @@ class Runner:
         admitted = self._admit(request, scope, agent_id)
         if isinstance(admitted, SubAgentResult):
             return admitted
-        refused = await self._isolate(admitted, agent_id)
+        refused = await self._isolate(admitted, scope, agent_id)
         if refused is not None:
             return refused
         start = await self._announce(admitted, scope, agent_id, task_id)
@@ -414,7 +417,7 @@ class Runner:
             status = RunStatus.BUDGET if isinstance(exc, BudgetExceeded) else RunStatus.DENIED
             return self._refused(base, status, str(exc))
         base["warnings"] = prepared.warnings
-        before = journaled_spec(prepared, scope, definition, before, request.isolation)
+        before = journaled_spec(prepared, scope, definition, before)
         # Replaced by what the child reports it applied; kept if it ended before that.
         base["sandbox"] = f"{prepared.spec.sandbox} (requested; not confirmed by the child)"
         return _Admitted(
@@ -427,25 +430,24 @@ class Runner:
             run_dir=run_dir,
             background=base["background"],
             replay=list(before.answers) if before is not None else [],
+            past=before,
         )
 
-    async def _isolate(self, admitted: _Admitted, agent_id: str) -> SubAgentResult | None:
-        """A worktree of its own, when its definition or the call asks (None: no refusal)."""
+    async def _isolate(
+        self, admitted: _Admitted, scope: Scope, agent_id: str
+    ) -> SubAgentResult | None:
+        """A worktree of its own when asked (a resume's: the killed run's); None: no refusal."""
         if (admitted.request.isolation or admitted.definition.isolation) != "worktree":
             return None
-        if admitted.run_dir:
-            root, run = Path(admitted.run_dir), Path(admitted.run_dir).name
-        else:  # no run record: a name of its own, so sessions never collide
-            run = f"session-{self._session}"
-            root = Path(self.workdir) / ".agentcell" / "worktrees" / run
-        branch = f"agentcell/{run}/{agent_id}"
+        root, branch = worktree_place(admitted.run_dir, self.workdir, self._session, agent_id)
         try:
             # git goes on after a cancel (the steps' owner is the runner, not this run).
-            admitted.tree = await self.finishing.worktree(
-                Path(self.workdir), root, agent_id, branch
-            )
+            admitted.tree = gone_on_in(
+                admitted.past, admitted.prepared, admitted.replay
+            ) or await self.finishing.worktree(Path(self.workdir), root, agent_id, branch)
         except (WorktreeError, OSError) as exc:
             return self._refused(admitted.base, RunStatus.ERROR, str(exc))
+        journal_worktree(scope, agent_id, admitted.tree)
         self.prepare.in_worktree(
             admitted.prepared.spec, admitted.definition, str(admitted.tree.workdir)
         )

@@ -47,6 +47,7 @@ class AgentPast:
     definition: dict[str, Any] | None = None  # the definition it started with
     given_up_bytes: int = 0  # its requests in flight at the kill, their bodies' bytes
     relayed: bool = True  # its model calls went through the parent (and the journal)
+    worktree: dict[str, Any] | None = None  # the worktree it was given, as made then
 
 
 @dataclasses.dataclass(slots=True)
@@ -219,6 +220,8 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         if isinstance(record.get("definition"), dict):  # a file's, as it was
             agent.definition = record["definition"]
         agent.relayed = bool(record.get("relayed", True))
+    elif what == "worktree" and isinstance(record.get("tree"), dict):
+        _agent(past, str(record["agent"])).worktree = record["tree"]
     elif what == "ended" and isinstance(record.get("result"), dict):
         _agent(past, str(record["agent"])).result = record["result"]
     elif what == "tool":

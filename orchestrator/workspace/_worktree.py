@@ -32,6 +32,7 @@ import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from agentcell.orchestrator.workspace._safe_git import GitError, GitPlace, SafeGit, discover
 from agentcell.worker import remove_protection_placeholders
@@ -150,18 +151,70 @@ def _identity_of(path: Path) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _replaced(tree: Worktree) -> str:
+def _replaced(tree: Worktree, when: str = "during the run") -> str:
     """Which trusted folder is no longer the one recorded ("" if none): git is then not
     run there at all."""
-    places = {"worktree": tree.path, "admin": tree.admin, "common": tree.home.common_dir}
+    places = {"common": tree.home.common_dir, "admin": tree.admin, "worktree": tree.path}
     for what, path in places.items():
         try:
             same = _identity_of(path) == tree.ids[what]
         except OSError:
             same = False
         if not same:
-            return f"{path} was replaced or removed during the run"
+            return f"{path} was replaced or removed {when}"
     return ""
+
+
+def journaled_worktree(tree: Worktree) -> dict[str, Any]:
+    """What a run's journal keeps of a worktree it made (before its agent starts), for a
+    resume of the run to go on in it: what the finish trusts, as recorded then."""
+    home = tree.home
+    return {
+        "path": str(tree.path),
+        "branch": tree.branch,
+        "base": tree.base,
+        "workdir": str(tree.workdir),
+        "admin": str(tree.admin),
+        "home": [str(home.git_dir), str(home.common_dir), str(home.work_tree)],
+        "marks": dict(tree.marks),
+        "ids": {what: list(pair) for what, pair in tree.ids.items()},
+    }
+
+
+def adopt_worktree(journaled: dict[str, Any]) -> Worktree:
+    """A killed run's worktree, for its resumed sub-agent to go on in, as the killed run's
+    journal recorded it — only while the worktree, its admin folder and the repository
+    are the very folders recorded (device and inode, none a link: a folder planted in the
+    run folder since is refused); git's marks are put back as git wrote them and a
+    planted ``config.worktree`` is removed, as the finish does. WorktreeError: why not."""
+    try:
+        git_dir, common, top = (Path(str(place)) for place in journaled["home"])
+        tree = Worktree(
+            repo=top,
+            path=Path(str(journaled["path"])),
+            branch=str(journaled["branch"]),
+            base=str(journaled["base"]),
+            workdir=Path(str(journaled["workdir"])),
+            home=GitPlace(git_dir=git_dir, common_dir=common, work_tree=top),
+            admin=Path(str(journaled["admin"])),
+            marks={name: bytes(journaled["marks"][name]) for name in (".git", *_MARKED)},
+            ids={
+                what: (int(journaled["ids"][what][0]), int(journaled["ids"][what][1]))
+                for what in ("worktree", "admin", "common")
+            },
+        )
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise WorktreeError(f"its journaled worktree does not read ({exc!r})") from None
+    if not tree.workdir.is_relative_to(tree.path):
+        raise WorktreeError(f"its journaled workdir {tree.workdir} is not in {tree.path}")
+    refused = _replaced(tree, "since the killed run")
+    if refused:
+        raise WorktreeError(refused)
+    try:
+        _repair(tree, None)
+    except OSError as exc:
+        raise WorktreeError(f"{tree.path} cannot be made ready again: {exc}") from None
+    return tree
 
 
 async def finish_worktree(
@@ -295,8 +348,8 @@ async def _remove(tree: Worktree) -> None:
             await (await SafeGit.open(tree.home)).run("branch", "-D", tree.branch)
 
 
-def _repair(tree: Worktree, index: Path) -> list[str]:
-    """Give the admin folder the new index and ``HEAD``; put back the ``.git`` file,
+def _repair(tree: Worktree, index: Path | None) -> list[str]:
+    """Give the admin folder the new index (if any) and ``HEAD``; put back the ``.git`` file,
     ``commondir`` and ``gitdir`` as git wrote them and remove a planted
     ``config.worktree``. Returns what had been changed. All through folder descriptors
     opened without following a link, so nothing is written outside those two folders."""
@@ -307,7 +360,7 @@ def _repair(tree: Worktree, index: Path) -> list[str]:
     try:
         if (os.fstat(admin_fd).st_dev, os.fstat(admin_fd).st_ino) != tree.ids["admin"]:
             return ["the admin folder (replaced; left as it is)"]
-        if index.is_file():  # git made one (it may have failed before)
+        if index is not None and index.is_file():  # git made one (it may have failed)
             _put(admin_fd, "index", index.read_bytes())
         _put(admin_fd, "HEAD", f"ref: refs/heads/{tree.branch}\n".encode())
         for name in _MARKED:

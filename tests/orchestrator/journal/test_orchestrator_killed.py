@@ -12,6 +12,7 @@ import contextlib
 import functools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import journal_dir, run_state
 from agentcell.worker import probe_sandbox
 from cli_runner import AGENTCELL, cli_env
-from git_util import git_repo
+from git_util import git, git_repo
 from http_script import _first_user, _system, _tool_results, count_once, fan_out
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
@@ -568,12 +569,9 @@ def test_an_interrupted_chat_finishes_its_turn_then_goes_on(
     assert [len(_tool_results(b)) for b in asked] == [1, 1]  # nothing answered asked again
 
 
-def test_a_worktree_agent_in_flight_starts_again_in_a_fresh_worktree(
-    project: Path, model_server: ModelServer
-) -> None:
-    """What its tools did is in the killed run's worktree, not in the one its resume
-    gets: it is not replayed (it would remember changes it cannot see), it starts again
-    from its prompt, says so, and the killed run's worktree is kept."""
+def _killed_worktree_run(project: Path, model_server: ModelServer) -> tuple[Path, Path, Any]:
+    """A run whose one sub-agent, in a worktree of its own, ran bash there (appending to
+    ``counter.txt``), then hung, killed: its run folder, its worktree, its script."""
     project.rmdir()
     git_repo(project)
     agents = project / ".agentcell" / "agents"
@@ -581,15 +579,48 @@ def test_a_worktree_agent_in_flight_starts_again_in_a_fresh_worktree(
     (agents / "waiter.md").write_text(
         "---\nname: waiter\ndescription: w\nisolation: worktree\n---\nW\n"
     )
-    env = cli_env(project, model_server)
     script = model_server.responder = _OneWaiter()
+    env = cli_env(project, model_server)
     run_dir = _killed_when(project, env, lambda: len(model_server.requests) == 3)
     (killed_tree,) = [p.parent for p in run_dir.rglob("counter.txt")]
     script.hang = False
-    resumed = _resume(project, env, run_dir.name)
+    return run_dir, killed_tree, script
+
+
+def test_a_worktree_agent_in_flight_goes_on_in_its_own_worktree(
+    project: Path, model_server: ModelServer
+) -> None:
+    """Its tool's work is in the killed run's worktree: the resume goes on there (bash not
+    run again, its one hung request asked again) and commits all of it on its branch."""
+    run_dir, killed_tree, script = _killed_worktree_run(project, model_server)
+    resumed = _resume(project, cli_env(project, model_server), run_dir.name)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (waiter,) = json.loads(resumed.stdout)["subagents"]
-    assert waiter["status"] == "completed"
-    assert any("in a fresh worktree" in w for w in waiter["warnings"]), waiter["warnings"]
+    assert waiter["status"] == "completed" and waiter["warnings"] == []
+    assert waiter["worktree"] == str(killed_tree)
+    assert len(script.systems) == 3  # its first request served from the journal
+    assert (killed_tree / "counter.txt").read_text() == "w\n"  # bash ran once
+    committed = git(project, "show", f"{waiter['branch']}:counter.txt")
+    assert waiter["commit"] == git(project, "rev-parse", waiter["branch"]) and committed == "w"
+
+
+def test_a_folder_planted_where_the_worktree_was_is_not_gone_on_in(
+    project: Path, model_server: ModelServer
+) -> None:
+    """A folder put at the killed worktree's path since (the run folder is writable by
+    sub-agents) is not the one the journal recorded: the agent starts again from its
+    prompt in a fresh worktree, says why, and nothing runs or lands in the planted one."""
+    run_dir, killed_tree, script = _killed_worktree_run(project, model_server)
+    shutil.move(killed_tree, run_dir / "aside")
+    killed_tree.mkdir()
+    (killed_tree / "counter.txt").write_text("planted\n")
+    resumed = _resume(project, cli_env(project, model_server), run_dir.name)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (waiter,) = json.loads(resumed.stdout)["subagents"]
+    assert waiter["status"] == "completed" and waiter["worktree"] != str(killed_tree)
+    (warning,) = waiter["warnings"]
+    assert f"{killed_tree} was replaced or removed since the killed run" in warning
+    assert warning.startswith("resumed from its prompt in a fresh worktree")
     assert len(script.systems) == 4  # its two requests asked again, from its prompt
-    assert (killed_tree / "counter.txt").read_text() == "w\n"  # kept as the kill left it
+    assert (killed_tree / "counter.txt").read_text() == "planted\n"
+    assert git(project, "show", f"{waiter['branch']}:counter.txt") == "w"
