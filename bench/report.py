@@ -348,6 +348,7 @@ HEADLINE_KEYS = (
     "analysis_32_ideal_x_fastest_peer",
     # What journaling a run costs (the journal workload): wall with ÷ without, and bytes.
     "journal_overhead_io_128",
+    "journal_cpu_overhead_io_128",
     "journal_bytes_per_turn_io_128",
 )
 

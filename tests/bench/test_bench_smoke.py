@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import SpawnRecorder
 
-from bench import report, runner
+from bench import journal_cost, report, runner
 from bench.server_handle import LoadServer
 from bench.systems import SYSTEMS
 from bench.workloads import workloads
@@ -182,6 +182,7 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "https_io_32_ideal_x_fastest_peer",
         "analysis_32_ideal_x_fastest_peer",
         "journal_overhead_io_128",
+        "journal_cpu_overhead_io_128",
         "journal_bytes_per_turn_io_128",
     ]
     assert figures["io_128_x_ideal"] == 2.0
@@ -230,10 +231,12 @@ async def test_the_journal_workload_measures_a_journaled_run_against_records_alo
     assert not list((tmp_path / "state" / "agentcell" / "journal").iterdir())  # cleaned up
 
     def pair(off: float, on: float) -> list[dict[str, object]]:
+        cpu = {"parent_cpu_s": 0.5, "children_cpu_s": 1.5}  # 2.0 s, so 2 × the wall
         rows = [
             {"n": 128, "ok": True, "wall_s": off, "journal_bytes": 0, "journal_turns": 0},
             {"n": 128, "ok": True, "wall_s": on, "journal_bytes": 3000, "journal_turns": 3},
         ]
+        rows = [row | {k: v * row["wall_s"] / 2 for k, v in cpu.items()} for row in rows]
         return [
             {"system": "agentcell", "variant": "records only", "rows": [rows[0]]},
             {"system": "agentcell", "variant": "journal", "rows": [rows[1]]},
@@ -247,4 +250,8 @@ async def test_the_journal_workload_measures_a_journaled_run_against_records_alo
     }
     figures = report.headline_figures(results)
     assert figures["journal_overhead_io_128"] == 1.05  # the median of 1.05, 1.0 and 1.2
+    assert figures["journal_cpu_overhead_io_128"] == pytest.approx(1.05)  # the CPU's, alike
+    assert "of the run's own CPU (parent and sub-agents): 1.050" in journal_cost.table(
+        results["workloads"][0]
+    )
     assert figures["journal_bytes_per_turn_io_128"] == 1000
