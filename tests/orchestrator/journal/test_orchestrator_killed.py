@@ -27,6 +27,7 @@ from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import journal_dir, run_state
 from agentcell.worker import probe_sandbox
 from cli_runner import AGENTCELL, cli_env
+from compaction_models import SUMMARY, TASK, FillingModel
 from git_util import git, git_repo
 from http_script import _first_user, _system, _tool_results, count_once, fan_out
 from model_servers import Call, ModelServer, Reply
@@ -624,3 +625,51 @@ def test_a_folder_planted_where_the_worktree_was_is_not_gone_on_in(
     assert len(script.systems) == 4  # its two requests asked again, from its prompt
     assert (killed_tree / "counter.txt").read_text() == "planted\n"
     assert git(project, "show", f"{waiter['branch']}:counter.txt") == "w"
+
+
+class _Compacting:
+    """Main → one "long" sub-agent whose context fills (``FillingModel``) until its older
+    turns are summarised; while ``hang`` is set, its first request after the summary
+    hangs (``hung`` then)."""
+
+    def __init__(self) -> None:
+        self.filling = FillingModel()
+        self.hang, self.hung = True, False
+        self.asked_after: list[list[dict[str, Any]]] = []  # once it no longer hangs
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        if "main agent of agentcell" in _system(body):
+            if _tool_results(body):
+                return Reply(text="main done")
+            task = {"subagent_type": "long", "prompt": TASK, "description": "long"}
+            return Reply(tool_calls=[Call("task", task)])
+        summarising = "compacting the history" in str(body["messages"][0].get("content", ""))
+        if self.filling.summary_requests and not summarising:
+            if self.hang:
+                self.hung = True
+                return Reply(hang=True)
+            self.asked_after.append(body["messages"])
+        return self.filling(body, api)
+
+
+def test_a_compacted_sub_agent_resumes_compacted(project: Path, model_server: ModelServer) -> None:
+    """Killed after its history was summarised: the resume serves the summary from the
+    journal (not asked again) and goes on with the compacted history, as the run did."""
+    agents = project / ".agentcell" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "long.md").write_text(
+        "---\nname: long\ndescription: l\ntools: Bash\nautoCompactWindow: 1000\n---\nL\n"
+    )
+    env = cli_env(project, model_server)
+    script = model_server.responder = _Compacting()
+    run_dir = _killed_when(project, env, lambda: script.hung)
+    script.hang = False
+    resumed = _resume(project, env, run_dir.name)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    report = json.loads(resumed.stdout)
+    assert report["final_text"] == "main done"
+    (long,) = report["subagents"]
+    assert long["status"] == "completed" and long["final_text"] == "DONE"
+    assert len(script.filling.summary_requests) == 1  # the summary, never asked again
+    first = json.dumps(script.asked_after[0])  # the request that hung, asked again
+    assert SUMMARY in first and "OUT-1" not in first.replace(SUMMARY, "")
