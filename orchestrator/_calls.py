@@ -22,6 +22,7 @@ from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._place import RunStillGoing, inside, journal_root
 from agentcell.orchestrator.records._disk import disk_refusal
 from agentcell.orchestrator.records._store import new_run_dir
+from agentcell.orchestrator.teams._mail import Team
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import RunStatus
 
@@ -96,10 +97,12 @@ class Calls:
             on_exceeded=exceeded,
             parent=self.lifetime,
         )
+        journal = self._journal(run_dir, kind)
         return RunAccount(
             ledger=ledger,
             run_dir=str(run_dir) if run_dir else "",
-            journal=self._journal(run_dir, kind),
+            journal=journal,
+            team=Team(self.settings.teams, journal),
         )
 
     def _journal(self, run_dir: Path | None, kind: str) -> Journal | None:

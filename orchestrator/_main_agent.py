@@ -47,6 +47,7 @@ from agentcell.orchestrator.task_tools._tools import (
     background_finisher,
     background_injector,
 )
+from agentcell.orchestrator.teams._tools import mail_for_main
 from agentcell.orchestrator.telemetry._tracing_setup import main_tracer
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, Usage, UsageUpdate
@@ -126,7 +127,9 @@ class MainAgent:
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_mcp_servers()
-        tools = main_tools(parts.custom_tools, servers.tools, task_tool, parts.tracker)
+        tools = main_tools(
+            parts.custom_tools, servers.tools, task_tool, parts.tracker, account.team
+        )
         engine = self._engine(
             journaled,  # a Model: its name, stream, aclose
             tools,
@@ -242,7 +245,10 @@ class MainAgent:
             workdir=parts.workdir,
             setting=Engine.ToolSetting(run_dir=run_dir, agent_id="main"),
             attached=Engine.Attachments(
-                turn_hooks=[background_injector(parts.tracker, delivery, drain)],
+                turn_hooks=[
+                    background_injector(parts.tracker, delivery, drain),
+                    mail_for_main(account.team),
+                ],
                 finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
                 stream_watcher=self._start_ahead(account),
                 tracer=main_tracer(parts.tracing, model=model.name, run_dir=run_dir),

@@ -41,6 +41,8 @@ from agentcell.orchestrator.task_tools._tools import (
     TaskWaitTool,
 )
 from agentcell.orchestrator.task_tools._tracker import TaskTracker
+from agentcell.orchestrator.teams._mail import Team
+from agentcell.orchestrator.teams._tools import main_team_tools
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
 from agentcell.worker import Hook, PermissionPolicy, Redactor, Transcript
 from agentcell.worker.tools import Tool, builtin_tools
@@ -155,10 +157,14 @@ def write_call_summary(
 
 
 def main_tools(
-    custom: Sequence[Tool], servers: Sequence[Tool], task_tool: TaskTool, tracker: TaskTracker
+    custom: Sequence[Tool],
+    servers: Sequence[Tool],
+    task_tool: TaskTool,
+    tracker: TaskTracker,
+    team: Team | None,
 ) -> list[Tool]:
-    """The main agent's tools: the built-ins, the caller's, its MCP servers', and the
-    four coordination tools over its sub-agents."""
+    """The main agent's tools: the built-ins, the caller's, its MCP servers', the four
+    coordination tools over its sub-agents, and its team's two."""
     return [
         *builtin_tools(),
         *custom,
@@ -167,6 +173,7 @@ def main_tools(
         TaskStatusTool(tracker),
         TaskWaitTool(tracker),
         TaskControlTool(tracker),
+        *main_team_tools(team),
     ]
 
 

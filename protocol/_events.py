@@ -49,6 +49,10 @@ class Notice(msgspec.Struct, tag="notice", tag_field="kind", kw_only=True):
 
     message: str
     level: str = "info"
+    # Its team's messages the agent took into its ``turn``-th model request (their ids):
+    # what the parent journals as delivered.
+    mail: list[str] = msgspec.field(default_factory=list)
+    turn: int = 0
 
 
 class RunFinished(msgspec.Struct, tag="done", tag_field="kind", kw_only=True):

@@ -353,6 +353,7 @@ class Control(msgspec.Struct, tag="control", tag_field="t", kw_only=True):
 
     action: ControlAction
     text: str = ""
+    message_id: str = ""  # a steer that is a team message: said back when it is taken
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="t", kw_only=True):

@@ -103,6 +103,19 @@ class ProviderLimits(SettingsTable):
     tokens_per_minute: int | None = Field(default=None, ge=1)
 
 
+class TeamSettings(SettingsTable):
+    """The bounds on messages between a run's agents (``send_message``); each one hit is
+    said to the sender, naming its setting."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message_max_bytes: int = Field(default=32 * 1024, ge=1, le=1 << 24)
+    mailbox_max: int = Field(default=64, ge=1, le=1 << 16)  # unread messages per agent
+    # At most this many messages per sender in any window of window_s seconds.
+    messages_per_window: int = Field(default=10, ge=1, le=1 << 16)
+    window_s: float = Field(default=10.0, gt=0, le=24 * 3600)
+
+
 DEFAULT_ALIASES = {
     "sonnet": "anthropic:claude-sonnet-4-5",
     "opus": "anthropic:claude-opus-4-1",
@@ -186,6 +199,7 @@ class Settings(SettingsTable):
     limits: dict[str, ProviderLimits] = Field(default_factory=dict)
     backend: BackendName = "local"  # where sub-agents run: this machine, or a Ray cluster
     ray: RaySettings = Field(default_factory=RaySettings)
+    teams: TeamSettings = Field(default_factory=TeamSettings)
     # The OS sandbox each sub-agent puts itself in (see docs/security.md); "required"
     # is "workspace", refusing to start where this machine cannot enforce all of it.
     sandbox: SandboxMode = "workspace"

@@ -20,9 +20,12 @@ COORDINATION_TOOLS: frozenset[str] = frozenset({"task", "task_status", "task_wai
 #: Loads a skill on demand (Claude Code's ``Skill``): offered by the skills there are,
 #: not inherited from the parent (see ``skill_offer``).
 SKILL_TOOL = "skill"
-#: Tools offered only to an agent that names them: web_fetch runs in the parent,
-#: todo_write is the agent's own list, web_search is refused in one line (README).
-NAMED_TOOLS: frozenset[str] = frozenset({"web_fetch", "todo_write", "web_search"})
+#: Tools offered only to an agent that names them: web_fetch runs in the parent, as do
+#: the team's send_message and list_agents; todo_write is the agent's own list,
+#: web_search is refused in one line (README).
+NAMED_TOOLS: frozenset[str] = frozenset(
+    {"web_fetch", "todo_write", "web_search", "send_message", "list_agents"}
+)
 #: Of those, the ones the sub-agent process runs itself.
 CHILD_NAMED_TOOLS: tuple[str, ...] = ("todo_write",)
 #: Every tool name we implement.
@@ -56,6 +59,7 @@ CLAUDE_TOOL_NAMES: dict[str, str] = {
     "WebFetch": "web_fetch",
     "WebSearch": "web_search",
     "TodoWrite": "todo_write",
+    "SendMessage": "send_message",
 }
 
 

@@ -22,7 +22,7 @@ from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
 from agentcell.orchestrator.definitions._registry import AgentRegistry
-from agentcell.orchestrator.definitions._tool_policy import resolve_tools
+from agentcell.orchestrator.definitions._tool_policy import normalize_tool_names, resolve_tools
 from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
@@ -43,6 +43,7 @@ from agentcell.orchestrator.prompt._context import (
 from agentcell.orchestrator.prompt._instruction_cache import InstructionCache
 from agentcell.orchestrator.prompt._skill_offer import skilled_prompt, skills_for
 from agentcell.orchestrator.records._key import key_for
+from agentcell.orchestrator.teams._tools import team_remote_tools
 from agentcell.orchestrator.workspace._code_files import (
     code_entries,
     mcp_commands,
@@ -223,7 +224,8 @@ class Preparer:
         allowed = definition.may_start if limited else None
         if allowed is not None and not any(allowed(name) for name in self.registry.names()):
             may_delegate = False
-        web = web_tools(definition)  # web_fetch: run by the parent, for the sub-agent
+        # web_fetch and the team's tools: run by the parent, for the sub-agent.
+        web = web_tools(definition) + team_remote_tools(_granted(definition))
         if depth >= max_depth or not may_delegate or self.task_tool_spec is None:
             return web
         task = self.task_tool_spec(allowed)
@@ -485,3 +487,9 @@ def system_prompt(definition: AgentDefinition, workdir: str) -> str:
     return (
         f"{prompt}\n\nWorking directory: {workdir}" if prompt else f"Working directory: {workdir}"
     )
+
+
+def _granted(definition: AgentDefinition) -> set[str]:
+    """The tools its definition names and does not deny, by our names."""
+    denied = set(normalize_tool_names(definition.disallowed_tools))
+    return set(normalize_tool_names(definition.tools or [])) - denied

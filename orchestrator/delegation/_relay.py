@@ -40,6 +40,8 @@ from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLi
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.orchestrator.network._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.network._web_fetch import answer as answer_web_fetch
+from agentcell.orchestrator.teams._mail import Team
+from agentcell.orchestrator.teams._tools import TEAM_TOOLS, answer_team_tool
 from agentcell.orchestrator.telemetry._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import (
@@ -54,6 +56,7 @@ from agentcell.protocol import (
     HookRequest,
     ModelCall,
     ModelCancel,
+    Notice,
     PermitDone,
     PermitRequest,
     SpanBatch,
@@ -235,6 +238,8 @@ class Relay:
         elif isinstance(event, TurnStarted):
             progress.turns = event.turn
             child.ledger.add_turn(agent_id, agent_type)
+        elif isinstance(event, Notice) and event.mail and (team := _team(child.scope)):
+            team.taken(agent_id, event.mail, event.turn)
         self.parent.bus.publish(
             AgentActivity(agent_id=agent_id, event=event, call_id=child.call_id)
         )
@@ -285,6 +290,12 @@ class Relay:
 
     async def _delegation_reply(self, frame: DelegateRequest) -> DelegateReply:
         child = self.child
+        if frame.tool in TEAM_TOOLS and any(t.name == frame.tool for t in child.spec.remote_tools):
+            team = _team(child.scope)
+            output = answer_team_tool(team, child.spec.agent_id, frame.tool, frame.arguments)
+            return DelegateReply(
+                request_id=frame.request_id, content=output.content, is_error=output.is_error
+            )
         if frame.tool == WEB_FETCH and any(t.name == WEB_FETCH for t in child.spec.remote_tools):
             return await answer_web_fetch(
                 frame,
@@ -404,6 +415,10 @@ async def delegation_reply(
 
 def _journal(scope: Scope) -> Journal | None:
     return scope.account.journal if scope.account is not None else None
+
+
+def _team(scope: Scope) -> Team | None:
+    return scope.account.team if scope.account is not None else None
 
 
 def _first(errors: BaseExceptionGroup) -> BaseException:

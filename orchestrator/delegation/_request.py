@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,6 +14,7 @@ from agentcell.orchestrator.backends._interface import WorkerLease
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._replay import RunPast
+from agentcell.orchestrator.teams._mail import Team
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import ChannelClosed, Control, ControlAction, Message, RunStatus
 
@@ -30,6 +32,7 @@ class DelegationRequest:
     isolation: str | None = None  # "worktree" for a git worktree of its own
     call_id: str = ""  # the parent's tool call
     resume: str = ""  # continue this finished sub-agent (its recorded session) instead
+    name: str = ""  # what its team calls it (``task``'s name; the runner makes it unique)
 
 
 @dataclasses.dataclass(slots=True)
@@ -58,6 +61,7 @@ class RunAccount:
     run_dir: str = ""  # "" : not recorded
     journal: Journal | None = None  # the run's journal (recorded runs): journal/
     past: RunPast | None = None  # a resume: the killed run it goes on from
+    team: Team | None = None  # its agents by name, and the messages between them
 
 
 class RunHandle:
@@ -97,6 +101,10 @@ class RunHandle:
     def steer(self, text: str) -> None:
         self._control(Control(action=ControlAction.STEER, text=text))
 
+    def message(self, text: str, message_id: str) -> None:
+        """A message of its team's: read as a steer is, and said when it was taken."""
+        self._control(Control(action=ControlAction.STEER, text=text, message_id=message_id))
+
     def _control(self, control: Control) -> None:
         if self.lease is None:
             self._queued.append(control)
@@ -107,3 +115,30 @@ class RunHandle:
         assert self.lease is not None
         with contextlib.suppress(ChannelClosed):
             self.lease.send_nowait(control)
+
+
+def result_base(request: DelegationRequest, scope: Scope, agent_id: str) -> dict[str, Any]:
+    """The fields every result of a run carries, known before anything is resolved."""
+    return dict(
+        agent_id=agent_id,
+        name=request.name,
+        agent_type=request.agent_type,
+        description=request.description,
+        background=bool(request.background) or scope.background,
+        depth=scope.depth + 1,
+        parent_id=scope.agent_id,
+        started_at=time.time(),  # the timeline's clock (runs view)
+    )
+
+
+def join_team(
+    scope: Scope, request: DelegationRequest, agent_id: str, handle: RunHandle
+) -> Team | None:
+    """The run's team, with this agent in it: named uniquely (``request.name`` becomes
+    the name it got), its messages sent through ``handle``."""
+    team = scope.account.team if scope.account is not None else None
+    if team is not None:
+        request.name = team.roster.join(
+            agent_id, request.name, request.agent_type, scope.agent_id, handle
+        )
+    return team

@@ -13,6 +13,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     agent_id: str
     agent_type: str
     description: str = ""
+    name: str = ""  # what its team calls it (send_message's ``to``), if it was named
     status: RunStatus
     text: str = ""
     error: str = ""  # for anything but completed: the cause, in one line
@@ -55,7 +56,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
         head = f"[{self.status.value}] {self.agent_type}"
         if self.description:
             head += f' "{self.description}"'
-        head += f" (agent {self.agent_id}, {plural(self.turns, 'turn')}, "
+        named = f"{self.name}, " if self.name else ""
+        head += f" ({named}agent {self.agent_id}, {plural(self.turns, 'turn')}, "
         head += f"{plural(self.tool_calls, 'tool call')}, {self.duration_ms / 1000:.1f} s)"
         head += "".join(f"\nwarning: {line}" for line in self.warnings)
         kept = ""

@@ -60,7 +60,13 @@ from agentcell.orchestrator.delegation._journaled import (
 )
 from agentcell.orchestrator.delegation._prepare import Prepared, Preparer, too_large
 from agentcell.orchestrator.delegation._relay import Child, Parent, Progress, Relay
-from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
+from agentcell.orchestrator.delegation._request import (
+    DelegationRequest,
+    RunHandle,
+    Scope,
+    join_team,
+    result_base,
+)
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
 from agentcell.orchestrator.delegation._settle import (
@@ -308,6 +314,7 @@ class Runner:
             if before.result is not None:  # it ended: its result, never asked again
                 return delivered_again(before.result, request, scope, (handle, self.bus), task_id)
         agent_id = agent_id or self.new_agent_id()
+        team = join_team(scope, request, agent_id, handle)  # named, and reachable
         journal_start(scope, request, agent_id, task_id)
         try:
             async with asyncio.TaskGroup() as group:
@@ -324,9 +331,11 @@ class Runner:
             raise
         finally:
             self.recorded.ended(agent_id)  # however it ended, it runs no more
+            if team is not None:  # its status (none: cancelled before it began)
+                team.roster.ended(agent_id, getattr(handle.result, "status", "cancelled"))
         if inner.cancelled():  # cancelled before its first step: it never got going
             result = SubAgentResult(
-                **_base(request, scope, agent_id),
+                **result_base(request, scope, agent_id),
                 status=handle.cancel_status,
                 error=handle.cancel_reason or "cancelled before it started",
             )
@@ -353,7 +362,7 @@ class Runner:
             return await self._run(request, scope, handle, agent_id, task_id)
         except Exception as exc:  # a bug or an environment problem: this run fails, alone
             log.exception("sub-agent %s failed in the parent", agent_id)
-            base = _base(request, scope, agent_id)
+            base = result_base(request, scope, agent_id)
             result = parent_failure(base, f"{type(exc).__name__}: {exc}", None, started)
             handle.result = result
             self.bus.publish(SubAgentEnded(agent_id=agent_id, result=result))
@@ -386,7 +395,7 @@ class Runner:
         self, request: DelegationRequest, scope: Scope, agent_id: str
     ) -> _Admitted | SubAgentResult:
         """The definition it runs, its spec and walls; or the result refusing it."""
-        base = _base(request, scope, agent_id)
+        base = result_base(request, scope, agent_id)
         history: list[Message] | None = None
         if request.resume:
             try:
@@ -675,19 +684,6 @@ class Runner:
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
-
-
-def _base(request: DelegationRequest, scope: Scope, agent_id: str) -> dict[str, Any]:
-    """The fields every result of a run carries, known before anything is resolved."""
-    return dict(
-        agent_id=agent_id,
-        agent_type=request.agent_type,
-        description=request.description,
-        background=bool(request.background) or scope.background,
-        depth=scope.depth + 1,
-        parent_id=scope.agent_id,
-        started_at=time.time(),  # the timeline's clock (runs view)
-    )
 
 
 def _owner(scope: Scope) -> str:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._request import DelegationRequest
+from agentcell.orchestrator.teams._roster import check_name
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import ToolError, args_schema, parse_args
 
@@ -62,6 +63,13 @@ class TaskArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         ]
         | None
     ) = None
+    name: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="A name other agents can message it by (send_message); one already "
+            "taken in this run gets a suffix, and the result gives the name used"
+        ),
+    ] = None
 
 
 def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
@@ -71,6 +79,7 @@ def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
         raise ValueError(str(exc)) from None
     if not args.prompt.strip():
         raise ValueError("task needs a non-empty prompt: the sub-agent sees nothing else")
+    name = check_name(args.name.strip()) if args.name else ""
     return DelegationRequest(
         agent_type=args.subagent_type,
         prompt=args.prompt,
@@ -81,6 +90,7 @@ def parse_task_arguments(text: str, *, call_id: str = "") -> DelegationRequest:
         isolation=args.isolation,
         call_id=call_id,
         resume=(args.resume or "").strip(),
+        name=name,
     )
 
 

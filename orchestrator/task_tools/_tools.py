@@ -13,7 +13,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from agentcell.orchestrator.definitions._registry import AgentRegistry
-from agentcell.orchestrator.delegation._request import DelegationRequest, RunHandle, Scope
+from agentcell.orchestrator.delegation._request import (
+    DelegationRequest,
+    RunHandle,
+    Scope,
+    join_team,
+)
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._runner import Runner
 from agentcell.orchestrator.delegation._settle import BY_MAIN_AGENT
@@ -90,6 +95,7 @@ class TaskTool(Tool):
         # One id for the sub-agent everywhere: the task id is its agent id (on a resume,
         # the one the killed run gave the sub-agent this call started).
         agent_id = self.runner.agent_id_for(request, self.scope())
+        join_team(self.scope(), request, agent_id, handle)  # its name, said now
         record = self.tracker.start(
             request.agent_type, request.description, handle, task_id=agent_id
         )
@@ -102,9 +108,10 @@ class TaskTool(Tool):
             self.tracker.finish(agent_id, _background_result(request, agent_id, str(exc)))
             return ToolOutput(str(exc), True)
         self._background = [t for t in self._background if not t.done()] + [task]
+        named = f", named {request.name}" if request.name else ""
         return ToolOutput(
             f"[running] task {record.task_id} started in the background "
-            f"({request.agent_type}). Its result will be delivered to you when it ends; "
+            f"({request.agent_type}{named}). Its result will be delivered to you when it ends; "
             "use task_wait to wait for it, task_status to check on it."
         )
 

@@ -556,8 +556,10 @@ class TurnControls:
 
     def __init__(self, link: ChildLink) -> None:
         self.link = link
+        self.turn = 0  # model requests so far: this boundary comes before the next
 
     async def __call__(self, session: Session) -> Sequence[Message]:
+        self.turn += 1
         if self.link.paused:
             # Said before waiting, so the parent knows the pause has taken hold.
             self.link.emit(Notice(message="paused at the turn boundary: waiting for resume"))
@@ -565,7 +567,7 @@ class TurnControls:
         # A parent that fell behind our events has stopped reading: wait for it here
         # rather than queue another turn's events in this process.
         await self.link.writable()
-        return [UserMessage(content=text) for text in self.link.take_steering()]
+        return [UserMessage(content=text) for text in self.link.take_steering(self.turn)]
 
 
 class CoalescingSink:

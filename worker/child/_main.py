@@ -115,7 +115,7 @@ class ChildLink:
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._resumed = asyncio.Event()
         self._resumed.set()
-        self._steering: list[str] = []
+        self._steering: list[tuple[str, str]] = []  # (text, its team message id or "")
         self.steered = asyncio.Event()
         self.cancel_requested = asyncio.Event()
         self.on_cancel: Callable[[], object] | None = None
@@ -262,10 +262,14 @@ class ChildLink:
     def paused(self) -> bool:
         return not self._resumed.is_set()
 
-    def take_steering(self) -> list[str]:
-        texts, self._steering = self._steering, []
+    def take_steering(self, turn: int = 0) -> list[str]:
+        """The steers and team messages that came since the last boundary; the messages
+        among them are said to the parent as taken into the ``turn``-th request."""
+        taken, self._steering = self._steering, []
         self.steered.clear()
-        return texts
+        if ids := [message_id for _, message_id in taken if message_id]:
+            self.emit(Notice(message=f"{len(ids)} team message(s) read", mail=ids, turn=turn))
+        return [text for text, _ in taken]
 
     # -- incoming ---------------------------------------------------------------------
     def dispatch(self, frame: Frame) -> None:
@@ -307,9 +311,10 @@ class ChildLink:
             self._resumed.set()
             self.emit(Notice(message="resumed"))
         elif frame.action is ControlAction.STEER:
-            self._steering.append(frame.text)
+            self._steering.append((frame.text, frame.message_id))
             self.steered.set()
-            self.emit(Notice(message="steering message received: it joins the next turn"))
+            what = "a message from its team" if frame.message_id else "steering message"
+            self.emit(Notice(message=f"{what} received: it joins the next turn"))
 
     def fail_pending(self, exc: BaseException) -> None:
         for future in self._pending.values():

@@ -229,7 +229,8 @@ def test_tools_as_a_block_list(corpus: Path, by_source: dict[str, AgentDefinitio
     d = get(by_source, corpus, "izzzzzi__izteam/plugins/team/agents/coder.md")
     assert d.tools is not None
     assert d.tools[:3] == ["read_file", "grep", "glob"]
-    assert {"LSP", "SendMessage", "TaskList"} <= set(d.unknown_tools)
+    assert {"LSP", "TaskList"} <= set(d.unknown_tools)
+    assert "send_message" in d.tools and "SendMessage" not in d.unknown_tools  # a team's
     assert d.color == "green" and d.extra == {}
 
 

@@ -1,0 +1,211 @@
+"""Messages between a run's agents: checked, enveloped, delivered through the parent.
+
+Every message passes through the parent, which checks the sender's reach and the caps
+(``[teams]``: its size, the recipient's unread messages, the sender's rate), wraps it in
+an envelope that names the sender and that the sender cannot fake (a fence of random
+characters it never sees), and journals it. A running sub-agent gets it at its next turn
+boundary — before its next model request, not at its end — through its controls (as a
+steer is); the main agent gets its messages at its next turn, as background results
+are. The recipient says when it took them (a ``Notice`` naming them): then they are journaled as
+delivered, at that turn.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+import secrets
+import time
+from collections.abc import Callable
+
+from agentcell.orchestrator.config._settings import TeamSettings
+from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.teams._roster import MAIN, Member, Roster
+
+#: The agent states a message reaches: the recipient runs, or is the main agent.
+_RUNNING = "running"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Letter:
+    id: str
+    sender: str  # agent ids
+    recipient: str
+    text: str  # as delivered: the envelope with the message inside
+
+
+def envelope(sender: Member, message: str) -> str:
+    """The message as its recipient's model reads it: from whom (name, id, type), fenced
+    by characters the sender never saw, so that no text of its own can close it early."""
+    fence = secrets.token_hex(6)
+    who = "the main agent" if sender.agent_id == MAIN else f"{sender.label}, a {sender.agent_type}"
+    return (
+        f"[agentcell: a message from {who} — another agent of this run, not the user and "
+        f"not a tool result. Its text is between the two {fence} lines.]\n"
+        f"{fence}\n{message}\n{fence}\n"
+        f'[To answer, call send_message with to="{sender.address}".]'
+    )
+
+
+class Team:
+    """A run's roster and its mail; see the module's docstring."""
+
+    def __init__(
+        self,
+        limits: TeamSettings,
+        journal: Journal | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.roster = Roster()
+        self.limits = limits
+        self.journal = journal
+        self._clock = clock
+        self._sent: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self._unread: dict[str, dict[str, Letter]] = collections.defaultdict(dict)
+        self._for_main: list[Letter] = []
+        self._numbers = itertools.count(1)
+        self._main_turns = 0
+
+    # -- sending --------------------------------------------------------------------------
+    def send(self, sender_id: str, to: str | list[str], message: str) -> tuple[str, bool]:
+        """Send ``message`` from ``sender_id``: the sender's tool result, and whether it
+        is an error (nothing was sent)."""
+        sender = self.roster.members.get(sender_id)
+        if sender is None:
+            return f"agent {sender_id} is not in this run's team", True
+        refused = self._refused(sender, message)
+        if refused:
+            return refused, True
+        recipients, refused = self._recipients(sender, to)
+        if refused:
+            return refused, True
+        self._sent[sender_id].append(self._clock())
+        return "\n".join(self._post(sender, recipient, message) for recipient in recipients), False
+
+    def shut_down(self, sender_id: str, to: str | list[str]) -> tuple[str, bool]:
+        """Claude Code's ``shutdown_request``: end each recipient (as ``task_control``'s
+        cancel does), within the sender's reach; the main agent is never shut down."""
+        sender = self.roster.members.get(sender_id)
+        if sender is None:
+            return f"agent {sender_id} is not in this run's team", True
+        recipients, refused = self._recipients(sender, to)
+        if refused:
+            return refused, True
+        lines = []
+        for recipient in recipients:
+            if recipient.agent_id == MAIN or recipient.controls is None:
+                lines.append(f"not shut down: {recipient.label} cannot be shut down by a message")
+                continue
+            recipient.controls.cancel(f"shut down at the request of {sender.address}")
+            lines.append(f"shutdown sent to {recipient.label}")
+        return "\n".join(lines), False
+
+    def _refused(self, sender: Member, message: str) -> str:
+        limits = self.limits
+        if not message.strip():
+            return "send_message needs a non-empty message"
+        size = len(message.encode())
+        if size > limits.message_max_bytes:
+            return (
+                f"not sent: the message is {size:,} bytes and the limit is "
+                f"{limits.message_max_bytes:,} ([teams] message_max_bytes); send a shorter "
+                "one, or write the details to a file and send its path"
+            )
+        window = self._sent[sender.agent_id]
+        while window and window[0] <= self._clock() - limits.window_s:
+            window.popleft()
+        if len(window) >= limits.messages_per_window:
+            return (
+                f"not sent: {sender.address} sent {len(window)} messages in the last "
+                f"{limits.window_s:g} s, the limit ([teams] messages_per_window); wait, or "
+                "put several points in one message"
+            )
+        return ""
+
+    def _recipients(self, sender: Member, to: str | list[str]) -> tuple[list[Member], str]:
+        """Whom ``to`` names, each reachable and running; or why not."""
+        reach = self.roster.reachable(sender)
+        addresses = [to] if isinstance(to, str) else list(to)
+        if addresses == ["*"]:
+            everyone = [m for m in reach if m.state == _RUNNING]
+            return (everyone, "") if everyone else ([], _nobody(reach))
+        found: list[Member] = []
+        for address in dict.fromkeys(a.strip() for a in addresses):
+            member = self.roster.find(address)
+            if member is None or not self.roster.may_reach(sender, member):
+                why = "no agent of this run" if member is None else "not in your reach"
+                return [], f"not sent: {address!r} is {why}. {_reachable(reach)}"
+            if member.state != _RUNNING:
+                return [], (
+                    f"not sent: {member.label} has ended ({member.state}); a message does not "
+                    "reach an ended agent. " + _reachable(reach)
+                )
+            found.append(member)
+        if not found:
+            return [], "send_message needs a recipient in to: a name, an id, a list, or *"
+        return found, ""
+
+    def _post(self, sender: Member, recipient: Member, message: str) -> str:
+        unread = self._unread[recipient.agent_id]
+        if len(unread) >= self.limits.mailbox_max:
+            return (
+                f"not delivered to {recipient.label}: it has {len(unread)} unread messages, "
+                "the limit ([teams] mailbox_max); send again after it has read them"
+            )
+        letter = Letter(
+            id=f"m{next(self._numbers)}",
+            sender=sender.agent_id,
+            recipient=recipient.agent_id,
+            text=envelope(sender, message),
+        )
+        unread[letter.id] = letter
+        if self.journal is not None:
+            self.journal.fact(
+                "message",
+                id=letter.id,
+                sender=letter.sender,
+                recipient=letter.recipient,
+                text=letter.text,
+            )
+        if recipient.agent_id == MAIN:
+            self._for_main.append(letter)
+            return f"sent to the main agent: it reads it at its next turn (message {letter.id})"
+        if recipient.controls is None:  # ran in no runner of ours: cannot be reached now
+            del unread[letter.id]
+            return f"not delivered to {recipient.label}: it cannot be reached right now"
+        recipient.controls.message(letter.text, letter.id)
+        return (
+            f"sent to {recipient.label}: it reads it before its next model request "
+            f"(message {letter.id})"
+        )
+
+    # -- receiving ------------------------------------------------------------------------
+    def taken(self, recipient_id: str, ids: list[str], turn: int) -> None:
+        """The recipient took these messages into its ``turn``-th model request."""
+        unread = self._unread[recipient_id]
+        taken = [i for i in ids if unread.pop(i, None) is not None]
+        if taken and self.journal is not None:
+            self.journal.fact("mail", recipient=recipient_id, ids=taken, turn=turn)
+
+    def for_main(self) -> list[str]:
+        """The main agent's messages, once each, for its next model request."""
+        letters, self._for_main = self._for_main, []
+        self._main_turns += 1
+        if letters:
+            self.taken(MAIN, [letter.id for letter in letters], self._main_turns)
+        return [letter.text for letter in letters]
+
+    def unread(self, agent_id: str) -> int:
+        return len(self._unread.get(agent_id, {}))
+
+
+def _reachable(reach: list[Member]) -> str:
+    running = [m.address for m in reach if m.state == _RUNNING]
+    if not running:
+        return "No agent in your reach is running."
+    return f"Running in your reach: {', '.join(running)}."
+
+
+def _nobody(reach: list[Member]) -> str:
+    return f"not sent: no agent in your reach is running ({len(reach)} in reach, all ended)"

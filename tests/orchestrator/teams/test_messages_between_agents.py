@@ -1,0 +1,116 @@
+"""Messages between a run's agents, from real children against a scripted model server:
+a sub-agent's message reaches a sibling at its next tool boundary (while the sibling's
+bash is still running when it is sent), in an envelope naming the sender; a sub-agent's
+message reaches the main agent at its next turn; both are journaled as sent and as
+taken, at the turn that took them."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator.journal._file import read_journal
+from agentcell.orchestrator.journal._place import journal_dir
+from conftest import SpawnRecorder
+from http_script import _first_user, _system, _tool_results
+from model_servers import Call, ModelServer, Reply
+
+WAIT_FOR_GO = "while [ ! -f go ]; do sleep 0.05; done; echo ready"
+
+
+def _user_texts(body: dict[str, Any]) -> list[str]:
+    return [str(m["content"]) for m in body["messages"] if m["role"] == "user"]
+
+
+class _Team:
+    """Main → "waiter" and "writer" side by side. The writer messages the waiter while
+    the waiter's bash waits for a file the script writes only once the writer has its
+    send_message result; the waiter then messages the main agent."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.bodies: dict[str, list[dict[str, Any]]] = {"main": [], "wait": [], "write": []}
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        if "main agent of agentcell" in _system(body):
+            self.bodies["main"].append(body)
+            if results:
+                return Reply(text="all done")
+            return Reply(
+                tool_calls=[
+                    Call("task", {"subagent_type": "waiter", "prompt": "wait", "name": "waiter"}),
+                    Call("task", {"subagent_type": "writer", "prompt": "write", "name": "writer"}),
+                ]
+            )
+        prompt = _first_user(body)
+        self.bodies[prompt].append(body)
+        if prompt == "write":
+            if not results:
+                message = {"to": "waiter", "message": "hello from the writer"}
+                return Reply(tool_calls=[Call("send_message", message)])
+            (self.work / "go").write_text("")
+            return Reply(text="writer done")
+        if len(results) == 0:
+            return Reply(tool_calls=[Call("bash", {"command": WAIT_FOR_GO})])
+        if len(results) == 1:
+            message = {"to": "main", "message": "the waiter heard the writer"}
+            return Reply(tool_calls=[Call("send_message", message)])
+        return Reply(text="waiter done")
+
+
+async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_main_agent(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    openai_served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    work = tmp_path / "work"
+    work.mkdir()
+    script = openai_served.responder = _Team(work)
+    agents = [
+        AgentDefinition(name="waiter", description="w", tools=["bash", "send_message"]),
+        AgentDefinition(name="writer", description="w", tools=["send_message"]),
+    ]
+    orch = Orchestrator(
+        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
+        workdir=work,
+        agents=agents,
+        load_agent_files=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 120)
+    assert report.final_text == "all done", report
+    by_name = {sub.name: sub for sub in report.subagents}
+    assert set(by_name) == {"waiter", "writer"}
+    writer, waiter = by_name["writer"], by_name["waiter"]
+    # The waiter's second request: its bash result, then the writer's message.
+    second = script.bodies["wait"][1]["messages"]
+    assert second[-2]["role"] == "tool" and "ready" in second[-2]["content"]
+    envelope = second[-1]["content"]
+    assert second[-1]["role"] == "user"
+    assert f"a message from writer ({writer.agent_id}), a writer" in envelope
+    assert "hello from the writer" in envelope and 'send_message with to="writer"' in envelope
+    # The main agent's second request carries the waiter's message, after the results.
+    main_texts = _user_texts(script.bodies["main"][1])
+    assert any(f"a message from waiter ({waiter.agent_id})" in t for t in main_texts)
+    assert any("the waiter heard the writer" in t for t in main_texts)
+    # The writer's tool result said where it went.
+    sent = _tool_results(script.bodies["write"][1])[0]
+    assert sent.startswith(f"sent to waiter ({waiter.agent_id})"), sent
+    # Journaled: each message as sent, and as taken at the turn that took it.
+    records = read_journal(journal_dir(Path(report.run_dir)) / "journal").records
+    facts = [(r["what"], r) for r in records if r.get("what") in ("message", "mail")]
+    sent_facts = [r for what, r in facts if what == "message"]
+    assert [(r["sender"], r["recipient"]) for r in sent_facts] == [
+        (writer.agent_id, waiter.agent_id),
+        (waiter.agent_id, "main"),
+    ]
+    taken = {r["recipient"]: (r["ids"], r["turn"]) for what, r in facts if what == "mail"}
+    assert taken == {waiter.agent_id: (["m1"], 2), "main": (["m2"], 2)}
+    message = [r for r in sent_facts if r["recipient"] == waiter.agent_id][0]
+    assert message["text"] == envelope and message["id"] == "m1"
