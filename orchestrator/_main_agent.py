@@ -128,7 +128,7 @@ class MainAgent:
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
         servers = await self._start_mcp_servers()
         tools = main_tools(
-            parts.custom_tools, servers.tools, task_tool, parts.tracker, account.team
+            parts.custom_tools, servers.tools, task_tool, parts.tracker, (account.team, parts.hooks)
         )
         engine = self._engine(
             journaled,  # a Model: its name, stream, aclose

@@ -42,7 +42,7 @@ from agentcell.orchestrator.task_tools._tools import (
 )
 from agentcell.orchestrator.task_tools._tracker import TaskTracker
 from agentcell.orchestrator.teams._mail import Team
-from agentcell.orchestrator.teams._tools import main_team_tools
+from agentcell.orchestrator.teams._tools import hooks_of, main_team_tools
 from agentcell.protocol import McpServer, RunResult, RunStatus, Usage
 from agentcell.worker import Hook, PermissionPolicy, Redactor, Transcript
 from agentcell.worker.tools import Tool, builtin_tools
@@ -161,7 +161,7 @@ def main_tools(
     servers: Sequence[Tool],
     task_tool: TaskTool,
     tracker: TaskTracker,
-    team: Team | None,
+    team: tuple[Team | None, HookRunner],
 ) -> list[Tool]:
     """The main agent's tools: the built-ins, the caller's, its MCP servers', the four
     coordination tools over its sub-agents, and its team's two."""
@@ -173,7 +173,7 @@ def main_tools(
         TaskStatusTool(tracker),
         TaskWaitTool(tracker),
         TaskControlTool(tracker),
-        *main_team_tools(team),
+        *main_team_tools(team[0], hooks_of(team[1])),
     ]
 
 

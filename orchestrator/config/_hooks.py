@@ -80,6 +80,8 @@ RAISED_EVENTS = frozenset(
         "SubagentStart",
         "SubagentStop",
         "PreCompact",
+        "TaskCreated",
+        "TaskCompleted",
     }
 )
 #: The events agentcell does not raise (yet), and why; their hooks are taken and named.

@@ -120,6 +120,8 @@ DEFAULT_ALIASES = {
     "sonnet": "anthropic:claude-sonnet-4-5",
     "opus": "anthropic:claude-opus-4-1",
     "haiku": "anthropic:claude-haiku-4-5",
+    # Claude Code's newest alias (Claude Fable 5, June 2026): Fable 5.2 on the API.
+    "fable": "anthropic:claude-fable-5-2",
 }
 
 ApprovalMode = Literal["ask", "allow", "deny", "bubble"]

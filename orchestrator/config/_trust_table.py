@@ -88,6 +88,12 @@ def at_most(value: Any, current: Any) -> bool:
     return limit is None or number <= limit
 
 
+def at_least(value: Any, current: Any) -> bool:
+    """A span (a rate limit's window) no shorter than the current one."""
+    number, span = _number(value), _number(current)
+    return number is None or span is None or number >= span
+
+
 def not_on(value: Any, current: Any) -> bool:
     """A switch that loosens when on (as validation reads it: ``1`` and ``"yes"`` are on)."""
     return not _switched_on(value) or _switched_on(current)
@@ -160,6 +166,10 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "background_wait_s": _neutral("how long the main agent waits for background work"),
     "min_free_mb": _neutral("how full a disk may be before a run refuses to start"),
     "min_free_inodes": _neutral("how full a disk may be before a run refuses to start"),
+    "teams.message_max_bytes": _tight(_LIMIT),
+    "teams.mailbox_max": _tight(_LIMIT),
+    "teams.messages_per_window": _tight(_LIMIT),
+    "teams.window_s": _tight("a longer window lets fewer messages through", at_least),
     "budgets.max_tokens": _tight(_LIMIT),
     "budgets.max_turns": _tight(_LIMIT),
     "budgets.max_subagents": _tight(_LIMIT),

@@ -40,7 +40,7 @@ from agentcell.orchestrator.definitions._model import (
     model_problem,
     validation_messages,
 )
-from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
+from agentcell.orchestrator.definitions._tool_policy import TEAM_LIFECYCLE, mcp_patterns
 from agentcell.orchestrator.network._host_rules import parse_rules
 from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import ValidationError
@@ -538,6 +538,14 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
         except ValueError as exc:
             found.append(("warning", f"{exc}: the agent is refused at its start until it is fixed"))
     allowed = set(definition.tools or [])
+    if TEAM_LIFECYCLE in allowed:
+        found.append(
+            (
+                "info",
+                "TeamCreate and TeamDelete are accepted and grant nothing: in agentcell a run "
+                "is its team (every agent it starts is in it; send_message reaches them)",
+            )
+        )
     unknown_allowed = [name for name in definition.unknown_tools if name in allowed]
     unknown_denied = [name for name in definition.unknown_tools if name not in allowed]
     if unknown_allowed:

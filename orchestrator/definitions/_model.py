@@ -41,7 +41,7 @@ from pydantic import (
 )
 
 #: The model aliases that configuration maps to PROVIDER:NAME strings.
-MODEL_ALIASES: tuple[str, ...] = ("sonnet", "opus", "haiku")
+MODEL_ALIASES: tuple[str, ...] = ("sonnet", "opus", "haiku", "fable")
 INHERIT = "inherit"
 
 # Prefixes of bare model ids whose provider is unambiguous.

@@ -24,13 +24,16 @@ SKILL_TOOL = "skill"
 #: the team's send_message and list_agents; todo_write is the agent's own list,
 #: web_search is refused in one line (README).
 NAMED_TOOLS: frozenset[str] = frozenset(
-    {"web_fetch", "todo_write", "web_search", "send_message", "list_agents"}
+    {"web_fetch", "todo_write", "web_search", "send_message", "list_agents", "team_tasks"}
 )
 #: Of those, the ones the sub-agent process runs itself.
 CHILD_NAMED_TOOLS: tuple[str, ...] = ("todo_write",)
-#: Every tool name we implement.
+#: Claude Code's TeamCreate and TeamDelete: accepted, and grant nothing — in agentcell a
+#: run is its team (every agent it starts is in it).
+TEAM_LIFECYCLE = "team_lifecycle"
+#: Every tool name we implement (or, as TEAM_LIFECYCLE, take and say what it means).
 KNOWN_TOOLS: frozenset[str] = (
-    frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | NAMED_TOOLS | {SKILL_TOOL}
+    frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | NAMED_TOOLS | {SKILL_TOOL, TEAM_LIFECYCLE}
 )
 
 #: MCP tools are named ``mcp__<server>__<tool>`` (Claude Code's spelling). They come
@@ -60,6 +63,13 @@ CLAUDE_TOOL_NAMES: dict[str, str] = {
     "WebSearch": "web_search",
     "TodoWrite": "todo_write",
     "SendMessage": "send_message",
+    # One shared task list, kept by the parent, for all four of Claude Code's task tools.
+    "TaskCreate": "team_tasks",
+    "TaskUpdate": "team_tasks",
+    "TaskList": "team_tasks",
+    "TaskGet": "team_tasks",
+    "TeamCreate": TEAM_LIFECYCLE,
+    "TeamDelete": TEAM_LIFECYCLE,
 }
 
 

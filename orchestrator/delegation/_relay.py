@@ -41,7 +41,7 @@ from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
 from agentcell.orchestrator.network._web_fetch import NAME as WEB_FETCH
 from agentcell.orchestrator.network._web_fetch import answer as answer_web_fetch
 from agentcell.orchestrator.teams._mail import Team
-from agentcell.orchestrator.teams._tools import TEAM_TOOLS, answer_team_tool
+from agentcell.orchestrator.teams._tools import TEAM_TOOLS, answer_team_tool, hooks_of
 from agentcell.orchestrator.telemetry._child_spans import ChildSpans, nested_trace
 from agentcell.orchestrator.telemetry._usage import UsageLedger
 from agentcell.protocol import (
@@ -292,7 +292,9 @@ class Relay:
         child = self.child
         if frame.tool in TEAM_TOOLS and any(t.name == frame.tool for t in child.spec.remote_tools):
             team = _team(child.scope)
-            output = answer_team_tool(team, child.spec.agent_id, frame.tool, frame.arguments)
+            spec = child.spec
+            hook = hooks_of(child.hooks, (spec.agent_id, spec.agent_type))
+            output = await answer_team_tool(team, spec.agent_id, frame.tool, frame.arguments, hook)
             return DelegateReply(
                 request_id=frame.request_id, content=output.content, is_error=output.is_error
             )

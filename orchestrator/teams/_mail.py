@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from agentcell.orchestrator.config._settings import TeamSettings
 from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.teams._board import TaskBoard
 from agentcell.orchestrator.teams._roster import MAIN, Member, Roster
 
 #: The agent states a message reaches: the recipient runs, or is the main agent.
@@ -58,6 +59,7 @@ class Team:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.roster = Roster()
+        self.board = TaskBoard(journal)
         self.limits = limits
         self.journal = journal
         self._clock = clock

@@ -5,9 +5,10 @@ by the parent for a sub-agent whose definition grants them (Claude Code's
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
+from agentcell.orchestrator.teams._board import RunHook, TeamTasksArgs
 from agentcell.orchestrator.teams._mail import Team
 from agentcell.orchestrator.teams._roster import MAIN
 from agentcell.protocol import Message, RemoteTool, UserMessage
@@ -15,8 +16,9 @@ from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput, arg
 
 SEND_MESSAGE = "send_message"
 LIST_AGENTS = "list_agents"
+TEAM_TASKS = "team_tasks"
 #: The team tools, as an agent file's ``tools:`` names them after mapping.
-TEAM_TOOLS: frozenset[str] = frozenset({SEND_MESSAGE, LIST_AGENTS})
+TEAM_TOOLS: frozenset[str] = frozenset({SEND_MESSAGE, LIST_AGENTS, TEAM_TASKS})
 
 
 class SendMessageArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -47,6 +49,31 @@ SEND_DESCRIPTION = (
 LIST_DESCRIPTION = (
     "List this run's agents: name, id, type and state, and which of them you may message."
 )
+TASKS_DESCRIPTION = (
+    "The team's shared task list, kept for every agent of this run: create a task, update "
+    "one (status, owner, activeForm, blockedBy), list them, or get one by its taskId."
+)
+
+
+async def _no_hooks(event: str, payload: dict[str, Any]) -> tuple[bool, str]:
+    return False, ""
+
+
+class _Hooks(Protocol):
+    def run(self, event: str, payload: dict[str, Any]) -> Awaitable[Any]: ...
+
+
+def hooks_of(runner: _Hooks, agent: tuple[str, str] | None = None) -> RunHook:
+    """The hooks of ``runner`` (a ``HookRunner``) as the task list runs them; a
+    sub-agent's payload names it (``agent``: its id and type), the main agent's does not."""
+
+    async def run(event: str, payload: dict[str, Any]) -> tuple[bool, str]:
+        if agent is not None:
+            payload = {**payload, "agent_id": agent[0], "agent_type": agent[1]}
+        outcome = await runner.run(event, payload)
+        return bool(outcome.blocked), str(outcome.reason)
+
+    return run
 
 
 def team_remote_tools(granted: set[str]) -> list[RemoteTool]:
@@ -70,17 +97,34 @@ def team_remote_tools(granted: set[str]) -> list[RemoteTool]:
                 read_only=True,
             )
         )
+    if TEAM_TASKS in granted:
+        found.append(
+            RemoteTool(
+                name=TEAM_TASKS,
+                description=TASKS_DESCRIPTION,
+                parameters=args_schema(TeamTasksArgs),
+                read_only=True,  # the list is the team's notes: no file, no grant
+            )
+        )
     return found
 
 
-def answer_team_tool(team: Team | None, agent_id: str, tool: str, arguments: str) -> ToolOutput:
-    """``tool`` called by ``agent_id`` (the main agent, or a sub-agent through the parent)."""
+async def answer_team_tool(
+    team: Team | None, agent_id: str, tool: str, arguments: str, hook: RunHook = _no_hooks
+) -> ToolOutput:
+    """``tool`` called by ``agent_id`` (the main agent, or a sub-agent through the parent);
+    ``hook`` runs the TaskCreated and TaskCompleted hooks of the caller."""
     if team is None:
         return ToolOutput(f"{tool}: this run has no team (it is not an orchestrator run)", True)
     try:
         if tool == LIST_AGENTS:
             parse_args(tool, ListAgentsArgs, arguments)
             return ToolOutput(roster_text(team, agent_id))
+        if tool == TEAM_TASKS:
+            tasks: TeamTasksArgs = parse_args(tool, TeamTasksArgs, arguments)
+            caller = team.roster.members.get(agent_id)
+            name = caller.address if caller is not None else agent_id
+            return ToolOutput(*await team.board.act(tasks, name, hook))
         args: SendMessageArgs = parse_args(tool, SendMessageArgs, arguments)
     except ToolError as exc:
         return ToolOutput(str(exc), True)
@@ -115,14 +159,15 @@ class _TeamTool(Tool):
 
     concurrency_safe = True
 
-    def __init__(self, team: Team | None) -> None:
+    def __init__(self, team: Team | None, hook: RunHook = _no_hooks) -> None:
         self._team = team
+        self._hook = hook
 
     def parse_args(self, arguments: str) -> str:
         return arguments  # checked in ``answer_team_tool``, as a sub-agent's are
 
     async def execute(self, args: str, ctx: ToolContext) -> ToolOutput:
-        return answer_team_tool(self._team, MAIN, self.name, args)
+        return await answer_team_tool(self._team, MAIN, self.name, args, self._hook)
 
 
 class SendMessageTool(_TeamTool):
@@ -139,9 +184,16 @@ class ListAgentsTool(_TeamTool):
     read_only = True
 
 
-def main_team_tools(team: Team | None) -> list[Tool]:
-    """The main agent's two team tools (always offered; without a team they say so)."""
-    return [SendMessageTool(team), ListAgentsTool(team)]
+class TeamTasksTool(_TeamTool):
+    name = TEAM_TASKS
+    description = TASKS_DESCRIPTION
+    Args = TeamTasksArgs
+    read_only = True
+
+
+def main_team_tools(team: Team | None, hook: RunHook = _no_hooks) -> list[Tool]:
+    """The main agent's team tools (always offered; without a team they say so)."""
+    return [SendMessageTool(team), ListAgentsTool(team), TeamTasksTool(team, hook)]
 
 
 def mail_for_main(team: Team | None) -> Callable[[Any], Awaitable[list[Message]]]:

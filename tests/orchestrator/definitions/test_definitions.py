@@ -305,11 +305,11 @@ def test_model_field_normalised() -> None:
 
 
 def test_model_problem() -> None:
-    for fine in ("inherit", "sonnet", "openai:gpt-4o"):
+    for fine in ("inherit", "sonnet", "fable", "openai:gpt-4o"):  # fable: Claude Code's too
         assert model_problem(fine) is None
-    problem = model_problem("fable")
+    problem = model_problem("parable")
     assert problem is not None
-    assert "'fable'" in problem
+    assert "'parable'" in problem
     assert "PROVIDER:NAME" in problem
 
 

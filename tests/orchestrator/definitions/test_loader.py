@@ -321,12 +321,12 @@ def test_unknown_tools_reported_not_granted(tmp_path: Path) -> None:
 def test_unknown_model_is_a_warning(tmp_path: Path) -> None:
     result = load_agent_file(write(tmp_path / "m.md", agent("m")))
     assert not result.diagnostics
-    text = "---\nname: m\ndescription: x\nmodel: fable\n---\n"
+    text = "---\nname: m\ndescription: x\nmodel: parable\n---\n"
     result = load_agent_file(write(tmp_path / "m.md", text))
-    assert result.definitions[0].model == "fable"
+    assert result.definitions[0].model == "parable"
     [warning] = result.diagnostics
     assert warning.level == "warning"
-    assert "model 'fable'" in warning.message
+    assert "model 'parable'" in warning.message
 
 
 def test_missing_description_is_a_warning(tmp_path: Path) -> None:

@@ -229,8 +229,8 @@ def test_tools_as_a_block_list(corpus: Path, by_source: dict[str, AgentDefinitio
     d = get(by_source, corpus, "izzzzzi__izteam/plugins/team/agents/coder.md")
     assert d.tools is not None
     assert d.tools[:3] == ["read_file", "grep", "glob"]
-    assert {"LSP", "TaskList"} <= set(d.unknown_tools)
-    assert "send_message" in d.tools and "SendMessage" not in d.unknown_tools  # a team's
+    assert d.unknown_tools == ["LSP"]
+    assert {"send_message", "team_tasks"} <= set(d.tools)  # SendMessage, TaskList, …
     assert d.color == "green" and d.extra == {}
 
 
@@ -278,11 +278,13 @@ def test_long_block_descriptions_kept_whole(
             assert d.description.rstrip().endswith(">")
 
 
-def test_unknown_model_word_is_reported(manifest: list[Row], loaded: LoadResult) -> None:
-    fable = [r for r in manifest if r.model == "fable"]
+def test_fable_is_claude_codes_alias_and_loads_quietly(
+    manifest: list[Row], loaded: LoadResult
+) -> None:
+    fable = [r for r in manifest if r.model == "fable"]  # Claude Fable 5's alias (2026)
     assert fable
     for row in fable:
-        assert any("model 'fable'" in m for m in diagnostics_for(loaded, row.path))
+        assert not any("model 'fable'" in m for m in diagnostics_for(loaded, row.path))
 
 
 def test_duplicate_names_within_a_source_are_reported(corpus: Path) -> None:

@@ -125,18 +125,21 @@ def test_broadcast_reaches_every_running_agent_in_reach_once() -> None:
     assert not error and len(controls["b1"].messages) == 2  # the broadcast's, then this one
 
 
-def test_shutdown_request_cancels_within_reach_and_never_the_main_agent() -> None:
+async def test_shutdown_request_cancels_within_reach_and_never_the_main_agent() -> None:
     team, controls, _ = _team()
 
-    def shut_down(to: str, by: str = "a1") -> tuple[str, bool]:
+    async def shut_down(to: str, by: str = "a1") -> tuple[str, bool]:
         arguments = json.dumps({"to": to, "type": "shutdown_request"})
-        output = answer_team_tool(team, by, "send_message", arguments)
+        output = await answer_team_tool(team, by, "send_message", arguments)
         return output.content, output.is_error
 
-    assert shut_down("dev") == ("shutdown sent to dev (b1)", False)
+    assert await shut_down("dev") == ("shutdown sent to dev (b1)", False)
     assert controls["b1"].cancelled == "shut down at the request of lead"
-    assert shut_down("main") == ("not shut down: main cannot be shut down by a message", False)
-    assert shut_down("a2", by="b2")[1] and controls["a2"].cancelled == ""  # out of reach
+    assert await shut_down("main") == (
+        "not shut down: main cannot be shut down by a message",
+        False,
+    )
+    assert (await shut_down("a2", by="b2"))[1] and controls["a2"].cancelled == ""  # out of reach
 
 
 def test_the_main_agent_gets_its_messages_once_at_its_next_turn() -> None:
@@ -146,10 +149,10 @@ def test_the_main_agent_gets_its_messages_once_at_its_next_turn() -> None:
     assert len(first) == 1 and "from the lead" in first[0] and second == []
 
 
-def test_list_agents_shows_names_ids_states_and_reach() -> None:
+async def test_list_agents_shows_names_ids_states_and_reach() -> None:
     team, _, _ = _team()
     team.roster.ended("a2", "completed")
-    output = answer_team_tool(team, "b1", "list_agents", "{}")
+    output = await answer_team_tool(team, "b1", "list_agents", "{}")
     lines = output.content.splitlines()
     assert lines[0] == "name | id | type | state | you may message it"
     assert "main | main | main | running | no" in lines
@@ -168,9 +171,9 @@ def test_list_agents_shows_names_ids_states_and_reach() -> None:
         ("not json", "not valid JSON"),
     ],
 )
-def test_bad_arguments_are_one_clear_error(arguments: str, expected: str) -> None:
+async def test_bad_arguments_are_one_clear_error(arguments: str, expected: str) -> None:
     team, _, _ = _team()
-    output = answer_team_tool(team, "a1", "send_message", arguments)
+    output = await answer_team_tool(team, "a1", "send_message", arguments)
     assert output.is_error and expected in output.content and "\n" not in output.content
 
 
