@@ -121,7 +121,7 @@ class MainAgent:
         stops: list[Stop] = []
         account = self.calls.account(run_dir, stops, kind="run")
         account.past = past
-        carried = _carry_spend(past, account.ledger) if past is not None else None
+        carried = _go_on_from(past, account) if past is not None else None
         self._journal_turn(account, prompt, model.name, session, chat=keep_background)
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
@@ -247,7 +247,7 @@ class MainAgent:
             attached=Engine.Attachments(
                 turn_hooks=[
                     background_injector(parts.tracker, delivery, drain),
-                    mail_for_main(account.team),
+                    mail_for_main(account.team, lambda: getattr(model, "replaying", False)),
                 ],
                 finish_hooks=[*([] if keep_background else finish_hooks), stop_hook(hooks)],
                 stream_watcher=self._start_ahead(account),
@@ -339,6 +339,13 @@ class MainAgent:
             publish(AgentActivity(agent_id="main", event=event))
 
         return on_event
+
+
+def _go_on_from(past: RunPast, account: RunAccount) -> Usage:
+    """A resume goes on from the killed run: its team's messages and tasks, its spend."""
+    if account.team is not None:
+        account.team.restore(past.team)
+    return _carry_spend(past, account.ledger)
 
 
 def _carry_spend(past: RunPast, ledger: UsageLedger) -> Usage:

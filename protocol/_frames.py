@@ -136,6 +136,10 @@ class AgentSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     report_tools: bool = False
     # A resumed agent: its journaled tool calls by call id, never run a second time.
     replayed_tools: dict[str, ReplayedTool] = msgspec.field(default_factory=dict)
+    # And its team's messages it took, by the turn that took them: read again at that
+    # turn while its first ``replay_turns`` turns replay (new ones wait until after).
+    replayed_mail: dict[int, list[str]] = msgspec.field(default_factory=dict)
+    replay_turns: int = 0
 
 
 class Hello(msgspec.Struct, tag="hello", tag_field="t", kw_only=True):

@@ -117,6 +117,9 @@ def journaled_spec(
         )
     if before is not None:
         spec.replayed_tools = dict(before.tools)
+        if (past := scope.account.past if scope.account is not None else None) is not None:
+            spec.replayed_mail = past.team.taken_by(spec.agent_id)
+        spec.replay_turns = len(before.answers)
         if note := restart_note(before):
             prepared.warnings.append(note)
     return before

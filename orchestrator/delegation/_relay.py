@@ -294,7 +294,8 @@ class Relay:
             team = _team(child.scope)
             spec = child.spec
             hook = hooks_of(child.hooks, (spec.agent_id, spec.agent_type))
-            output = await answer_team_tool(team, spec.agent_id, frame.tool, frame.arguments, hook)
+            caller = (spec.agent_id, frame.call_id)
+            output = await answer_team_tool(team, caller, frame.tool, frame.arguments, hook)
             return DelegateReply(
                 request_id=frame.request_id, content=output.content, is_error=output.is_error
             )

@@ -51,6 +51,23 @@ class AgentPast:
 
 
 @dataclasses.dataclass(slots=True)
+class TeamPast:
+    """The killed run's team: its messages, who took which at what turn, its tasks."""
+
+    messages: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by id
+    # recipient → its turn → the ids it took into that turn's model request
+    taken: dict[str, dict[int, list[str]]] = dataclasses.field(default_factory=dict)
+    tasks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by id, last
+
+    def taken_by(self, agent_id: str) -> dict[int, list[str]]:
+        """What ``agent_id`` took, by turn, as the texts it read."""
+        return {
+            turn: [str(self.messages[i]["text"]) for i in ids if i in self.messages]
+            for turn, ids in self.taken.get(agent_id, {}).items()
+        }
+
+
+@dataclasses.dataclass(slots=True)
 class RunPast:
     """What a resume of the run finds in its journal."""
 
@@ -72,6 +89,7 @@ class RunPast:
     # The main session its last run went on from (a chat's earlier turns), as builtins.
     session: list[Any] = dataclasses.field(default_factory=list)
     ended: str = ""  # the run's journaled end status ("" when it has none)
+    team: TeamPast = dataclasses.field(default_factory=TeamPast)
 
     def started_by(self, by: str, call: str) -> AgentPast | None:
         """The sub-agent ``by``'s tool call ``call`` started in the killed run."""
@@ -112,6 +130,12 @@ def _merged(newer: RunPast, older: RunPast) -> RunPast:
     for index, agents in older.deliveries.items():
         newer.deliveries.setdefault(index, agents)
     newer.always.extend(a for a in older.always if a not in newer.always)
+    for message_id, message in older.team.messages.items():
+        newer.team.messages.setdefault(message_id, message)
+    for recipient, turns in older.team.taken.items():
+        for turn, ids in turns.items():
+            newer.team.taken.setdefault(recipient, {}).setdefault(turn, ids)
+    newer.team.tasks = older.team.tasks | newer.team.tasks
     for agent_id, old in older.agents.items():
         mine = newer.agents.get(agent_id)
         if mine is None:
@@ -222,6 +246,13 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
         agent.relayed = bool(record.get("relayed", True))
     elif what == "worktree" and isinstance(record.get("tree"), dict):
         _agent(past, str(record["agent"])).worktree = record["tree"]
+    elif what == "message":
+        past.team.messages.setdefault(str(record.get("id")), record)
+    elif what == "mail":
+        turns = past.team.taken.setdefault(str(record.get("recipient")), {})
+        turns.setdefault(int(record.get("turn", 0)), []).extend(str(i) for i in record["ids"])
+    elif what == "team_task" and isinstance(record.get("task"), dict):
+        past.team.tasks[str(record["task"].get("id"))] = record["task"]
     elif what == "ended" and isinstance(record.get("result"), dict):
         _agent(past, str(record["agent"])).result = record["result"]
     elif what == "tool":

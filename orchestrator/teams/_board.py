@@ -75,6 +75,13 @@ class TaskBoard:
         self.journal = journal
         self._ids = itertools.count(1)
 
+    def restore(self, tasks: dict[str, dict[str, Any]]) -> None:
+        """The killed run's tasks, as its journal last had each."""
+        fields = {f.name for f in dataclasses.fields(TeamTask)}
+        for task_id, task in tasks.items():
+            self.tasks[task_id] = TeamTask(**{k: v for k, v in task.items() if k in fields})
+        self._ids = itertools.count(max((int(i) for i in self.tasks if i.isdigit()), default=0) + 1)
+
     async def act(self, args: TeamTasksArgs, caller: str, hook: RunHook) -> tuple[str, bool]:
         """``args`` done for ``caller`` (its name): the tool's text, and whether it is an
         error (nothing changed)."""

@@ -21,8 +21,9 @@ from collections.abc import Callable
 
 from agentcell.orchestrator.config._settings import TeamSettings
 from agentcell.orchestrator.journal._journal import Journal
+from agentcell.orchestrator.journal._replay import TeamPast
 from agentcell.orchestrator.teams._board import TaskBoard
-from agentcell.orchestrator.teams._roster import MAIN, Member, Roster
+from agentcell.orchestrator.teams._roster import MAIN, Member, Roster, Steerable
 
 #: The agent states a message reaches: the recipient runs, or is the main agent.
 _RUNNING = "running"
@@ -68,14 +69,58 @@ class Team:
         self._for_main: list[Letter] = []
         self._numbers = itertools.count(1)
         self._main_turns = 0
+        self._waiting: dict[str, list[Letter]] = collections.defaultdict(list)  # no controls yet
+        self._by_call: dict[tuple[str, str], str] = {}  # (sender, its tool call) → message id
+        self._main_replay: dict[int, list[str]] = {}  # a resume: main's turn → texts it took
+
+    # -- a resumed run ----------------------------------------------------------------------
+    def restore(self, past: TeamPast) -> None:
+        """A resume's team goes on from the killed run's: its tasks as they were; each
+        message sent then is sent again only if it was never taken (a taken one is read
+        again by its recipient's replay, at the turn it took it); a sender's call that
+        sent one never sends it twice."""
+        self.board.restore(past.tasks)
+        taken = {i for turns in past.taken.values() for ids in turns.values() for i in ids}
+        numbers = [0]
+        for message_id, fact in past.messages.items():
+            numbers.append(int(message_id.lstrip("m") or 0))
+            self._by_call[str(fact.get("sender")), str(fact.get("call", ""))] = message_id
+            if message_id in taken:
+                continue
+            letter = Letter(
+                id=message_id,
+                sender=str(fact["sender"]),
+                recipient=str(fact["recipient"]),
+                text=str(fact["text"]),
+            )
+            self._unread[letter.recipient][letter.id] = letter
+            if letter.recipient == MAIN:
+                self._for_main.append(letter)
+            else:
+                self._waiting[letter.recipient].append(letter)
+        self._numbers = itertools.count(max(numbers) + 1)
+        self._main_replay = past.taken_by(MAIN)
+
+    def join(
+        self, agent_id: str, wanted: str, agent_type: str, parent_id: str, controls: Steerable
+    ) -> str:
+        """``Roster.join``; and a resumed recipient gets the messages waiting for it."""
+        name = self.roster.join(agent_id, wanted, agent_type, parent_id, controls)
+        for letter in self._waiting.pop(agent_id, []):
+            controls.message(letter.text, letter.id)
+        return name
 
     # -- sending --------------------------------------------------------------------------
-    def send(self, sender_id: str, to: str | list[str], message: str) -> tuple[str, bool]:
-        """Send ``message`` from ``sender_id``: the sender's tool result, and whether it
-        is an error (nothing was sent)."""
+    def send(
+        self, sender_id: str, to: str | list[str], message: str, call: str = ""
+    ) -> tuple[str, bool]:
+        """Send ``message`` from ``sender_id`` (by its tool call ``call``): the sender's
+        tool result, and whether it is an error (nothing was sent)."""
         sender = self.roster.members.get(sender_id)
         if sender is None:
             return f"agent {sender_id} is not in this run's team", True
+        if call and (sent := self._by_call.get((sender_id, call))) is not None:
+            return f"sent before the orchestrator was restarted (message {sent})", False
         refused = self._refused(sender, message)
         if refused:
             return refused, True
@@ -83,7 +128,8 @@ class Team:
         if refused:
             return refused, True
         self._sent[sender_id].append(self._clock())
-        return "\n".join(self._post(sender, recipient, message) for recipient in recipients), False
+        posted = [self._post(sender, recipient, message, call) for recipient in recipients]
+        return "\n".join(posted), False
 
     def shut_down(self, sender_id: str, to: str | list[str]) -> tuple[str, bool]:
         """Claude Code's ``shutdown_request``: end each recipient (as ``task_control``'s
@@ -148,7 +194,7 @@ class Team:
             return [], "send_message needs a recipient in to: a name, an id, a list, or *"
         return found, ""
 
-    def _post(self, sender: Member, recipient: Member, message: str) -> str:
+    def _post(self, sender: Member, recipient: Member, message: str, call: str) -> str:
         unread = self._unread[recipient.agent_id]
         if len(unread) >= self.limits.mailbox_max:
             return (
@@ -169,6 +215,7 @@ class Team:
                 sender=letter.sender,
                 recipient=letter.recipient,
                 text=letter.text,
+                call=call,
             )
         if recipient.agent_id == MAIN:
             self._for_main.append(letter)
@@ -190,13 +237,17 @@ class Team:
         if taken and self.journal is not None:
             self.journal.fact("mail", recipient=recipient_id, ids=taken, turn=turn)
 
-    def for_main(self) -> list[str]:
-        """The main agent's messages, once each, for its next model request."""
-        letters, self._for_main = self._for_main, []
+    def for_main(self, replaying: bool = False) -> list[str]:
+        """The main agent's messages, once each, for its next model request; while its
+        turns are replayed, those it took at that turn in the killed run (the rest wait)."""
         self._main_turns += 1
+        again = self._main_replay.get(self._main_turns, [])
+        if replaying:
+            return again
+        letters, self._for_main = self._for_main, []
         if letters:
             self.taken(MAIN, [letter.id for letter in letters], self._main_turns)
-        return [letter.text for letter in letters]
+        return again + [letter.text for letter in letters]
 
     def unread(self, agent_id: str) -> int:
         return len(self._unread.get(agent_id, {}))

@@ -110,10 +110,16 @@ def team_remote_tools(granted: set[str]) -> list[RemoteTool]:
 
 
 async def answer_team_tool(
-    team: Team | None, agent_id: str, tool: str, arguments: str, hook: RunHook = _no_hooks
+    team: Team | None,
+    caller: tuple[str, str],
+    tool: str,
+    arguments: str,
+    hook: RunHook = _no_hooks,
 ) -> ToolOutput:
-    """``tool`` called by ``agent_id`` (the main agent, or a sub-agent through the parent);
-    ``hook`` runs the TaskCreated and TaskCompleted hooks of the caller."""
+    """``tool`` called by ``caller`` (an agent id, and its tool call's id: the main agent,
+    or a sub-agent through the parent); ``hook`` runs the caller's TaskCreated and
+    TaskCompleted hooks."""
+    agent_id, call = caller
     if team is None:
         return ToolOutput(f"{tool}: this run has no team (it is not an orchestrator run)", True)
     try:
@@ -122,15 +128,15 @@ async def answer_team_tool(
             return ToolOutput(roster_text(team, agent_id))
         if tool == TEAM_TASKS:
             tasks: TeamTasksArgs = parse_args(tool, TeamTasksArgs, arguments)
-            caller = team.roster.members.get(agent_id)
-            name = caller.address if caller is not None else agent_id
+            member = team.roster.members.get(agent_id)
+            name = member.address if member is not None else agent_id
             return ToolOutput(*await team.board.act(tasks, name, hook))
         args: SendMessageArgs = parse_args(tool, SendMessageArgs, arguments)
     except ToolError as exc:
         return ToolOutput(str(exc), True)
     if args.type == "shutdown_request":
         return ToolOutput(*team.shut_down(agent_id, args.to))
-    return ToolOutput(*team.send(agent_id, args.to, args.message))
+    return ToolOutput(*team.send(agent_id, args.to, args.message, call))
 
 
 def roster_text(team: Team, agent_id: str) -> str:
@@ -167,7 +173,8 @@ class _TeamTool(Tool):
         return arguments  # checked in ``answer_team_tool``, as a sub-agent's are
 
     async def execute(self, args: str, ctx: ToolContext) -> ToolOutput:
-        return await answer_team_tool(self._team, MAIN, self.name, args, self._hook)
+        caller = (MAIN, ctx.call_id)
+        return await answer_team_tool(self._team, caller, self.name, args, self._hook)
 
 
 class SendMessageTool(_TeamTool):
@@ -196,11 +203,14 @@ def main_team_tools(team: Team | None, hook: RunHook = _no_hooks) -> list[Tool]:
     return [SendMessageTool(team), ListAgentsTool(team), TeamTasksTool(team, hook)]
 
 
-def mail_for_main(team: Team | None) -> Callable[[Any], Awaitable[list[Message]]]:
-    """Turn hook: the main agent's messages, once each, join its next model request."""
+def mail_for_main(
+    team: Team | None, replaying: Callable[[], bool]
+) -> Callable[[Any], Awaitable[list[Message]]]:
+    """Turn hook: the main agent's messages, once each, join its next model request
+    (while its turns are ``replaying``, the ones it took then)."""
 
     async def deliver(session: Any) -> list[Message]:
-        texts = team.for_main() if team is not None else []
+        texts = team.for_main(replaying()) if team is not None else []
         return [UserMessage(content="\n\n".join(texts))] if texts else []
 
     return deliver

@@ -560,6 +560,12 @@ class TurnControls:
 
     async def __call__(self, session: Session) -> Sequence[Message]:
         self.turn += 1
+        spec = self.link.start.spec
+        # A resumed agent reads again what it took at this turn in the killed run; while
+        # its turns replay, nothing else (it would change the request they answered).
+        again = spec.replayed_mail.get(self.turn, []) if spec is not None else []
+        if spec is not None and self.turn <= spec.replay_turns:
+            return [UserMessage(content=text) for text in again]
         if self.link.paused:
             # Said before waiting, so the parent knows the pause has taken hold.
             self.link.emit(Notice(message="paused at the turn boundary: waiting for resume"))
@@ -567,7 +573,8 @@ class TurnControls:
         # A parent that fell behind our events has stopped reading: wait for it here
         # rather than queue another turn's events in this process.
         await self.link.writable()
-        return [UserMessage(content=text) for text in self.link.take_steering(self.turn)]
+        texts = again + self.link.take_steering(self.turn)
+        return [UserMessage(content=text) for text in texts]
 
 
 class CoalescingSink:

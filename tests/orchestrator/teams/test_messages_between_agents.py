@@ -8,58 +8,15 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import journal_dir
 from conftest import SpawnRecorder
-from http_script import _first_user, _system, _tool_results
-from model_servers import Call, ModelServer, Reply
-
-WAIT_FOR_GO = "while [ ! -f go ]; do sleep 0.05; done; echo ready"
-
-
-def _user_texts(body: dict[str, Any]) -> list[str]:
-    return [str(m["content"]) for m in body["messages"] if m["role"] == "user"]
-
-
-class _Team:
-    """Main → "waiter" and "writer" side by side. The writer messages the waiter while
-    the waiter's bash waits for a file the script writes only once the writer has its
-    send_message result; the waiter then messages the main agent."""
-
-    def __init__(self, work: Path) -> None:
-        self.work = work
-        self.bodies: dict[str, list[dict[str, Any]]] = {"main": [], "wait": [], "write": []}
-
-    def __call__(self, body: dict[str, Any], api: str) -> Reply:
-        results = _tool_results(body)
-        if "main agent of agentcell" in _system(body):
-            self.bodies["main"].append(body)
-            if results:
-                return Reply(text="all done")
-            return Reply(
-                tool_calls=[
-                    Call("task", {"subagent_type": "waiter", "prompt": "wait", "name": "waiter"}),
-                    Call("task", {"subagent_type": "writer", "prompt": "write", "name": "writer"}),
-                ]
-            )
-        prompt = _first_user(body)
-        self.bodies[prompt].append(body)
-        if prompt == "write":
-            if not results:
-                message = {"to": "waiter", "message": "hello from the writer"}
-                return Reply(tool_calls=[Call("send_message", message)])
-            (self.work / "go").write_text("")
-            return Reply(text="writer done")
-        if len(results) == 0:
-            return Reply(tool_calls=[Call("bash", {"command": WAIT_FOR_GO})])
-        if len(results) == 1:
-            message = {"to": "main", "message": "the waiter heard the writer"}
-            return Reply(tool_calls=[Call("send_message", message)])
-        return Reply(text="waiter done")
+from http_script import _tool_results
+from model_servers import ModelServer
+from team_script import TeamScript, user_texts
 
 
 async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_main_agent(
@@ -71,7 +28,7 @@ async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     work = tmp_path / "work"
     work.mkdir()
-    script = openai_served.responder = _Team(work)
+    script = openai_served.responder = TeamScript(work)
     agents = [
         AgentDefinition(name="waiter", description="w", tools=["bash", "send_message"]),
         AgentDefinition(name="writer", description="w", tools=["send_message"]),
@@ -96,7 +53,7 @@ async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_
     assert f"a message from writer ({writer.agent_id}), a writer" in envelope
     assert "hello from the writer" in envelope and 'send_message with to="writer"' in envelope
     # The main agent's second request carries the waiter's message, after the results.
-    main_texts = _user_texts(script.bodies["main"][1])
+    main_texts = user_texts(script.bodies["main"][1])
     assert any(f"a message from waiter ({waiter.agent_id})" in t for t in main_texts)
     assert any("the waiter heard the writer" in t for t in main_texts)
     # The writer's tool result said where it went.

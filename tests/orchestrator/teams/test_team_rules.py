@@ -130,7 +130,7 @@ async def test_shutdown_request_cancels_within_reach_and_never_the_main_agent() 
 
     async def shut_down(to: str, by: str = "a1") -> tuple[str, bool]:
         arguments = json.dumps({"to": to, "type": "shutdown_request"})
-        output = await answer_team_tool(team, by, "send_message", arguments)
+        output = await answer_team_tool(team, (by, ""), "send_message", arguments)
         return output.content, output.is_error
 
     assert await shut_down("dev") == ("shutdown sent to dev (b1)", False)
@@ -152,7 +152,7 @@ def test_the_main_agent_gets_its_messages_once_at_its_next_turn() -> None:
 async def test_list_agents_shows_names_ids_states_and_reach() -> None:
     team, _, _ = _team()
     team.roster.ended("a2", "completed")
-    output = await answer_team_tool(team, "b1", "list_agents", "{}")
+    output = await answer_team_tool(team, ("b1", ""), "list_agents", "{}")
     lines = output.content.splitlines()
     assert lines[0] == "name | id | type | state | you may message it"
     assert "main | main | main | running | no" in lines
@@ -173,7 +173,7 @@ async def test_list_agents_shows_names_ids_states_and_reach() -> None:
 )
 async def test_bad_arguments_are_one_clear_error(arguments: str, expected: str) -> None:
     team, _, _ = _team()
-    output = await answer_team_tool(team, "a1", "send_message", arguments)
+    output = await answer_team_tool(team, ("a1", ""), "send_message", arguments)
     assert output.is_error and expected in output.content and "\n" not in output.content
 
 
