@@ -114,6 +114,8 @@ class TeamSettings(SettingsTable):
     # At most this many messages per sender in any window of window_s seconds.
     messages_per_window: int = Field(default=10, ge=1, le=1 << 16)
     window_s: float = Field(default=10.0, gt=0, le=24 * 3600)
+    # Ended sub-agents a run's messages may continue (each a new run of its session).
+    max_continuations: int = Field(default=8, ge=0, le=1 << 16)
 
 
 DEFAULT_ALIASES = {

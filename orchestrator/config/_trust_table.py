@@ -170,6 +170,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "teams.mailbox_max": _tight(_LIMIT),
     "teams.messages_per_window": _tight(_LIMIT),
     "teams.window_s": _tight("a longer window lets fewer messages through", at_least),
+    "teams.max_continuations": _tight(_LIMIT),
     "budgets.max_tokens": _tight(_LIMIT),
     "budgets.max_turns": _tight(_LIMIT),
     "budgets.max_subagents": _tight(_LIMIT),

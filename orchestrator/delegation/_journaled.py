@@ -94,8 +94,19 @@ def journaled_spec(
 ) -> AgentPast | None:
     """A journaled run's sub-agent reports its tool calls, and its definition is
     journaled as it starts (its resume runs it); a resumed one is handed what it did
-    before, not to be done again (returned)."""
+    before, not to be done again (returned). Its team knows what it was granted."""
     spec = prepared.spec
+    # What it was granted, as the parent narrowed it (trust, its parent's tools).
+    grants = {
+        "tools": [*spec.tools, *(t.name for t in spec.remote_tools)],
+        "sandbox": spec.sandbox,
+        "network": spec.network,
+        "permission_mode": spec.permission_mode,
+        "mcp_servers": [server.name for server in spec.mcp_servers],
+    }
+    team = scope.account.team if scope.account is not None else None
+    if team is not None and (member := team.roster.members.get(spec.agent_id)) is not None:
+        member.grants = grants
     journal = scope.account.journal if scope.account is not None else None
     spec.report_tools = journal is not None
     if journal is not None:
@@ -103,14 +114,6 @@ def journaled_spec(
         # or one given in code is the resuming orchestrator's own again.
         from_file = definition.source not in ("builtin", "programmatic")
         dumped = definition.model_dump(mode="json") if from_file else None
-        # What it was granted, as the parent narrowed it (trust, its parent's tools).
-        grants = {
-            "tools": [*spec.tools, *(t.name for t in spec.remote_tools)],
-            "sandbox": spec.sandbox,
-            "network": spec.network,
-            "permission_mode": spec.permission_mode,
-            "mcp_servers": [server.name for server in spec.mcp_servers],
-        }
         relayed = spec.model_via_parent
         journal.fact(
             "definition", agent=spec.agent_id, definition=dumped, relayed=relayed, grants=grants

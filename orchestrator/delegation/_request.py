@@ -138,5 +138,7 @@ def join_team(
     the name it got), its messages sent through ``handle``."""
     team = scope.account.team if scope.account is not None else None
     if team is not None:
-        request.name = team.join(agent_id, request.name, request.agent_type, scope.agent_id, handle)
+        request.name = team.join(
+            agent_id, request.name, request.agent_type, scope.agent_id, handle, scope=scope
+        )
     return team

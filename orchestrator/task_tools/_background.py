@@ -43,6 +43,9 @@ class BackgroundRuns:
             task_tool = self._make_tool(scope, self.nursery)
         if keep_background:
             self._kept[id(session)] = (session, task_tool)
+        account = scope().account
+        if account is not None and account.team is not None:  # a message may continue an
+            account.team.starter = task_tool.continue_by_message  # ended sub-agent: as a task
         return task_tool
 
     async def close(self) -> None:

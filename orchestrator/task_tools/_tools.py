@@ -29,6 +29,7 @@ from agentcell.orchestrator.delegation._task_args import (
 )
 from agentcell.orchestrator.task_tools._delivery import ResultDelivery
 from agentcell.orchestrator.task_tools._tracker import TaskRecord, TaskTracker
+from agentcell.orchestrator.teams._roster import MAIN, Member
 from agentcell.protocol import Message, NurseryClosed, RunStatus, TaskNursery, UserMessage
 from agentcell.worker import Session
 from agentcell.worker.models import ToolSpec
@@ -115,14 +116,65 @@ class TaskTool(Tool):
             "use task_wait to wait for it, task_status to check on it."
         )
 
+    def continue_by_message(self, sender: Member, recipient: Member, text: str) -> str:
+        """A team message to an ended sub-agent: a new run of its session, in the
+        background, with the message as its next turn; its answer reaches the sender (the
+        main agent: as a background result). "" when started, else why not."""
+        request = DelegationRequest(
+            agent_type=recipient.agent_type,
+            prompt=text,
+            description=f"a message from {sender.address}",
+            background=True,
+            resume=recipient.agent_id,
+            name=recipient.name,
+        )
+        scope = recipient.scope if recipient.scope is not None else self.scope()
+        handle = RunHandle()
+        if sender.agent_id == MAIN:
+            agent_id = self.runner.new_agent_id()
+            record = self.tracker.start(
+                request.agent_type, request.description, handle, task_id=agent_id
+            )
+            work = self._run_in_background(record, request, handle, scope)
+        else:
+            work = self._answer_sender(request, handle, scope, sender.agent_id)
+        try:
+            task = self.nursery.start(work, name=f"continue {recipient.agent_id}")
+        except NurseryClosed as exc:
+            work.close()
+            return str(exc)
+        self._handles.add(handle)
+        self._background = [t for t in self._background if not t.done()] + [task]
+        return ""
+
+    async def _answer_sender(
+        self, request: DelegationRequest, handle: RunHandle, scope: Scope, sender_id: str
+    ) -> None:
+        """A continuation a sub-agent's message started: its answer goes back to it."""
+        try:
+            result = await self.runner.run(request, scope, handle=handle)
+        finally:
+            self._handles.discard(handle)
+        team = scope.account.team if scope.account is not None else None
+        if team is not None:
+            team.reply(result.agent_id, sender_id, result.render())
+
     async def _run_in_background(
-        self, record: TaskRecord, request: DelegationRequest, handle: RunHandle
+        self,
+        record: TaskRecord,
+        request: DelegationRequest,
+        handle: RunHandle,
+        scope: Scope | None = None,
     ) -> None:
         agent_id = record.task_id
         result: SubAgentResult | None = None
         try:
             result = await self.runner.run(
-                request, self.scope(), handle=handle, agent_id=agent_id, task_id=record.task_id
+                request,
+                scope or self.scope(),
+                handle=handle,
+                agent_id=agent_id,
+                task_id=record.task_id,
             )
         except Exception as exc:  # the parent failed this run (not the runner's): its result
             error = f"the parent could not run this sub-agent: {type(exc).__name__}: {exc}"

@@ -18,12 +18,14 @@ import itertools
 import secrets
 import time
 from collections.abc import Callable
+from typing import Any
 
 from agentcell.orchestrator.config._settings import TeamSettings
 from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._replay import TeamPast
 from agentcell.orchestrator.teams._board import TaskBoard
 from agentcell.orchestrator.teams._roster import MAIN, Member, Roster, Steerable
+from agentcell.worker import stricter_sandbox
 
 #: The agent states a message reaches: the recipient runs, or is the main agent.
 _RUNNING = "running"
@@ -71,6 +73,10 @@ class Team:
         self._main_turns = 0
         self._waiting: dict[str, list[Letter]] = collections.defaultdict(list)  # no controls yet
         self._by_call: dict[tuple[str, str], str] = {}  # (sender, its tool call) → message id
+        # Starts an ended sub-agent again with a message as its next turn (the main agent
+        # sets it: its task tool owns background runs); None: ended agents stay ended.
+        self.starter: Callable[[Member, Member, str], str] | None = None
+        self.continuations = 0
         self._main_replay: dict[int, list[str]] = {}  # a resume: main's turn → texts it took
 
     # -- a resumed run ----------------------------------------------------------------------
@@ -102,10 +108,17 @@ class Team:
         self._main_replay = past.taken_by(MAIN)
 
     def join(
-        self, agent_id: str, wanted: str, agent_type: str, parent_id: str, controls: Steerable
+        self,
+        agent_id: str,
+        wanted: str,
+        agent_type: str,
+        parent_id: str,
+        controls: Steerable,
+        *,
+        scope: Any = None,
     ) -> str:
         """``Roster.join``; and a resumed recipient gets the messages waiting for it."""
-        name = self.roster.join(agent_id, wanted, agent_type, parent_id, controls)
+        name = self.roster.join(agent_id, wanted, agent_type, parent_id, controls, scope=scope)
         for letter in self._waiting.pop(agent_id, []):
             controls.message(letter.text, letter.id)
         return name
@@ -184,7 +197,7 @@ class Team:
             if member is None or not self.roster.may_reach(sender, member):
                 why = "no agent of this run" if member is None else "not in your reach"
                 return [], f"not sent: {address!r} is {why}. {_reachable(reach)}"
-            if member.state != _RUNNING:
+            if member.state != _RUNNING and not self._continuable(member):
                 return [], (
                     f"not sent: {member.label} has ended ({member.state}); a message does not "
                     "reach an ended agent. " + _reachable(reach)
@@ -220,6 +233,9 @@ class Team:
         if recipient.agent_id == MAIN:
             self._for_main.append(letter)
             return f"sent to the main agent: it reads it at its next turn (message {letter.id})"
+        if recipient.state != _RUNNING:
+            del unread[letter.id]  # its continuation takes it as its prompt
+            return self._continue(sender, recipient, letter, message)
         if recipient.controls is None:  # ran in no runner of ours: cannot be reached now
             del unread[letter.id]
             return f"not delivered to {recipient.label}: it cannot be reached right now"
@@ -228,6 +244,54 @@ class Team:
             f"sent to {recipient.label}: it reads it before its next model request "
             f"(message {letter.id})"
         )
+
+    def _continuable(self, member: Member) -> bool:
+        return self.starter is not None and member.state == "completed" and member.agent_id != MAIN
+
+    def _continue(self, sender: Member, recipient: Member, letter: Letter, message: str) -> str:
+        """A message to an ended (completed) sub-agent: it goes on, as a new run of its
+        session with the message as its next turn — if the sender is the main agent or
+        was granted no more than the recipient (what the recipient knows must not flow to
+        an agent with wider walls); else the main agent gets it, and may forward it."""
+        self.taken(recipient.agent_id, [letter.id], 0)  # its continuation's prompt
+        if sender.agent_id != MAIN and not grants_within(sender.grants, recipient.grants):
+            note = (
+                f"(for {recipient.label}, which has ended: it is not continued by an agent "
+                f"granted more than it; forward this with send_message if it should be)\n"
+            )
+            self._post(sender, self.roster.members[MAIN], note + message, "")
+            return (
+                f"not delivered to {recipient.label}: it has ended, and you are granted more "
+                "than it (tools, network, sandbox or MCP servers), so the main agent got the "
+                "message instead; it may forward it"
+            )
+        if self.continuations >= self.limits.max_continuations:
+            return (
+                f"not delivered to {recipient.label}: it has ended, and this run has continued "
+                f"{self.continuations} ended agents, the limit ([teams] max_continuations)"
+            )
+        assert self.starter is not None
+        refused = self.starter(sender, recipient, letter.text)
+        if refused:
+            return f"not delivered to {recipient.label}: it has ended, and {refused}"
+        self.roster.hand_over(recipient.agent_id)  # before its run joins (later, in a task)
+        self.continuations += 1
+        return (
+            f"{recipient.label} had ended: it goes on in the background with your message as "
+            f"its next turn, under its name; its answer comes to you when it ends "
+            f"(message {letter.id})"
+        )
+
+    def reply(self, sender_id: str, recipient_id: str, text: str) -> None:
+        """A continuation's answer, to the agent whose message started it (the main agent
+        if that one has ended): past the caps and reach, as a tool's result would be."""
+        sender = self.roster.members.get(sender_id)
+        recipient = self.roster.members.get(recipient_id)
+        if sender is None:
+            return
+        if recipient is None or recipient.state != _RUNNING or recipient.controls is None:
+            recipient = self.roster.members[MAIN]
+        self._post(sender, recipient, text, "")
 
     # -- receiving ------------------------------------------------------------------------
     def taken(self, recipient_id: str, ids: list[str], turn: int) -> None:
@@ -262,3 +326,20 @@ def _reachable(reach: list[Member]) -> str:
 
 def _nobody(reach: list[Member]) -> str:
     return f"not sent: no agent in your reach is running ({len(reach)} in reach, all ended)"
+
+
+def grants_within(narrow: dict[str, Any], wide: dict[str, Any]) -> bool:
+    """Is ``narrow`` granted no more than ``wide``: its tools, MCP servers and network a
+    part of the other's, its sandbox as strict? (Unknown grants are never within.)"""
+    if not narrow or not wide:
+        return False
+    if not set(narrow["tools"]) <= set(wide["tools"]):
+        return False
+    if not set(narrow["mcp_servers"]) <= set(wide["mcp_servers"]):
+        return False
+    if stricter_sandbox(narrow["sandbox"], wide["sandbox"]) != narrow["sandbox"]:
+        return False
+    mine, theirs = narrow["network"], wide["network"]
+    if not mine or theirs is True:
+        return True
+    return isinstance(mine, list) and isinstance(theirs, list) and set(mine) <= set(theirs)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Protocol
+from typing import Any, Protocol
 
 #: What a name may be: short, and nothing that could break an envelope's header line.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,47}")
@@ -35,6 +35,9 @@ class Member:
     parent_id: str  # "main" or a sub-agent's id; "" for the main agent
     state: str = "running"  # then its result's status: completed, failed, cancelled, …
     controls: Steerable | None = None  # while it runs in this process's runner
+    # What it was granted (tools, sandbox, network, MCP servers), as the parent narrowed it.
+    grants: dict[str, Any] = dataclasses.field(default_factory=dict)
+    scope: Any = None  # who started it (a ``Scope``): a continuation is started from there
 
     @property
     def label(self) -> str:
@@ -67,6 +70,7 @@ class Roster:
     def __init__(self) -> None:
         self.members: dict[str, Member] = {MAIN: Member(MAIN, MAIN, MAIN, "")}
         self._by_name: dict[str, str] = {MAIN: MAIN}
+        self._handed: dict[str, str] = {}  # name → the ended agent a continuation takes it of
 
     def join(
         self,
@@ -75,19 +79,33 @@ class Roster:
         agent_type: str,
         parent_id: str,
         controls: Steerable | None,
+        *,
+        scope: Any = None,
     ) -> str:
         """Add a starting agent (or, joined already, give it its controls); the name it
-        got: ``wanted``, or ``wanted`` with a suffix if that is taken ("" for none)."""
+        got: ``wanted``, or ``wanted`` with a suffix if that is taken ("" for none) — or,
+        for a continuation, the name of the agent it continues (handed over)."""
         member = self.members.get(agent_id)
         if member is not None:
             member.controls = controls or member.controls
             member.state = "running"
             return member.name
-        name = self._free(wanted) if wanted else ""
-        self.members[agent_id] = Member(agent_id, name, agent_type, parent_id, controls=controls)
+        taken_over = self._handed.pop(wanted, None) if wanted else None
+        name = wanted if taken_over is not None else (self._free(wanted) if wanted else "")
+        self.members[agent_id] = Member(
+            agent_id, name, agent_type, parent_id, controls=controls, scope=scope
+        )
+        if taken_over is not None:
+            self.members[taken_over].name = ""  # its name is its continuation's now
         if name:
             self._by_name[name] = agent_id
         return name
+
+    def hand_over(self, agent_id: str) -> None:
+        """The next agent to join under ``agent_id``'s name continues it: it takes the name."""
+        member = self.members.get(agent_id)
+        if member is not None and member.name:
+            self._handed[member.name] = agent_id
 
     def ended(self, agent_id: str, state: str) -> None:
         member = self.members.get(agent_id)
