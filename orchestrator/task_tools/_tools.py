@@ -88,10 +88,9 @@ class TaskTool(Tool):
         if not request.background:
             self._handles.add(handle)
             try:
-                result = await self.runner.run(request, self.scope(), handle=handle)
+                return await self._foreground(request, handle)
             finally:
                 self._handles.discard(handle)
-            return ToolOutput(result.render(), not result.ok)
         self._handles.add(handle)
         # One id for the sub-agent everywhere: the task id is its agent id (on a resume,
         # the one the killed run gave the sub-agent this call started).
@@ -114,6 +113,54 @@ class TaskTool(Tool):
             f"[running] task {record.task_id} started in the background "
             f"({request.agent_type}{named}). Its result will be delivered to you when it ends; "
             "use task_wait to wait for it, task_status to check on it."
+        )
+
+    async def _foreground(self, request: DelegationRequest, handle: RunHandle) -> ToolOutput:
+        """A foreground run, to its result — unless its sub-agent messages the main agent
+        before it ends: then the call returns early with the message (the main agent can
+        answer; neither waits on the other) and the run goes on in the background."""
+        scope = self.scope()
+        team = scope.account.team if scope.account is not None else None
+        if team is None or not self.nursery.is_open:
+            result = await self.runner.run(request, scope, handle=handle)
+            return ToolOutput(result.render(), not result.ok)
+        agent_id = self.runner.agent_id_for(request, scope)
+        record: list[TaskRecord] = []  # its tracking, once it goes on in the background
+
+        async def run() -> SubAgentResult:
+            result = await self.runner.run(request, scope, handle=handle, agent_id=agent_id)
+            if record:
+                self.tracker.finish(agent_id, result)
+            return result
+
+        running = self.nursery.start(run(), name=f"task {agent_id}")
+        mail = team.watch(agent_id)
+        try:
+            either: set[asyncio.Future[Any]] = {running, mail}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The caller's cancel ends the sub-agent (a budget's keeps its own status), and
+            # its one result is still published: the run settles before this call ends.
+            handle.cancel()
+            await asyncio.wait({running})
+            raise
+        finally:
+            team.unwatch(agent_id)
+        if running.done():
+            ended = running.result() or handle.result
+            if ended is None:
+                return ToolOutput("the sub-agent's run failed in the orchestrator (its log)", True)
+            return ToolOutput(ended.render(), not ended.ok)
+        record.append(
+            self.tracker.start(request.agent_type, request.description, handle, task_id=agent_id)
+        )
+        self._background = [t for t in self._background if not t.done()] + [running]  # type: ignore[list-item]
+        named = f"{request.name} ({agent_id})" if request.name else agent_id
+        return ToolOutput(
+            f"[running] {named} sent you a message before it finished. It goes on in the "
+            f"background as task {agent_id}: its result will be delivered to you when it "
+            "ends (task_wait waits for it). Its message:\n\n"
+            + "\n\n".join(team.for_main_from(agent_id))
         )
 
     def continue_by_message(self, sender: Member, recipient: Member, text: str) -> str:

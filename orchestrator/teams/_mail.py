@@ -12,6 +12,7 @@ delivered, at that turn.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import itertools
@@ -77,6 +78,9 @@ class Team:
         # sets it: its task tool owns background runs); None: ended agents stay ended.
         self.starter: Callable[[Member, Member, str], str] | None = None
         self.continuations = 0
+        # A foreground task call waiting on this sub-agent: resolved by its first message
+        # for the main agent (the call returns early with it).
+        self._watched: dict[str, asyncio.Future[None]] = {}
         self._main_replay: dict[int, list[str]] = {}  # a resume: main's turn → texts it took
 
     # -- a resumed run ----------------------------------------------------------------------
@@ -232,6 +236,9 @@ class Team:
             )
         if recipient.agent_id == MAIN:
             self._for_main.append(letter)
+            watch = self._watched.get(sender.agent_id)
+            if watch is not None and not watch.done():
+                watch.set_result(None)
             return f"sent to the main agent: it reads it at its next turn (message {letter.id})"
         if recipient.state != _RUNNING:
             del unread[letter.id]  # its continuation takes it as its prompt
@@ -312,6 +319,27 @@ class Team:
         if letters:
             self.taken(MAIN, [letter.id for letter in letters], self._main_turns)
         return again + [letter.text for letter in letters]
+
+    def watch(self, agent_id: str) -> asyncio.Future[None]:
+        """Resolved when ``agent_id`` sends the main agent a message (now, if it has)."""
+        watch = self._watched[agent_id] = asyncio.get_running_loop().create_future()
+        if any(letter.sender == agent_id for letter in self._for_main):
+            watch.set_result(None)
+        return watch
+
+    def unwatch(self, agent_id: str) -> None:
+        watch = self._watched.pop(agent_id, None)
+        if watch is not None and not watch.done():
+            watch.cancel()
+
+    def for_main_from(self, agent_id: str) -> list[str]:
+        """``agent_id``'s messages for the main agent, taken now: they are the result of
+        the task call that waits on it (the main agent reads them in its next request)."""
+        mine = [letter for letter in self._for_main if letter.sender == agent_id]
+        self._for_main = [letter for letter in self._for_main if letter.sender != agent_id]
+        if mine:
+            self.taken(MAIN, [letter.id for letter in mine], self._main_turns + 1)
+        return [letter.text for letter in mine]
 
     def unread(self, agent_id: str) -> int:
         return len(self._unread.get(agent_id, {}))

@@ -18,9 +18,14 @@ from team_script import AGENT_FILES, TeamScript
 
 
 def _newly_read(bodies: list[dict], text: str) -> int:  # type: ignore[type-arg]
-    """How many requests carry ``text`` in their last message: read there for the first
-    time (later requests carry it in their history)."""
-    return sum(1 for body in bodies if text in str(body["messages"][-1].get("content", "")))
+    """How many requests carry ``text`` after their last assistant message (a tool result
+    or a user message): read there for the first time, not in the history."""
+    count = 0
+    for body in bodies:
+        messages = body["messages"]
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=0)
+        count += any(text in str(m.get("content", "")) for m in messages[last + 1 :])
+    return count
 
 
 def _facts(run_dir: Path, what: str) -> list[dict]:  # type: ignore[type-arg]
