@@ -22,6 +22,7 @@ from agentcell.orchestrator._text import literal, one_line, plural, visible
 from agentcell.orchestrator.cli._display import output_console
 from agentcell.orchestrator.cli._run_cmd import run_once
 from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.journal._replay import read_past
 from agentcell.orchestrator.records._key import key_path, user_key
 from agentcell.orchestrator.records._store import (
     find_run_dir,
@@ -30,6 +31,7 @@ from agentcell.orchestrator.records._store import (
     recorded_main_session,
     recorded_model,
 )
+from agentcell.orchestrator.teams._mail import run_messages
 from agentcell.orchestrator.telemetry._usage_text import usage_split
 from agentcell.worker import RecordTampered, Session, record_key, verified_lines
 from rich.console import Console
@@ -83,8 +85,9 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
         _subagent_view(sub, transcripts.get(sub["agent_id"], []))
         for sub in summary.get("subagents", [])
     ]
+    messages = _messages(find_run_dir(workdir, run_id))
     if as_json:
-        click.echo(json.dumps({**summary, "subagents": subagents}, indent=2))
+        click.echo(json.dumps({**summary, "subagents": subagents, "messages": messages}, indent=2))
         return
     console = output_console()
     say = _printer(console)
@@ -129,11 +132,36 @@ def show_recorded(workdir: Path, run_id: str, agent: str | None = None, *, as_js
                 f"      network: {one_line(line, PREVIEW)}",
                 "red" if line.startswith("refused") else "",
             )
+    _say_messages(say, messages, {s["agent_id"]: s.get("name", "") for s in subagents})
     if summary.get("final_text") and not turns:
         say("\nfinal answer", "bold")
         say(summary["final_text"])
     if subagents:
         say(f"\nOne agent's transcript: agentcell runs show {summary['run_id']} AGENT")
+
+
+def _messages(run_dir: Path) -> list[dict[str, Any]]:
+    """The run's messages between its agents, from its journal (none without one)."""
+    try:
+        return run_messages(read_past(run_dir).team)
+    except LookupError:
+        return []
+
+
+def _say_messages(say: Any, messages: list[dict[str, Any]], names: dict[str, str]) -> None:
+    if messages:
+        say(f"\n{plural(len(messages), 'message')} between agents:", "bold")
+    for message in messages:
+        sender, recipient = (
+            f"{names[who]} ({who})" if names.get(who) else who
+            for who in (message["sender"], message["recipient"])
+        )
+        read = message["read_at_turn"]
+        when = f"read at its turn {read}" if read else "never read"
+        if read == 0:
+            when = "continued it"
+        text = one_line(message["text"], PREVIEW)
+        say(f"  {message['id']} {sender} → {recipient}, {when}: {text}")
 
 
 def _say_lineage(say: Any, workdir: Path, summary: dict[str, Any]) -> None:

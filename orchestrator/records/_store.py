@@ -82,6 +82,7 @@ def subagent_json(result: SubAgentResult) -> dict[str, Any]:
     return {
         "agent_id": result.agent_id,
         "agent_type": result.agent_type,
+        "name": result.name,  # what its team called it ("" if it was not named)
         "description": result.description,
         "status": result.status.value,
         "final_text": result.text,

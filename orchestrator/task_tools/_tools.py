@@ -8,6 +8,7 @@ the ``subagent_type`` enum always lists exactly what is registered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Literal
 
@@ -142,7 +143,9 @@ class TaskTool(Tool):
             # The caller's cancel ends the sub-agent (a budget's keeps its own status), and
             # its one result is still published: the run settles before this call ends.
             handle.cancel()
-            await asyncio.wait({running})
+            while not running.done():  # a second cancel does not leave it running
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({running})
             raise
         finally:
             team.unwatch(agent_id)

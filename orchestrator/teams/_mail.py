@@ -371,3 +371,37 @@ def grants_within(narrow: dict[str, Any], wide: dict[str, Any]) -> bool:
     if not mine or theirs is True:
         return True
     return isinstance(mine, list) and isinstance(theirs, list) and set(mine) <= set(theirs)
+
+
+def message_text(envelope_text: str) -> str:
+    """The sender's own words inside an envelope (what ``envelope`` wrapped)."""
+    lines = envelope_text.split("\n")
+    if len(lines) < 4:
+        return envelope_text
+    fence = lines[1]
+    try:
+        end = lines.index(fence, 2)
+    except ValueError:
+        return envelope_text
+    return "\n".join(lines[2:end])
+
+
+def run_messages(past: TeamPast) -> list[dict[str, Any]]:
+    """A run's messages as ``runs show`` lists them: who to whom, the words, and the
+    turn of the recipient's that read them (None: never read)."""
+    read_at = {
+        message_id: turn
+        for turns in past.taken.values()
+        for turn, ids in turns.items()
+        for message_id in ids
+    }
+    return [
+        {
+            "id": message_id,
+            "sender": str(fact.get("sender", "")),
+            "recipient": str(fact.get("recipient", "")),
+            "text": message_text(str(fact.get("text", ""))),
+            "read_at_turn": read_at.get(message_id),
+        }
+        for message_id, fact in past.messages.items()
+    ]
