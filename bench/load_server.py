@@ -44,7 +44,7 @@ from typing import Any
 
 import msgspec
 
-from bench.script import Reply, ScriptError, respond
+from bench.script import Reply, ScriptError, mail_of, respond
 
 _decode = msgspec.json.decode
 _encode = msgspec.json.Encoder().encode
@@ -151,6 +151,8 @@ class Server:
                 )
                 return
         row = [arrival, 0.0, reply.role, reply.turn, bool(doc.get("stream")), len(body)]
+        if spec.msg:  # the messages workload: a message in it? when did its tool end?
+            row += list(mail_of(doc))
         run.rows.append(row)
         run.in_flight += 1
         run.peak = max(run.peak, run.in_flight)
@@ -183,8 +185,25 @@ class Server:
             start = functools.partial(loop.call_later, latency, conn.stream, events, tps, done)
         if first and spec.hold:
             self._hold(run, spec.n, start)
+        elif spec.msg and reply.role == "main" and reply.turn == spec.n:
+            # Its messages go out while every sub-agent's 200 ms tool runs: once all have
+            # asked for their first reply (the tool call), that reply's latency, 50 ms more.
+            asyncio.ensure_future(self._after_all_asked(run, spec.n, 0.05, start))  # noqa: RUF006
         else:
             start()
+
+    async def _after_all_asked(
+        self, run: RunLog, n: int, delay: float, start: Callable[[], object]
+    ) -> None:
+        deadline = time.monotonic() + 30
+        while len(run.first_seen) < n and time.monotonic() < deadline:
+            waiter = asyncio.get_running_loop().create_future()
+            run.arrivals.append(waiter)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiter, deadline - time.monotonic())
+            run.arrivals.remove(waiter)
+        await asyncio.sleep(delay)
+        start()
 
     def _hold(self, run: RunLog, n: int, start: Callable[[], object]) -> None:
         """Keep first replies until all n sub-agents have asked (30 s at most), so that

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import journal_cost, targets
+from bench import journal_cost, message_cost, targets
 from bench.measure import percentile
 
 MiB = 2**20
@@ -349,6 +349,9 @@ HEADLINE_KEYS = (
     # What journaling a run costs (the journal workload): wall with ÷ without, and bytes.
     "journal_overhead_io_128",
     "journal_cpu_overhead_io_128",
+    # How soon a message reaches a sub-agent busy in a 200 ms tool (the messages workload).
+    "message_delivery_p50_ms_8",
+    "message_delivery_p50_ms_32",
     "journal_bytes_per_turn_io_128",
 )
 
@@ -452,6 +455,7 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
         figures["ratelimit_429s_fastest_peer"] = float(peer["rejected"])
     figures["ratelimit_429s_fewest_peer"] = _fewest_429s(results)
     figures.update(journal_cost.figures(results))
+    figures.update(message_cost.figures(results))
     return figures
 
 
@@ -598,6 +602,8 @@ def markdown(results: dict[str, Any]) -> str:
             parts.append(ratelimit_table(workload))
         elif name == "journal":
             parts.append(journal_cost.table(workload))
+        elif name == "messages":
+            parts.append(message_cost.table(workload))
         if name == "io":
             parts += [
                 "",

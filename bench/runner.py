@@ -20,7 +20,7 @@ import time
 import traceback
 from typing import Any
 
-from bench import analysis, measure
+from bench import analysis, measure, message_cost
 from bench.script import Spec
 from bench.server_handle import get_json, wait_for_jobs
 
@@ -142,6 +142,8 @@ async def _one(
     row["rejected"] = log.get("rejected", 0)  # 429s the server answered (rate-limited runs)
     row["requests"] = len(log.get("requests") or [])
     row["dispatch_s"] = measure.dispatch_latencies(log)
+    if spec.msg:  # the messages workload: each message's latency, from the server's rows
+        row["message_ms"] = message_cost.latencies(log, n)
     row["request_bytes"] = analysis.request_sizes(log.get("requests") or [])
     if "machine_cpu_s" in row:
         # What the rest of the machine (other users' processes) took during the run: a

@@ -48,6 +48,9 @@ class Spec:
     # beyond them it answers 429 with Retry-After, as a provider does.
     rl_k: int = 0
     rl_rps: float = 0.0
+    # 1: the messages workload — the main agent starts the sub-agents in the background by
+    # name, then messages each while its ``hold`` tool runs (agentcell's send_message).
+    msg: int = 0
     i: int = -1  # which sub-agent (job prompts only)
 
     def prompt(self, kind: str = MAIN) -> str:
@@ -106,6 +109,13 @@ def respond(body: dict[str, Any]) -> Reply:
     turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "tool")
     if kind == MAIN:
         return _main(body, spec, turn)
+    if spec.msg:  # hold (200 ms) again and again until its message came, then answer
+        if mail_of(body)[0]:
+            return Reply(_answer(spec.answer, spec.i), [], str(spec.i), turn, spec)
+        args = json.dumps({TOOL_ARG: f"{spec.run}/{spec.i}/{turn}"})
+        return Reply(
+            [], [(f"call_{spec.run}_{spec.i}_{turn}", "hold", args)], str(spec.i), turn, spec
+        )
     if turn < spec.turns - 1:
         call_id = f"call_{spec.run}_{spec.i}_{turn}"
         if spec.tool == analysis.FILES:  # the analysis workload: file tools over a tree
@@ -116,13 +126,25 @@ def respond(body: dict[str, Any]) -> Reply:
     return Reply(_answer(spec.answer, spec.i), [], str(spec.i), turn, spec)
 
 
+#: What a message of the messages workload says (the envelope around it is agentcell's).
+MESSAGE = "bench-msg"
+
+
 def _main(body: dict[str, Any], spec: Spec, turn: int) -> Reply:
+    if spec.msg and turn == spec.n:  # its sub-agents started: message each by name
+        calls = [
+            (f"call_{spec.run}_msg_{i}", "send_message", json.dumps(_message_to(spec, i)))
+            for i in range(spec.n)
+        ]
+        return Reply([], calls, "main", turn, spec)
     if turn:
         return Reply([f"All {turn} sub-agents reported."], [], "main", turn, spec)
     schema = _tool_schema(body, spec.delegate)
     calls = []
     for i in range(spec.n):
         args = _fill(schema, spec.job(i).prompt(JOB))
+        if spec.msg:
+            args.update(name=f"w{i}", background=True)
         calls.append((f"call_{spec.run}_main_{i}", spec.delegate, json.dumps(args)))
     return Reply(["Delegating."], calls, "main", turn, spec)
 
@@ -173,3 +195,27 @@ def _fill(schema: dict[str, Any], job_prompt: str) -> dict[str, Any]:
 def _answer(tokens: int, i: int) -> list[str]:
     """``tokens`` deltas; the first says who answers (4 characters per later token)."""
     return [f"job {i} done."] + [" tok" for _ in range(max(0, tokens - 1))]
+
+
+def _message_to(spec: Spec, i: int) -> dict[str, Any]:
+    return {"to": f"w{i}", "message": f"{MESSAGE} run={spec.run} i={i}"}
+
+
+def mail_of(body: dict[str, Any]) -> tuple[bool, float]:
+    """For the messages workload: does this request carry a message envelope after its
+    last assistant message, and when did its ``hold`` tool end (its result says, on the
+    monotonic clock every process of the machine shares; 0.0 when it has none)?"""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    new = messages[last + 1 :]
+    carried = any(MESSAGE in str(m.get("content", "")) for m in new if m.get("role") == "user")
+    ended = 0.0
+    for message in new:
+        text = str(message.get("content", "")) if message.get("role") == "tool" else ""
+        if text.startswith(HELD):
+            ended = float(text.removeprefix(HELD).split()[0])
+    return carried, ended
+
+
+#: How the ``hold`` tool's result begins: the monotonic time it ended follows.
+HELD = "held until "

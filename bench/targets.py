@@ -52,6 +52,8 @@ TARGETS = (
     Target("https-io, N=32: agentcell ÷ fastest peer", "https_io_32_x_fastest_peer", 0.70),
     Target("memory: child USS, MiB", "child_uss_mib", 8.0, 1),
     Target("journal, io N=128: wall with the journal ÷ without", "journal_overhead_io_128", 1.05),
+    Target("messages, N=8: delivery p50, ms", "message_delivery_p50_ms_8", 50.0, 1),
+    Target("messages, N=32: delivery p50, ms", "message_delivery_p50_ms_32", 50.0, 1),
     Target(
         "ratelimit, N=32: agentcell's 429s (with its limiter) < every peer's",
         "ratelimit_429s_agentcell",

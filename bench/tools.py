@@ -8,8 +8,10 @@ time whatever their thread pools, and only separate processes use the other core
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
+import time
 
 #: Size of the corpus one ``crunch`` call scans.
 CRUNCH_BYTES = 3 * 2**20
@@ -20,6 +22,12 @@ _WORD = re.compile(rb"\b[a-z]*(?:qu|x|zz)[a-z]*(?:ing|ed|s)\b")
 async def probe(arg: str) -> str:
     """Look at one item and report on it (instant)."""
     return f"probe {arg}: ok"
+
+
+async def hold(arg: str) -> str:
+    """Work on one item for a while (200 ms), then say when it ended."""
+    await asyncio.sleep(0.2)
+    return f"held until {time.monotonic():.6f} ({arg})"
 
 
 def crunch(arg: str) -> str:

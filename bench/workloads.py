@@ -197,6 +197,22 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             pairs=5,
         ),
         Workload(
+            name="messages",
+            title="messages: how soon a message reaches a busy sub-agent",
+            what=(
+                "The main agent starts N sub-agents in the background by name; each runs a "
+                "200 ms tool, again and again, until its message has come. Once all have "
+                "asked for their first reply, the main agent messages each (send_message). "
+                "A message's latency: the arrival at the model server of the recipient's "
+                "request carrying it, minus the later of its sending and the end of the tool "
+                "the recipient was running. Target: p50 ≤ 50 ms at N=8 and N=32."
+            ),
+            systems=["agentcell"],
+            spec={"turns": 2, "tool": "hold", "lat": lat, "msg": 1},
+            quick_ns=(8, 32),
+            full_ns=(8, 32),
+        ),
+        Workload(
             name="events",
             title="events: sub-agents streaming many small deltas",
             what=(

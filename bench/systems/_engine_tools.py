@@ -8,11 +8,12 @@ from agentcell.worker.models import OpenAIChatModel
 from agentcell.worker.tools import Tool, builtin_tools, function_tool
 
 from bench.systems._base import MAIN_PROMPT
-from bench.tools import crunch, probe
+from bench.tools import crunch, hold, probe
 
 PROBE: Tool = function_tool(probe, read_only=True, concurrency_safe=True)
 CRUNCH: Tool = function_tool(crunch, read_only=True, concurrency_safe=True)
-TOOLS: list[Tool] = [PROBE, CRUNCH]
+HOLD: Tool = function_tool(hold, read_only=True, concurrency_safe=True)
+TOOLS: list[Tool] = [PROBE, CRUNCH, HOLD]
 
 
 async def run_main_agent(task: Tool, workdir: str, prompt: str) -> RunResult:

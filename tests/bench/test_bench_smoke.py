@@ -183,6 +183,8 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "analysis_32_ideal_x_fastest_peer",
         "journal_overhead_io_128",
         "journal_cpu_overhead_io_128",
+        "message_delivery_p50_ms_8",
+        "message_delivery_p50_ms_32",
         "journal_bytes_per_turn_io_128",
     ]
     assert figures["io_128_x_ideal"] == 2.0

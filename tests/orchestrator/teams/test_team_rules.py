@@ -185,3 +185,11 @@ def test_a_task_name_that_could_break_an_envelope_is_refused(name: str) -> None:
         return
     with pytest.raises(ValueError, match="is not usable: 1 to 48 letters"):
         parse_task_arguments(arguments)
+
+
+def test_the_main_agent_is_bounded_by_the_mailboxes_not_the_rate() -> None:
+    team, controls, _ = _team(messages_per_window=1, mailbox_max=2)
+    assert not team.send("main", "lead", "one")[1]
+    assert not team.send("main", "lead", "two")[1]  # past a sub-agent's rate: still sent
+    text, _ = team.send("main", "lead", "three")
+    assert text.startswith("not delivered to lead (a1): it has 2 unread")
