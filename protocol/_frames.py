@@ -358,6 +358,7 @@ class Control(msgspec.Struct, tag="control", tag_field="t", kw_only=True):
     action: ControlAction
     text: str = ""
     message_id: str = ""  # a steer that is a team message: said back when it is taken
+    interrupt: bool = False  # and it cancels the model call in flight, if one is
 
 
 class Heartbeat(msgspec.Struct, tag="heartbeat", tag_field="t", kw_only=True):

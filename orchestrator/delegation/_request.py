@@ -101,9 +101,13 @@ class RunHandle:
     def steer(self, text: str) -> None:
         self._control(Control(action=ControlAction.STEER, text=text))
 
-    def message(self, text: str, message_id: str) -> None:
-        """A message of its team's: read as a steer is, and said when it was taken."""
-        self._control(Control(action=ControlAction.STEER, text=text, message_id=message_id))
+    def message(self, text: str, message_id: str, *, interrupt: bool = False) -> None:
+        """A message of its team's: read as a steer is, and said when it was taken;
+        ``interrupt`` cancels its model call in flight so that it reads it now."""
+        control = Control(
+            action=ControlAction.STEER, text=text, message_id=message_id, interrupt=interrupt
+        )
+        self._control(control)
 
     def _control(self, control: Control) -> None:
         if self.lease is None:

@@ -129,10 +129,17 @@ class Team:
 
     # -- sending --------------------------------------------------------------------------
     def send(
-        self, sender_id: str, to: str | list[str], message: str, call: str = ""
+        self,
+        sender_id: str,
+        to: str | list[str],
+        message: str,
+        call: str = "",
+        *,
+        interrupt: bool = False,
     ) -> tuple[str, bool]:
-        """Send ``message`` from ``sender_id`` (by its tool call ``call``): the sender's
-        tool result, and whether it is an error (nothing was sent)."""
+        """Send ``message`` from ``sender_id`` (by its tool call ``call``; ``interrupt``:
+        cancelling a running recipient's model call in flight): the sender's tool result,
+        and whether it is an error (nothing was sent)."""
         sender = self.roster.members.get(sender_id)
         if sender is None:
             return f"agent {sender_id} is not in this run's team", True
@@ -145,7 +152,10 @@ class Team:
         if refused:
             return refused, True
         self._sent[sender_id].append(self._clock())
-        posted = [self._post(sender, recipient, message, call) for recipient in recipients]
+        posted = [
+            self._post(sender, recipient, message, call, interrupt=interrupt)
+            for recipient in recipients
+        ]
         return "\n".join(posted), False
 
     def shut_down(self, sender_id: str, to: str | list[str]) -> tuple[str, bool]:
@@ -213,7 +223,9 @@ class Team:
             return [], "send_message needs a recipient in to: a name, an id, a list, or *"
         return found, ""
 
-    def _post(self, sender: Member, recipient: Member, message: str, call: str) -> str:
+    def _post(
+        self, sender: Member, recipient: Member, message: str, call: str, *, interrupt: bool = False
+    ) -> str:
         unread = self._unread[recipient.agent_id]
         if len(unread) >= self.limits.mailbox_max:
             return (
@@ -248,11 +260,13 @@ class Team:
         if recipient.controls is None:  # ran in no runner of ours: cannot be reached now
             del unread[letter.id]
             return f"not delivered to {recipient.label}: it cannot be reached right now"
-        recipient.controls.message(letter.text, letter.id)
-        return (
-            f"sent to {recipient.label}: it reads it before its next model request "
-            f"(message {letter.id})"
+        recipient.controls.message(letter.text, letter.id, interrupt=interrupt)
+        when = (
+            "now (its model call in flight, if any, is cancelled)"
+            if interrupt
+            else ("before its next model request")
         )
+        return f"sent to {recipient.label}: it reads it {when} (message {letter.id})"
 
     def _continuable(self, member: Member) -> bool:
         return self.starter is not None and member.state == "completed" and member.agent_id != MAIN

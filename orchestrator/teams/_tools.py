@@ -35,6 +35,13 @@ class SendMessageArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
         msgspec.Meta(description="shutdown_request ends the recipients (no message needed)"),
     ] = "message"
     summary: Annotated[str, msgspec.Meta(description="A few words on it, for display")] = ""
+    interrupt: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Deliver now: a recipient waiting on its model has that call "
+            "cancelled and reads the message at once (use sparingly)"
+        ),
+    ] = False
 
 
 class ListAgentsArgs(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -136,7 +143,7 @@ async def answer_team_tool(
         return ToolOutput(str(exc), True)
     if args.type == "shutdown_request":
         return ToolOutput(*team.shut_down(agent_id, args.to))
-    return ToolOutput(*team.send(agent_id, args.to, args.message, call))
+    return ToolOutput(*team.send(agent_id, args.to, args.message, call, interrupt=args.interrupt))
 
 
 def roster_text(team: Team, agent_id: str) -> str:

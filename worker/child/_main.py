@@ -119,6 +119,7 @@ class ChildLink:
         self.steered = asyncio.Event()
         self.cancel_requested = asyncio.Event()
         self.on_cancel: Callable[[], object] | None = None
+        self.on_interrupt: Callable[[], object] | None = None  # a message that interrupts
         # The model requests sent through the parent (``_model_link.LinkTransport``).
         self.model_link: Any = None
 
@@ -313,6 +314,8 @@ class ChildLink:
         elif frame.action is ControlAction.STEER:
             self._steering.append((frame.text, frame.message_id))
             self.steered.set()
+            if frame.interrupt and self.on_interrupt is not None:
+                self.on_interrupt()  # its model call in flight ends: the message joins now
             what = "a message from its team" if frame.message_id else "steering message"
             self.emit(Notice(message=f"{what} received: it joins the next turn"))
 

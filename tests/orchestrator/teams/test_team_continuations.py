@@ -146,7 +146,7 @@ class _Controls:
     def __init__(self) -> None:
         self.messages: list[str] = []
 
-    def message(self, text: str, message_id: str) -> None:
+    def message(self, text: str, message_id: str, *, interrupt: bool = False) -> None:
         self.messages.append(text)
 
     def cancel(self, reason: str = "") -> None: ...

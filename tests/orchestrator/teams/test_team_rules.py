@@ -20,7 +20,7 @@ class _Controls:
         self.messages: list[tuple[str, str]] = []
         self.cancelled = ""
 
-    def message(self, text: str, message_id: str) -> None:
+    def message(self, text: str, message_id: str, *, interrupt: bool = False) -> None:
         self.messages.append((text, message_id))
 
     def cancel(self, reason: str = "") -> None:

@@ -1,0 +1,69 @@
+"""``interrupt: true``: a message that cannot wait. The recipient's model call in flight
+(here one that would never end) is cancelled in its own process, the turn is dropped, and
+its next request carries the message at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from conftest import SpawnRecorder
+from http_script import _system, _tool_results
+from model_servers import Call, ModelServer, Reply
+
+
+class _Script:
+    """Main → "listener" in the background; the main agent's message (interrupt) goes out
+    only once the listener's first request is hanging."""
+
+    def __init__(self) -> None:
+        self.hanging = threading.Event()
+        self.listener: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        if "main agent of agentcell" in _system(body):
+            if not results:
+                task = {"subagent_type": "listener", "prompt": "listen", "name": "listener"}
+                return Reply(tool_calls=[Call("task", {**task, "background": True})])
+            if len(results) == 1:
+                message = {"to": "listener", "message": "stop and read this", "interrupt": True}
+                call = Call("send_message", message)
+                return Reply(tool_calls=[call], pause_after=0, release=self.hanging)
+            if "Background task results" in json.dumps(body["messages"][-1]):
+                return Reply(text="main done")
+            return Reply(text="waiting")
+        self.listener.append(body)
+        if "stop and read this" in json.dumps(body["messages"]):
+            return Reply(text="heard it")
+        self.hanging.set()
+        return Reply(hang=True)
+
+
+async def test_an_interrupting_message_cancels_the_recipients_model_call_and_is_read_at_once(
+    spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = openai_served.responder = _Script()
+    orch = Orchestrator(
+        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
+        workdir=work,
+        agents=[AgentDefinition(name="listener", description="l", tools=[])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    assert report.final_text == "main done", report
+    (listener,) = report.subagents
+    assert listener.status.value == "completed" and listener.text == "heard it"
+    hung, read = script.listener
+    assert "stop and read this" not in json.dumps(hung["messages"])
+    last = read["messages"][-1]
+    assert last["role"] == "user" and "stop and read this" in last["content"]
+    assert [m["role"] for m in read["messages"][1:]] == ["user", "user"]  # the turn dropped
