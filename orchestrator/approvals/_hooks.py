@@ -595,12 +595,21 @@ class SubagentStopHooks:
     cannot block. Either way the hook sees the run's end exactly once."""
 
     def __init__(
-        self, hooks: HookRunner, *, agent_id: str, agent_type: str, transcript: str = ""
+        self,
+        hooks: HookRunner,
+        *,
+        agent_id: str,
+        agent_type: str,
+        transcript: str = "",
+        idle: Callable[[], tuple[str, list[str]]] | None = None,
     ) -> None:
         self.hooks = hooks
         self.agent_id = agent_id
         self.agent_type = agent_type
         self.transcript = transcript
+        # A named teammate's name and whom it owes an answer: its stop is Claude Code's
+        # TeammateIdle moment when it owes any.
+        self.idle = idle
         self.blocks = 0  # in a row: each one sent the sub-agent back to work
         self.settled = False  # the run's last stop was asked: no after-the-fact run
         self._turn = asyncio.Lock()  # a child's stops come one at a time
@@ -608,7 +617,8 @@ class SubagentStopHooks:
 
     def relayed_events(self) -> dict[str, list[str]]:
         """For ``AgentSpec.hooked_tools``: relay this agent's stops, when a hook matches it."""
-        if self.hooks.matching("SubagentStop", self.agent_type):
+        idle_hooked = self.idle is not None and self.hooks.matching("TeammateIdle", "")
+        if self.hooks.matching("SubagentStop", self.agent_type) or idle_hooked:
             return {"SubagentStop": [self.agent_type]}
         return {}
 
@@ -626,9 +636,11 @@ class SubagentStopHooks:
         async with self._turn:
             if self.settled:  # a child asking past its end (or past the cap) is not heard
                 return HookOutcome()
-            outcome = await self.hooks.run(
-                "SubagentStop", self._payload(last_message), self.agent_type
-            )
+            outcome = await self._teammate_idle()
+            if not outcome.blocked:
+                outcome = await self.hooks.run(
+                    "SubagentStop", self._payload(last_message), self.agent_type
+                )
             if outcome.blocked:
                 self.blocks += 1
                 # The child ends the run itself past the cap; this was its last stop.
@@ -636,6 +648,20 @@ class SubagentStopHooks:
             else:
                 self.settled = True
             return outcome
+
+    async def _teammate_idle(self) -> HookOutcome:
+        """Claude Code's TeammateIdle: a named teammate stopping with messages it has not
+        answered; exit 2 sends its words back to it, and it goes on."""
+        name, owed = self.idle() if self.idle is not None else ("", [])
+        if not name or not owed:
+            return HookOutcome()
+        payload = {
+            "teammate_name": name,
+            "unanswered": owed,
+            "agent_id": self.agent_id,
+            "agent_type": self.agent_type,
+        }
+        return await self.hooks.run("TeammateIdle", payload)
 
     async def ended(self, last_message: str) -> None:
         """The run is over: tell the hooks, unless its last stop already did."""

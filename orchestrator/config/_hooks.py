@@ -82,6 +82,7 @@ RAISED_EVENTS = frozenset(
         "PreCompact",
         "TaskCreated",
         "TaskCompleted",
+        "TeammateIdle",
     }
 )
 #: The events agentcell does not raise (yet), and why; their hooks are taken and named.

@@ -146,3 +146,10 @@ def join_team(
             agent_id, request.name, request.agent_type, scope.agent_id, handle, scope=scope
         )
     return team
+
+
+def team_idle(scope: Scope, agent_id: str) -> Callable[[], tuple[str, list[str]]] | None:
+    """For its stop: its name and the agents whose messages it has not answered (none
+    when it is not a named member of a team)."""
+    team = scope.account.team if scope.account is not None else None
+    return None if team is None else (lambda: team.unanswered(agent_id))

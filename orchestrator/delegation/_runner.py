@@ -66,6 +66,7 @@ from agentcell.orchestrator.delegation._request import (
     Scope,
     join_team,
     result_base,
+    team_idle,
 )
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
@@ -482,6 +483,7 @@ class Runner:
             agent_id=agent_id,
             agent_type=definition.name,
             transcript=hooks.transcript_path,
+            idle=team_idle(scope, agent_id),  # a named teammate's unanswered messages
         )
         spec.hooked_tools.update(stop_hooks.relayed_events())
         self.recorded.started(agent_id, definition.name, admitted.run_dir, _owner(scope))

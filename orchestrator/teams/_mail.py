@@ -81,6 +81,8 @@ class Team:
         # A foreground task call waiting on this sub-agent: resolved by its first message
         # for the main agent (the call returns early with it).
         self._watched: dict[str, asyncio.Future[None]] = {}
+        # Who each agent has messages from that it has not answered (by sending to them).
+        self._owed: dict[str, set[str]] = collections.defaultdict(set)
         self._main_replay: dict[int, list[str]] = {}  # a resume: main's turn → texts it took
 
     # -- a resumed run ----------------------------------------------------------------------
@@ -152,6 +154,7 @@ class Team:
         if refused:
             return refused, True
         self._sent[sender_id].append(self._clock())
+        self._owed[sender_id] -= {recipient.agent_id for recipient in recipients}
         posted = [
             self._post(sender, recipient, message, call, interrupt=interrupt)
             for recipient in recipients
@@ -320,7 +323,9 @@ class Team:
     def taken(self, recipient_id: str, ids: list[str], turn: int) -> None:
         """The recipient took these messages into its ``turn``-th model request."""
         unread = self._unread[recipient_id]
-        taken = [i for i in ids if unread.pop(i, None) is not None]
+        letters = [unread.pop(i, None) for i in ids]
+        taken = [letter.id for letter in letters if letter is not None]
+        self._owed[recipient_id] |= {letter.sender for letter in letters if letter is not None}
         if taken and self.journal is not None:
             self.journal.fact("mail", recipient=recipient_id, ids=taken, turn=turn)
 
@@ -356,6 +361,15 @@ class Team:
         if mine:
             self.taken(MAIN, [letter.id for letter in mine], self._main_turns + 1)
         return [letter.text for letter in mine]
+
+    def unanswered(self, agent_id: str) -> tuple[str, list[str]]:
+        """A named agent's name, and who it has read messages from and not answered
+        ("" and [] for an agent without a name: it is no teammate to wake)."""
+        member = self.roster.members.get(agent_id)
+        if member is None or not member.name:
+            return "", []
+        owed = self._owed.get(agent_id, set())
+        return member.name, [self.roster.members[a].address for a in sorted(owed)]
 
     def unread(self, agent_id: str) -> int:
         return len(self._unread.get(agent_id, {}))

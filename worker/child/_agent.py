@@ -81,8 +81,7 @@ async def run_agent(start: Start, link: ChildLink) -> RunResult:
     engine = build_engine(spec, start, link, model, objects.get("tools", []))
     if start.trace_context:  # the parent traces: this run's spans go to it as frames
         engine.tracer = _child_tracer(start, link)
-    link.on_cancel = engine.cancel
-    link.on_interrupt = engine.interrupt
+    link.on_cancel, link.on_interrupt = engine.cancel, engine.in_flight.interrupt
     drain = _capture_output(spec)  # started once the walls are up (see there)
     transcript = _open_transcript(spec)
     compactor = attach_compactor(spec, engine, link, transcript)

@@ -38,6 +38,7 @@ from agentcell.protocol import (
     gather_owned,
 )
 from agentcell.worker.engine._compaction import Compactor
+from agentcell.worker.engine._in_flight import InFlight
 from agentcell.worker.engine._session import Session
 from agentcell.worker.engine._tool_journal import ToolJournal
 from agentcell.worker.models import Model, ModelError, ModelRequest, ToolCallStart
@@ -173,7 +174,9 @@ class Engine:
         self.tool_calls = 0
         self._emit: EventSink = _ignore
         self._task: asyncio.Task[Any] | None = None
-        self._model_call: asyncio.Task[ModelResponse] | None = None  # the one in flight
+        # The model call in flight: ``in_flight.interrupt()`` drops it (a message that
+        # cannot wait), and the loop goes on from its next turn boundary.
+        self.in_flight = InFlight()
         self._cancel_requested = False
         self._cancel_status = RunStatus.CANCELLED
         self._cancel_reason = ""
@@ -248,27 +251,6 @@ class Engine:
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
-    def interrupt(self) -> bool:
-        """Cancel the model call in flight, if one is: its turn is dropped and the loop
-        goes to its next turn boundary (where a message that came may join). True if one
-        was cancelled."""
-        call = self._model_call
-        if call is None or call.done():
-            return False
-        call.cancel()
-        return True
-
-    async def _interruptible(self, request: ModelRequest) -> ModelResponse | None:
-        """The model's response; None if ``interrupt`` cancelled the call first."""
-        try:
-            async with asyncio.TaskGroup() as group:  # its own task, so it can be cancelled
-                call = self._model_call = group.create_task(self._call_model(request))
-        except BaseExceptionGroup as failed:  # the call's own error (StopRun, a model bug)
-            raise failed.exceptions[0] from None
-        finally:
-            self._model_call = None
-        return None if call.cancelled() else call.result()
-
     async def _drive(self, session: Session) -> RunResult:
         try:
             if self.limits.timeout_s is not None:
@@ -317,7 +299,7 @@ class Engine:
                 tools=self.tools.specs(),
                 max_output_tokens=limits.max_output_tokens,
             )
-            response = await self._interruptible(request)
+            response = await self.in_flight.run(self._call_model(request))
             if response is None:  # interrupted: what it said so far is dropped, and it
                 self._emit(Notice(message="its model call was interrupted by a message"))
                 continue  # goes on from the next turn boundary

@@ -193,3 +193,16 @@ def test_the_main_agent_is_bounded_by_the_mailboxes_not_the_rate() -> None:
     assert not team.send("main", "lead", "two")[1]  # past a sub-agent's rate: still sent
     text, _ = team.send("main", "lead", "three")
     assert text.startswith("not delivered to lead (a1): it has 2 unread")
+
+
+def test_an_agent_owes_an_answer_to_whom_it_read_until_it_messages_them() -> None:
+    team, controls, _ = _team()
+    team.send("b1", "dev-2", "a question")  # m1, dev → dev-2
+    assert team.unanswered("b2") == ("dev-2", [])  # not read yet
+    team.taken("b2", ["m1"], 2)
+    assert team.unanswered("b2") == ("dev-2", ["dev"])
+    team.send("b2", "lead", "to someone else")
+    assert team.unanswered("b2") == ("dev-2", ["dev"])
+    team.send("b2", "dev", "the answer")
+    assert team.unanswered("b2") == ("dev-2", [])
+    assert team.unanswered("a2") == ("", [])  # unnamed: no teammate to wake
