@@ -2,8 +2,10 @@
 
 Each lane sits under its parent's and shows what the agent was doing when: queued (no free
 process yet), starting (its process booting), model (waiting for its model), tool,
-approval (waiting for a person), then how it ended; a crash is marked with its cause.
-Hovering a bar (a ``title`` tooltip) shows the tool call.
+approval (waiting for a person), then how it ended; a crash is marked with its cause, and
+each message between agents (from the run's journal) on its sender's lane where it was
+sent (✉→) and on its recipient's where it was read (→✉). Hovering a bar or a mark (a
+``title`` tooltip) shows the tool call or the message.
 
 Everything on the page comes from records an agent, or a model, could have written into,
 so every text has its control characters written out (``visible``) and goes through
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._text import visible
+from agentcell.orchestrator.journal._replay import read_past
 from agentcell.orchestrator.records._store import _write_private, find_run_dir, load_run
+from agentcell.orchestrator.teams._mail import run_messages
 from agentcell.orchestrator.telemetry._usage_text import usage_split
 
 #: What a page may do: styles of its own, nothing else (no script, image, font, fetch).
@@ -62,21 +66,34 @@ def write_timeline(workdir: Path, run_id: str, out: Path | None) -> Path:
     """Write the page of run ``run_id`` to ``out`` (default: ``timeline.html`` in the
     run's folder); returns where it went."""
     summary, transcripts = load_run(workdir, run_id)
-    target = out if out is not None else find_run_dir(workdir, run_id) / "timeline.html"
+    run_dir = find_run_dir(workdir, run_id)
+    target = out if out is not None else run_dir / "timeline.html"
+    try:
+        messages = run_messages(read_past(run_dir).team)  # from its journal, if it has one
+    except LookupError:
+        messages = []
     try:  # private like the records it shows (their prompts, answers, tool calls)
-        _write_private(target, timeline_html(summary, transcripts))
+        _write_private(target, timeline_html(summary, transcripts, messages))
     except OSError as exc:
         raise ValueError(f"cannot write the timeline to {target}: {exc.strerror}") from None
     return target
 
 
-def timeline_html(summary: dict[str, Any], transcripts: dict[str, list[dict[str, Any]]]) -> str:
+def timeline_html(
+    summary: dict[str, Any],
+    transcripts: dict[str, list[dict[str, Any]]],
+    messages: list[dict[str, Any]] | None = None,
+) -> str:
     lanes = ordered_lanes(build_lanes(summary, transcripts))
     starts = [lane.start for lane in lanes if lane.start is not None]
     ends = [lane.end for lane in lanes if lane.end is not None]
     origin = min(starts, default=0.0)
     span = max(max(ends, default=origin) - origin, 1e-3)
-    rows = "\n".join(_lane_html(index, lane, origin, span) for index, lane in enumerate(lanes))
+    marks = _message_marks(messages or [], origin, span)
+    rows = "\n".join(
+        _lane_html(index, lane, (origin, span), marks.get(lane.agent_id, []))
+        for index, lane in enumerate(lanes)
+    )
     return _PAGE.format(
         csp=html.escape(CSP),
         title=_esc(f"agentcell run {summary.get('run_id', '')}"),
@@ -233,7 +250,10 @@ def _by_start(lanes: list[Lane]) -> list[Lane]:
 # -- lanes to HTML ----------------------------------------------------------------------
 
 
-def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
+def _lane_html(
+    index: int, lane: Lane, clock: tuple[float, float], marks: list[str] | None = None
+) -> str:
+    origin, span = clock
     label = lane.agent_id if not lane.agent_type else f"{lane.agent_id} {lane.agent_type}"
     if lane.description:
         label += f" · {lane.description}"
@@ -244,6 +264,7 @@ def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
         info += f" · ${lane.cost_usd:.4f}"
     # a record of a million events (a sub-agent writes its own) stays a page a browser opens
     bars = [_bar(seg, origin, span) for seg in lane.segments[:MAX_SEGMENTS]]
+    bars += (marks or [])[:MAX_SEGMENTS]  # its messages, sent and read
     crashed = lane.status in ("crashed", "error", "timeout", "limit", "budget")
     if crashed and lane.end is not None:
         left = _percent(lane.end - origin, span)
@@ -258,6 +279,29 @@ def _lane_html(index: int, lane: Lane, origin: float, span: float) -> str:
         f'<div class="info" title="{_esc(info)}">{_esc(info)}{cause_text}</div>'
         f'<div class="track">{"".join(bars)}</div></div>'
     )
+
+
+def _message_marks(
+    messages: list[dict[str, Any]], origin: float, span: float
+) -> dict[str, list[str]]:
+    """Each message between agents, drawn on both lanes: ✉→ where the sender sent it,
+    →✉ where the recipient read it; the words in the tooltip (as text, never markup)."""
+    marks: dict[str, list[str]] = {}
+    for message in messages:
+        text = f"{message['id']}: {message['text']}"[:TITLE_MAX]
+        ends = (
+            (message["sender"], message.get("sent_at"), "✉→", f"to {message['recipient']}"),
+            (message["recipient"], message.get("read_at"), "→✉", f"from {message['sender']}"),
+        )
+        for agent_id, when, sign, whom in ends:
+            at = _number(when)
+            if at is not None:
+                tip = _esc(f"{whom}, {text}")
+                left = _percent(at - origin, span)
+                marks.setdefault(agent_id, []).append(
+                    f'<span class="msg" style="left:{left}%" title="{tip}">{sign}</span>'
+                )
+    return marks
 
 
 def _bar(seg: Segment, origin: float, span: float) -> str:
@@ -343,6 +387,7 @@ color:#666;font-size:10px}
 .track{position:relative;flex:1;height:12px;background:#f0f0f0;margin-right:10px}
 .seg{position:absolute;top:0;height:12px}
 .crash{position:absolute;top:-3px;color:#b00;font-weight:bold;transform:translateX(-50%)}
+.msg{position:absolute;top:-3px;color:#06c;transform:translateX(-50%)}
 .s-queued{background:#bbb}.s-starting{background:#f0b429}.s-model{background:#4a90d9}
 .s-tool{background:#3cb371}.s-approval{background:#d9534f}.s-crash{background:#b00}
 .st-crashed .label,.st-error .label,.st-timeout .label{color:#b00}

@@ -58,6 +58,7 @@ class TeamPast:
     # recipient → its turn → the ids it took into that turn's model request
     taken: dict[str, dict[int, list[str]]] = dataclasses.field(default_factory=dict)
     tasks: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)  # by id, last
+    read_times: dict[str, float] = dataclasses.field(default_factory=dict)  # id → when taken
 
     def taken_by(self, agent_id: str) -> dict[int, list[str]]:
         """What ``agent_id`` took, by turn, as the texts it read."""
@@ -251,6 +252,8 @@ def _fact(past: RunPast, record: dict[str, Any]) -> None:
     elif what == "mail":
         turns = past.team.taken.setdefault(str(record.get("recipient")), {})
         turns.setdefault(int(record.get("turn", 0)), []).extend(str(i) for i in record["ids"])
+        if isinstance(record.get("at"), float):
+            past.team.read_times.update(dict.fromkeys(map(str, record["ids"]), record["at"]))
     elif what == "team_task" and isinstance(record.get("task"), dict):
         past.team.tasks[str(record["task"].get("id"))] = record["task"]
     elif what == "ended" and isinstance(record.get("result"), dict):

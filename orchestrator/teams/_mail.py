@@ -250,6 +250,7 @@ class Team:
                 recipient=letter.recipient,
                 text=letter.text,
                 call=call,
+                at=time.time(),  # (the timeline's clock)
             )
         if recipient.agent_id == MAIN:
             self._for_main.append(letter)
@@ -327,7 +328,7 @@ class Team:
         taken = [letter.id for letter in letters if letter is not None]
         self._owed[recipient_id] |= {letter.sender for letter in letters if letter is not None}
         if taken and self.journal is not None:
-            self.journal.fact("mail", recipient=recipient_id, ids=taken, turn=turn)
+            self.journal.fact("mail", recipient=recipient_id, ids=taken, turn=turn, at=time.time())
 
     def for_main(self, replaying: bool = False) -> list[str]:
         """The main agent's messages, once each, for its next model request; while its
@@ -432,6 +433,8 @@ def run_messages(past: TeamPast) -> list[dict[str, Any]]:
             "recipient": str(fact.get("recipient", "")),
             "text": message_text(str(fact.get("text", ""))),
             "read_at_turn": read_at.get(message_id),
+            "sent_at": fact.get("at"),
+            "read_at": past.read_times.get(message_id),
         }
         for message_id, fact in past.messages.items()
     ]

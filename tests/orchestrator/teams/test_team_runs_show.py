@@ -1,6 +1,7 @@
 """``runs show`` lists a run's messages between its agents — who to whom, when each was
 read, the words — through a pipe and on a terminal, where a message's text is shown as
-written, never read as markup; ``--json`` carries them too."""
+written, never read as markup; ``--json`` carries them too; ``runs view`` marks each on
+its sender's lane (sent) and its recipient's (read)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def test_runs_show_lists_the_messages_through_a_pipe_and_on_a_terminal(
     messages = json.loads(as_json.stdout)["messages"]
     assert [(m["id"], m["read_at_turn"]) for m in messages] == [("m1", 2), ("m2", 2)]
     assert messages[0]["text"] == f"hello {MARKUP}"
+    page = work / "timeline.html"
+    viewed = subprocess.run(
+        [AGENTCELL, "runs", "view", run_id, "--output", str(page)], cwd=work, env=env
+    )
+    assert viewed.returncode == 0
+    lanes = {lane.split('"', 1)[0]: lane for lane in page.read_text().split('data-agent="')[1:]}
+    assert f'title="to {ids["waiter"]}, m1: hello {MARKUP}">✉→</span>' in lanes[ids["writer"]]
+    assert f'title="from {ids["writer"]}, m1: hello {MARKUP}">→✉</span>' in lanes[ids["waiter"]]
     term = Screen(["runs", "show", run_id], work, env)
     screen = term.expect("between agents:")
     assert term.close() == 0
