@@ -439,10 +439,17 @@ def build_engine(
     if hooked.get("PreToolUse") or hooked.get("PostToolUse") or spec.hook_patterns:
         # The parent's PreToolUse/PostToolUse hooks, asked over the pipe.
         hooks.append(RelayedHooks(hooked, link.run_hooks, spec.hook_patterns))
-    # A SubagentStop hook for this agent decides, in the parent, whether it may stop.
-    finish_hooks = (
-        [relayed_stop_hook(spec.agent_type, link.run_hooks)] if hooked.get("SubagentStop") else []
+    # A message that came during its last model call is read before it stops; then a
+    # SubagentStop hook for this agent decides, in the parent, whether it may stop.
+    controls = TurnControls(link)
+    stop = (
+        relayed_stop_hook(spec.agent_type, link.run_hooks) if hooked.get("SubagentStop") else None
     )
+
+    async def finish(session: Session) -> Sequence[Message]:
+        late = await controls.late(session)
+        return late if late or stop is None else await stop(session)
+
     limits = start.limits
     engine_limits = Limits(
         max_turns=spec.max_turns,
@@ -471,8 +478,8 @@ def build_engine(
             env=dict(spec.bash_env) if spec.env is not None else None,
         ),
         attached=Attachments(
-            turn_hooks=[TurnControls(link)],
-            finish_hooks=finish_hooks,
+            turn_hooks=[controls],
+            finish_hooks=[finish],
             tool_journal=_tool_journal(spec, link),
         ),
     )
@@ -575,6 +582,13 @@ class TurnControls:
         await self.link.writable()
         texts = again + self.link.take_steering(self.turn)
         return [UserMessage(content=text) for text in texts]
+
+    async def late(self, session: Session) -> Sequence[Message]:
+        """Finish hook: steers and messages that came while its final answer was being
+        written are read in one more turn, not lost with its end."""
+        if not self.link.steered.is_set():
+            return []
+        return [UserMessage(content=text) for text in self.link.take_steering(self.turn + 1)]
 
 
 class CoalescingSink:

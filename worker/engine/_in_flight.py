@@ -25,12 +25,21 @@ class InFlight:
         return True
 
     async def run(self, call: Coroutine[Any, Any, T]) -> T | None:
-        """``call``'s result; None if ``interrupt`` cancelled it first. Its own errors
-        are raised as themselves; a cancel of the caller cancels it too."""
+        """``call``'s result; None if ``interrupt`` cancelled it first. Its own errors are
+        raised as themselves. A cancel of the caller cancels it too — unless it had just
+        finished: then its result comes first and the cancel lands at the caller's next
+        wait (a budget crossed by the call's own usage keeps the answer it paid for)."""
+        task: asyncio.Task[T] | None = None
         try:
             async with asyncio.TaskGroup() as group:
                 task = self._call = group.create_task(call)
-        except BaseExceptionGroup as failed:
+        except asyncio.CancelledError:
+            if task is None or not task.done() or task.cancelled() or task.exception():
+                raise
+            current = asyncio.current_task()
+            assert current is not None
+            current.cancel()  # again: at the caller's next wait, after this result
+        except BaseExceptionGroup as failed:  # the call's own error (StopRun, a model bug)
             raise failed.exceptions[0] from None
         finally:
             self._call = None

@@ -67,3 +67,55 @@ async def test_an_interrupting_message_cancels_the_recipients_model_call_and_is_
     last = read["messages"][-1]
     assert last["role"] == "user" and "stop and read this" in last["content"]
     assert [m["role"] for m in read["messages"][1:]] == ["user", "user"]  # the turn dropped
+
+
+class _Late:
+    """A message sent while the recipient's final answer is on its way: the answer is held
+    until the main agent has sent it (its next request shows the send's result)."""
+
+    def __init__(self) -> None:
+        self.asked, self.sent = threading.Event(), threading.Event()
+        self.late: list[dict[str, Any]] = []
+
+    def __call__(self, body: dict[str, Any], api: str) -> Reply:
+        results = _tool_results(body)
+        if "main agent of agentcell" in _system(body):
+            if not results:
+                task = {"subagent_type": "listener", "prompt": "listen", "name": "late"}
+                return Reply(tool_calls=[Call("task", {**task, "background": True})])
+            if len(results) == 1:
+                message = {"to": "late", "message": "one more thing"}
+                call = Call("send_message", message)
+                return Reply(tool_calls=[call], pause_after=0, release=self.asked)
+            self.sent.set()
+            if "Background task results" in json.dumps(body["messages"][-1]):
+                return Reply(text="main done")
+            return Reply(text="waiting")
+        self.late.append(body)
+        if "one more thing" in json.dumps(body["messages"]):
+            return Reply(text="read it too")
+        self.asked.set()
+        return Reply(text="first answer", pause_after=0, release=self.sent)
+
+
+async def test_a_message_that_comes_while_the_final_answer_is_written_is_read_not_lost(
+    spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    script = openai_served.responder = _Late()
+    orch = Orchestrator(
+        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
+        workdir=work,
+        agents=[AgentDefinition(name="listener", description="l", tools=[])],
+        load_agent_files=False,
+        record=False,
+    )
+    async with orch:
+        report = await asyncio.wait_for(orch.run("go"), 60)
+    assert report.final_text == "main done", report
+    (late,) = report.subagents
+    assert late.text == "read it too"  # one more turn, with the message, after its answer
+    first, second = script.late
+    assert [m["role"] for m in second["messages"][1:]] == ["user", "assistant", "user"]
+    assert "one more thing" in second["messages"][-1]["content"]
