@@ -2,11 +2,11 @@
 
 The main agent starts N sub-agents in the background by name; each holds a 200 ms tool,
 again and again, until its message has come. Once every sub-agent has asked for its first
-reply, the main agent messages each (``send_message``). A message's latency is the arrival
-at the model server of the recipient's request carrying its envelope, minus the later of
-when it was sent and when the tool the recipient was running ended. "Sent" is when the
-server finished the main agent's reply holding the send_message calls: a little before
-the orchestrator posts them, so the latency is if anything overstated.
+reply, the main agent messages them all (one ``send_message`` to ``"*"``). A message's
+latency is the arrival at the model server of the recipient's request carrying its
+envelope, minus the later of when it was sent and when the tool the recipient was running
+ended. "Sent" is when the server finished the main agent's reply holding the call: a
+little before the orchestrator posts it, so the latency is if anything overstated.
 """
 
 from __future__ import annotations

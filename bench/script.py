@@ -131,12 +131,9 @@ MESSAGE = "bench-msg"
 
 
 def _main(body: dict[str, Any], spec: Spec, turn: int) -> Reply:
-    if spec.msg and turn == spec.n:  # its sub-agents started: message each by name
-        calls = [
-            (f"call_{spec.run}_msg_{i}", "send_message", json.dumps(_message_to(spec, i)))
-            for i in range(spec.n)
-        ]
-        return Reply([], calls, "main", turn, spec)
+    if spec.msg and turn == spec.n:  # its sub-agents started: message them all at once
+        everyone = json.dumps({"to": "*", "message": f"{MESSAGE} run={spec.run}"})
+        return Reply([], [(f"call_{spec.run}_msg", "send_message", everyone)], "main", turn, spec)
     if turn:
         return Reply([f"All {turn} sub-agents reported."], [], "main", turn, spec)
     schema = _tool_schema(body, spec.delegate)
@@ -195,10 +192,6 @@ def _fill(schema: dict[str, Any], job_prompt: str) -> dict[str, Any]:
 def _answer(tokens: int, i: int) -> list[str]:
     """``tokens`` deltas; the first says who answers (4 characters per later token)."""
     return [f"job {i} done."] + [" tok" for _ in range(max(0, tokens - 1))]
-
-
-def _message_to(spec: Spec, i: int) -> dict[str, Any]:
-    return {"to": f"w{i}", "message": f"{MESSAGE} run={spec.run} i={i}"}
 
 
 def mail_of(body: dict[str, Any]) -> tuple[bool, float]:

@@ -202,7 +202,8 @@ def workloads(latency_ms: float, quick: bool) -> list[Workload]:
             what=(
                 "The main agent starts N sub-agents in the background by name; each runs a "
                 "200 ms tool, again and again, until its message has come. Once all have "
-                "asked for their first reply, the main agent messages each (send_message). "
+                "asked for their first reply, the main agent messages them all (send_message "
+                "to *). "
                 "A message's latency: the arrival at the model server of the recipient's "
                 "request carrying it, minus the later of its sending and the end of the tool "
                 "the recipient was running. Target: p50 ≤ 50 ms at N=8 and N=32."

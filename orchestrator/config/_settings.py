@@ -111,8 +111,8 @@ class TeamSettings(SettingsTable):
 
     message_max_bytes: int = Field(default=32 * 1024, ge=1, le=1 << 24)
     mailbox_max: int = Field(default=64, ge=1, le=1 << 16)  # unread messages per agent
-    # At most this many messages per sub-agent in any window of window_s seconds (the
-    # main agent, which the user runs, is bounded by the mailboxes alone).
+    # At most this many messages per sender in any window of window_s seconds (a list
+    # of recipients, or "*", is one message).
     messages_per_window: int = Field(default=10, ge=1, le=1 << 16)
     window_s: float = Field(default=10.0, gt=0, le=24 * 3600)
     # Ended sub-agents a run's messages may continue (each a new run of its session).

@@ -190,8 +190,6 @@ class Team:
                 f"{limits.message_max_bytes:,} ([teams] message_max_bytes); send a shorter "
                 "one, or write the details to a file and send its path"
             )
-        if sender.agent_id == MAIN:  # the user's own agent: bounded by the mailboxes alone
-            return ""
         window = self._sent[sender.agent_id]
         while window and window[0] <= self._clock() - limits.window_s:
             window.popleft()

@@ -187,12 +187,13 @@ def test_a_task_name_that_could_break_an_envelope_is_refused(name: str) -> None:
         parse_task_arguments(arguments)
 
 
-def test_the_main_agent_is_bounded_by_the_mailboxes_not_the_rate() -> None:
-    team, controls, _ = _team(messages_per_window=1, mailbox_max=2)
-    assert not team.send("main", "lead", "one")[1]
-    assert not team.send("main", "lead", "two")[1]  # past a sub-agent's rate: still sent
-    text, _ = team.send("main", "lead", "three")
-    assert text.startswith("not delivered to lead (a1): it has 2 unread")
+def test_a_list_or_a_broadcast_is_one_message_of_the_senders_rate() -> None:
+    team, controls, _ = _team(messages_per_window=2)
+    assert not team.send("main", ["lead", "a2"], "one, to two")[1]
+    assert not team.send("main", "*", "two, to everyone in reach")[1]
+    text, error = team.send("main", "lead", "three")  # the main agent too: its third
+    assert error and "sent 2 messages in the last 10 s" in text
+    assert len(controls["a1"].messages) == 2 and len(controls["a2"].messages) == 2
 
 
 def test_an_agent_owes_an_answer_to_whom_it_read_until_it_messages_them() -> None:
