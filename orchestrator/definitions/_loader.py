@@ -40,7 +40,11 @@ from agentcell.orchestrator.definitions._model import (
     model_problem,
     validation_messages,
 )
-from agentcell.orchestrator.definitions._tool_policy import TEAM_LIFECYCLE, mcp_patterns
+from agentcell.orchestrator.definitions._tool_policy import (
+    CLAUDE_TOOLS_LACKED,
+    TEAM_LIFECYCLE,
+    mcp_patterns,
+)
 from agentcell.orchestrator.network._host_rules import parse_rules
 from agentcell.worker import OutsideRoot, read_beneath
 from pydantic import ValidationError
@@ -546,7 +550,16 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
                 "is its team (every agent it starts is in it; send_message reaches them)",
             )
         )
-    unknown_allowed = [name for name in definition.unknown_tools if name in allowed]
+    lacked = [name for name in definition.unknown_tools if name in CLAUDE_TOOLS_LACKED]
+    found += [
+        ("info", f"{name}: Claude Code's tool that {CLAUDE_TOOLS_LACKED[name]}; agentcell has "
+                 "none, so the agent runs without it")
+        for name in lacked
+        if name in allowed
+    ]  # fmt: skip
+    unknown_allowed = [
+        name for name in definition.unknown_tools if name in allowed and name not in lacked
+    ]
     unknown_denied = [name for name in definition.unknown_tools if name not in allowed]
     if unknown_allowed:
         found.append(

@@ -36,6 +36,13 @@ KNOWN_TOOLS: frozenset[str] = (
     frozenset(BUILTIN_TOOLS) | COORDINATION_TOOLS | NAMED_TOOLS | {SKILL_TOOL, TEAM_LIFECYCLE}
 )
 
+#: Claude Code's tools agentcell knowingly has no counterpart for (what each does): an
+#: agent file naming one runs without it, which validate says as an info, not a warning.
+CLAUDE_TOOLS_LACKED: dict[str, str] = {
+    "NotebookEdit": "edits Jupyter notebook cells; write_file and edit_file edit the file",
+    "LSP": "asks a language server for definitions and references; grep finds them",
+}
+
 #: MCP tools are named ``mcp__<server>__<tool>`` (Claude Code's spelling). They come
 #: from the servers a definition names, never from the parent's tools.
 MCP_PREFIX = "mcp__"
