@@ -5,8 +5,9 @@ parent) takes a duplicate of its end with ``pidfd_getfd`` and writes frames of i
 into it. The parent makes a fresh key for each child and sends it in ``Start``, never
 anywhere else; the frames that decide something — the child's ``Result`` and
 ``Failure``, the parent's ``ApprovalReply``, the child's ``SpanBatch`` (what a trace
-says it did), its ``ModelCall`` (the parent sends it with the provider's key) and its
-``ToolRecord`` (what the run's journal says its tools did) —
+says it did), its ``ModelCall`` (the parent sends it with the provider's key), its
+``ToolRecord`` (what the run's journal says its tools did) and its ``DelegateRequest``
+(a sub-agent it starts, a message to its team, a page fetched for it) —
 carry an HMAC under that key, and an unsigned or wrongly signed one is dropped. A thief
 holding the socket but not the key (it arrived after ``Start`` was read, or holds the
 parent's end, which never carries ``Start`` back) cannot forge them; one that reads
@@ -24,6 +25,7 @@ from typing import Any, TypeVar
 import msgspec
 from agentcell.protocol._frames import (
     ApprovalReply,
+    DelegateRequest,
     Failure,
     ModelCall,
     Result,
@@ -32,8 +34,12 @@ from agentcell.protocol._frames import (
 )
 
 #: The frames that carry a MAC.
-SignedFrame = ApprovalReply | Result | Failure | SpanBatch | ModelCall | ToolRecord
-_F = TypeVar("_F", ApprovalReply, Result, Failure, SpanBatch, ModelCall, ToolRecord)
+SignedFrame = (
+    ApprovalReply | Result | Failure | SpanBatch | ModelCall | ToolRecord | DelegateRequest
+)
+_F = TypeVar(
+    "_F", ApprovalReply, Result, Failure, SpanBatch, ModelCall, ToolRecord, DelegateRequest
+)
 _encode = msgspec.msgpack.Encoder().encode
 _MAC_BYTES = 16
 

@@ -203,6 +203,7 @@ class DelegateRequest(msgspec.Struct, tag="delegate_request", tag_field="t", kw_
     # The W3C context of the child's span for this call (traced runs only): a nested
     # sub-agent is traced under it.
     trace_context: dict[str, str] = msgspec.field(default_factory=dict)
+    mac: bytes = b""  # signed with the child's frame key: a sub-agent or a message of its
 
 
 class DelegateReply(msgspec.Struct, tag="delegate_reply", tag_field="t", kw_only=True):

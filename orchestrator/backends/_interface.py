@@ -16,6 +16,7 @@ from typing import Generic, Protocol, TypeVar
 
 from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
 from agentcell.protocol import (
+    DelegateRequest,
     Frame,
     Hello,
     ModelCall,
@@ -25,6 +26,9 @@ from agentcell.protocol import (
     frame_is_authentic,
     seal_for_child,
 )
+
+#: What a child's frame must be signed with its key to count (``protocol._frame_mac``).
+_SIGNED = (SpanBatch, ModelCall, ToolRecord, DelegateRequest)
 
 
 class PoolError(Exception):
@@ -137,8 +141,8 @@ class FrameQueue(WorkerLease, Generic[_W]):
         return sealed
 
     def _deliver(self, frame: Frame | None) -> None:
-        if isinstance(frame, SpanBatch | ModelCall | ToolRecord) and not self._signed(frame):
-            return  # spans, model calls, tool records without its signature: not the child's
+        if isinstance(frame, _SIGNED) and not self._signed(frame):
+            return  # spans, model calls, tool records, delegations unsigned: not the child's
         if frame is None:
             self._ended = True
         else:
@@ -148,7 +152,7 @@ class FrameQueue(WorkerLease, Generic[_W]):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _signed(self, frame: SpanBatch | ModelCall | ToolRecord) -> bool:
+    def _signed(self, frame: SpanBatch | ModelCall | ToolRecord | DelegateRequest) -> bool:
         worker = self._worker
         return bool(worker.frame_key) and frame_is_authentic(frame, worker.frame_key)
 

@@ -160,15 +160,14 @@ class ChildLink:
             from agentcell.worker.tracing._spans import current_trace_context
 
             trace = current_trace_context()
-        await self.channel.send(
-            DelegateRequest(
-                request_id=request_id,
-                call_id=call_id,
-                tool=tool,
-                arguments=arguments,
-                trace_context=trace,
-            )
+        request = DelegateRequest(
+            request_id=request_id,
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            trace_context=trace,
         )
+        await self.channel.send(sign_frame(request, self.start.frame_key))
         reply: DelegateReply = await answer
         return reply.content, reply.is_error
 
