@@ -195,13 +195,7 @@ class Server:
     async def _after_all_asked(
         self, run: RunLog, n: int, delay: float, start: Callable[[], object]
     ) -> None:
-        deadline = time.monotonic() + 30
-        while len(run.first_seen) < n and time.monotonic() < deadline:
-            waiter = asyncio.get_running_loop().create_future()
-            run.arrivals.append(waiter)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter, deadline - time.monotonic())
-            run.arrivals.remove(waiter)
+        await _until_seen(run, n)
         await asyncio.sleep(delay)
         start()
 
@@ -250,14 +244,19 @@ class Server:
         run = self.runs.get(run_id)
         if run is None:
             run = self.runs[run_id] = RunLog()
-        deadline = time.monotonic() + 30
-        while len(run.first_seen) < count and time.monotonic() < deadline:
-            waiter = asyncio.get_running_loop().create_future()
-            run.arrivals.append(waiter)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter, deadline - time.monotonic())
-            run.arrivals.remove(waiter)
+        await _until_seen(run, count)
         conn.send_json(200, {"seen": len(run.first_seen), "at": time.monotonic()})
+
+
+async def _until_seen(run: RunLog, count: int, limit_s: float = 30) -> None:
+    """Until ``count`` sub-agents of ``run`` have sent a request (``limit_s`` at most)."""
+    deadline = time.monotonic() + limit_s
+    while len(run.first_seen) < count and time.monotonic() < deadline:
+        waiter = asyncio.get_running_loop().create_future()
+        run.arrivals.append(waiter)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(waiter, deadline - time.monotonic())
+        run.arrivals.remove(waiter)
 
 
 class Connection(asyncio.Protocol):

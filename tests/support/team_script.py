@@ -5,6 +5,7 @@ messages the main agent. Used in-process and through the CLI (killed and resumed
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -60,3 +61,47 @@ AGENT_FILES = {
     "waiter.md": "---\nname: waiter\ndescription: w\ntools: Bash, SendMessage\n---\nW\n",
     "writer.md": "---\nname: writer\ndescription: w\ntools: SendMessage\n---\nW\n",
 }
+
+
+def team_project(tmp_path: Path) -> Path:
+    """A project folder (``work``, its ``home`` beside it) holding the two agent files."""
+    (tmp_path / "home").mkdir()
+    work = tmp_path / "work"
+    agents = work / ".agentcell" / "agents"
+    agents.mkdir(parents=True)
+    for name, text in AGENT_FILES.items():
+        (agents / name).write_text(text)
+    return work
+
+
+async def run_team(work: Path, agents: list[Any], *, max_workers: int = 2, **settings: Any) -> Any:
+    """One ``run("go")`` of an orchestrator on ``openai:m`` (the served model) with these
+    agents only, approvals allowed, no warm spares; its report."""
+    from agentcell.orchestrator import Orchestrator, Settings
+
+    work.mkdir(exist_ok=True)
+    record = settings.pop("record", False)
+    orch = Orchestrator(
+        settings=Settings(
+            model="openai:m", approval="allow", max_workers=max_workers, warm_spares=0, **settings
+        ),
+        workdir=work,
+        agents=agents,
+        load_agent_files=False,
+        record=record,
+    )
+    async with orch:
+        return await asyncio.wait_for(orch.run("go"), 120)
+
+
+def _team_agents() -> list[Any]:
+    from agentcell.orchestrator import AgentDefinition
+
+    return [
+        AgentDefinition(name="waiter", description="w", tools=["bash", "send_message"]),
+        AgentDefinition(name="writer", description="w", tools=["send_message"]),
+    ]
+
+
+#: The script's two sub-agents, defined in code (AGENT_FILES are the same as files).
+TEAM_AGENTS = _team_agents()

@@ -6,17 +6,15 @@ taken, at the turn that took them."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.journal._file import read_journal
 from agentcell.orchestrator.journal._place import journal_dir
 from conftest import SpawnRecorder
 from http_script import _tool_results
 from model_servers import ModelServer
-from team_script import TeamScript
+from team_script import TEAM_AGENTS, TeamScript, run_team
 
 
 async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_main_agent(
@@ -29,18 +27,7 @@ async def test_a_message_reaches_a_running_sibling_at_its_next_boundary_and_the_
     work = tmp_path / "work"
     work.mkdir()
     script = openai_served.responder = TeamScript(work)
-    agents = [
-        AgentDefinition(name="waiter", description="w", tools=["bash", "send_message"]),
-        AgentDefinition(name="writer", description="w", tools=["send_message"]),
-    ]
-    orch = Orchestrator(
-        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
-        workdir=work,
-        agents=agents,
-        load_agent_files=False,
-    )
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 120)
+    report = await run_team(work, TEAM_AGENTS, record=True)
     assert report.final_text == "all done", report
     by_name = {sub.name: sub for sub in report.subagents}
     assert set(by_name) == {"waiter", "writer"}

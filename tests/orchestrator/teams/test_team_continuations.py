@@ -5,19 +5,19 @@ main agent gets the message. At most ``[teams] max_continuations`` per run."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import AgentDefinition
 from agentcell.orchestrator.config._settings import TeamSettings
 from agentcell.orchestrator.teams._mail import Team, grants_within
 from agentcell.orchestrator.teams._roster import Member
 from conftest import SpawnRecorder
 from http_script import _first_user, _system, _tool_results
 from model_servers import Call, ModelServer, Reply
+from team_script import run_team
 
 GRANTS = {
     "tools": ["read_file", "bash"],
@@ -117,17 +117,9 @@ class _Script:
 async def test_a_message_to_an_ended_sub_agent_continues_it_and_its_answer_comes_back(
     spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
     script = openai_served.responder = _Script()
-    orch = Orchestrator(
-        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
-        workdir=work,
-        agents=[AgentDefinition(name="alpha", description="a", tools=["read_file"])],
-        load_agent_files=False,
-    )
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 120)
+    alpha = AgentDefinition(name="alpha", description="a", tools=["read_file"])
+    report = await run_team(tmp_path / "work", [alpha], record=True)
     assert report.final_text == "main done", report
     first, second = report.subagents
     # The name went on with its session: the continuation is another agent, named alpha.

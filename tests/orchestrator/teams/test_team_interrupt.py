@@ -4,16 +4,18 @@ its next request carries the message at once."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import AgentDefinition
 from conftest import SpawnRecorder
 from http_script import _system, _tool_results
 from model_servers import Call, ModelServer, Reply
+from team_script import run_team
+
+LISTENER = AgentDefinition(name="listener", description="l", tools=[])
 
 
 class _Script:
@@ -47,18 +49,8 @@ class _Script:
 async def test_an_interrupting_message_cancels_the_recipients_model_call_and_is_read_at_once(
     spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
     script = openai_served.responder = _Script()
-    orch = Orchestrator(
-        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
-        workdir=work,
-        agents=[AgentDefinition(name="listener", description="l", tools=[])],
-        load_agent_files=False,
-        record=False,
-    )
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 60)
+    report = await run_team(tmp_path / "work", [LISTENER])
     assert report.final_text == "main done", report
     (listener,) = report.subagents
     assert listener.status.value == "completed" and listener.text == "heard it"
@@ -101,18 +93,8 @@ class _Late:
 async def test_a_message_that_comes_while_the_final_answer_is_written_is_read_not_lost(
     spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
 ) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
     script = openai_served.responder = _Late()
-    orch = Orchestrator(
-        settings=Settings(model="openai:m", approval="allow", max_workers=2, warm_spares=0),
-        workdir=work,
-        agents=[AgentDefinition(name="listener", description="l", tools=[])],
-        load_agent_files=False,
-        record=False,
-    )
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 60)
+    report = await run_team(tmp_path / "work", [LISTENER])
     assert report.final_text == "main done", report
     (late,) = report.subagents
     assert late.text == "read it too"  # one more turn, with the message, after its answer

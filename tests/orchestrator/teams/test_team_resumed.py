@@ -14,7 +14,7 @@ from agentcell.orchestrator.journal._place import journal_dir
 from cli_runner import AGENTCELL, cli_env
 from model_servers import ModelServer
 from process_group import run_in_group
-from team_script import AGENT_FILES, TeamScript
+from team_script import TeamScript, team_project
 
 
 def _newly_read(bodies: list[dict], text: str) -> int:  # type: ignore[type-arg]
@@ -36,12 +36,7 @@ def _facts(run_dir: Path, what: str) -> list[dict]:  # type: ignore[type-arg]
 def test_a_killed_team_run_resumes_and_each_message_is_read_once(
     tmp_path: Path, model_server: ModelServer
 ) -> None:
-    (tmp_path / "home").mkdir()
-    work = tmp_path / "work"
-    agents = work / ".agentcell" / "agents"
-    agents.mkdir(parents=True)
-    for name, text in AGENT_FILES.items():
-        (agents / name).write_text(text)
+    work = team_project(tmp_path)
     script = model_server.responder = TeamScript(work)
     env = cli_env(work, model_server, AGENTCELL_TEST_KILL_AT="fact:mail:1")
     flags = ["--approve", "allow", "--json"]

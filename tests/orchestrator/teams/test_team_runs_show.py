@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cli_runner import AGENTCELL, cli_env
 from model_servers import Call, ModelServer, Reply
-from team_script import AGENT_FILES, TeamScript
+from team_script import TeamScript, team_project
 from terminal_util import Screen
 
 MARKUP = "[bold red]not markup[/]"
@@ -35,12 +35,7 @@ class _Marked(TeamScript):
 def test_runs_show_lists_the_messages_through_a_pipe_and_on_a_terminal(
     tmp_path: Path, model_server: ModelServer
 ) -> None:
-    (tmp_path / "home").mkdir()
-    work = tmp_path / "work"
-    agents = work / ".agentcell" / "agents"
-    agents.mkdir(parents=True)
-    for name, text in AGENT_FILES.items():
-        (agents / name).write_text(text)
+    work = team_project(tmp_path)
     model_server.responder = _Marked(work)
     env = cli_env(work, model_server)
     run = [AGENTCELL, "run", "go", "--model", "openai:m", "--max-workers", "2", "--approve"]

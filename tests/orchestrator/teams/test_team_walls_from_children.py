@@ -5,17 +5,17 @@ the cause (and the setting), nothing delivered."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
+from agentcell.orchestrator import AgentDefinition
 from agentcell.orchestrator.config._settings import TeamSettings
 from conftest import SpawnRecorder
 from http_script import _first_user, _system, _tool_results
 from model_servers import Call, ModelServer, Reply
+from team_script import run_team
 
 PROBES = [
     {"to": "nobody", "message": "hi"},
@@ -71,18 +71,7 @@ async def test_a_sub_agents_messages_meet_every_wall(
         AgentDefinition(name="prober", description="p", tools=["send_message", "task"]),
         AgentDefinition(name="inner", description="i", tools=["send_message"]),
     ]
-    orch = Orchestrator(
-        settings=Settings(
-            model="openai:m", approval="allow", max_workers=3, warm_spares=0, max_depth=2,
-            teams=teams,
-        ),
-        workdir=work,
-        agents=agents,
-        load_agent_files=False,
-        record=False,
-    )  # fmt: skip
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 120)
+    report = await run_team(work, agents, max_workers=3, max_depth=2, teams=teams)
     assert report.final_text == "main done", report
     said = _tool_results(script.prober[-1])
     unknown, large, one, two, full, fast, inner = said

@@ -4,15 +4,13 @@ sends the hook's words back to it and it goes on. A real hook command, real chil
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
 
-from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from conftest import SpawnRecorder
 from model_servers import ModelServer
-from team_script import TeamScript
+from team_script import TEAM_AGENTS, TeamScript, run_team
 
 HOOK = """\
 import json, pathlib, sys
@@ -36,20 +34,7 @@ async def test_a_teammate_stopping_with_a_message_unanswered_is_sent_back_once(
     script.write_text(HOOK)
     hooks = {"TeammateIdle": [{"command": f"{sys.executable} {script} {log}"}]}
     team = openai_served.responder = TeamScript(work)
-    orch = Orchestrator(
-        settings=Settings(
-            model="openai:m", approval="allow", max_workers=2, warm_spares=0, hooks=hooks
-        ),
-        workdir=work,
-        agents=[
-            AgentDefinition(name="waiter", description="w", tools=["bash", "send_message"]),
-            AgentDefinition(name="writer", description="w", tools=["send_message"]),
-        ],
-        load_agent_files=False,
-        record=False,
-    )
-    async with orch:
-        report = await asyncio.wait_for(orch.run("go"), 120)
+    report = await run_team(work, TEAM_AGENTS, hooks=hooks)
     assert report.final_text == "all done", report
     waiter = next(sub for sub in report.subagents if sub.name == "waiter")
     calls = [json.loads(line) for line in log.read_text().splitlines()]
