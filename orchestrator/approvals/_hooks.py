@@ -283,19 +283,19 @@ class HookRunner:
                     await started.wait()
                 raise
         if isinstance(process, Exception):  # OSError, or a command the OS refuses (NUL)
-            log.warning("%s could not start: %s; the run goes on", where, process)
-            return HookOutcome()
+            return _failed(hook, where, f"could not start: {process}")
         try:
             async with asyncio.timeout(hook.timeout_s):
                 out, err, code = await _talk(process, data)
         except TimeoutError:
-            log.warning("%s timed out after %g s: stopped; the run goes on", where, hook.timeout_s)
-            return HookOutcome()
+            return _failed(hook, where, f"timed out after {hook.timeout_s:g} s")
         finally:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 await process.wait()
+        if code not in (0, 2) and hook.on_failure == "block":
+            return _failed(hook, where, _ended_how(code, err))
         return _exit_outcome(code, out, err, where, hook.event)
 
     async def _spawn(self, hook: HookCommand) -> asyncio.subprocess.Process | Exception:
@@ -361,6 +361,26 @@ def _combined(outcomes: Sequence[HookOutcome]) -> HookOutcome:
             (o.updated_output for o in outcomes if o.updated_output is not None), None
         ),
     )
+
+
+def _failed(hook: HookCommand, where: str, how: str) -> HookOutcome:
+    """A hook that failed: said in the log; with ``onFailure: "block"`` read as exit 2,
+    the reason naming the failure; else it decides nothing and the run goes on."""
+    if hook.on_failure == "block":
+        log.warning("%s %s: blocked (onFailure: block)", where, how)
+        return HookOutcome(blocked=True, reason=f"blocked: the {where} {how} (onFailure: block)")
+    log.warning("%s %s; the run goes on", where, how)
+    return HookOutcome()
+
+
+def _ended_how(code: int, err: str) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    first = err.strip().splitlines()[0] if err.strip() else "no message"
+    return f"failed (exit {code}): {first}"
 
 
 def _exit_outcome(code: int, out: str, err: str, where: str, event: str) -> HookOutcome:
@@ -582,101 +602,3 @@ class SessionHooks:
         if self.started and not self.ended:
             self.ended = True
             await self.hooks.run("SessionEnd", {"reason": "other"}, "other")
-
-
-class SubagentStopHooks:
-    """One sub-agent run's ``SubagentStop`` event, as Claude Code has it: a matching hook
-    (matcher: the agent type) decides, before the sub-agent accepts its final answer,
-    whether it may stop. The child asks over the pipe (``relayed``); the hook runs here.
-
-    Each stop the child reaches is asked once. The after-the-fact run (``ended``) happens
-    only when the run's last stop was not asked: a crash, a timeout, max_turns after a
-    block, a cancel. Then the child cannot go on, so that run is a notification and
-    cannot block. Either way the hook sees the run's end exactly once."""
-
-    def __init__(
-        self,
-        hooks: HookRunner,
-        *,
-        agent_id: str,
-        agent_type: str,
-        transcript: str = "",
-        idle: Callable[[], tuple[str, list[str]]] | None = None,
-    ) -> None:
-        self.hooks = hooks
-        self.agent_id = agent_id
-        self.agent_type = agent_type
-        self.transcript = transcript
-        # A named teammate's name and whom it owes an answer: its stop is Claude Code's
-        # TeammateIdle moment when it owes any.
-        self.idle = idle
-        self.blocks = 0  # in a row: each one sent the sub-agent back to work
-        self.settled = False  # the run's last stop was asked: no after-the-fact run
-        self._turn = asyncio.Lock()  # a child's stops come one at a time
-        self.open = False  # a stop is being decided: a real child never asks twice at once
-
-    def relayed_events(self) -> dict[str, list[str]]:
-        """For ``AgentSpec.hooked_tools``: relay this agent's stops, when a hook matches it."""
-        idle_hooked = self.idle is not None and self.hooks.matching("TeammateIdle", "")
-        if self.hooks.matching("SubagentStop", self.agent_type) or idle_hooked:
-            return {"SubagentStop": [self.agent_type]}
-        return {}
-
-    def claim(self) -> bool:
-        """Take the one open stop a child may have; False if one is open already (a
-        burst of forged requests, each holding up to a frame of text, is refused rather
-        than queued)."""
-        if self.open:
-            return False
-        self.open = True
-        return True
-
-    async def relayed(self, last_message: str) -> HookOutcome:
-        """The child is about to stop with ``last_message``: may it?"""
-        async with self._turn:
-            if self.settled:  # a child asking past its end (or past the cap) is not heard
-                return HookOutcome()
-            outcome = await self._teammate_idle()
-            if not outcome.blocked:
-                outcome = await self.hooks.run(
-                    "SubagentStop", self._payload(last_message), self.agent_type
-                )
-            if outcome.blocked:
-                self.blocks += 1
-                # The child ends the run itself past the cap; this was its last stop.
-                self.settled = self.blocks > MAX_STOP_HOOK_CONTINUATIONS
-            else:
-                self.settled = True
-            return outcome
-
-    async def _teammate_idle(self) -> HookOutcome:
-        """Claude Code's TeammateIdle: a named teammate stopping with messages it has not
-        answered; exit 2 sends its words back to it, and it goes on."""
-        name, owed = self.idle() if self.idle is not None else ("", [])
-        if not name or not owed:
-            return HookOutcome()
-        payload = {
-            "teammate_name": name,
-            "unanswered": owed,
-            "agent_id": self.agent_id,
-            "agent_type": self.agent_type,
-        }
-        return await self.hooks.run("TeammateIdle", payload)
-
-    async def ended(self, last_message: str) -> None:
-        """The run is over: tell the hooks, unless its last stop already did."""
-        if self.settled:
-            return
-        self.settled = True
-        await self.hooks.run("SubagentStop", self._payload(last_message), self.agent_type)
-
-    def _payload(self, last_message: str) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "agent_id": self.agent_id,
-            "agent_type": self.agent_type,
-            "last_assistant_message": last_message,
-            "stop_hook_active": self.blocks > 0,
-        }
-        if self.transcript:
-            payload["agent_transcript_path"] = self.transcript
-        return payload

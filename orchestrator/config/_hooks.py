@@ -120,6 +120,9 @@ class HookCommand:
     origin: str = ""  # where it was configured, for the log line when it fails
     args: tuple[str, ...] | None = None
     condition: str = ""  # Claude Code's ``if``: a permission rule the tool call must meet
+    # Claude Code's ``onFailure``: "block" reads a hook that cannot start, times out, is
+    # killed or exits with neither 0 nor 2 as exit 2 (on the events that can block).
+    on_failure: str = "continue"
 
     @property
     def spawned(self) -> list[str] | str:
@@ -213,7 +216,10 @@ def _entry_commands(
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
             raise ValueError(f"{where}: timeout must be a number of seconds > 0, got {timeout!r}")
         hook = HookCommand(event, command, matcher, float(timeout), origin, _args(spec, where))
-        commands.append(dataclasses.replace(hook, condition=_condition(spec, where)))
+        on_failure = _on_failure(spec, event, f"{origin}: {where}", notes)
+        commands.append(
+            dataclasses.replace(hook, condition=_condition(spec, where), on_failure=on_failure)
+        )
     return commands
 
 
@@ -225,6 +231,25 @@ def _args(spec: Mapping[str, Any], where: str) -> tuple[str, ...] | None:
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ValueError(f"{where}: args must be a list of words (text), got {args!r}")
     return tuple(args)
+
+
+#: The events a hook can block: where ``onFailure: "block"`` means something.
+BLOCKING_EVENTS = frozenset({"PreToolUse", "UserPromptSubmit", "Stop", "SubagentStop"})
+
+
+def _on_failure(spec: Mapping[str, Any], event: str, where: str, notes: list[str] | None) -> str:
+    """Claude Code's ``onFailure``: "continue" (the default) or "block"."""
+    value = spec.get("onFailure", "continue")
+    if value not in ("continue", "block"):
+        raise ValueError(f'{where}: onFailure must be "continue" or "block", got {value!r}')
+    if value == "block" and event not in BLOCKING_EVENTS:
+        name_once(
+            f'{where}: onFailure "block" has no effect on {event}: only '
+            f"{', '.join(sorted(BLOCKING_EVENTS))} can block",
+            notes,
+        )
+        return "continue"
+    return str(value)
 
 
 def _condition(spec: Mapping[str, Any], where: str) -> str:

@@ -23,8 +23,9 @@ from agentcell.orchestrator.approvals._channel import (
     ApprovalBroker,
     ApprovalQuery,
 )
-from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.approvals._question import refused_tool
+from agentcell.orchestrator.approvals._stop_hooks import SubagentStopHooks
 from agentcell.orchestrator.backends._interface import WorkerLease
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition

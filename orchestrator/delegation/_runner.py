@@ -30,11 +30,8 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator.approvals._channel import ApprovalBroker
-from agentcell.orchestrator.approvals._hooks import (
-    HookRunner,
-    SubagentStopHooks,
-    agent_transcript,
-)
+from agentcell.orchestrator.approvals._hooks import HookRunner, agent_transcript
+from agentcell.orchestrator.approvals._stop_hooks import SubagentStopHooks
 from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.backends._interface import Backend, WorkerLease
 from agentcell.orchestrator.backends._outcome import ChildOutcome

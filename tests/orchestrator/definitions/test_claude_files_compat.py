@@ -15,7 +15,8 @@ import logging
 from pathlib import Path
 
 import pytest
-from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.approvals._stop_hooks import SubagentStopHooks
 from agentcell.orchestrator.config._load import load_settings, user_config_path
 from agentcell.orchestrator.config._mcp import read_mcp_json
 from agentcell.orchestrator.config._trust import trust

@@ -18,7 +18,8 @@ from typing import Any
 import child_models
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
-from agentcell.orchestrator.approvals._hooks import HookRunner, SubagentStopHooks
+from agentcell.orchestrator.approvals._hooks import HookRunner
+from agentcell.orchestrator.approvals._stop_hooks import SubagentStopHooks
 from agentcell.orchestrator.config._hooks import HookCommand
 from agentcell.orchestrator.delegation._relay import Relay
 from agentcell.protocol import RunStatus, ToolMessage
