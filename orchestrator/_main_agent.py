@@ -126,7 +126,7 @@ class MainAgent:
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
-        servers = await self._start_mcp_servers()
+        servers = await self._start_mcp_servers(run_dir)
         tools = main_tools(
             parts.custom_tools, servers.tools, task_tool, parts.tracker, (account.team, parts.hooks)
         )
@@ -280,10 +280,14 @@ class MainAgent:
             return existing
         return resolve_model(name, settings.model_options.get(name.partition(":")[0]))
 
-    async def _start_mcp_servers(self) -> McpServers:
+    async def _start_mcp_servers(self, run_dir: Path | None) -> McpServers:
         """The main agent's MCP servers, started in this process's tree for one run;
-        each that fails is logged as one line and the run goes on without it."""
-        servers = McpServers(main_mcp_servers(self.parts.settings), workdir=str(self.parts.workdir))
+        each that fails is logged as one line and the run goes on without it. A stdio
+        server's output goes to the run's folder (``main.mcp-NAME.log``), as a
+        sub-agent's does; a temp file only for a run without a record."""
+        prefix = str(run_dir / "main.mcp-") if run_dir is not None else ""
+        configured = main_mcp_servers(self.parts.settings)
+        servers = McpServers(configured, workdir=str(self.parts.workdir), log_prefix=prefix)
         await servers.start()
         for problem in servers.problems:
             log.warning("%s", problem)
