@@ -264,7 +264,7 @@ class Chat:
             self.say(f"no agent named {name!r}; see /agents")
             return
         result = await self.orch.delegate(definition.name, task, description=one_line(task, 40))
-        self.say(result.render())
+        self.say(result.render(for_model=False))
         self.record.turn(
             line,
             kind="direct",

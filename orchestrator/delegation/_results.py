@@ -51,8 +51,10 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
     def ok(self) -> bool:
         return self.status is RunStatus.COMPLETED
 
-    def render(self) -> str:
-        """The tool result the parent model sees: the terminal state first, then the text."""
+    def render(self, *, for_model: bool = True) -> str:
+        """The tool result the parent model sees: the terminal state first, then the text
+        (for a person, ``for_model=False``: without the ``agent_id:`` line a model reads
+        to continue it; the head names the agent already)."""
         head = f"[{self.status.value}] {self.agent_type}"
         if self.description:
             head += f' "{self.description}"'
@@ -68,7 +70,7 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
             kept = f"\nIts changes are kept in the worktree {self.worktree} {where}:\n"
             kept += self.diff_stat
         # On a line of its own, as Claude Code's agentId: what `task` takes as `resume`.
-        ident = f"\nagent_id: {self.agent_id}"
+        ident = f"\nagent_id: {self.agent_id}" if for_model else ""
         if self.ok:
             return f"{head}\n{self.text}{kept}{ident}"
         body = f"{head}: {self.error or self.status.value}"

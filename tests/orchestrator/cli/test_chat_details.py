@@ -266,6 +266,7 @@ def test_a_piped_script_keeps_every_answer_up_to_its_quit(tmp_path: Path) -> Non
     assert chat.returncode == 0, chat.stderr
     assert "agent> echo: hello" in chat.stdout, chat.stdout
     assert "echo: look around" in chat.stdout and "[completed] Explore" in chat.stdout
+    assert "agent_id:" not in chat.stdout  # the model's line for continuing it: not shown
     (run_dir,) = [p for p in (work / ".agentcell" / "runs").iterdir() if p.is_dir()]
     turns = json.loads((run_dir / "summary.json").read_text())["turns"]
     assert [(t["kind"], t["status"]) for t in turns] == [
