@@ -583,10 +583,13 @@ class SSEClient:
                     status=status,
                 )
             return Retry(kind, f"{cause}{said_part}", status=status, retry_after=retry_after)
-        if status == 401:
+        if status == 401 or (status == 400 and _about_the_key(error_code(body), said_part)):
+            # (A 400 that names the key — some gateways answer a bad key so — is the key's
+            # fault, not the model options'.)
             return ModelError(
                 ModelErrorKind.AUTH,
-                f"{p}: the server rejected the API key (HTTP 401): check {self.key_env}{said_part}",
+                f"{p}: the server rejected the API key (HTTP {status}): check "
+                f"{self.key_env}{said_part}",
                 status=status,
             )
         if status == 403:
@@ -686,3 +689,12 @@ def _fed(handler: StreamHandler, events: list[tuple[bytes, bytes]]) -> list[Stre
         else:
             items.extend(out)
     return items
+
+
+#: Words of an error that is about the API key, whatever its HTTP status.
+_KEY_WORDS = ("api key", "api_key", "apikey", "authentication", "unauthorized", "invalid_key")
+
+
+def _about_the_key(code: str, said: str) -> bool:
+    text = f"{code} {said}".lower()
+    return any(word in text for word in _KEY_WORDS)

@@ -374,6 +374,21 @@ async def test_client_errors_fail_at_once(
     assert sleeps == []
 
 
+@pytest.mark.parametrize(
+    ("error_type", "said"),
+    [("authentication_error", "the server's own words"), (None, "Invalid API key provided")],
+)
+async def test_a_400_about_the_key_names_the_key_not_the_model_options(
+    server: ModelServer, make: Any, error_type: str | None, said: str
+) -> None:
+    """Some gateways answer a bad key with a 400: its type or words say so."""
+    server.add(Reply(status=400, error_message=said, error_type=error_type))
+    _, error = await fail(make())
+    assert error.kind is ModelErrorKind.AUTH
+    assert "rejected the API key (HTTP 400): check OPENAI_API_KEY" in str(error)
+    assert "options" not in str(error)
+
+
 async def test_server_errors_are_retried(
     server: ModelServer, make: Any, sleeps: list[float]
 ) -> None:
