@@ -308,13 +308,18 @@ _PROCESS_COLUMNS = ("pid", "peak RSS", "exit", "sandbox")
 
 def results_table(results: Iterable[SubAgentResult], *, width: int | None = None) -> Table:
     """The per-sub-agent table printed after a run. Below 110 columns of ``width`` the
-    process columns are left out, so that the rest is not cut to "…"."""
+    process columns are left out, so that the rest is not cut to "…"; a ``node`` column
+    (the Ray node each ran on) when any ran on another machine."""
+    results = list(results)
     redact = Redactor.from_env()
     narrow = width is not None and width < 110
+    on_nodes = any(r.node for r in results)
     table = Table(title="sub-agents", title_justify="left", box=None, pad_edge=False)
     names = ["agent", "type", "task", "status", "turns", "tools", "wait", "time", "tokens"]
     if not narrow:
         names += _PROCESS_COLUMNS
+    if on_nodes:
+        names.append("node")
     for name in names:
         table.add_column(name, no_wrap=True)
     for r in results:
@@ -337,6 +342,8 @@ def results_table(results: Iterable[SubAgentResult], *, width: int | None = None
                 literal(exit_text),
                 literal(_sandbox_cell(r.sandbox)),
             ]
+        if on_nodes:
+            cells.append(literal(r.node or "this machine"))
         table.add_row(*cells)
     return table
 

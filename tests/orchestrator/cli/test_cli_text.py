@@ -306,6 +306,21 @@ def test_the_table_shows_queue_wait_and_running_time_apart() -> None:
     assert "1 turn, 1 tool call," in rendered
 
 
+def test_the_table_names_each_sub_agents_node_when_any_ran_on_a_cluster() -> None:
+    def result(agent_id: str, node: str) -> SubAgentResult:
+        return SubAgentResult(
+            agent_id=agent_id, agent_type="Explore", status=RunStatus.COMPLETED, node=node
+        )
+
+    con, out = console()
+    con.print(results_table([result("a1", "10.0.0.7"), result("a2", "")]))
+    header, first, second = [line.split() for line in out.getvalue().splitlines()[1:4]]
+    assert header[-1] == "node" and first[-1] == "10.0.0.7" and second[-2:] == ["this", "machine"]
+    con, out = console()
+    con.print(results_table([result("a1", "")]))
+    assert "node" not in out.getvalue()  # all here: no column
+
+
 def test_a_narrow_terminal_gets_the_table_without_the_process_columns() -> None:
     result = SubAgentResult(
         agent_id="a1", agent_type="Explore", description="a job", status=RunStatus.COMPLETED
