@@ -584,13 +584,9 @@ class SSEClient:
                 )
             return Retry(kind, f"{cause}{said_part}", status=status, retry_after=retry_after)
         if status == 401 or (status == 400 and _about_the_key(error_code(body), said_part)):
-            # (A 400 that names the key — some gateways answer a bad key so — is the key's
-            # fault, not the model options'.)
+            rejected = f"{p}: the server rejected the API key (HTTP {status}): check "
             return ModelError(
-                ModelErrorKind.AUTH,
-                f"{p}: the server rejected the API key (HTTP {status}): check "
-                f"{self.key_env}{said_part}",
-                status=status,
+                ModelErrorKind.AUTH, rejected + self.key_env + said_part, status=status
             )
         if status == 403:
             return ModelError(
@@ -691,7 +687,8 @@ def _fed(handler: StreamHandler, events: list[tuple[bytes, bytes]]) -> list[Stre
     return items
 
 
-#: Words of an error that is about the API key, whatever its HTTP status.
+#: Words of an error that is about the API key, whatever its HTTP status (some gateways
+#: answer a bad key with a 400: the key's fault, not the model options').
 _KEY_WORDS = ("api key", "api_key", "apikey", "authentication", "unauthorized", "invalid_key")
 
 
