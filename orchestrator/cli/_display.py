@@ -252,12 +252,13 @@ class ProgressView:
         return table if line is None else Group(table, literal(line, style="dim"))
 
     def _answer_line(self, width: int) -> str | None:
-        """The tail of the line in progress that fits ``width``, after ``main> ``."""
+        """The tail of the line in progress that fits ``width``, after ``agent> `` (what
+        the finished lines start with too, in a chat)."""
         if self.answering is None:
             return None
         text = one_line(self.redact(self.answering)) or "…"
-        room = max(10, width - 8)
-        return "main> " + (text if len(text) <= room else "…" + text[-(room - 1) :])
+        room = max(10, width - 9)
+        return "agent> " + (text if len(text) <= room else "…" + text[-(room - 1) :])
 
     def _table(self) -> Table:
         table = Table(box=None, pad_edge=False, expand=False, show_edge=False)

@@ -290,7 +290,9 @@ def test_on_a_terminal_the_answer_shows_as_it_streams_not_a_line_at_a_time(
     env.pop("NO_COLOR")  # a colour terminal: the live table, as a person sees it
     term = Screen(["run", "--model", "openai:gpt-test", "go"], tmp_path, env)
     try:
-        term.wait(lambda text: "main> Streaming-" in text, "the line in progress")
+        # Under the name its finished lines take (a chat's used to end under another).
+        term.wait(lambda text: "agent> Streaming-" in text, "the line in progress")
+        assert "main> " not in term.text()
         release.set()
         term.wait(lambda text: "completed in" in text, "the end of the run")
         assert term.close() == 0
