@@ -183,7 +183,7 @@ async def fan_out(count: int, tmp_path: Path) -> dict[str, Any]:
     }
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # (11 s: make test keeps to its 10 minutes; CI runs make soak after it)
 async def test_a_thousand_background_subagents(spawned: SpawnRecorder, tmp_path: Path) -> None:
     me = psutil.Process()
     # Warm-up: imports, lazily built state, the allocator's first arenas — not measured.

@@ -120,7 +120,7 @@ def _runs(project: Path) -> set[Path]:
     return {p for p in runs.iterdir() if p.is_dir()} if runs.is_dir() else set()
 
 
-@settings(max_examples=7, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(points=st.lists(KILL_POINTS, min_size=1, max_size=2))
 def test_killed_anywhere_it_resumes_to_the_same_answer_doing_nothing_twice(
     points: list[tuple[str, int]],
