@@ -544,7 +544,7 @@ class ParentTool(Tool):
         return _RawArgs(arguments or "{}", decoded)
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
-        content, is_error = await self._link.delegate(ctx.call_id, self.name, args.text)
+        content, is_error = await self._link.delegate(ctx.call_id, self.name, args.json_text)
         return ToolOutput(content, is_error)
 
 
@@ -552,9 +552,10 @@ class _RawArgs:
     """Arguments passed through as JSON text, with the decoded fields for permission rules."""
 
     def __init__(self, text: str, fields: dict[str, Any]) -> None:
-        self.text = text
+        # A field may be named anything ("text" is common): none replaces the JSON sent.
+        self.json_text = text
         for key, value in fields.items():
-            if isinstance(value, str) and key.isidentifier():
+            if isinstance(value, str) and key.isidentifier() and key != "json_text":
                 setattr(self, key, value)
 
 
