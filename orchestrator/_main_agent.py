@@ -50,7 +50,7 @@ from agentcell.orchestrator.task_tools._tools import (
 from agentcell.orchestrator.teams._tools import mail_for_main
 from agentcell.orchestrator.telemetry._tracing_setup import main_tracer
 from agentcell.orchestrator.telemetry._usage import UsageLedger
-from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, Usage, UsageUpdate
+from agentcell.protocol import TaskNursery, ToolCall, TurnStarted, Usage, UsageUpdate, gather_owned
 from agentcell.worker import Engine, Limits, McpServers, Session, Transcript
 from agentcell.worker.models import Model, ModelError, ModelErrorKind, request_gate, resolve_model
 from agentcell.worker.tools import Tool
@@ -126,9 +126,9 @@ class MainAgent:
         journaled = JournaledModel(model, account.journal, past.main.answers if past else [])
         scope = functools.partial(self._scope, session, account)
         task_tool = await self.background.task_tool(session, scope, keep_background=keep_background)
-        servers = await self._start_mcp_servers(run_dir)
+        servers, mcp_tools = await self._start_mcp_servers(run_dir)
         tools = main_tools(
-            parts.custom_tools, servers.tools, task_tool, parts.tracker, (account.team, parts.hooks)
+            parts.custom_tools, mcp_tools, task_tool, parts.tracker, (account.team, parts.hooks)
         )
         engine = self._engine(
             journaled,  # a Model: its name, stream, aclose
@@ -142,7 +142,7 @@ class MainAgent:
         )
         stops += [engine.cancel, task_tool.cancel_all]
         # Its MCP servers stay its own: a sub-agent's come from the servers it names.
-        self.tool_names = [tool.name for tool in tools if tool not in servers.tools]
+        self.tool_names = [tool.name for tool in tools if tool not in mcp_tools]
         self.engines.add(engine)
         on_event = self._events(account)
         if transcript is not None:
@@ -280,19 +280,25 @@ class MainAgent:
             return existing
         return resolve_model(name, settings.model_options.get(name.partition(":")[0]))
 
-    async def _start_mcp_servers(self, run_dir: Path | None) -> McpServers:
-        """The main agent's MCP servers, started in this process's tree for one run;
-        each that fails is logged as one line and the run goes on without it. A stdio
-        server's output goes to the run's folder (``main.mcp-NAME.log``), as a
-        sub-agent's does; a temp file only for a run without a record."""
+    async def _start_mcp_servers(self, run_dir: Path | None) -> tuple[McpServers, list[Tool]]:
+        """The main agent's MCP servers and their tools: the shared ones the sub-agents
+        use too (``mcp_host/_shared.py``), and those configured ``shared = false``,
+        started in this process's tree for this run. Each that fails is logged as one
+        line and the run goes on without it. A server's output goes to the record folder
+        (``.agentcell/mcp-logs/NAME.log`` for a shared one, ``<run>/main.mcp-NAME.log``),
+        as a sub-agent's does; a temp file only without a record."""
+        shared = self.runner.shared_mcp
         prefix = str(run_dir / "main.mcp-") if run_dir is not None else ""
         configured = main_mcp_servers(self.parts.settings)
-        servers = McpServers(configured, workdir=str(self.parts.workdir), log_prefix=prefix)
-        await servers.start()
-        for problem in servers.problems:
+        own = [server for server in configured if server.name not in shared.servers]
+        servers = McpServers(own, workdir=str(self.parts.workdir), log_prefix=prefix)
+        wanted = [server for server in configured if server.name in shared.servers]
+        tools, problems = (await gather_owned(shared.main_tools(wanted), _started(servers)))[0]
+        problems += servers.problems
+        for problem in problems:
             log.warning("%s", problem)
-        self.mcp_problems = list(servers.problems)
-        return servers
+        self.mcp_problems = problems
+        return servers, [*tools, *servers.tools]
 
     def _start_ahead(self, account: RunAccount) -> StartAhead | None:
         """The main agent's sub-agent processes start as its task calls are named."""
@@ -370,3 +376,9 @@ tool: each sub-agent runs in its own process and returns one concise report. Iss
 independent tasks together in one message so they run in parallel. A sub-agent cannot see
 this conversation, so give it everything it needs in the prompt. Finish with a clear
 answer for the user."""
+
+
+async def _started(servers: McpServers) -> tuple[list[Tool], list[str]]:
+    """``servers`` started (their tools and problems stay on them)."""
+    await servers.start()
+    return [], []

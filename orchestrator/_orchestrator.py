@@ -38,6 +38,7 @@ from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.orchestrator.delegation._events import EventBus, EventStream, OrchestratorEvent
 from agentcell.orchestrator.delegation._results import SubAgentResult
+from agentcell.orchestrator.mcp_host._shared import SHARED_LOGS
 from agentcell.orchestrator.task_tools._tracker import TaskTracker
 from agentcell.orchestrator.telemetry._tracing_setup import tracing_from_env
 from agentcell.orchestrator.telemetry._usage import UsageLedger
@@ -103,6 +104,8 @@ class Orchestrator:
         self.ray = ray_backend(self.settings, self.registry)
         parts = self._parts()
         self.runner = subagent_runner(parts, self.pool, self.ray, self.run_dir)
+        if record:  # its shared MCP servers' logs: beside the runs, in the record folder
+            self.runner.shared_mcp.log_dir = SHARED_LOGS
         # Its calls: the main agent's runs, and the caller's own sub-agent runs.
         calls = Calls(
             self, self.settings, self.ledger, workdir=self.workdir, model_name=self.model_name

@@ -21,7 +21,8 @@ from agentcell.orchestrator.backends.ray._backend import RayBackend
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._events import EventBus
-from agentcell.orchestrator.delegation._runner import ChildKit, Runner, RunPlaces, RunServices
+from agentcell.orchestrator.delegation._run_parts import ChildKit, RunPlaces, RunServices
+from agentcell.orchestrator.delegation._runner import Runner
 from agentcell.orchestrator.delegation._task_args import task_tool_spec
 from agentcell.orchestrator.task_tools._tracker import TaskTracker
 from agentcell.orchestrator.telemetry._tracing_setup import tracing_preload

@@ -7,7 +7,7 @@ sandbox/   the walls a child puts itself behind (Landlock, seccomp, namespaces, 
 models/    model providers behind one streaming interface; transports/: how a request
            reaches a server (directly, or through the parent)
 tools/     the built-in tools and the ``Tool`` interface
-mcp/       an agent's MCP servers, in its own process tree
+mcp/       an agent's MCP servers, in its own process tree; a shared server's walled host
 records/   the transcript an agent writes, chained and redacted
 tracing/   OpenTelemetry spans of a run, across processes
 _beneath   opening a project's files without following a link out of it

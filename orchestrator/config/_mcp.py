@@ -40,6 +40,9 @@ class McpServerConfig(BaseModel):
     url: str = ""
     headers: dict[str, str] = Field(default_factory=dict)
     start_timeout_s: float = Field(default=DEFAULT_START_TIMEOUT_S, gt=0, le=600)
+    # Started once by the parent and shared by every agent that names it (false: each
+    # agent starts its own, in its sandbox); see ``mcp_host/_shared.py``.
+    shared: bool = True
 
     @field_validator("type", mode="before")
     @classmethod

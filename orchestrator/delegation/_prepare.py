@@ -23,7 +23,6 @@ from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
 from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.definitions._tool_policy import normalize_tool_names, resolve_tools
-from agentcell.orchestrator.delegation._compact import compact_threshold
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
@@ -493,3 +492,18 @@ def _granted(definition: AgentDefinition) -> set[str]:
     """The tools its definition names and does not deny, by our names."""
     denied = set(normalize_tool_names(definition.disallowed_tools))
     return set(normalize_tool_names(definition.tools or [])) - denied
+
+
+def compact_threshold(settings: Settings, definition: AgentDefinition) -> int:
+    """When a sub-agent's conversation is compacted (the child does it: worker
+    ``_compaction``): the token count to compact at — the agent's own
+    ``autoCompactWindow`` if it has one, else ``subagent_compact_at``, a fraction of
+    ``subagent_context_window`` (<= 1) or a count (> 1); 0: never."""
+    if definition.auto_compact_window:
+        return definition.auto_compact_window
+    setting = settings.subagent_compact_at
+    if setting <= 0:
+        return 0
+    if setting <= 1:
+        return int(setting * settings.subagent_context_window)
+    return int(setting)

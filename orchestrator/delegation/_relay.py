@@ -36,6 +36,7 @@ from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._task_args import parse_task_arguments
 from agentcell.orchestrator.journal._journal import Journal
 from agentcell.orchestrator.journal._replay import Answer
+from agentcell.orchestrator.mcp_host._shared import SharedMcp
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ChildPermits, ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import ModelPools, ModelRelay
@@ -67,6 +68,7 @@ from agentcell.protocol import (
     Usage,
     UsageUpdate,
 )
+from agentcell.worker import MCP_PREFIX
 
 #: Requests one child may have open at once (a model's parallel tool calls each ask
 #: at most one approval, hook or delegation); beyond it the child is not one of ours.
@@ -98,6 +100,7 @@ class Parent:
     delegate: Delegate
     settings: Settings
     pools: ModelPools = dataclasses.field(default_factory=ModelPools)  # relayed model calls
+    shared_mcp: SharedMcp | None = None  # the MCP servers the parent holds for every agent
 
 
 @dataclasses.dataclass(slots=True)
@@ -284,9 +287,12 @@ class Relay:
         )
 
     async def _delegation(self, frame: DelegateRequest) -> None:
-        child = self.child
-        with child.lease.slot_lent():  # it waits on its own sub-agent: lend its slot
-            reply = await self._delegation_reply(frame)
+        child, shared = self.child, self.parent.shared_mcp
+        if shared is not None and frame.tool.startswith(MCP_PREFIX):  # a shared server's tool
+            reply = await shared.answer(frame, child.spec, _journal(child.scope))
+        else:
+            with child.lease.slot_lent():  # it waits on its own sub-agent: lend its slot
+                reply = await self._delegation_reply(frame)
         await self._send(reply)
 
     async def _delegation_reply(self, frame: DelegateRequest) -> DelegateReply:

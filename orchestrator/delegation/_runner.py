@@ -13,7 +13,8 @@ is a task of a ``TaskGroup`` of its own, and every failure of a run becomes that
 result, so one sub-agent's error never reaches its caller or its siblings.
 
 A runner is made of what every run is given (``RunServices``), where its sub-agents run
-(``RunPlaces``) and what a child may be handed besides its definition (``ChildKit``).
+(``RunPlaces``) and what a child may be handed besides its definition (``ChildKit``):
+``_run_parts``.
 """
 
 from __future__ import annotations
@@ -24,22 +25,18 @@ import itertools
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import msgspec
-from agentcell.orchestrator.approvals._channel import ApprovalBroker
 from agentcell.orchestrator.approvals._hooks import HookRunner, agent_transcript
 from agentcell.orchestrator.approvals._stop_hooks import SubagentStopHooks
-from agentcell.orchestrator.backends._forkserver import WorkerPool
 from agentcell.orchestrator.backends._interface import Backend, WorkerLease
 from agentcell.orchestrator.backends._outcome import ChildOutcome
 from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition
-from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._events import (
-    EventBus,
     SubAgentEnded,
     SubAgentProcess,
     SubAgentStarted,
@@ -67,6 +64,7 @@ from agentcell.orchestrator.delegation._request import (
 )
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.delegation._resume import RecordedAgents
+from agentcell.orchestrator.delegation._run_parts import ChildKit, RunPlaces, RunServices
 from agentcell.orchestrator.delegation._settle import (
     absorb_test_record,
     parent_failure,
@@ -76,6 +74,7 @@ from agentcell.orchestrator.delegation._settle import (
     with_cancel_reason,
 )
 from agentcell.orchestrator.journal._replay import AgentPast, Answer
+from agentcell.orchestrator.mcp_host._shared import SharedMcp
 from agentcell.orchestrator.model_relay._call_ahead import CallAhead
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.model_relay._relay import call_ahead
@@ -89,50 +88,11 @@ from agentcell.orchestrator.workspace._worktree import (
 )
 from agentcell.protocol import MAX_FRAME_BYTES, ChannelClosed, Message, RunStatus, Start
 from agentcell.worker import OutsideRoot, first_request_body, predictable, release_sandbox
-from agentcell.worker.models import ToolSpec
-from agentcell.worker.tools import Tool
 
 log = logging.getLogger("agentcell.runner")
 
 #: Processes tried for one run when the first ones turn out dead before their Start.
 _START_ATTEMPTS = 3
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class RunServices:
-    """What every run is given: the agents it may start, the operator's settings, and the
-    parent's shared services (approvals, the lifetime ledger, the event bus, hooks)."""
-
-    registry: AgentRegistry
-    settings: Settings
-    broker: ApprovalBroker
-    ledger: UsageLedger
-    bus: EventBus
-    hooks: HookRunner | None = None  # None: none configured
-    tracing: Any = None  # agentcell.worker.tracing.Tracing, when runs are traced
-    limiter: ProviderLimiter | None = None  # None: a new one, of settings.limits
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class RunPlaces:
-    """Where its sub-agents run: the folders (work, records, home) and the backends their
-    processes come from."""
-
-    pool: WorkerPool
-    workdir: str
-    run_dir: str = ""  # "": not recorded, unless a call's account says where
-    home: Path | None = None
-    backends: dict[str, Backend] | None = None  # besides the pool (e.g. "ray")
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class ChildKit:
-    """What a child may be handed besides its definition: the caller's model objects and
-    custom tools, and the ``task`` tool's spec for a child that may delegate."""
-
-    model_objects: dict[str, Any] | None = None
-    custom_tools: Sequence[Tool] = ()
-    task_tool_spec: Callable[[Callable[[str], bool] | None], ToolSpec] | None = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -245,7 +205,16 @@ class Runner:
             custom_tools={tool.name: tool for tool in kit.custom_tools},
             task_tool_spec=kit.task_tool_spec,
         )
+        # Servers started once by the parent and shared by every agent that names one.
+        main = settings.main_mcp_servers
+        self.shared_mcp = SharedMcp(
+            settings.mcp_servers,
+            workdir=workdir,
+            max_processes=settings.max_processes,
+            inherited=list(settings.mcp_servers) if main is None else main,
+        )
         self._parent = Parent(
+            shared_mcp=self.shared_mcp,
             bus=self.bus,
             broker=self.broker,
             limiter=self.limiter,
@@ -276,11 +245,13 @@ class Runner:
     async def open(self) -> None:
         """Before the first run: the owner of the steps that outlive a cancel."""
         await self.finishing.open()
+        await self.shared_mcp.open()
 
     async def close_shared(self) -> None:
         """At the end: the finishing steps (let finish), the limiter's debt, the relay's
         model pools."""
         await self.finishing.aclose()
+        await self.shared_mcp.aclose()
         self.limiter.close()
         await self._parent.pools.aclose()
 
@@ -469,6 +440,9 @@ class Runner:
         hooks = admitted.hooks = self.hooks.for_definition(definition).for_agent(
             spec.workdir, spec.permission_mode, agent_transcript(spec)
         )
+        own_tree = admitted.tree is not None  # its servers start in its worktree
+        problems = await self.shared_mcp.offer(spec, definition, own_tree=own_tree)
+        admitted.base["warnings"] = [*admitted.base["warnings"], *problems]
         try:
             self.prepare.complete(spec, definition, request, hooks, admitted.history)
         except OutsideRoot as exc:  # a project's link out (its memory folder): refused

@@ -1,11 +1,14 @@
 """A small real MCP stdio server, written with the ``mcp`` package's server API.
 
-Run as ``python tests/mcp_server.py [MARKER_FILE]``: it answers over stdin/stdout. With a
-marker file it writes its pid and its agent's there once started (its parent's, or, under
-agentcell's MCP warden, the warden's parent's), so a test can see whose process tree it
-ran in and that it ended with its agent. Tools: ``echo`` (text),
+Run as ``python tests/mcp_server.py [MARKER_FILE] [--start-delay S] [--starts FILE]``: it
+answers over stdin/stdout. With a marker file it writes its pid and its agent's there once
+started (its parent's, or, under agentcell's MCP warden, the warden's parent's), so a test
+can see whose process tree it ran in and that it ended with its agent. ``--start-delay``:
+it sleeps that long before it answers (a slow server, for the bench); ``--starts``: it
+appends its pid to that file at each start. Tools: ``echo`` (text),
 ``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
-``read_outside`` (a file read with the server's rights), ``whoami`` (its pid). With
+``read_outside`` (a file read with the server's rights), ``whoami`` (its pid),
+``write_here`` (a file in its working folder), ``crash`` (it exits without answering). With
 ``MCP_TEST_LINGER`` set it stays alive after its stdin closes, as a badly behaved one.
 """
 
@@ -15,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -74,6 +78,20 @@ def owner() -> int:
 
 
 @server.tool()
+def write_here(name: str, text: str) -> str:
+    """Write a file in the server's working folder."""
+    with open(os.path.basename(name), "w") as handle:
+        handle.write(text)
+    return f"wrote {os.path.join(os.getcwd(), os.path.basename(name))}"
+
+
+@server.tool()
+def crash() -> str:
+    """Exit at once, answering nothing (a server that crashes mid-call)."""
+    os._exit(1)
+
+
+@server.tool()
 def whoami() -> str:
     """The server's process id."""
     return str(os.getpid())
@@ -83,8 +101,19 @@ if __name__ == "__main__":
     if os.environ.get("MCP_TEST_LINGER"):
         for number in (signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGINT):
             signal.signal(number, signal.SIG_IGN)
-    if len(sys.argv) > 1:
-        with open(sys.argv[1], "w") as marker:
+    options = sys.argv[1:]
+    for flag in ("--start-delay", "--starts"):
+        if flag in options:
+            at = options.index(flag)
+            value = options[at + 1]
+            del options[at : at + 2]
+            if flag == "--starts":
+                with open(value, "a") as starts:
+                    starts.write(f"{os.getpid()}\n")
+            else:
+                time.sleep(float(value))
+    if options:
+        with open(options[0], "w") as marker:
             marker.write(f"{os.getpid()} {owner()}")
     try:
         server.run()

@@ -2,7 +2,8 @@
 its own process so that it can run as root or, through setpriv, as user nobody.
 
 argv: the workdir, "network" or "walled". Prints one JSON object: the sub-agent's
-sandbox report and warnings, and the probes of its bash and of its MCP server.
+sandbox report and warnings, and the probes of its bash, of its own MCP server and of the
+server the parent shares with it (``mcp_host/_shared.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ def _respond(body: dict[str, Any], api: str) -> Reply:
         return Reply(tool_calls=[Call("bash", {"command": command, "timeout_s": 60})])
     if len(outputs) == 1:
         return Reply(tool_calls=[Call("mcp__privilege__held", {})])
+    if len(outputs) == 2:  # the same probe, from the server the parent shares
+        return Reply(tool_calls=[Call("mcp__shared__held", {})])
     return Reply(text=json.dumps(outputs))
 
 
@@ -42,16 +45,22 @@ async def main(workdir: Path, network: bool) -> None:
     worker = AgentDefinition(
         name="worker",
         description="worker",
-        tools=["bash", "mcp__privilege__*"],
+        tools=["bash", "mcp__privilege__*", "mcp__shared__*"],
         model="openai:test",
         source="test",
-        mcp_servers=[{"privilege": server}],
+        mcp_servers=[{"privilege": server}, "shared"],  # its own, and the parent's
     )
     with ModelServer(responder=_respond) as served:
         os.environ["OPENAI_BASE_URL"] = served.openai_base_url
         os.environ["OPENAI_API_KEY"] = "sk-privilege-test-key"
         settings = Settings(
-            model="openai:test", approval="allow", max_workers=1, warm_spares=0, network=network
+            model="openai:test",
+            approval="allow",
+            max_workers=1,
+            warm_spares=0,
+            network=network,
+            mcp_servers={"shared": server},
+            main_mcp_servers=[],
         )
         orch = Orchestrator(
             settings=settings, workdir=workdir, agents=[worker], load_agent_files=False,
@@ -59,7 +68,7 @@ async def main(workdir: Path, network: bool) -> None:
         )  # fmt: skip
         async with orch:
             result = await asyncio.wait_for(orch.delegate("worker", "go"), 120)
-    bash, mcp = json.loads(result.text) if result.text.startswith("[") else ("", "")
+    bash, mcp, shared = json.loads(result.text) if result.text.startswith("[") else ("",) * 3
     print(
         json.dumps(
             {
@@ -69,6 +78,7 @@ async def main(workdir: Path, network: bool) -> None:
                 "warnings": result.warnings,
                 "bash": bash,
                 "mcp": mcp,
+                "shared": shared,
             }
         )
     )

@@ -44,6 +44,9 @@ def probe(locked_file: str = "") -> dict[str, Any]:
     with open(f"/proc/{os.getppid()}/status") as status:
         parent = dict(line.split(":", 1) for line in status if ":" in line)
     out["parent_caps"] = {k: v.strip() for k, v in parent.items() if k.startswith("Cap")}
+    with open("/proc/self/cgroup") as cgroup:
+        out["cgroup"] = cgroup.read()
+    out["tmpdir"] = os.environ.get("TMPDIR", "")
 
     def call(name: str, *args: Any) -> str:
         ctypes.set_errno(0)

@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import msgspec
-from agentcell.protocol import McpServer, TaskNursery, gather_owned
+from agentcell.protocol import McpServer, RemoteTool, TaskNursery, gather_owned
+from agentcell.worker.mcp._host import WalledHost, walled_host
+from agentcell.worker.mcp._host import release as release_host
 from agentcell.worker.models import ToolSpec
 from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
 
@@ -79,21 +81,56 @@ class McpTool(Tool):
         return ToolSpec(name=self.name, description=self.description, parameters=self._schema)
 
     def parse_args(self, arguments: str) -> Any:
-        try:
-            decoded = msgspec.json.decode(arguments or "{}")
-        except msgspec.DecodeError as exc:
-            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc}") from None
-        if not isinstance(decoded, dict):
-            raise ToolError(f"arguments for {self.name} must be a JSON object")
-        return McpArgs(decoded)
+        return mcp_arguments(self.name, arguments)
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
         try:
-            result = await self._client.call_tool(self.remote_name, args.fields)
+            return await self.call(args.fields)
+        except ServerGone as exc:
+            return ToolOutput(f"MCP server {self.server!r}: {exc}", is_error=True)
+
+    async def call(self, fields: dict[str, Any]) -> ToolOutput:
+        """The server's answer (its own errors as an error result); raises ``ServerGone``
+        when the connection to the server is gone: it exited, or crashed."""
+        try:
+            result = await self._client.call_tool(self.remote_name, fields)
         except Exception as exc:  # the server died, or answered with a protocol error
+            if connection_lost(exc):
+                raise ServerGone(_reason(exc)) from None
             reason = str(exc) or type(exc).__name__
             return ToolOutput(f"MCP server {self.server!r}: {reason}", is_error=True)
         return ToolOutput(render_result(result), is_error=bool(result.is_error))
+
+
+class ServerGone(ConnectionError):
+    """The connection to an MCP server is gone (it exited or crashed)."""
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server's connection is gone, not that the server refused
+    a request: the SDK's "Connection closed" error, or the transport's own end."""
+    import anyio
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    gone = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, OSError)
+    return isinstance(exc, gone)
+
+
+def mcp_arguments(name: str, arguments: str) -> McpArgs:
+    """An MCP tool's arguments as the model gave them (a JSON object); ``ToolError``
+    naming the tool for anything else."""
+    try:
+        decoded = msgspec.json.decode(arguments or "{}")
+    except msgspec.DecodeError as exc:
+        raise ToolError(f"arguments for {name} are not valid JSON: {exc}") from None
+    if not isinstance(decoded, dict):
+        raise ToolError(f"arguments for {name} must be a JSON object")
+    return McpArgs(decoded)
 
 
 class McpArgs:
@@ -156,8 +193,17 @@ class McpServers:
         workdir: str = ".",
         seccomp: str = "-",
         log_prefix: str = "",
+        walled: bool = False,
+        max_processes: int | None = None,
     ) -> None:
         self.seccomp = seccomp  # the filter stdio servers start under (see WARDEN)
+        # ``walled``: each stdio server behind a walled host of its own (``_host.py``),
+        # for servers the parent shares; an agent's own are walled by the agent around them.
+        self.walled = walled
+        self.max_processes = max_processes
+        self._hosts: dict[str, WalledHost] = {}
+        self.missing_walls: list[str] = []  # what a walled host could not have here
+        self.lost = ""  # why a call found its server gone ("" while none did)
         # A stdio server's stderr goes to ``<log_prefix><name>.log`` (a temp file when
         # empty), never to the user's terminal: some print pages of tracebacks.
         self.log_prefix = log_prefix
@@ -251,7 +297,9 @@ class McpServers:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", server.name)[:64] or "server"
         if self.log_prefix:
             path = f"{self.log_prefix}{name}.log"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            # Never through a link: a folder others can write may hold one to any file.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+            fd = os.open(path, flags, 0o600)
         else:
             fd, path = tempfile.mkstemp(prefix=f"agentcell-mcp-{name}-", suffix=".log")
             self._temporary_logs.add(server.name)
@@ -263,14 +311,16 @@ class McpServers:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 log = self._open_log(server, stack)
+                host = self._host_for(server)
                 client = await stack.enter_async_context(
                     _client(
                         server,
                         stack,
                         self.workdir,
                         self._status_path(server),
-                        seccomp=self.seccomp,
+                        seccomp=host.seccomp if host else self.seccomp,
                         log=log,
+                        launcher=host.launcher if host else (),
                     )
                 )
                 tools: list[Any] = []
@@ -289,6 +339,41 @@ class McpServers:
             if not isinstance(exc, Exception):
                 raise
 
+    def _host_for(self, server: McpServer) -> WalledHost | None:
+        """A walled host for a stdio server of a walled set (None: it needs none)."""
+        if not self.walled or server.type == "http":
+            return None
+        host = self._hosts[server.name] = walled_host(self.max_processes)
+        self.missing_walls = host.missing
+        return host
+
+    def listing(self) -> list[RemoteTool]:
+        """The started servers' tools, each under its server's own name."""
+        return [
+            RemoteTool(
+                name=t.remote_name, description=t.description, parameters=t.spec().parameters
+            )
+            for t in self.tools
+            if isinstance(t, McpTool)
+        ]
+
+    async def call(self, name: str, fields: dict[str, Any]) -> ToolOutput:
+        """Call the tool ``name`` (``mcp__server__tool``) with ``fields``; a call that finds
+        its server gone says so, and sets ``lost``."""
+        tool = next((t for t in self.tools if t.name == name and isinstance(t, McpTool)), None)
+        if tool is None:
+            return ToolOutput(f"no MCP tool {name!r} here", is_error=True)
+        try:
+            return await tool.call(fields)
+        except ServerGone as exc:
+            self.lost = str(exc) or "its connection closed"
+            return ToolOutput(f"MCP server {tool.server!r}: {self.lost}", is_error=True)
+
+    #: Whether a tool name passes a grant's patterns (the parent checks calls with it).
+    granted = staticmethod(tool_granted)
+    #: A tool call's JSON arguments, parsed as an MCP tool's are.
+    arguments = staticmethod(mcp_arguments)
+
     async def stop(self) -> None:
         """Close every connection (a stdio server's process is ended by the SDK)."""
         self._stopping.set()
@@ -300,6 +385,9 @@ class McpServers:
                 await asyncio.wait(pending, timeout=STOP_TIMEOUT_S)
         if all(task.done() for task in self._tasks):  # else one ignored its cancel: left be
             await self._servers.aclose()
+        for host in self._hosts.values():  # its cap and temp folder, once it is gone
+            release_host(host)
+        self._hosts.clear()
         for path in self.logs.values():  # a log with nothing in it tells nobody anything
             with contextlib.suppress(OSError):
                 if os.stat(path).st_size == 0:
@@ -322,6 +410,7 @@ def _client(
     *,
     seccomp: str = "-",
     log: TextIO | None = None,
+    launcher: Sequence[str] = (),
 ) -> Any:
     """The SDK client for one server (imported here: only runs with servers pay for it)."""
     from mcp import Client, StdioServerParameters
@@ -338,7 +427,15 @@ def _client(
         raise FileNotFoundError(f"no such command: {server.command}")
     params = StdioServerParameters(
         command=sys.executable,
-        args=[WARDEN, str(os.getpid()), status_file, seccomp, server.command, *server.args],
+        args=[
+            *launcher,
+            WARDEN,
+            str(os.getpid()),
+            status_file,
+            seccomp,
+            server.command,
+            *server.args,
+        ],
         env=dict(server.env) or None,
         cwd=os.path.realpath(workdir),
     )

@@ -144,7 +144,13 @@ class ProcessCap:
 def release_process_cap(pid: int) -> None:
     """Kill whatever is left in sub-agent ``pid``'s cgroup and remove it (parent side)."""
     path = cap_path(pid)
-    if path is None or not path.is_dir():
+    if path is not None:
+        release_group(path)
+
+
+def release_group(path: Path) -> None:
+    """Kill whatever is left in the cgroup at ``path`` and remove it."""
+    if not path.is_dir():
         return
     with contextlib.suppress(OSError, ValueError):
         for line in (path / "cgroup.procs").read_text().split():
@@ -167,9 +173,12 @@ def remove_stale_caps() -> list[int]:
     removed = []
     with contextlib.suppress(OSError):
         for entry in os.scandir(found[1]):
-            if not entry.name.isdigit() or not entry.is_dir(follow_symlinks=False):
+            # A sub-agent's is named by its pid; a shared MCP server host's is
+            # ``mcp-<orchestrator pid>-<n>`` (``worker/mcp/_host.py``).
+            owner = entry.name.removeprefix("mcp-").partition("-")[0]
+            if not owner.isdigit() or not entry.is_dir(follow_symlinks=False):
                 continue
-            pid = int(entry.name)
+            pid = int(owner)
             if os.path.exists(f"/proc/{pid}"):
                 continue
             try:

@@ -1,5 +1,6 @@
 """The main agent's MCP server that fails leaves its output in the run's record folder
-(``main.mcp-NAME.log``), as a sub-agent's does, never a temp file per run."""
+(``.agentcell/mcp-logs/NAME.log`` for a shared server, ``<run>/main.mcp-NAME.log`` for
+one configured ``shared = false``), as a sub-agent's does, never a temp file per run."""
 
 from __future__ import annotations
 
@@ -9,18 +10,21 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import pytest
 from agentcell.orchestrator import Orchestrator, Settings
 from agentcell.orchestrator.config._mcp import McpServerConfig
 
 from agentcell.testing import FunctionModel
 
 
-async def test_a_failing_main_server_logs_into_the_run_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [True, False])
+async def test_a_failing_main_server_logs_into_the_run_folder(tmp_path: Path, shared: bool) -> None:
     name = f"broken-{uuid.uuid4().hex[:8]}"
     said = f"{name} cannot start: no such database"
     server = McpServerConfig(
         command=sys.executable,
         args=["-c", f"import sys; print({said!r}, file=sys.stderr); sys.exit(3)"],
+        shared=shared,
     )
     orch = Orchestrator(
         model=FunctionModel(lambda messages, tools: "done", name="function:main"),
@@ -31,6 +35,11 @@ async def test_a_failing_main_server_logs_into_the_run_folder(tmp_path: Path) ->
     async with orch:
         report = await asyncio.wait_for(orch.run("go"), 60)
     assert report.final_text == "done"
-    log = Path(report.run_dir) / f"main.mcp-{name}.log"
+    folder = Path(report.run_dir)
+    log = (
+        tmp_path / ".agentcell/mcp-logs" / f"{name}.log"
+        if shared
+        else folder / f"main.mcp-{name}.log"
+    )
     assert said in log.read_text()
     assert not list(Path(tempfile.gettempdir()).glob(f"agentcell-mcp-{name}-*.log"))

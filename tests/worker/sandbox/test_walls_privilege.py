@@ -1,6 +1,7 @@
 """No capability for a sub-agent, whatever user runs agentcell (docs/security.md, "No
-capability"): attacked from a real sub-agent's bash and from its MCP server, as root and
-as user nobody, with and without ``network: true``.
+capability"): attacked from a real sub-agent's bash, from its MCP server and from the MCP
+server the parent shares with it, as root and as user nobody, with and without
+``network: true``.
 
 Every privileged call is probed in a way that cannot take effect (``privilege_probe``):
 EPERM without the capability, another error with it. The unit tests below show each
@@ -117,6 +118,14 @@ def test_a_sub_agent_its_bash_its_mcp_server_and_warden_hold_no_capability(
         bash, mcp = json.loads(report["bash"]), json.loads(report["mcp"])
         _assert_holds_nothing(bash, user=uid, where="bash")
         _assert_holds_nothing(mcp, user=uid, where="mcp server (its parent: the warden)")
+        # The server the parent holds and shares: its walled host gave it the same walls,
+        # a private temp folder and, where cgroups can be written, a process cap.
+        shared = json.loads(report["shared"])
+        _assert_holds_nothing(shared, user=uid, where="shared mcp server (host: the warden)")
+        assert Path(shared["tmpdir"]).name.startswith("agentcell-mcp-host-"), shared["tmpdir"]
+        assert shared["pid"] not in (mcp["pid"], bash["pid"])
+        if user == "root":
+            assert "/agentcell/mcp-" in shared["cgroup"], shared["cgroup"]
         # A file of its own user with mode 000: root reads it with CAP_DAC_OVERRIDE.
         assert bash["locked_file"] == "EACCES", bash
 
