@@ -42,6 +42,7 @@ from agentcell.worker.engine._hook_relay import RelayedHooks, relayed_stop_hook
 from agentcell.worker.engine._loop import Attachments, Engine, Limits, ToolSetting
 from agentcell.worker.engine._session import Session
 from agentcell.worker.engine._tool_journal import ToolJournal
+from agentcell.worker.mcp._client import mcp_arguments
 from agentcell.worker.models import Model, ModelError, request_gate, resolve_model
 from agentcell.worker.models.transports._permits import LinkGate
 from agentcell.worker.records._redact import Redactor
@@ -50,7 +51,7 @@ from agentcell.worker.rules._policy import DenyTools, Hook, PermissionPolicy
 from agentcell.worker.sandbox import _apply as _sandbox
 from agentcell.worker.sandbox import _bash_userns, _mountns
 from agentcell.worker.sandbox import _one_thread as one_thread
-from agentcell.worker.tools import Tool, ToolContext, ToolError, ToolOutput
+from agentcell.worker.tools import Tool, ToolContext, ToolOutput
 from agentcell.worker.tools._base import ToolRegistry
 from agentcell.worker.tools._builtin import builtin_tools
 from agentcell.worker.tools._skill import SkillTool
@@ -535,13 +536,7 @@ class ParentTool(Tool):
         return ToolSpec(name=self.name, description=self.description, parameters=self._parameters)
 
     def parse_args(self, arguments: str) -> Any:
-        try:
-            decoded = msgspec.json.decode(arguments or "{}")
-        except msgspec.DecodeError as exc:
-            raise ToolError(f"arguments for {self.name} are not valid JSON: {exc}") from None
-        if not isinstance(decoded, dict):
-            raise ToolError(f"arguments for {self.name} must be a JSON object")
-        return _RawArgs(arguments or "{}", decoded)
+        return _RawArgs(arguments or "{}", mcp_arguments(self.name, arguments).fields)
 
     async def execute(self, args: Any, ctx: ToolContext) -> ToolOutput:
         content, is_error = await self._link.delegate(ctx.call_id, self.name, args.json_text)

@@ -19,7 +19,6 @@ prefix, and the walls that could not be had here, in words; ``release`` removes 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -76,14 +75,7 @@ def _capped_group(limit: int) -> Path | None:
     if found is None:
         return None
     path = found[1] / f"{CGROUP_PREFIX}{os.getpid()}-{next(_numbers)}"
-    try:
-        path.mkdir(parents=True, exist_ok=False)
-        (path / "pids.max").write_text(str(limit))
-    except OSError:
-        with contextlib.suppress(OSError):
-            path.rmdir()
-        return None
-    return path
+    return path if _cgroup.made_group(path, limit=limit, new=True) else None
 
 
 def _wall_self(cgroup: str, tmpdir: str) -> None:

@@ -94,15 +94,7 @@ class ProcessCap:
                 return None
             return cls(prepared, limit)
         path = cap_path(os.getpid())
-        if path is None:
-            return None
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "pids.max").write_text(str(limit))
-            (path / "cgroup.procs").write_text(str(os.getpid()))
-        except OSError:
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        if path is None or not made_group(path, limit=limit, member=os.getpid()):
             return None
         return cls(path, limit)
 
@@ -113,14 +105,7 @@ class ProcessCap:
         no cgroup can be made here (``create`` then tries the whole way and says so)."""
         pid = os.getpid()
         path = cap_path(pid)
-        if path is None:
-            return False
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "cgroup.procs").write_text(str(pid))
-        except OSError:
-            with contextlib.suppress(OSError):
-                path.rmdir()
+        if path is None or not made_group(path, member=pid):
             return False
         _prepared[pid] = path
         return True
@@ -139,6 +124,24 @@ class ProcessCap:
         except (OSError, ValueError):
             pass
         return 0
+
+
+def made_group(
+    path: Path, *, limit: int | None = None, member: int | None = None, new: bool = False
+) -> bool:
+    """The cgroup at ``path`` made (``new``: and not there before), its ``limit`` and
+    its ``member`` written; False, and the folder removed, if a step fails."""
+    try:
+        path.mkdir(parents=True, exist_ok=not new)
+        if limit is not None:
+            (path / "pids.max").write_text(str(limit))
+        if member is not None:
+            (path / "cgroup.procs").write_text(str(member))
+    except OSError:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+        return False
+    return True
 
 
 def release_process_cap(pid: int) -> None:

@@ -49,7 +49,11 @@ def script(calls: list[tuple[str, dict[str, Any]]]) -> Any:
 
 
 def orchestrator(
-    work: Path, agents: list[AgentDefinition], run_dir: Path | None = None, **settings: Any
+    work: Path,
+    agents: list[AgentDefinition],
+    run_dir: Path | None = None,
+    tools: list[Any] | None = None,
+    **settings: Any,
 ) -> Orchestrator:
     """Records (and journals) into ``run_dir`` when one is given."""
     return Orchestrator(
@@ -58,6 +62,7 @@ def orchestrator(
         ),
         workdir=work,
         agents=agents,
+        tools=tools or [],
         load_agent_files=False,
         record=run_dir is not None,
         run_dir=run_dir,
@@ -112,20 +117,9 @@ async def test_a_call_frame_outside_the_grant_or_unsigned_reaches_no_server(
     hostile = AgentDefinition(
         name="hostile", description="h", tools=[tool.name, *granted], mcp_servers=["local"]
     )
-    orch = Orchestrator(
-        settings=Settings(
-            model="openai:m",
-            approval="allow",
-            max_workers=1,
-            warm_spares=0,
-            mcp_servers={"local": server(local), "secret": server(secret)},
-            main_mcp_servers=[],
-        ),
-        workdir=work,
-        agents=[hostile],
-        tools=[tool],
-        load_agent_files=False,
-        run_dir=tmp_path / "run",
+    servers = {"local": server(local), "secret": server(secret)}
+    orch = orchestrator(
+        work, [hostile], tmp_path / "run", tools=[tool], mcp_servers=servers, main_mcp_servers=[]
     )
     caplog.set_level(logging.WARNING, "agentcell")
     async with orch:
