@@ -224,6 +224,13 @@ class SharedMcp:
             if name in self.servers:
                 self.servers[name]._start_soon()
 
+    async def started(self) -> None:
+        """Until every start under way has ended (the bench's warm-up: a long-lived
+        parent's servers are up, as its warm spares are)."""
+        starting = [s._starting for s in self.servers.values() if s._starting is not None]
+        if starting:
+            await asyncio.wait(starting)
+
     async def aclose(self) -> None:
         for server in self.servers.values():
             await server.stop()

@@ -85,6 +85,8 @@ async def test_a_listed_server_is_offered_from_the_cache_and_started_for_its_fir
         assert await server.listed() == listed  # at once: nothing awaited a server
         assert server.starts == 0 and server._servers is None  # its start is only queued
         assert server._starting is not None
+        await again.started()  # what a warm-up waits for: the server is up
+        assert server.starts == 1 and server._servers is not None
         output = await server.call("whoami", {})
         await again.aclose()
     first_pid, second_pid = starts.read_text().split()
