@@ -164,7 +164,7 @@ def parse_agent_text(text: str, *, path: str) -> LoadResult:
     """Turn a file's text into a definition, or diagnostics saying why it is not one."""
     result = LoadResult()
     try:
-        frontmatter, body, first_line = _split(text.removeprefix("\ufeff"), path)
+        frontmatter, body, first_line = _split(text.removeprefix("\ufeff"))
         fields, notes = _parse_frontmatter(frontmatter, first_line)
         result.diagnostics.extend(Diagnostic("info", path, note) for note in notes)
         definition = _build(fields, body, path, result.diagnostics)
@@ -269,7 +269,7 @@ def _skipped(path: Path, message: str) -> LoadResult:
     return LoadResult(diagnostics=[left_out])
 
 
-def _split(text: str, path: str) -> tuple[str, str, int]:
+def _split(text: str) -> tuple[str, str, int]:
     """(frontmatter, body, the file line the frontmatter starts on).
 
     The opening delimiter is a '---' line, the closing one a line of three or more dashes;
