@@ -476,7 +476,21 @@ def _build(
         for field, note in claude_notes(values, spelled)
     )
     diagnostics.extend(Diagnostic(level, path, note) for level, note in _notes(definition))
+    refused = _network_problem(definition)
+    if refused:  # an agent left out as surely as a file that fails: run and chat say it
+        diagnostics.append(Diagnostic("warning", path, refused, at_run=True))
     return definition
+
+
+def _network_problem(definition: AgentDefinition) -> str:
+    """Why the agent's ``network:`` list refuses it at its start ('' when it does not)."""
+    if not isinstance(definition.network, list):
+        return ""
+    try:
+        parse_rules(definition.network)
+    except ValueError as exc:
+        return f"{exc}: the agent is refused at its start until it is fixed"
+    return ""
 
 
 def _slugged_name(values: dict[str, Any], spelled: str) -> str:
@@ -547,11 +561,6 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))
-    if isinstance(definition.network, list):
-        try:
-            parse_rules(definition.network)
-        except ValueError as exc:
-            found.append(("warning", f"{exc}: the agent is refused at its start until it is fixed"))
     allowed = set(definition.tools or [])
     if TEAM_LIFECYCLE in allowed:
         found.append(

@@ -120,6 +120,14 @@ def test_validate_names_problems_counts_the_rest_and_fails_only_for_an_agent_fil
     assert len(notes) == int(hidden.split()[0])
     assert any("growth-loops.md: info: frontmatter is not strict YAML" in n for n in notes)
     assert ".claude/agents/README.md: skipped: no frontmatter" in verbose
+    # On a terminal: the same lines (wrapped to its width), the same exit code.
+    term = Screen(["agents", "validate"], collection, env)
+    try:
+        screen = term.expect("file(s) checked")
+        assert term.close() == 0
+    finally:
+        term.kill()
+    assert "".join(screen.split()) == "".join(done.stdout.split())
     # A file that is an agent file and fails: exit 1.
     agents = collection / ".claude" / "agents"
     (agents / "half.md").write_text("---\nname: half\ndescription: no end\n\nBody\n")

@@ -174,9 +174,11 @@ def test_run_says_only_the_lines_that_change_what_an_agent_may_do(copied: Path) 
     (agents / "dontask.md").write_text(
         "---\nname: d\ndescription: d\npermissionMode: dontAsk\n---\n"
     )
+    (agents / "net.md").write_text('---\nname: n\ndescription: d\nnetwork: ["http://x/y"]\n---\n')
     registry = AgentRegistry.load(copied, extra_dirs=[copied / "nowhere"])
     said = {Path(d.path).name: d.message for d in registry.diagnostics if d.at_run}
-    assert set(said) == {"half.md", "dontask.md", "nowhere"}
+    assert set(said) == {"half.md", "dontask.md", "net.md", "nowhere"}
+    assert said["net.md"].endswith("the agent is refused at its start until it is fixed")
     assert said["dontask.md"].startswith("permissionMode 'dontAsk': agentcell has no mode")
     assert registry.no_frontmatter == [str(agents / "README.md")]
     quiet = [d for d in registry.diagnostics if not d.at_run]
