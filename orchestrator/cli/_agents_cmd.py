@@ -15,11 +15,19 @@ from agentcell.orchestrator.cli._display import output_console
 from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._load import load_settings
 from agentcell.orchestrator.config._sandbox_policy import untrusted_project_file
+from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._claude_compat import subagent_mode
 from agentcell.orchestrator.definitions._loader import Diagnostic
 from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
 from agentcell.orchestrator.definitions._registry import AgentRegistry, agent_dirs
 from agentcell.orchestrator.definitions._skills import find_skill
 from agentcell.orchestrator.definitions._tool_policy import COORDINATION_TOOLS, resolve_tools
+from agentcell.orchestrator.delegation._prepare import Preparer
+from agentcell.orchestrator.delegation._task_args import task_tool_spec
+from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
+from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
+from agentcell.orchestrator.network._web_fetch import web_search_options, web_tool_warnings
+from agentcell.orchestrator.prompt._skill_offer import skills_for
 from agentcell.worker.tools import BUILTIN_TOOL_NAMES
 from rich.table import Table
 from rich.text import Text
@@ -28,26 +36,137 @@ from rich.text import Text
 MAIN_TOOLS = [*BUILTIN_TOOL_NAMES, *sorted(COORDINATION_TOOLS)]
 
 
-def _describe(
-    definition: AgentDefinition, workdir: Path, aliases: dict[str, str], main_model: str
-) -> dict[str, Any]:
+class _Here:
+    """What ``agents`` commands judge a definition against: the settings, the registry
+    and the project folder, as a run here would have them."""
+
+    def __init__(
+        self, workdir: Path, agents_dirs: Sequence[Path], registry: AgentRegistry | None = None
+    ) -> None:
+        self.workdir = workdir
+        self.settings, _ = load_settings(workdir=workdir)
+        if registry is None:
+            registry = AgentRegistry.load(workdir, extra_dirs=list(agents_dirs))
+        self.registry = registry
+        self.main_model = self.settings.model or "(no main model set)"
+        self._preparer: Preparer | None = None
+
+    def model(self, definition: AgentDefinition) -> str:
+        """The PROVIDER:NAME it runs on, or "unresolved: why"."""
+        aliases = self.settings.aliases
+        try:
+            return resolve_model_alias(
+                definition.model, parent_model=self.main_model, aliases=aliases
+            )
+        except ValueError as exc:
+            return f"unresolved: {exc}"
+
+    def preparer(self) -> Preparer:
+        """The runner's own ``Preparer``: what it offers a child is what is listed."""
+        if self._preparer is None:
+            registry = self.registry
+            self._preparer = Preparer(
+                settings=self.settings,
+                registry=registry,
+                workdir=str(self.workdir),
+                home=Path.home(),
+                limiter=ProviderLimiter(self.settings.limits),
+                model_objects={},
+                custom_tools={},
+                task_tool_spec=lambda allowed: task_tool_spec(registry, allowed=allowed),
+            )
+        return self._preparer
+
+
+def offered_tools(definition: AgentDefinition, here: _Here, model: str) -> list[str]:
+    """The tools a sub-agent of the main agent is offered, by name, from the code that
+    builds its spec (``Preparer.spec``): its own tools, those its parent answers for it
+    (``task``, ``web_fetch``, the team's), Anthropic's web_search, and per MCP server it
+    starts the tool patterns granted (a server's tools are known once it runs)."""
+    skills = skills_for(definition, here.workdir)
+    denied = [*definition.disallowed_tools, *skills.disallowed_tools]
+    tools = resolve_tools(definition.tools, denied, MAIN_TOOLS).tools
+    tools += ["skill"] if skills.index else []
+    max_depth = min(d for d in (here.settings.max_depth, definition.max_depth) if d is not None)
+    remote = here.preparer()._remote_tools(definition, 1, max_depth)
+    tools += [tool.name for tool in remote]
+    if _runs_on(model) and web_search_options(definition, model):
+        tools.append("web_search")
+    servers, _missing = agent_mcp_servers(
+        definition, here.settings.mcp_servers, project_dir=str(here.workdir)
+    )
+    for server in servers:
+        own = f"mcp__{server.name}__"
+        granted = [own + "*"] if server.allow is None else server.allow
+        tools += [
+            own + "*" if p == "mcp__*" else p for p in granted if p.startswith(own) or p == "mcp__*"
+        ]
+    return list(dict.fromkeys(tools))
+
+
+def _runs_on(model: str) -> bool:
+    """Whether ``model`` is a model a run would use (not "unresolved: …", no main model)."""
+    return ":" in model and not model.startswith("unresolved")
+
+
+def mode_not_applied(definition: AgentDefinition, settings: Settings, workdir: Path) -> str:
+    """Why a definition's ``permissionMode`` is not the mode it runs in ('' when it is,
+    or it names none): the runner's own rule (``subagent_mode``), and an untrusted
+    project's ``acceptEdits`` dropped at load (``distrust_project_agents``)."""
+    if definition.permission_mode is None:
+        return ""
+    if definition.permission_mode == "accept_edits" and untrusted_project_file(definition, workdir):
+        return (
+            "permissionMode acceptEdits is not applied: this folder is not trusted; run "
+            "`agentcell trust` in it to honour it"
+        )
+    parent, chosen = settings.permission_mode, settings.mode_chosen
+    return subagent_mode(parent, definition.permission_mode, session_set=chosen)[1]
+
+
+def mode_diagnostics(
+    registry: AgentRegistry, settings: Settings, workdir: Path
+) -> list[Diagnostic]:
+    """One line per definition whose permissionMode is not applied here."""
+    found = []
+    for definition in registry.definitions():
+        why = mode_not_applied(definition, settings, workdir)
+        if why:
+            found.append(Diagnostic("warning", definition.source, why, at_run=True))
+    return found
+
+
+def web_search_diagnostics(here: _Here) -> list[Diagnostic]:
+    """One line per definition that names WebSearch where its model is offered none."""
+    found = []
+    for definition in here.registry.definitions():
+        model = here.model(definition)
+        if _runs_on(model):
+            lines = web_tool_warnings(definition, model)
+            found += [Diagnostic("warning", definition.source, line) for line in lines]
+    return found
+
+
+def _describe(definition: AgentDefinition, here: _Here) -> dict[str, Any]:
+    workdir = here.workdir
     resolved = resolve_tools(definition.tools, definition.disallowed_tools, MAIN_TOOLS)
-    try:
-        model = resolve_model_alias(definition.model, parent_model=main_model, aliases=aliases)
-    except ValueError as exc:
-        model = f"unresolved: {exc}"
+    model = here.model(definition)
     return {
         "name": definition.name,
         "description": definition.description,
         "source": _short_source(definition.source, workdir),
         "model": definition.model,
         "resolved_model": model,
-        "tools": resolved.tools,
+        "tools": offered_tools(definition, here, model),
         "unknown_tools": resolved.unknown,
         "disallowed_tools": list(definition.disallowed_tools),
         "max_turns": definition.max_turns,
         "background": definition.background,
         "permission_mode": definition.permission_mode,
+        # Why the mode above is not the one it runs in, or None when it is.
+        "permission_mode_not_applied": (
+            mode_not_applied(definition, here.settings, workdir) or None
+        ),
         "timeout_s": definition.timeout_s,
         "context": definition.context,
         "isolation": definition.isolation,
@@ -166,14 +285,6 @@ def _short_source(source: str, workdir: Path) -> str:
     return source
 
 
-def _registry(
-    workdir: Path, agents_dirs: Sequence[Path]
-) -> tuple[AgentRegistry, dict[str, str], str]:
-    settings, _ = load_settings(workdir=workdir)
-    registry = AgentRegistry.load(workdir, extra_dirs=list(agents_dirs))
-    return registry, settings.aliases, settings.model or "(no main model set)"
-
-
 def problems(registry: AgentRegistry) -> list[Diagnostic]:
     """What `agents list` counts and `agents validate` reports as problems."""
     return [d for d in registry.diagnostics if d.level in ("warning", "error")]
@@ -184,8 +295,9 @@ def _diagnostic_json(diagnostic: Diagnostic) -> dict[str, str]:
 
 
 def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) -> None:
-    registry, aliases, main_model = _registry(workdir, agents_dirs)
-    rows = [_describe(d, workdir, aliases, main_model) for d in registry.definitions()]
+    here = _Here(workdir, agents_dirs)
+    registry = here.registry
+    rows = [_describe(d, here) for d in registry.definitions()]
     if as_json:
         notes = [d for d in registry.diagnostics if d.level == "info"]
         document = {
@@ -227,11 +339,12 @@ def list_agents(workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) ->
 
 
 def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json: bool) -> None:
-    registry, aliases, main_model = _registry(workdir, agents_dirs)
-    definition = registry.get(name)
+    here = _Here(workdir, agents_dirs)
+    definition = here.registry.get(name)
     if definition is None:
-        raise LookupError(f"no agent named {name!r}; available: {', '.join(registry.names())}")
-    row = _describe(definition, workdir, aliases, main_model)
+        available = ", ".join(here.registry.names())
+        raise LookupError(f"no agent named {name!r}; available: {available}")
+    row = _describe(definition, here)
     row["system_prompt"] = definition.system_prompt
     row["configured"] = configured_rules(workdir)
     if as_json:
@@ -270,6 +383,8 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
         shown = ", ".join(value) if isinstance(value, list) else value
         if key == "hooks" and row["hooks_ignored"]:
             shown = f"{row['hooks_ignored']} ({shown})"
+        if key == "permission_mode" and row["permission_mode_not_applied"]:
+            shown = f"{shown} ({row['permission_mode_not_applied']})"
         console.print(literal(f"  {key.replace('_', ' '):18} {shown}"))
     if row["extra"]:
         console.print(literal(f"  {'other keys':18} {', '.join(sorted(row['extra']))}"))
@@ -279,32 +394,53 @@ def show_agent(name: str, workdir: Path, agents_dirs: Sequence[Path], *, as_json
     console.print(literal(definition.system_prompt or "(empty)"))
 
 
-def validate_agents(paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[Path] = ()) -> int:
-    """Print one line per diagnostic (problems, duplicate names, overrides of built-ins and
-    of other sources); 1 if any file failed to load, else 0.
+def validate_agents(
+    paths: Sequence[Path], workdir: Path, agents_dirs: Sequence[Path] = (), *, verbose: bool = False
+) -> int:
+    """Print one line per problem (and, ``verbose``, per note: overrides of built-ins and
+    of other sources, values read with the tolerant parser); 1 if a file that looks like
+    an agent file (it has a frontmatter, or cannot be read) failed to load, else 0. A
+    ``.md`` file with no frontmatter is no agent file: one line counts them.
 
     With `paths`: those files and folders (then each --agents-dir) over the built-ins.
     Without: the project's agent folders and each --agents-dir, as `agents list` sees them.
     """
+    verbose = verbose or bool(os.environ.get("AGENTCELL_VERBOSE"))
     if paths:
-        registry = AgentRegistry.from_paths([*paths, *agents_dirs])
+        here = _Here(workdir, (), registry=AgentRegistry.from_paths([*paths, *agents_dirs]))
     else:
         if not agents_dirs and not any(d.is_dir() for d in agent_dirs(workdir)):
             click.echo(
                 "no agent folders here (.claude/agents, .agentcell/agents, ...): nothing to check"
             )
             return 0
-        registry, _, _ = _registry(workdir, agents_dirs)
+        here = _Here(workdir, agents_dirs)
+    registry = here.registry
     registry.diagnostics.extend(skill_diagnostics(registry, workdir))
     registry.diagnostics.extend(mcp_diagnostics(registry, workdir))
     registry.diagnostics.extend(hook_diagnostics(registry, workdir))
+    registry.diagnostics.extend(mode_diagnostics(registry, here.settings, workdir))
+    registry.diagnostics.extend(web_search_diagnostics(here))
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
+    notes = [d for d in registry.diagnostics if d.level == "info"]
     for diagnostic in registry.diagnostics:
-        click.echo(visible(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}"))
-    if os.environ.get("AGENTCELL_VERBOSE"):
+        if verbose or diagnostic.level != "info":
+            click.echo(
+                visible(f"{_rel(diagnostic.path)}: {diagnostic.level}: {diagnostic.message}")
+            )
+    if verbose:
+        for path in registry.no_frontmatter:
+            click.echo(visible(f"{_rel(path)}: skipped: no frontmatter, not an agent file"))
         for definition in registry.loaded:
             click.echo(visible(f"{_rel(definition.source)}: ok: {definition.name}"))
+    if registry.no_frontmatter:
+        click.echo(
+            f"{len(registry.no_frontmatter)} .md file(s) without frontmatter skipped: not agent "
+            "files (Claude Code skips them too)"
+        )
+    if notes and not verbose:
+        click.echo(f"{len(notes)} note(s) not shown: --verbose shows them")
     click.echo(
         f"{checked} file(s) checked, {len(broken)} failed, {len(problems(registry))} problem(s)"
     )

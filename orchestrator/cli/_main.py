@@ -90,6 +90,12 @@ def common_options(fn: F) -> F:
             "sub-agents may ask too.  [default: ask]",
         ),
         click.option(
+            "--permission-mode",
+            metavar="MODE",
+            help="default, acceptEdits, plan or bypassPermissions (as permission_mode); "
+            "chosen, it holds over agent files' acceptEdits.  [default: default]",
+        ),
+        click.option(
             "--max-workers",
             type=click.IntRange(min=1),
             help="Most sub-agent processes at once.  [default: 16]",
@@ -165,6 +171,7 @@ def _load(
     ray_address: str | None = None,
     sandbox: str | None = None,
     model_aliases: tuple[str, ...] = (),
+    permission_mode: str | None = None,
 ) -> Settings:
     if not workdir.is_dir():
         raise ConfigError([f"--workdir {workdir}: no such directory"])
@@ -177,6 +184,7 @@ def _load(
         "backend": backend,
         "ray": {"address": ray_address} if ray_address else None,
         "sandbox": sandbox,
+        "permission_mode": permission_mode,
     }
     settings, _sources = load_settings(workdir=workdir.resolve(), flags=flags)
     if settings.backend == "ray":  # from --backend or a config file
@@ -374,16 +382,23 @@ def agents_show(
     type=click.Path(path_type=Path),
     help="Extra folder of agent files (repeatable; later ones win).",
 )
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Notes too (overrides, tolerant YAML), and each file."
+)
 @debug_option
 @guarded
 def agents_validate(
-    paths: tuple[Path, ...], workdir: Path, agents_dirs: tuple[Path, ...], debug: bool
+    paths: tuple[Path, ...],
+    workdir: Path,
+    agents_dirs: tuple[Path, ...],
+    verbose: bool,
+    debug: bool,
 ) -> None:
     """Check agent files or folders (default: this project's agent folders and each
     --agents-dir, as `agents list` sees them), duplicate names and overrides included."""
     from agentcell.orchestrator.cli._agents_cmd import validate_agents
 
-    sys.exit(validate_agents(paths, workdir.resolve(), agents_dirs))
+    sys.exit(validate_agents(paths, workdir.resolve(), agents_dirs, verbose=verbose))
 
 
 # -- runs -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import click
 from agentcell.orchestrator._main_run import report_json
 from agentcell.orchestrator._orchestrator import Orchestrator, RunReport
 from agentcell.orchestrator._text import literal, visible
+from agentcell.orchestrator.cli._agents_cmd import mode_diagnostics
 from agentcell.orchestrator.cli._display import results_table
 from agentcell.orchestrator.telemetry._usage_text import usage_split
 from agentcell.worker import Redactor
@@ -56,9 +57,14 @@ def emit_report(
 
 
 def print_diagnostics(orch: Orchestrator, console: Any) -> None:
-    for diagnostic in orch.registry.diagnostics:
-        if diagnostic.level in ("warning", "error"):
-            console.print(
-                literal(f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow"),
-                highlight=False,
-            )
+    """What ``run`` and ``chat`` say about the agent files, one line each: only what
+    leaves an agent out or lets it do less than its file says (``agents validate``
+    says the rest)."""
+    found = [d for d in orch.registry.diagnostics if d.at_run]
+    found += mode_diagnostics(orch.registry, orch.settings, orch.workdir)
+    for diagnostic in found:
+        console.print(
+            literal(f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow"),
+            highlight=False,
+            soft_wrap=True,  # one line, however wide: a terminal wraps it, a pipe keeps it
+        )

@@ -59,7 +59,8 @@ def distrust_project_agents(
 ) -> None:
     """An untrusted project's agent files keep no loosening key (``AGENT_FILE_TRUST``): no
     network for bash, no hooks or inline MCP servers (they would run commands here, outside
-    every sandbox), no Ray backend, no process bound above ``max_processes``; a ``network:``
+    every sandbox), no Ray backend, no process bound above ``max_processes``, no
+    ``permissionMode: acceptEdits`` (edits without asking); a ``network:``
     list is narrowed to the hosts the user's own setting allows. One line each."""
     user = user_config_path(home)
     if is_trusted(workdir, user):
@@ -122,6 +123,9 @@ def _loosening_keys(definition: AgentDefinition, max_processes: int) -> dict[str
         elif key == "memory":
             if value == "user":  # project and local are folders of the project's own
                 found[key] = f"user: {entry.why.removeprefix('memory: user ')}"
+        elif key == "permission_mode":
+            if value == "accept_edits":
+                found[key] = entry.why
         elif key == "network" and isinstance(value, list):
             continue  # narrowed above to what the user's own setting allows
         elif not (entry.tightens or entry.neutral) and value:

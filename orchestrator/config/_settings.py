@@ -232,6 +232,12 @@ class Settings(SettingsTable):
     # (your tools' modules); trusted configuration only: importing runs their code.
     preload: list[str] = Field(default_factory=list)
 
+    @property
+    def mode_chosen(self) -> bool:
+        """Whether a file, the environment or a flag set ``permission_mode``: an agent
+        file's ``acceptEdits`` then does not overrule it (``subagent_mode``)."""
+        return "permission_mode" in self.model_fields_set
+
     @field_validator("permission_mode")
     @classmethod
     def _known_mode(cls, value: str) -> str:

@@ -215,7 +215,9 @@ AGENT_FILE_TRUST: dict[str, TrustEntry] = {
     "max_turns": _capped("never above subagent_max_turns"),
     "auto_compact_window": _neutral("when its own long history is summarised"),
     "background": _neutral("whether the main agent waits for it"),
-    "permission_mode": _capped("never looser than its parent's mode"),
+    # Loosening for acceptEdits alone (``_sandbox_policy``): a stricter mode only narrows,
+    # and bypassPermissions is never taken from an agent file (``subagent_mode``).
+    "permission_mode": _loose("acceptEdits lets the sub-agent edit files without asking"),
     "timeout_s": _capped("never above subagent_timeout_s"),
     "context": _neutral("whether it starts from its parent's conversation"),
     "max_depth": _capped("the smallest of the depth limits holds"),

@@ -55,7 +55,7 @@ def definitions_from_json(text: str) -> list[AgentDefinition]:
         except ValidationError as exc:
             problems += [f"{SOURCE} {name}: {m}" for m in validation_messages(exc, keys=spelled)]
             continue
-        for note in claude_notes(values, spelled):  # Claude Code values approximated
+        for _field, note in claude_notes(values, spelled):  # Claude Code values approximated
             log.warning("%s %s: %s", SOURCE, name, note)
     if problems:
         raise ValueError("\n".join(problems))

@@ -13,7 +13,11 @@ contain (a BOM, CRLF, blank lines or indentation around the delimiters, camelCas
 snake_case keys) and read frontmatter that strict YAML rejects but a person can read
 (an unquoted "Triggers on: 'x'" inside a description) with a tolerant line-based fallback.
 A file that still cannot become a definition is skipped with one diagnostic line per
-problem; loading never stops because of one file.
+problem; loading never stops because of one file. A ``.md`` file with no frontmatter at
+all (a README, notes) is no agent file: it is skipped without a word, as Claude Code
+skips it, and only counted (``LoadResult.no_frontmatter``: ``agents validate`` says how
+many). Of the diagnostics, only those marked ``at_run`` are said by ``run`` and ``chat``:
+an agent left out, or one that may do less than its file says.
 
 A directory is searched recursively (Claude Code reads subfolders of .claude/agents/, and
 real collections nest agents by category) for ``*.md`` files, in sorted path order, without
@@ -69,10 +73,6 @@ UNSUPPORTED_KEYS: dict[str, str] = {}
 # Other keys real files use; with the fields and the ones above, a column-0 `Key:` line
 # in the tolerant parser with one of these names always starts a new entry.
 _OTHER_KEYS = frozenset({"color", "initial_prompt", "effort", "version", "category", "tags"})
-# Files that commonly sit in an agents folder and are not agents (README_zh.md too), and
-# docs named in capitals (AGENTS.md, GUIDE.md).
-_DOC_NAME = re.compile(r"(?:readme|changelog|license|contributing|index)(?:[._ -].*)?", re.I)
-_CAPITALS = re.compile(r"[A-Z][A-Z0-9_ -]*")
 # After `key:`: nothing, a block scalar's indicator, or a flow collection's opening.
 _STRUCTURE = re.compile(r"\s*(?:$|#|[|>][-+0-9]*\s*(?:#.*)?$|[\[{])")
 _TOP_KEY = re.compile(r"^([A-Za-z_][\w.-]*)[ \t]*:(?:\s|$)")
@@ -85,6 +85,9 @@ class Diagnostic:
     level: Level
     path: str
     message: str
+    #: Said by ``run`` and ``chat`` too, not only ``agents validate``: an agent is left
+    #: out, or may do less than its file says (a permission, hook or server dropped).
+    at_run: bool = False
 
     def __post_init__(self) -> None:
         # One line, whatever the file held (a tool name with a newline in it, say).
@@ -101,6 +104,12 @@ class LoadResult:
 
     definitions: list[AgentDefinition] = dataclasses.field(default_factory=list)
     diagnostics: list[Diagnostic] = dataclasses.field(default_factory=list)
+    #: ``.md`` files with no frontmatter: not agent files (READMEs, notes), skipped.
+    no_frontmatter: list[str] = dataclasses.field(default_factory=list)
+
+
+class _NoFrontmatter(Exception):
+    """The file has no frontmatter at all: no agent file, and nothing to say about it."""
 
 
 class _Skip(Exception):
@@ -155,13 +164,18 @@ def parse_agent_text(text: str, *, path: str) -> LoadResult:
     """Turn a file's text into a definition, or diagnostics saying why it is not one."""
     result = LoadResult()
     try:
-        frontmatter, body, first_line = _split(text.removeprefix("\ufeff"), path)
+        frontmatter, body, first_line = _split(text.removeprefix("\ufeff"))
         fields, notes = _parse_frontmatter(frontmatter, first_line)
         result.diagnostics.extend(Diagnostic("info", path, note) for note in notes)
         definition = _build(fields, body, path, result.diagnostics)
+    except _NoFrontmatter:
+        result.no_frontmatter.append(path)
+        return result
     except _Skip as skip:
+        left_out = skip.level == "error"
         result.diagnostics.extend(
-            Diagnostic(skip.level, path, f"{m} (file skipped)") for m in skip.messages
+            Diagnostic(skip.level, path, f"{m} (file skipped)", at_run=left_out)
+            for m in skip.messages
         )
         return result
     result.definitions.append(definition)
@@ -182,12 +196,15 @@ def load_agents_dir(directory: Path, *, root: Path | None = None) -> LoadResult:
         where = error.filename or str(directory)
         reason = error.strerror or type(error).__name__
         result.diagnostics.append(
-            Diagnostic("warning", str(where), f"folder cannot be read ({reason}): skipped")
+            Diagnostic(
+                "warning", str(where), f"folder cannot be read ({reason}): skipped", at_run=True
+            )
         )
     for file in sorted(files, key=lambda p: p.relative_to(directory).as_posix()):
         loaded = load_agent_file(file, root=root)
         result.definitions.extend(loaded.definitions)
         result.diagnostics.extend(loaded.diagnostics)
+        result.no_frontmatter.extend(loaded.no_frontmatter)
     return result
 
 
@@ -248,10 +265,11 @@ def _refuse_aliases(text: str) -> None:
 
 
 def _skipped(path: Path, message: str) -> LoadResult:
-    return LoadResult(diagnostics=[Diagnostic("error", str(path), f"{message} (file skipped)")])
+    left_out = Diagnostic("error", str(path), f"{message} (file skipped)", at_run=True)
+    return LoadResult(diagnostics=[left_out])
 
 
-def _split(text: str, path: str) -> tuple[str, str, int]:
+def _split(text: str) -> tuple[str, str, int]:
     """(frontmatter, body, the file line the frontmatter starts on).
 
     The opening delimiter is a '---' line, the closing one a line of three or more dashes;
@@ -261,12 +279,7 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
     while start < len(lines) and not lines[start].strip():
         start += 1
     if start == len(lines) or lines[start].strip() != "---":
-        if _is_doc(Path(path).stem) or start == len(lines):
-            raise _Skip("not an agent definition: no '---' frontmatter", level="info")
-        raise _Skip(
-            "no frontmatter: an agent file starts with a '---' line, then name and description "
-            "keys, then a closing '---' line"
-        )
+        raise _NoFrontmatter
     indent = len(lines[start]) - len(lines[start].lstrip())
     # A closing line indented deeper than the opening one may sit inside a block scalar
     # (an example in `description: |`), so prefer one that is not; then take any.
@@ -293,11 +306,6 @@ def _split(text: str, path: str) -> tuple[str, str, int]:
     while body and not body[-1].strip():
         body.pop()
     return frontmatter, "\n".join(body), start + 2
-
-
-def _is_doc(stem: str) -> bool:
-    """A docs file by its name: README_zh, CHANGELOG-2024, or all capitals (AGENTS, GUIDE)."""
-    return bool(_DOC_NAME.fullmatch(stem) or _CAPITALS.fullmatch(stem))
 
 
 def _closes(line: str) -> bool:
@@ -463,9 +471,26 @@ def _build(
     if renamed:
         diagnostics.append(Diagnostic("warning", path, renamed))
     # Claude Code values run as their nearest agentcell behaviour: said, once per file.
-    diagnostics.extend(Diagnostic("warning", path, note) for note in claude_notes(values, spelled))
+    diagnostics.extend(
+        Diagnostic("warning", path, note, at_run=field == "permission_mode")
+        for field, note in claude_notes(values, spelled)
+    )
     diagnostics.extend(Diagnostic(level, path, note) for level, note in _notes(definition))
+    refused = _network_problem(definition)
+    if refused:  # an agent left out as surely as a file that fails: run and chat say it
+        diagnostics.append(Diagnostic("warning", path, refused, at_run=True))
     return definition
+
+
+def _network_problem(definition: AgentDefinition) -> str:
+    """Why the agent's ``network:`` list refuses it at its start ('' when it does not)."""
+    if not isinstance(definition.network, list):
+        return ""
+    try:
+        parse_rules(definition.network)
+    except ValueError as exc:
+        return f"{exc}: the agent is refused at its start until it is fixed"
+    return ""
 
 
 def _slugged_name(values: dict[str, Any], spelled: str) -> str:
@@ -536,11 +561,6 @@ def _notes(definition: AgentDefinition) -> list[tuple[Level, str]]:
     problem = model_problem(definition.model)
     if problem is not None:
         found.append(("warning", problem))
-    if isinstance(definition.network, list):
-        try:
-            parse_rules(definition.network)
-        except ValueError as exc:
-            found.append(("warning", f"{exc}: the agent is refused at its start until it is fixed"))
     allowed = set(definition.tools or [])
     if TEAM_LIFECYCLE in allowed:
         found.append(

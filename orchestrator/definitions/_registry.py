@@ -8,7 +8,8 @@ Sources, in increasing precedence (a later one overrides an agent of the same na
 4. <project>/.claude/agents/  7. each extra --agents-dir, in the order given
 
 A missing standard folder is silent; a missing --agents-dir is a warning (someone typed it).
-Every override is reported, so nobody wonders which `code-reviewer` runs.
+Every override is reported by ``agents validate`` (not by each run: a collection copied
+whole overrides dozens), so nobody wonders which `code-reviewer` runs.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class AgentRegistry:
         self._agents: dict[str, AgentDefinition] = {}
         self._builtin_names: list[str] = []
         self.diagnostics: list[Diagnostic] = []
+        #: ``.md`` files read that have no frontmatter (not agent files), in load order.
+        self.no_frontmatter: list[str] = []
         #: Every definition read from a file, in load order, overridden ones included.
         self.loaded: list[AgentDefinition] = []
 
@@ -147,6 +150,7 @@ class AgentRegistry:
                             "warning",
                             str(folder),
                             "agents folder not found: check the --agents-dir path",
+                            at_run=True,
                         )
                     )
                 continue
@@ -174,6 +178,7 @@ class AgentRegistry:
     def _absorb(self, loaded: LoadResult) -> None:
         """One source's definitions (a later one of a name overrides an earlier one)."""
         self.diagnostics.extend(loaded.diagnostics)
+        self.no_frontmatter.extend(loaded.no_frontmatter)
         self.loaded.extend(loaded.definitions)
         seen_here: set[str] = set()
         for definition in loaded.definitions:

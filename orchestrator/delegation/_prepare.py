@@ -20,6 +20,7 @@ from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.backends._environment_cache import EnvironmentCache
 from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._settings import Settings
+from agentcell.orchestrator.definitions._claude_compat import subagent_mode
 from agentcell.orchestrator.definitions._model import AgentDefinition, resolve_model_alias
 from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.definitions._tool_policy import normalize_tool_names, resolve_tools
@@ -60,7 +61,6 @@ from agentcell.protocol import (
     encode_frame,
 )
 from agentcell.worker import (
-    PermissionMode,
     known_secrets,
     secret_digests,
     stricter_sandbox,
@@ -150,7 +150,7 @@ class Preparer:
         max_depth = min(
             d for d in (settings.max_depth, scope.max_depth, definition.max_depth) if d is not None
         )
-        mode = _permission_mode(scope, settings, definition)
+        mode, mode_note = _permission_mode(scope, settings, definition)
         env, bash_env = self.environments.environments(
             model, bash_gets_credentials=bash_credentials(settings, definition)
         )
@@ -162,6 +162,7 @@ class Preparer:
         warnings = [*warnings, *skills.warnings, *web_tool_warnings(definition, model), *owner]
         for line in warnings:
             log.warning("%s: %s", definition.name, line)
+        warnings += [mode_note] if mode_note else []  # run and chat said it at the start
         spec = AgentSpec(
             agent_id=agent_id,
             agent_type=definition.name,
@@ -428,26 +429,6 @@ def _max_turns(definition: AgentDefinition, request: DelegationRequest, settings
     return request.max_turns
 
 
-_STRICTNESS = [
-    m.value
-    for m in (
-        PermissionMode.PLAN,
-        PermissionMode.DEFAULT,
-        PermissionMode.ACCEPT_EDITS,
-        PermissionMode.BYPASS,
-    )
-]
-
-
-def stricter_mode(parent: str, wanted: str | None) -> str:
-    """The stricter of two permission modes (plan < default < accept_edits < bypass)."""
-    parent = PermissionMode.parse(parent).value
-    if wanted is None:
-        return parent
-    wanted = PermissionMode.parse(wanted).value
-    return min(parent, wanted, key=_STRICTNESS.index)
-
-
 #: A definition's ``effort`` as OpenAI's ``reasoning_effort`` (it has no "max"). Anthropic's
 #: thinking budgets are ``THINKING_BUDGETS`` in agentcell.worker.models, by the request.
 _OPENAI_EFFORT = {
@@ -459,11 +440,12 @@ _OPENAI_EFFORT = {
 }
 
 
-def _permission_mode(scope: Scope, settings: Settings, definition: AgentDefinition) -> str:
-    """An agent file may ask for a stricter mode, never a looser one than its parent's."""
-    return stricter_mode(
-        scope.permission_mode or settings.permission_mode, definition.permission_mode
-    )
+def _permission_mode(
+    scope: Scope, settings: Settings, definition: AgentDefinition
+) -> tuple[str, str]:
+    """An agent file's mode as Claude Code applies it, bypass never (``subagent_mode``)."""
+    parent = scope.permission_mode or settings.permission_mode
+    return subagent_mode(parent, definition.permission_mode, session_set=settings.mode_chosen)
 
 
 def _capped(value: float | None, cap: float | None) -> float | None:

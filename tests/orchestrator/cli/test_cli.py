@@ -275,7 +275,9 @@ def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
     )
     env = cli_env(project)
 
-    done = invoke("agents", "validate", "--agents-dir", str(extra), cwd=project, env=env)
+    done = invoke(
+        "agents", "validate", "--verbose", "--agents-dir", str(extra), cwd=project, env=env
+    )
     assert done.returncode == 0, done.stdout  # warnings, but every file loaded
     lines = done.stdout.splitlines()
     [duplicate] = [line for line in lines if "agent 'reviewer'" in line]
@@ -283,12 +285,12 @@ def test_agents_validate_reports_duplicates_and_overrides_as_list_counts_them(
     assert "overrides the one from" in duplicate and "a/reviewer.md" in duplicate
     [builtin] = [line for line in lines if "agent 'Explore'" in line]
     assert builtin.startswith("more-agents/explore.md: info: ") and "from builtin" in builtin
-    [renamed] = [line for line in lines if "devops.md" in line]
+    [renamed] = [line for line in lines if "devops.md: warning" in line]
     assert "loaded as 'python-devops-ci-cd-expert'" in renamed
     assert lines[-1] == "4 file(s) checked, 0 failed, 2 problem(s)"
 
     # The same folder given as a path: the same findings.
-    by_path = invoke("agents", "validate", str(extra), cwd=project, env=env)
+    by_path = invoke("agents", "validate", "-v", str(extra), cwd=project, env=env)
     assert by_path.stdout.splitlines()[-1] == lines[-1]
 
     listed = invoke("agents", "list", "--agents-dir", str(extra), cwd=project, env=env)

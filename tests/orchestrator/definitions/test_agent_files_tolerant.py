@@ -75,14 +75,14 @@ def test_sandbox_off_unquoted_loads_as_off(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "name", ["README_zh.md", "README-ja.md", "readme.en.md", "CLAUDE.md", "AGENTS.md", "GUIDE.md"]
 )
-def test_docs_in_an_agents_folder_are_info_not_failures(tmp_path: Path, name: str) -> None:
+def test_docs_in_an_agents_folder_are_skipped_without_a_word(tmp_path: Path, name: str) -> None:
     agents = tmp_path / "agents"
     _write(agents / name, "# Our agents\n\nHow to use them.\n")
     _write(agents / "ok.md", "---\nname: ok\ndescription: fine\n---\nBody\n")
     result = load_agents_dir(agents)
     assert [d.name for d in result.definitions] == ["ok"]
-    [doc] = [d for d in result.diagnostics if name in d.path]
-    assert doc.level == "info" and "not an agent definition" in doc.message
+    assert result.diagnostics == []
+    assert result.no_frontmatter == [str(agents / name)]
 
 
 def _responder(calls: list[tuple[str, dict[str, Any]]]) -> Any:

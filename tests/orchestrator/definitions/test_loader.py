@@ -340,26 +340,29 @@ def test_missing_description_is_a_warning(tmp_path: Path) -> None:
 # -- files that are skipped --------------------------------------------------------------
 
 
-def test_no_frontmatter(tmp_path: Path) -> None:
-    [d] = skipped(tmp_path, "# Notes\n\nJust some notes.\n", "notes.md")
-    assert d.level == "error"
-    assert "no frontmatter" in d.message
-
-
-def test_readme_in_agents_folder_is_info(tmp_path: Path) -> None:
-    [d] = skipped(tmp_path, "# Our agents\n\nSee below.\n", "README.md")
-    assert d.level == "info"
-    assert "not an agent definition" in d.message
-
-
-def test_empty_file(tmp_path: Path) -> None:
-    [d] = skipped(tmp_path, "", "empty.md")
-    assert "not an agent definition" in d.message
+@pytest.mark.parametrize(
+    ("filename", "text"),
+    [
+        ("notes.md", "# Notes\n\nJust some notes.\n"),
+        ("README.md", "# Our agents\n\nSee below.\n"),
+        ("empty.md", ""),
+        ("blank.md", "\n  \n"),
+    ],
+)
+def test_a_file_without_frontmatter_is_no_agent_file_and_skipped_without_a_word(
+    tmp_path: Path, filename: str, text: str
+) -> None:
+    # Claude Code skips them: a README in a copied collection is no problem to report.
+    path = write(tmp_path / filename, text)
+    result = load_agent_file(path)
+    assert (result.definitions, result.diagnostics) == ([], [])
+    assert result.no_frontmatter == [str(path)]
 
 
 def test_no_closing_delimiter(tmp_path: Path) -> None:
     [d] = skipped(tmp_path, "---\nname: t\ndescription: x\n\nBody without end\n")
     assert d.level == "error"
+    assert d.at_run  # an agent file left out: run and chat say so too
     assert "no closing '---'" in d.message
     assert "line 1" in d.message
 
@@ -467,7 +470,7 @@ FRAGMENTS = [
 @given(st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=20), max_size=12))
 def test_parsing_never_raises(lines: list[str]) -> None:
     result = parse_agent_text("\n".join(lines), path="x.md")
-    assert len(result.definitions) + len(result.diagnostics) >= 1
+    assert len(result.definitions) + len(result.diagnostics) + len(result.no_frontmatter) >= 1
     assert len(result.definitions) <= 1
     for d in result.diagnostics:
         assert "\n" not in str(d)
@@ -485,7 +488,8 @@ def test_directory_is_recursive_sorted_and_keeps_going(tmp_path: Path) -> None:
     write(tmp_path / "notes.txt", "not markdown")
     result = load_agents_dir(tmp_path)
     assert [d.name for d in result.definitions] == ["ay", "bee", "sea"]
-    assert sorted(Path(d.path).name for d in result.diagnostics) == ["README.md", "broken.md"]
+    assert [Path(d.path).name for d in result.diagnostics] == ["broken.md"]
+    assert result.no_frontmatter == [str(tmp_path / "README.md")]
 
 
 def test_missing_directory_is_silent(tmp_path: Path) -> None:
@@ -647,7 +651,8 @@ def test_bad_files_do_not_stop_the_registry(tmp_path: Path) -> None:
     registry = AgentRegistry.load(tmp_path / "proj", home=tmp_path / "home")
     assert registry.get("good") is not None
     assert registry.get("bad") is None
-    assert {Path(d.path).name for d in registry.diagnostics} == {"bad.md", "README.md"}
+    assert {Path(d.path).name for d in registry.diagnostics} == {"bad.md"}
+    assert [Path(p).name for p in registry.no_frontmatter] == ["README.md"]
 
 
 def test_programmatic_add_overrides_and_is_reported() -> None:
