@@ -25,6 +25,7 @@ from agentcell.orchestrator.definitions._tool_policy import COORDINATION_TOOLS, 
 from agentcell.orchestrator.delegation._prepare import Preparer
 from agentcell.orchestrator.delegation._task_args import task_tool_spec
 from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
+from agentcell.orchestrator.mcp_host._shared import SharedMcp
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from agentcell.orchestrator.network._web_fetch import web_search_options, web_tool_warnings
 from agentcell.orchestrator.prompt._skill_offer import skills_for
@@ -82,7 +83,8 @@ def offered_tools(definition: AgentDefinition, here: _Here, model: str) -> list[
     """The tools a sub-agent of the main agent is offered, by name, from the code that
     builds its spec (``Preparer.spec``): its own tools, those its parent answers for it
     (``task``, ``web_fetch``, the team's), Anthropic's web_search, and per MCP server it
-    starts the tool patterns granted (a server's tools are known once it runs)."""
+    starts or inherits the tool patterns granted (a server's tools are known once it
+    runs)."""
     skills = skills_for(definition, here.workdir)
     denied = [*definition.disallowed_tools, *skills.disallowed_tools]
     tools = resolve_tools(definition.tools, denied, MAIN_TOOLS).tools
@@ -95,6 +97,8 @@ def offered_tools(definition: AgentDefinition, here: _Here, model: str) -> list[
     servers, _missing = agent_mcp_servers(
         definition, here.settings.mcp_servers, project_dir=str(here.workdir)
     )
+    shared = SharedMcp.for_settings(here.settings, str(here.workdir))  # nothing started
+    servers += shared.inherits(definition, named={server.name for server in servers})
     for server in servers:
         own = f"mcp__{server.name}__"
         granted = [own + "*"] if server.allow is None else server.allow

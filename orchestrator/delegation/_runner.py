@@ -206,13 +206,7 @@ class Runner:
             task_tool_spec=kit.task_tool_spec,
         )
         # Servers started once by the parent and shared by every agent that names one.
-        main = settings.main_mcp_servers
-        self.shared_mcp = SharedMcp(
-            settings.mcp_servers,
-            workdir=workdir,
-            max_processes=settings.max_processes,
-            inherited=list(settings.mcp_servers) if main is None else main,
-        )
+        self.shared_mcp = SharedMcp.for_settings(settings, workdir)
         self._parent = Parent(
             shared_mcp=self.shared_mcp,
             bus=self.bus,

@@ -28,6 +28,7 @@ from typing import Any
 
 import msgspec
 from agentcell.orchestrator.config._mcp import McpServerConfig
+from agentcell.orchestrator.config._settings import Settings
 from agentcell.orchestrator.definitions._model import AgentDefinition
 from agentcell.orchestrator.definitions._tool_policy import mcp_patterns
 from agentcell.orchestrator.journal._journal import Journal
@@ -204,6 +205,18 @@ class SharedMcp:
             if config.shared
         }
 
+    @classmethod
+    def for_settings(cls, settings: Settings, workdir: str) -> SharedMcp:
+        """The configured servers, the main agent's (``main_mcp_servers``, by default
+        all) inherited by an agent without ``tools``."""
+        main = settings.main_mcp_servers
+        return cls(
+            settings.mcp_servers,
+            workdir=workdir,
+            max_processes=settings.max_processes,
+            inherited=list(settings.mcp_servers) if main is None else main,
+        )
+
     def log_prefix(self) -> str:
         """``<log folder>/`` (``NAME.log`` follows); "" for a temp file (no record, or a
         folder that cannot be made: a link out of the workdir included)."""
@@ -256,7 +269,7 @@ class SharedMcp:
             for server in spec.mcp_servers
             if server.name in self.servers and server.name not in inline
         ]
-        shared += self._inherits(definition, named={s.name for s in spec.mcp_servers})
+        shared += self.inherits(definition, named={s.name for s in spec.mcp_servers})
         if not shared:
             return []
         spec.mcp_servers = [server for server in spec.mcp_servers if server not in shared]
@@ -272,7 +285,9 @@ class SharedMcp:
                     spec.remote_tools.append(msgspec.structs.replace(tool, name=name))
         return problems
 
-    def _inherits(self, definition: AgentDefinition, named: set[str]) -> list[McpServer]:
+    def inherits(self, definition: AgentDefinition, named: set[str]) -> list[McpServer]:
+        """The main agent's shared servers an agent without ``tools`` gets, besides
+        ``named`` (the servers it names itself)."""
         if definition.tools is not None:
             return []
         deny = mcp_patterns(definition.disallowed_tools)

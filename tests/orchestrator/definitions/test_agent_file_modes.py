@@ -21,6 +21,7 @@ from agentcell.orchestrator.definitions._registry import AgentRegistry
 from agentcell.orchestrator.delegation._prepare import Preparer
 from agentcell.orchestrator.delegation._request import DelegationRequest, Scope
 from agentcell.orchestrator.delegation._task_args import task_tool_spec
+from agentcell.orchestrator.mcp_host._shared import SharedMcp
 from agentcell.orchestrator.model_relay._limiter import ProviderLimiter
 from places import SHARED
 
@@ -161,6 +162,11 @@ def test_list_names_exactly_the_tools_the_runners_spec_offers(copied: Path) -> N
         given = [*spec.tools, *(t.name for t in spec.remote_tools)]
         given += ["web_search"] if "web_search" in spec.model_options else []
         given += [p for server in spec.mcp_servers for p in server.allow or []]
+        # What an agent without tools: inherits of the main agent's shared servers,
+        # offered when its run starts (SharedMcp.offer): one pattern per server.
+        named = {server.name for server in spec.mcp_servers}
+        shared = SharedMcp.for_settings(here.settings, str(copied))
+        given += [f"mcp__{server.name}__*" for server in shared.inherits(definition, named)]
         assert offered_tools(definition, here, model) == given, definition.name
     lookup = registry.get("docs-lookup")
     assert lookup is not None and "mcp__context7__query-docs" in offered_tools(

@@ -194,3 +194,22 @@ async def test_a_log_folder_linked_out_of_the_workdir_is_not_used(tmp_path: Path
     shared = SharedMcp({}, workdir=str(work), log_dir=Path("logs"))
     assert shared.log_prefix() == ""  # a temp file instead, said once
     assert list(outside.iterdir()) == []
+
+
+def test_agents_list_shows_the_shared_servers_an_agent_without_tools_inherits(
+    tmp_path: Path,
+) -> None:
+    from agentcell.orchestrator.cli._agents_cmd import _Here, offered_tools
+
+    here = _Here(tmp_path, ())
+    here.settings = here.settings.model_copy(
+        update={
+            "mcp_servers": {"docs": NOWHERE, "mine": NOWHERE.model_copy(update={"shared": False})}
+        }
+    )
+    bare = AgentDefinition(name="bare", description="b")
+    named = AgentDefinition(name="named", description="n", tools=["read_file"])
+    assert [t for t in offered_tools(bare, here, "openai:m") if t.startswith("mcp__")] == [
+        "mcp__docs__*"
+    ]
+    assert not [t for t in offered_tools(named, here, "openai:m") if t.startswith("mcp__")]
