@@ -292,9 +292,11 @@ def test_a_failed_turn_shows_no_answer(tmp_path: Path, model_server: ModelServer
     work = _project(tmp_path)
     model_server.add(Reply(text="the first answer"), Reply(status=400, error_message="nope"))
     env = cli_env(work, model_server)
-    chat = _piped_chat(work, env, "hello\nagain\n/quit\n", "--model", "openai:m")
+    chat = _piped_chat(work, env, "hello\nagain\n/usage\n/quit\n", "--model", "openai:m")
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.count("the first answer") == 1, chat.stdout
+    # /usage names the model in full (the server's answer names it "m")
+    assert re.search(r"^main +main +openai:m +2 ", chat.stdout, re.M), chat.stdout
     assert "error: " in chat.stdout and "nope" in chat.stdout
     (run_dir,) = [p for p in (work / ".agentcell" / "runs").iterdir() if p.is_dir()]
     turns = json.loads((run_dir / "summary.json").read_text())["turns"]

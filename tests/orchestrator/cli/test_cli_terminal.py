@@ -172,7 +172,9 @@ def test_chat_commands_answer_while_a_turn_runs_and_ctrl_c_cancels_it(
         screen = term.expect('"slow fg": started in process')
         pids = [int(p) for p in re.findall(r'"slow fg": started in process (\d+)', screen)]
         term.send("/usage\n")  # answered now, while the turn runs
-        term.expect("total: ")
+        screen = term.expect("total: ")
+        # the model by its full name, as configured (the API's answer names it bare)
+        assert re.search(r"main +main +openai:gpt-test ", screen), screen[-2000:]
         term.send("another question\n")
         term.expect("the main agent is still on your last message")
         term.send("\x03")  # Ctrl-C: cancels the turn, not the program
