@@ -285,12 +285,19 @@ def main_mcp_servers(settings: Settings) -> list[McpServer]:
     return wanted
 
 
+def main_transcript_path(run_dir: Path | None) -> str:
+    """Where the main agent's transcript of a run goes ("" when nothing is recorded)."""
+    return str(run_dir / "main.jsonl") if run_dir is not None else ""
+
+
 def main_transcript(run_dir: Path | None, prompt: str, model: str | None) -> Transcript | None:
     """The main agent's record of one run (``main.jsonl``, chained under its own key)."""
     if run_dir is None:
         return None
     key = key_for(run_dir, "main")
-    transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
+    transcript = Transcript(
+        Path(main_transcript_path(run_dir)), "main", redact=Redactor.from_env(), key=key
+    )
     transcript.write("start", agent_type="main", model=model, prompt=prompt)
     return transcript
 
