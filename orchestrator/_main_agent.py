@@ -29,6 +29,7 @@ from agentcell.orchestrator._main_run import (
     tee,
 )
 from agentcell.orchestrator._parts import Parts
+from agentcell.orchestrator._reach import UnreachableModel
 from agentcell.orchestrator.approvals._channel import ApprovalQuery
 from agentcell.orchestrator.approvals._hooks import stop_hook
 from agentcell.orchestrator.config._load import base_url_problem
@@ -84,7 +85,10 @@ class MainAgent:
                 raise ModelError(ModelErrorKind.CONFIG, problem)
             check = getattr(model, "check_ready", None)
             if check is not None:
-                check()
+                try:
+                    check()
+                except ModelError as exc:  # its key is unset: the run exits 3, not 2
+                    raise UnreachableModel(exc.kind, str(exc)) from None
         finally:
             if model.name not in self.parts.model_objects:
                 await model.aclose()
@@ -217,6 +221,8 @@ class MainAgent:
             tracker=self.parts.tracker,
             scope=scope,
             nursery=nursery,
+            left_out=self.parts.reach.left_out,
+            asked_left_out=self.parts.reach.asked,
         )
 
     def _engine(

@@ -433,7 +433,8 @@ async def run_chat(
     # A setup error (no model, unknown provider, missing key) ends the command here:
     # exit 2, and no run directory.
     await orch.check_setup()
-    print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
+    left_out = await orch.leave_out_unreachable()  # before the keys are held
+    print_diagnostics(orch, console, left_out)  # the agent files' warnings: once
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
     record = _open_record(orch, workdir, resumed_from, session)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -55,10 +56,13 @@ def emit_report(
             console.print(literal(f"  {redact(report.error)}", style="red"), highlight=False)
 
 
-def print_diagnostics(orch: Orchestrator, console: Any) -> None:
+def print_diagnostics(orch: Orchestrator, console: Any, left_out: Sequence[str] = ()) -> None:
+    """The agent files' warnings, then the agents left out for want of a model."""
     for diagnostic in orch.registry.diagnostics:
         if diagnostic.level in ("warning", "error"):
             console.print(
                 literal(f"agentcell: {diagnostic.level}: {diagnostic}", style="yellow"),
                 highlight=False,
             )
+    for line in left_out:
+        console.print(literal(f"agentcell: warning: {line}", style="yellow"), soft_wrap=True)
