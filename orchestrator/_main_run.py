@@ -178,7 +178,8 @@ def main_tools(
 
 
 def main_hooks(settings: Settings, hooks: HookRunner, tools: Sequence[Tool]) -> list[Hook]:
-    """The permission policy of the settings, then the configured tool hooks."""
+    """The permission policy of the settings (with ``block_writes_outside``, writes kept
+    to the workdir and ``sandbox_read``), then the configured tool hooks."""
     found: list[Hook] = [
         PermissionPolicy(
             settings.permission_mode,
@@ -186,6 +187,7 @@ def main_hooks(settings: Settings, hooks: HookRunner, tools: Sequence[Tool]) -> 
             deny=settings.deny_rules,
             ask=settings.ask_rules,
             workdir=hooks.cwd,
+            write_roots=settings.sandbox_read if settings.block_writes_outside else None,
         )
     ]
     tool_hooks = local_tool_hooks(hooks, [tool.name for tool in tools])
