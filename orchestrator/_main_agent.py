@@ -7,8 +7,10 @@ with the sub-agents (``Parts``) and decides where each call is recorded (``Calls
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +24,12 @@ from agentcell.orchestrator._main_run import (
     main_mcp_servers,
     main_tools,
     main_transcript,
+    main_transcript_path,
     run_report,
     tee,
 )
 from agentcell.orchestrator._parts import Parts
+from agentcell.orchestrator._reach import UnreachableModel
 from agentcell.orchestrator.approvals._channel import ApprovalQuery
 from agentcell.orchestrator.approvals._hooks import stop_hook
 from agentcell.orchestrator.config._load import base_url_problem
@@ -81,7 +85,10 @@ class MainAgent:
                 raise ModelError(ModelErrorKind.CONFIG, problem)
             check = getattr(model, "check_ready", None)
             if check is not None:
-                check()
+                try:
+                    check()
+                except ModelError as exc:  # its key is unset: the run exits 3, not 2
+                    raise UnreachableModel(exc.kind, str(exc)) from None
         finally:
             if model.name not in self.parts.model_objects:
                 await model.aclose()
@@ -111,12 +118,12 @@ class MainAgent:
         # Tasks whose results earlier runs already received are of no further use; the
         # last run's stay readable (orch.tracker, /tasks) until the next one starts.
         parts.tracker.release_delivered()
+        run_dir = self.calls.run_dir()
         if past is None:  # a resume's prompt was submitted before it died
-            submitted = await self._submitted(prompt, started, model)
+            submitted = await self._submitted(prompt, started, model, run_dir)
             if isinstance(submitted, RunReport):
                 return submitted
             prompt = submitted
-        run_dir = self.calls.run_dir()
         transcript = main_transcript(run_dir, prompt, parts.model_name)
         stops: list[Stop] = []
         account = self.calls.account(run_dir, stops, kind="run")
@@ -183,14 +190,25 @@ class MainAgent:
         resumes = past.run_id if past is not None else ""
         account.journal.main_turn(prompt, model, session, chat=chat, resumes=resumes, given=given)
 
-    async def _submitted(self, prompt: str, started: float, model: Model) -> str | RunReport:
+    async def _submitted(
+        self, prompt: str, started: float, model: Model, run_dir: Path | None
+    ) -> str | RunReport:
         """The prompt as the session's and ``UserPromptSubmit`` hooks leave it, or the
-        report of a run one of them blocked (``model`` then closed, if it is ours)."""
-        opening = await self.parts.session_hooks.start()
-        submitted = await self.parts.hooks.run("UserPromptSubmit", {"prompt": prompt})
+        report of a run one of them blocked (``model`` then closed, if it is ours, and the
+        run's fresh folder removed: a blocked prompt leaves no record)."""
+        parts = self.parts
+        opening = await parts.session_hooks.start()
+        # The payload names the main transcript this prompt starts, as Claude Code's does.
+        hooks = parts.hooks.for_agent(
+            str(parts.workdir), parts.settings.permission_mode, main_transcript_path(run_dir)
+        )
+        submitted = await hooks.run("UserPromptSubmit", {"prompt": prompt})
         if submitted.blocked:
-            if model.name not in self.parts.model_objects:
+            if model.name not in parts.model_objects:
                 await model.aclose()
+            if run_dir is not None and run_dir != self.calls.recording.run_dir:
+                with contextlib.suppress(OSError):
+                    os.rmdir(run_dir)  # empty: quick, and a folder of ours alone
             return blocked_report(submitted.reason, started)
         for context in (opening, submitted.context):
             prompt = f"{prompt}\n\n{context}" if context else prompt
@@ -203,6 +221,8 @@ class MainAgent:
             tracker=self.parts.tracker,
             scope=scope,
             nursery=nursery,
+            left_out=self.parts.reach.left_out,
+            asked_left_out=self.parts.reach.asked,
         )
 
     def _engine(

@@ -178,7 +178,8 @@ def main_tools(
 
 
 def main_hooks(settings: Settings, hooks: HookRunner, tools: Sequence[Tool]) -> list[Hook]:
-    """The permission policy of the settings, then the configured tool hooks."""
+    """The permission policy of the settings (with ``block_writes_outside``, writes kept
+    to the workdir and ``sandbox_read``), then the configured tool hooks."""
     found: list[Hook] = [
         PermissionPolicy(
             settings.permission_mode,
@@ -186,6 +187,7 @@ def main_hooks(settings: Settings, hooks: HookRunner, tools: Sequence[Tool]) -> 
             deny=settings.deny_rules,
             ask=settings.ask_rules,
             workdir=hooks.cwd,
+            write_roots=settings.sandbox_read if settings.block_writes_outside else None,
         )
     ]
     tool_hooks = local_tool_hooks(hooks, [tool.name for tool in tools])
@@ -285,12 +287,19 @@ def main_mcp_servers(settings: Settings) -> list[McpServer]:
     return wanted
 
 
+def main_transcript_path(run_dir: Path | None) -> str:
+    """Where the main agent's transcript of a run goes ("" when nothing is recorded)."""
+    return str(run_dir / "main.jsonl") if run_dir is not None else ""
+
+
 def main_transcript(run_dir: Path | None, prompt: str, model: str | None) -> Transcript | None:
     """The main agent's record of one run (``main.jsonl``, chained under its own key)."""
     if run_dir is None:
         return None
     key = key_for(run_dir, "main")
-    transcript = Transcript(run_dir / "main.jsonl", "main", redact=Redactor.from_env(), key=key)
+    transcript = Transcript(
+        Path(main_transcript_path(run_dir)), "main", redact=Redactor.from_env(), key=key
+    )
     transcript.write("start", agent_type="main", model=model, prompt=prompt)
     return transcript
 

@@ -29,6 +29,7 @@ from agentcell.orchestrator._parts import (
     subagent_runner,
     worker_pool,
 )
+from agentcell.orchestrator._reach import Reach, survey
 from agentcell.orchestrator._run_stream import stream_run
 from agentcell.orchestrator.approvals._channel import ApprovalChannel
 from agentcell.orchestrator.approvals._hooks import SessionHooks
@@ -96,6 +97,7 @@ class Orchestrator:
         self.ledger = UsageLedger(prices=self.settings.prices, max_rows=LEDGER_ROWS)
         self.broker = approval_broker(self.settings, approval, self.hooks)
         self.session_hooks = SessionHooks(self.hooks)
+        self.reach = Reach()  # the agents left out for want of a model (see check_setup)
         # OpenTelemetry (agentcell.worker.tracing.Tracing): given, or from OTEL_*, or off.
         self.tracing = tracing if tracing is not None else tracing_from_env()
         # Where sub-agents run, and what runs them.
@@ -133,6 +135,7 @@ class Orchestrator:
             tracker=self.tracker,
             ledger=self.ledger,
             tracing=self.tracing,
+            reach=self.reach,
         )
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -186,6 +189,18 @@ class Orchestrator:
         unknown provider, a missing API key, a base URL with no scheme or host), before
         anything is started or recorded."""
         await self._main.check_setup()
+
+    async def leave_out_unreachable(self) -> list[str]:
+        """Leave the agents whose model cannot be reached (no alias maps it, its key
+        variable is unset) out of ``task``'s list; one line per such model, with the fix.
+        Before the orchestrator opens: the keys leave the environment then."""
+        return await survey(
+            self.reach,
+            self.registry.definitions(),
+            self.settings,
+            main_model=self.model_name,
+            model_objects=self.model_objects,
+        )
 
     def cancel(self) -> None:
         """Cancel what runs now (the main agent's turn, direct runs); the pool stays up."""

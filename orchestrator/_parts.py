@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator._main_run import default_channel
+from agentcell.orchestrator._reach import Reach
 from agentcell.orchestrator.approvals._channel import ApprovalBroker, ApprovalChannel
 from agentcell.orchestrator.approvals._hooks import HookRunner, SessionHooks, notification_hook
 from agentcell.orchestrator.backends._forkserver import WorkerPool
@@ -52,6 +53,7 @@ class Parts:
     tracker: TaskTracker
     ledger: UsageLedger
     tracing: Any  # agentcell.worker.tracing.Tracing, or None: not traced
+    reach: Reach = dataclasses.field(default_factory=Reach)  # agents left out, and why
 
 
 def chosen_model(
@@ -108,7 +110,14 @@ def subagent_runner(
 ) -> Runner:
     """The runner of every sub-agent: the parts it shares with the main agent, the pool
     (and the Ray backend) its processes come from, the run folder given (if any)."""
-    registry = parts.registry
+    registry, left_out = parts.registry, parts.reach.left_out
+
+    def offered(allowed: Any) -> Any:  # a nested task tool lists no agent left out either
+        return task_tool_spec(
+            registry,
+            allowed=lambda name: name not in left_out and (allowed is None or allowed(name)),
+        )
+
     return Runner(
         RunServices(
             registry=registry,
@@ -129,6 +138,6 @@ def subagent_runner(
         ChildKit(
             model_objects=parts.model_objects,
             custom_tools=parts.custom_tools,
-            task_tool_spec=lambda allowed: task_tool_spec(registry, allowed=allowed),
+            task_tool_spec=offered,
         ),
     )

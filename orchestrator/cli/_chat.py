@@ -147,14 +147,18 @@ class ChatRecord:
         error: str,
         subagents: Sequence[SubAgentResult],
         background: Sequence[str] = (),
+        started_at: float = 0.0,
     ) -> None:
         """``subagents``: those whose results the turn got (background ones that ended in
-        time included); ``background``: the background sub-agents the turn started."""
+        time included); ``background``: the background sub-agents the turn started;
+        ``started_at``: when it began (``time.time()``: the timeline draws its bounds)."""
         self.turns.append(
             {
                 "turn": len(self.turns) + 1,
                 "kind": kind,
                 "prompt": prompt,
+                "started_at": started_at or time.time(),
+                "ended_at": time.time(),
                 "status": status.value,
                 "final_text": text,
                 "error": error,
@@ -263,10 +267,12 @@ class Chat:
         if definition is None:
             self.say(f"no agent named {name!r}; see /agents")
             return
+        started_at = time.time()
         result = await self.orch.delegate(definition.name, task, description=one_line(task, 40))
         self.say(result.render(for_model=False))
         self.record.turn(
             line,
+            started_at=started_at,
             kind="direct",
             status=result.status,
             text=result.text,
@@ -278,6 +284,7 @@ class Chat:
         answer = ChatAnswer(self.console, self.view)
         background = TurnBackground(self.orch.tracker)
         background.begin()
+        started_at = time.time()
         unsubscribe = self.orch.bus.subscribe(answer.on_event)
         try:
             report: RunReport = await self.orch.run(
@@ -301,6 +308,7 @@ class Chat:
             self.say(waiting_line(record))
         self.record.turn(
             line,
+            started_at=started_at,
             kind="main",
             status=report.status,
             text=report.final_text,
@@ -425,7 +433,8 @@ async def run_chat(
     # A setup error (no model, unknown provider, missing key) ends the command here:
     # exit 2, and no run directory.
     await orch.check_setup()
-    print_diagnostics(orch, console)  # the agent files' warnings: once, for the session
+    left_out = await orch.leave_out_unreachable()  # before the keys are held
+    print_diagnostics(orch, console, left_out)  # the agent files' warnings: once
     if not terminal:
         plain_input = PlainInput(out=sys.stdout)
     record = _open_record(orch, workdir, resumed_from, session)

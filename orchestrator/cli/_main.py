@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+from agentcell.orchestrator._reach import UnreachableModel
 from agentcell.orchestrator._text import visible
 from agentcell.orchestrator.backends._forkserver import PoolError
 from agentcell.orchestrator.cli._pipes import (
@@ -34,6 +35,7 @@ from agentcell.worker import OutsideRoot
 from agentcell.worker.models import ModelError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_UNREACHABLE = 3  # a model the run needs cannot be reached (its key is unset)
 WORKDIR_HELP = "The project folder: its config and agent files, and where runs are recorded."
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -56,7 +58,7 @@ def guarded(fn: F) -> F:
         except (ConfigError, ModelError, PoolError, LookupError, ValueError, OutsideRoot) as exc:
             if debug:
                 raise
-            _fail(str(exc))
+            _fail(str(exc), EXIT_UNREACHABLE if isinstance(exc, UnreachableModel) else EXIT_USAGE)
 
     return wrapper  # type: ignore[return-value]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -56,10 +57,10 @@ def emit_report(
             console.print(literal(f"  {redact(report.error)}", style="red"), highlight=False)
 
 
-def print_diagnostics(orch: Orchestrator, console: Any) -> None:
+def print_diagnostics(orch: Orchestrator, console: Any, left_out: Sequence[str] = ()) -> None:
     """What ``run`` and ``chat`` say about the agent files, one line each: only what
     leaves an agent out or lets it do less than its file says (``agents validate``
-    says the rest)."""
+    says the rest), then the agents left out for want of a model."""
     found = [d for d in orch.registry.diagnostics if d.at_run]
     found += mode_diagnostics(orch.registry, orch.settings, orch.workdir)
     for diagnostic in found:
@@ -68,3 +69,5 @@ def print_diagnostics(orch: Orchestrator, console: Any) -> None:
             highlight=False,
             soft_wrap=True,  # one line, however wide: a terminal wraps it, a pipe keeps it
         )
+    for line in left_out:
+        console.print(literal(f"agentcell: warning: {line}", style="yellow"), soft_wrap=True)

@@ -33,7 +33,7 @@ from agentcell.protocol import TextDelta, TurnStarted
 from agentcell.worker import Redactor, Session
 from rich.console import Console
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_BY_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -205,8 +205,9 @@ async def run_once(
             # Setup errors (no model, unknown provider, missing key) end here: exit 2, and
             # no run directory (it is made when the run starts).
             await orch.check_setup()
+            left_out = await orch.leave_out_unreachable()  # before the keys are held
             if not quiet:
-                print_diagnostics(orch, console)
+                print_diagnostics(orch, console, left_out)
             run_dir = _resumed_run_dir(orch, workdir, resumed_from, session, console, quiet=quiet)
             if finishing is not None and not quiet:
                 console.print(literal(f"finishing interrupted run {finishing}"), style="dim")
@@ -242,6 +243,10 @@ async def run_once(
         console.print(literal(failed_resume_line(resumed_from, run_dir), style="red"))
     if interrupts.received is not None:
         return EXIT_BY_SIGNAL[interrupts.received]
+    if unreached := orch.reach.failures(report.subagents):
+        for line in unreached:
+            console.print(literal(f"agentcell: error: {line}", style="red"), soft_wrap=True)
+        return EXIT_UNREACHABLE
     return EXIT_OK if report.ok else EXIT_FAILED
 
 

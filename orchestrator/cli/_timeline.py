@@ -5,7 +5,9 @@ process yet), starting (its process booting), model (waiting for its model), too
 approval (waiting for a person), then how it ended; a crash is marked with its cause, and
 each message between agents (from the run's journal) on its sender's lane where it was
 sent (✉→) and on its recipient's where it was read (→✉). Hovering a bar or a mark (a
-``title`` tooltip) shows the tool call or the message.
+``title`` tooltip) shows the tool call or the message. A chat's turns get a row of
+their own above the lanes (a cancelled or failed one marked), and each lane a dashed line
+where each turn began.
 
 Everything on the page comes from records an agent, or a model, could have written into,
 so every text has its control characters written out (``visible``) and goes through
@@ -85,15 +87,24 @@ def timeline_html(
     messages: list[dict[str, Any]] | None = None,
 ) -> str:
     lanes = ordered_lanes(build_lanes(summary, transcripts))
+    turns = chat_turns(summary)
     starts = [lane.start for lane in lanes if lane.start is not None]
-    ends = [lane.end for lane in lanes if lane.end is not None]
+    starts += [turn.start for turn in turns]
+    ends = [lane.end for lane in lanes if lane.end is not None] + [turn.end for turn in turns]
     origin = min(starts, default=0.0)
     span = max(max(ends, default=origin) - origin, 1e-3)
     marks = _message_marks(messages or [], origin, span)
+    # every lane shows where each turn of a chat began (its first one: where all begin)
+    edges = [
+        f'<span class="edge" style="left:{_percent(turn.start - origin, span)}%"></span>'
+        for turn in turns[1:]
+    ]
     rows = "\n".join(
-        _lane_html(index, lane, (origin, span), marks.get(lane.agent_id, []))
+        _lane_html(index, lane, (origin, span), [*marks.get(lane.agent_id, []), *edges])
         for index, lane in enumerate(lanes)
     )
+    if turns:
+        rows = _turns_html(turns, origin, span) + "\n" + rows
     return _PAGE.format(
         csp=html.escape(CSP),
         title=_esc(f"agentcell run {summary.get('run_id', '')}"),
@@ -254,7 +265,9 @@ def _lane_html(
     index: int, lane: Lane, clock: tuple[float, float], marks: list[str] | None = None
 ) -> str:
     origin, span = clock
-    label = lane.agent_id if not lane.agent_type else f"{lane.agent_id} {lane.agent_type}"
+    label = lane.agent_id
+    if lane.agent_type and lane.agent_type != lane.agent_id:  # "main", not "main main"
+        label += f" {lane.agent_type}"
     if lane.description:
         label += f" · {lane.description}"
     # the main agent's lane carries the run's totals: the summary has no row of its own
@@ -338,8 +351,67 @@ def _axis_html(span: float) -> str:
     ticks = []
     for step in range(11):
         seconds = span * step / 10
-        ticks.append(f'<span style="left:{step * 10}%">{seconds:.1f}s</span>')
+        # the end labels sit inside the axis (centred, the last one was cut off)
+        edge = ' class="first"' if step == 0 else ' class="last"' if step == 10 else ""
+        ticks.append(f'<span{edge} style="left:{step * 10}%">{seconds:.1f}s</span>')
     return "".join(ticks)
+
+
+@dataclasses.dataclass
+class Turn:
+    number: int
+    kind: str  # "main", or "direct" (an @agent line)
+    status: str
+    prompt: str
+    start: float
+    end: float
+
+
+def chat_turns(summary: dict[str, Any]) -> list[Turn]:
+    """A chat's turns with their times (a one-shot run, or a chat recorded before turns
+    had times, has none)."""
+    turns: list[Turn] = []
+    for entry in summary.get("turns") or []:
+        if not isinstance(entry, dict):
+            continue
+        start, end = _number(entry.get("started_at")), _number(entry.get("ended_at"))
+        if start is None or end is None:
+            continue
+        number = _number(entry.get("turn"))
+        turns.append(
+            Turn(
+                int(number) if number is not None else len(turns) + 1,
+                str(entry.get("kind", "")),
+                str(entry.get("status", "?")),
+                str(entry.get("prompt", "")),
+                start,
+                max(end, start),
+            )
+        )
+    return turns[:MAX_SEGMENTS]
+
+
+def _turns_html(turns: list[Turn], origin: float, span: float) -> str:
+    """The row above the lanes: one bar per chat turn, its number on it; a cancelled
+    turn (or one that failed) is marked so, and its tooltip says how it ended."""
+    bars = []
+    for turn in turns:
+        left = _percent(turn.start - origin, span)
+        width = max(_percent(turn.end - turn.start, span), 0.15)
+        ended = "" if turn.status == "completed" else f" {turn.status}"
+        sign = "⊘" if turn.status == "cancelled" else "✕" if ended else ""
+        tip = f"turn {turn.number} ({turn.kind}{ended}) {turn.end - turn.start:.2f} s: "
+        tip += turn.prompt[:TITLE_MAX]
+        parity = "odd" if turn.number % 2 else "even"
+        bars.append(
+            f'<span class="turn t-{parity} ts-{_css(turn.status)}" '
+            f'style="left:{left}%;width:{width}%" title="{_esc(tip)}">'
+            f"{_esc(f'{sign}{turn.number}{ended}')}</span>"
+        )
+    return (
+        '<div class="turns"><div class="label">turns</div><div class="info"></div>'
+        f'<div class="track">{"".join(bars)}</div></div>'
+    )
 
 
 def _percent(seconds: float, span: float) -> float:
@@ -377,6 +449,13 @@ h1{font-size:14px;margin:8px 10px 2px}
 .head{position:sticky;top:0;background:#fafafa;z-index:2;border-bottom:1px solid #ccc}
 .axis{position:relative;height:16px;margin:0 10px 0 460px;color:#777}
 .axis span{position:absolute;transform:translateX(-50%);font-size:10px}
+.axis span.first{transform:none}.axis span.last{transform:translateX(-100%)}
+.turns{display:flex;height:18px;align-items:center;border-bottom:1px solid #ccc}
+.turn{position:absolute;top:0;height:12px;font-size:9px;line-height:12px;overflow:hidden;
+white-space:nowrap;color:#333;border-left:1px solid #333;box-sizing:border-box}
+.t-odd{background:#e4e4f4}.t-even{background:#d4d4ec}
+.ts-cancelled,.ts-error,.ts-timeout,.ts-budget{background:#f4d4d4;color:#b00}
+.edge{position:absolute;top:-3px;height:18px;border-left:1px dashed #888}
 .lane{display:flex;height:18px;align-items:center;border-bottom:1px solid #eee}
 .lane:hover{background:#eef}
 .label,.info{box-sizing:border-box}

@@ -181,6 +181,7 @@ def claude_settings_layers(
 
 #: The keys of an untrusted project's settings file that are read: rules that only narrow.
 _NARROWING_RULES = ("deny", "ask")
+BLOCK_WRITES = "blockWritesOutsideWorkingDirectories"
 
 
 def _narrowing_part(doc: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +190,8 @@ def _narrowing_part(doc: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(permissions, dict):
         return {}
     kept = {k: permissions[k] for k in _NARROWING_RULES if k in permissions}
+    if permissions.get(BLOCK_WRITES) is True:  # it only forbids: honoured without trust
+        kept[BLOCK_WRITES] = True
     return {"permissions": kept}
 
 
@@ -330,6 +333,13 @@ def _permissions(
             notes.append(f"{origin}: permissions.defaultMode {mode!r} left out: no such mode here")
         if approximated:
             notes.append(f"{origin}: permissions.defaultMode {mode!r}: {approximated}")
+    if permissions.get(BLOCK_WRITES) is True:
+        table["block_writes_outside"] = True
+        notes.append(
+            f"{origin}: permissions.{BLOCK_WRITES}: the main agent's write_file, edit_file"
+            " and bash redirections stay in the workdir and additionalDirectories;"
+            " sub-agents are walled there by the sandbox already"
+        )
     folders = permissions.get("additionalDirectories")
     if isinstance(folders, list):
         # Read-only to sub-agents (Claude Code also lets it edit there: narrower, on purpose).

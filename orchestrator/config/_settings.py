@@ -217,6 +217,9 @@ class Settings(SettingsTable):
     max_processes: int = Field(default=512, ge=8)  # per sub-agent's process tree
     tmp_size_mb: int = Field(default=512, ge=1, le=1 << 20)  # its private temp folder's cap
     sandbox_read: list[str] = Field(default_factory=list)  # more folders sub-agents may read
+    # Claude Code's blockWritesOutsideWorkingDirectories: the main agent writes (file
+    # tools, bash redirections) only in the workdir and sandbox_read (sub-agents: walled).
+    block_writes_outside: bool = False
     # Give bash the model credentials: honoured from the user's own config only.
     bash_credentials: bool = False
     # MCP servers by name ([mcp_servers.NAME], and a trusted project's .mcp.json): a

@@ -117,6 +117,11 @@ def _switched_on(value: Any) -> bool:
         return False  # not a switch (a list of hosts, a typo validation names)
 
 
+def on_or_was_off(value: Any, current: Any) -> bool:
+    """A switch that tightens when on: as tight unless it turns off what was on."""
+    return _switched_on(value) or not _switched_on(current)
+
+
 def _tight(why: str, as_tight: Callable[[Any, Any], bool] = at_most) -> TrustEntry:
     return TrustEntry("tightening", why, as_tight)
 
@@ -194,6 +199,7 @@ SETTINGS_TRUST: dict[str, TrustEntry] = {
     "max_processes": _tight(_LIMIT),
     "tmp_size_mb": _tight(_LIMIT),
     "sandbox_read": _loose("it widens what sub-agents may read"),
+    "block_writes_outside": _tight("it only forbids the main agent's writes", on_or_was_off),
     "bash_credentials": _loose("only your own config may give bash the model credentials"),
     "mcp_servers": _loose("MCP servers run commands outside the sub-agents' sandboxes"),
     "main_mcp_servers": _loose("it picks which servers run for the unsandboxed main agent"),

@@ -10,7 +10,9 @@ proxy allows it only if an entry of the list matches, resolves the name itself, 
 connects to the address it checked (no second lookup for a rebinding DNS server to answer
 differently). A name that resolves to a private,
 loopback, link-local or otherwise special address is refused unless the entry names that
-address itself (``127.0.0.1:8080``). A refusal is a ``403`` whose status line and body name
+address itself (``127.0.0.1:8080``) or is ``localhost``, loopback by definition (RFC 6761):
+``localhost:8080`` reaches ``127.0.0.1:8080`` (or ``[::1]:8080``), no other port, and the
+name is never resolved. A refusal is a ``403`` whose status line and body name
 the host, the agent and the setting that would allow it (a request the proxy forwards to
 no host, a malformed or chunked one, gets a ``400`` or ``411``).
 
@@ -35,7 +37,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from urllib.parse import urlsplit
 
-from agentcell.orchestrator.network._host_rules import ip_of, parse_rules
+from agentcell.orchestrator.network._host_rules import LOCALHOST, ip_of, parse_rules
 from agentcell.protocol import gather_owned
 
 _HEAD_LIMIT = 16 * 1024
@@ -161,8 +163,7 @@ class EgressProxy:
             if why := _tunnel_refusal(host, forwarded):
                 self._note(f"refused {shown}: {why}")
                 return
-        async with asyncio.timeout(_CONNECT_TIMEOUT_S):
-            up_reader, up_writer = await asyncio.open_connection(address, port)
+        up_reader, up_writer = await _open_upstream(host, address, port)
         self._note(f"reached {shown}")
         up_writer.write(forwarded)
         client_side = (
@@ -210,6 +211,8 @@ class EgressProxy:
             raise Refused("it is not in the agent's network: list")
         if ip_of(host) is not None:  # named by its address: that address, as the entry says
             return host.strip("[]")
+        if host == LOCALHOST:  # loopback by definition (RFC 6761): never asked of DNS
+            return "127.0.0.1"
         try:
             addresses = await self._resolve(host, port)
         except OSError as exc:
@@ -219,7 +222,7 @@ class EgressProxy:
             raise Refused(
                 f"it resolves to the private or loopback address {special[0] if special else '?'}"
                 " (only an entry that names an address itself, such as 127.0.0.1:8080, "
-                "reaches one)"
+                "or localhost:PORT reaches one)"
             )
         return addresses[0]
 
@@ -247,6 +250,21 @@ class EgressProxy:
     def _note(self, line: str) -> None:
         if len(self.log) < _LOG_MAX:
             self.log.append(line)
+
+
+async def _open_upstream(
+    host: str, address: str, port: int
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """The connection to the checked ``address``; for ``localhost``, ``::1`` when nothing
+    listens on ``127.0.0.1`` at that port (a server that bound "localhost" may hold only
+    the IPv6 one)."""
+    async with asyncio.timeout(_CONNECT_TIMEOUT_S):
+        if host != LOCALHOST:
+            return await asyncio.open_connection(address, port)
+        try:
+            return await asyncio.open_connection(address, port)
+        except OSError:
+            return await asyncio.open_connection("::1", port)
 
 
 async def _first_bytes(reader: asyncio.StreamReader) -> bytes:

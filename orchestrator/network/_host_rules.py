@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 DEFAULT_PORTS = (80, 443)
+LOCALHOST = "localhost"  # names loopback (RFC 6761): the proxy connects there unresolved
 _NAME = re.compile(
     r"^(\*\.)?([a-z0-9_]([a-z0-9_-]*[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$"
 )

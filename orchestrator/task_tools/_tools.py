@@ -53,8 +53,14 @@ class TaskTool(Tool):
         tracker: TaskTracker,
         scope: Callable[[], Scope],
         nursery: TaskNursery,
+        left_out: dict[str, str] | None = None,
+        asked_left_out: list[str] | None = None,
     ) -> None:
         self.registry = registry
+        # Agents whose model cannot be reached (name → why, with the fix): not listed,
+        # and a call naming one anyway is refused and noted in ``asked_left_out``.
+        self.left_out = left_out if left_out is not None else {}
+        self.asked_left_out = asked_left_out if asked_left_out is not None else []
         self.runner = runner
         self.tracker = tracker
         self.scope = scope
@@ -65,7 +71,10 @@ class TaskTool(Tool):
         self._handles: set[RunHandle] = set()  # this tool's runs in flight, both kinds
 
     def spec(self) -> ToolSpec:
-        return task_tool_spec(self.registry)
+        left_out = self.left_out
+        return task_tool_spec(
+            self.registry, allowed=(lambda n: n not in left_out) if left_out else None
+        )
 
     async def execute(self, args: TaskArgs, ctx: ToolContext) -> ToolOutput:
         try:
@@ -77,6 +86,11 @@ class TaskTool(Tool):
             names = ", ".join(self.registry.names())
             return ToolOutput(
                 f"unknown subagent_type {request.agent_type!r}; use one of: {names}", True
+            )
+        if definition.name in self.left_out:
+            self.asked_left_out.append(definition.name)
+            return ToolOutput(
+                f"{definition.name} cannot run: {self.left_out[definition.name]}", True
             )
         if request.background is None:  # the call did not say: the definition decides
             request.background = definition.background

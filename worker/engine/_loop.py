@@ -384,7 +384,9 @@ class Engine:
     def count_usage(self, response: ModelResponse) -> None:
         """Add one model call's tokens to the run's (budgets see them) and say so."""
         self.usage = self.usage + response.usage
-        self._emit(UsageUpdate(usage=response.usage, model=response.model or self.model.name))
+        self._emit(
+            UsageUpdate(usage=response.usage, model=reported_model(response, self.model.name))
+        )
 
     async def _compact(self, session: Session) -> None:
         """Compaction where due; one that fails leaves the history whole (the run goes on,
@@ -606,3 +608,14 @@ def _last_text(session: Session, began_after: Message | None) -> str:
         if isinstance(message, AssistantMessage) and message.content:
             return message.content
     return ""
+
+
+def reported_model(response: ModelResponse, configured: str) -> str:
+    """The model an answer names, as ``provider:name``: an API names its model bare
+    (``gpt-4o-2024-08-06``), and /usage, prices and records key by the full name."""
+    if not response.model:
+        return configured
+    provider, colon, _ = configured.partition(":")
+    if not colon or ":" in response.model:
+        return response.model
+    return f"{provider}:{response.model}"

@@ -16,6 +16,7 @@ import itertools
 import posixpath
 import re
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
@@ -24,6 +25,7 @@ from agentcell.protocol import ToolCall
 from agentcell.worker.rules._deny_words import LineWords, simple_commands
 from agentcell.worker.rules._shell import plain_commands
 from agentcell.worker.rules._wrappers import inner_commands, too_long_to_unwrap
+from agentcell.worker.rules._write_wall import WriteWall
 from agentcell.worker.tools import Tool, ToolError, ToolOutput
 
 
@@ -434,8 +436,11 @@ class PermissionPolicy(Hook):
         deny: Iterable[str] = (),
         ask: Iterable[str] = (),
         workdir: str = "",
+        write_roots: Sequence[str] | None = None,
     ) -> None:
-        """``workdir``: where bash runs, so where a glob in a line names files."""
+        """``workdir``: where bash runs, so where a glob in a line names files;
+        ``write_roots`` (blockWritesOutsideWorkingDirectories): folders besides it that
+        writes may reach, none elsewhere (None: writes are not kept in)."""
         self.mode = mode if isinstance(mode, PermissionMode) else PermissionMode.parse(mode)
         self.allow = [Rule.parse(r) for r in allow]
         self.deny = [Rule.parse(r) for r in deny]
@@ -444,8 +449,11 @@ class PermissionPolicy(Hook):
         self._reads = any(rule.applies_to(READ_TOOL) for rule in self._read_rules)
         self._writes = any(rule.applies_to(EDIT_TOOL) for rule in self._read_rules)
         self.workdir = workdir
+        self._wall = None if write_roots is None else WriteWall(Path(workdir or "."), write_roots)
 
     async def before_tool(self, call: ToolCall, tool: Tool, args: Any) -> Verdict | None:
+        if self._wall is not None and (walled := self._wall.refusal(tool.name, args)):
+            return Verdict(Decision.DENY, walled)
         for rule in self.deny:
             if rule.catches(call, args):
                 return Verdict(Decision.DENY, f"denied by the rule {_show(rule)}")

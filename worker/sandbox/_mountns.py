@@ -198,9 +198,8 @@ def protect(
     _hold(workdir)  # before any placeholder is made (see remove_placeholders)
     workdir_fd = os.open(workdir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for name in PROTECTED:
-            _bind_read_only(workdir, workdir_fd, name)
-        held = code_entries_bound(workdir, workdir_fd, code_entries)
+        absent = [name for name in PROTECTED if _bind_read_only(workdir, workdir_fd, name)]
+        held = _absent_words(absent) + code_entries_bound(workdir, workdir_fd, code_entries)
         for fd, path in again:  # back read-write, from the still writable mount below
             _mount(f"/proc/self/fd/{fd}", path, _MS_BIND | _MS_REC)
     finally:
@@ -245,9 +244,24 @@ def _same_folder(granted: int, path: str) -> int:
     return fd
 
 
-def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
+def _absent_words(names: list[str]) -> str:
+    """The report's words for protected paths the project does not have: the agent sees
+    an empty folder of that name, and the report says why it is there."""
+    if not names:
+        return ""
+    return (
+        f"; {', '.join(names)} absent here: held by an empty read-only folder"
+        " while it runs, so that the agent cannot create a file agentcell or"
+        " Claude Code would read later"
+    )
+
+
+def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> bool:
+    """``name`` bound read-only; True when the project has none and a placeholder (this
+    process's or a sibling's) holds it."""
     if not _make_placeholder(workdir_fd, name):
-        return
+        return False
+    placeholder = _is_placeholder(workdir_fd, name)
     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=workdir_fd)
     try:
         if stat.S_ISLNK(os.fstat(fd).st_mode):
@@ -265,6 +279,7 @@ def _bind_read_only(workdir: str, workdir_fd: int, name: str) -> None:
         _mount(None, path, _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _kept_flags(path))
     finally:
         os.close(fd)
+    return placeholder
 
 
 _KEPT = (  # statvfs f_flag bit -> mount flag (the same values on Linux)

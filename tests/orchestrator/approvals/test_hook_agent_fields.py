@@ -2,7 +2,7 @@
 fired for a sub-agent, and in none of the main session's. A real run through the main
 agent: each event its sub-agent fires (SubagentStart, PreToolUse, PostToolUse,
 SubagentStop, TaskCreated) names the sub-agent; the main agent's (UserPromptSubmit,
-PreToolUse, PostToolUse, Stop) name none."""
+PreToolUse, PostToolUse, Stop) name none, and each names the main transcript."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ async def test_every_sub_agent_event_names_it_and_no_main_agent_event_does(
     hooks = {event: [{"command": command}] for event in EVENTS}
     openai_served.responder = _script
     worker = AgentDefinition(name="worker", description="w", tools=["bash", "team_tasks"])
-    report = await run_team(tmp_path / "work", [worker], hooks=hooks)
+    report = await run_team(tmp_path / "work", [worker], hooks=hooks, record=True)
     assert report.final_text == "main done", report
     (sub,) = report.subagents
     seen = [json.loads(line) for line in log.read_text().splitlines()]
@@ -62,4 +62,10 @@ async def test_every_sub_agent_event_names_it_and_no_main_agent_event_does(
         "UserPromptSubmit", "PreToolUse", "PostToolUse", "Stop"
     }  # fmt: skip
     assert all("agent_type" not in e for e in main)
+    # Every main event, UserPromptSubmit too (fired before the run began), names the main
+    # transcript, as Claude Code's name the session's (it used to be "" in that one).
+    assert report.run_dir, report
+    transcript = Path(report.run_dir) / "main.jsonl"
+    assert {e["transcript_path"] for e in main} == {str(transcript)}, main
+    assert transcript.is_file()
     assert len(ours) + len(main) == len(seen)  # nothing else, nothing half-named

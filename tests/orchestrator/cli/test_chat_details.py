@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from agentcell.orchestrator.cli import _display
 from agentcell.orchestrator.cli._display import ProgressView
+from agentcell.orchestrator.cli._timeline import write_timeline
 from agentcell.orchestrator.delegation._events import (
     SubAgentEnded,
     SubAgentProcess,
@@ -292,10 +293,20 @@ def test_a_failed_turn_shows_no_answer(tmp_path: Path, model_server: ModelServer
     work = _project(tmp_path)
     model_server.add(Reply(text="the first answer"), Reply(status=400, error_message="nope"))
     env = cli_env(work, model_server)
-    chat = _piped_chat(work, env, "hello\nagain\n/quit\n", "--model", "openai:m")
+    chat = _piped_chat(work, env, "hello\nagain\n/usage\n/quit\n", "--model", "openai:m")
     assert chat.returncode == 0, chat.stderr
     assert chat.stdout.count("the first answer") == 1, chat.stdout
+    # /usage names the model in full (the server's answer names it "m")
+    assert re.search(r"^main +main +openai:m +2 ", chat.stdout, re.M), chat.stdout
     assert "error: " in chat.stdout and "nope" in chat.stdout
     (run_dir,) = [p for p in (work / ".agentcell" / "runs").iterdir() if p.is_dir()]
     turns = json.loads((run_dir / "summary.json").read_text())["turns"]
     assert [t["final_text"] for t in turns] == ["the first answer", ""]
+    # Its timeline: a row of turns (the failed one marked), a dashed line on each lane
+    # where the second began, the main lane labelled once, the last axis label inside.
+    page = write_timeline(work, run_dir.name, None).read_text()
+    marks = re.findall(r'<span class="turn [^"]*"[^>]*>([^<]*)</span>', page)
+    assert marks == ["1", "✕2 error"], marks
+    assert page.count('<span class="edge"') == 1  # one lane (main), one boundary
+    assert re.search(r'data-agent="main"><div class="label"[^>]*>main</div>', page), page
+    assert re.search(r'<span class="last" style="left:100%">', page)

@@ -226,16 +226,17 @@ def test_ctrl_c_while_still_importing_prints_no_traceback(project: Path) -> None
 
 @pytest.mark.parametrize("command", ["run", "chat"])
 @pytest.mark.parametrize(
-    ("args", "env_extra", "needle"),
+    ("args", "env_extra", "needle", "code"),
     [
-        ([], {}, "no model configured: pass --model"),
-        (["--model", "nope:x"], {}, "unknown model provider 'nope'"),
-        (["--model", "openai:gpt-test"], {"OPENAI_BASE_URL": ""}, "OPENAI_API_KEY is not set"),
+        ([], {}, "no model configured: pass --model", 2),
+        (["--model", "nope:x"], {}, "unknown model provider 'nope'", 2),
+        # the main agent's model cannot be reached: 3, as for a sub-agent's
+        (["--model", "openai:gpt-test"], {"OPENAI_BASE_URL": ""}, "OPENAI_API_KEY is not set", 3),
     ],
     ids=["no-model", "unknown-provider", "missing-key"],
 )
 def test_a_setup_error_exits_2_and_records_nothing(
-    project: Path, command: str, args: list[str], env_extra: dict[str, str], needle: str
+    project: Path, command: str, args: list[str], env_extra: dict[str, str], needle: str, code: int
 ) -> None:
     env = {k: v for k, v in cli_env(project, **env_extra).items() if v != ""}
     extra = ["hi"] if command == "run" else []
@@ -248,7 +249,7 @@ def test_a_setup_error_exits_2_and_records_nothing(
         text=True,
         timeout=120,
     )
-    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
     assert needle in done.stderr and "Traceback" not in done.stderr
     assert not (project / ".agentcell").exists()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from agentcell.orchestrator.cli._timeline import write_timeline
 from agentcell.worker.child import _proc
 from cli_runner import assert_gone, cli_env, project
 from model_servers import Call, ModelServer, Reply
@@ -172,7 +173,9 @@ def test_chat_commands_answer_while_a_turn_runs_and_ctrl_c_cancels_it(
         screen = term.expect('"slow fg": started in process')
         pids = [int(p) for p in re.findall(r'"slow fg": started in process (\d+)', screen)]
         term.send("/usage\n")  # answered now, while the turn runs
-        term.expect("total: ")
+        screen = term.expect("total: ")
+        # the model by its full name, as configured (the API's answer names it bare)
+        assert re.search(r"main +main +openai:gpt-test ", screen), screen[-2000:]
         term.send("another question\n")
         term.expect("the main agent is still on your last message")
         term.send("\x03")  # Ctrl-C: cancels the turn, not the program
@@ -182,6 +185,12 @@ def test_chat_commands_answer_while_a_turn_runs_and_ctrl_c_cancels_it(
         term.send("/quit\n")
         term.expect("bye")
         assert term.close() == 0
+        # The chat's timeline marks the cancelled turn in a row of turns.
+        (run_dir,) = [p for p in (project / ".agentcell" / "runs").iterdir() if p.is_dir()]
+        page = write_timeline(project, run_dir.name, None).read_text()
+        (turn,) = re.findall(r'<span class="turn [^"]*"[^>]*>([^<]*)</span>', page)
+        assert turn == "⊘1 cancelled", page
+        assert 'title="turn 1 (main cancelled) ' in page
     finally:
         term.kill()
         for pid in pids:

@@ -100,8 +100,14 @@ def test_a_claude_code_agent_file_runs_on_a_local_server_through_model_alias(
     env = cli_env(work, model_server)
     model_server.responder = _claude_code_responder
     args = ("run", "--model", "openai:local-main", "--json", "--approve", "allow", "go")
-    unmapped = json.loads(invoke(*args, cwd=work, env=env).stdout)
-    assert "ANTHROPIC_API_KEY" in unmapped["subagents"][0]["error"]
+    # Unmapped, with no Anthropic key: named before the run with the fix, left out, and
+    # the main agent's call to it refused (no process started): exit 3.
+    unmapped = invoke(*args, cwd=work, env=env)
+    assert unmapped.returncode == 3, unmapped.stderr
+    assert "cannot be reached): helper; sonnet is anthropic:" in unmapped.stderr
+    assert "ANTHROPIC_API_KEY is not set" in unmapped.stderr
+    assert "--model-alias sonnet=openai:local-main" in unmapped.stderr
+    assert json.loads(unmapped.stdout)["subagents"] == []
     mapped = invoke(*args, "--model-alias", "sonnet=openai:local-sonnet", cwd=work, env=env)
     sub = json.loads(mapped.stdout)["subagents"][0]
     assert sub["status"] == "completed", sub

@@ -191,11 +191,14 @@ async def test_the_main_agents_hooks_block_a_call_and_a_prompt(
         settings=Settings(approval="allow", warm_spares=0, hooks=hooks),
         workdir=tmp_path,
         load_agent_files=False,
-        record=False,
+        record=True,
     )
     async with orch:
         report = await asyncio.wait_for(orch.run("tidy up"), 30)
         blocked = await asyncio.wait_for(orch.run("print the secret"), 30)
+    # the blocked prompt left no record (its folder, made for the hook's transcript_path)
+    runs = [p for p in (tmp_path / ".agentcell" / "runs").iterdir() if p.is_dir()]
+    assert [r.name for r in runs] == [Path(report.run_dir).name], runs
     assert report.status is RunStatus.COMPLETED, report
     # Stop blocked once: the agent went on with the hook's reason, then could stop.
     assert report.final_text == "checked, after: Stop hook: check keep.txt first"

@@ -10,10 +10,12 @@ import asyncio
 import http.server
 import json
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import nobody_runtime
 import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config._load import load_settings, user_config_path
@@ -136,8 +138,9 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
         f"curl -sS --noproxy '*' http://127.0.0.1:{page}/direct",
         _DIRECT + str(page),
         _DIRECT + str(served.port),
-        # a name in the list that resolves to a loopback address
-        f"curl -sS http://localhost:{page}/private",
+        # localhost names loopback (RFC 6761): its entry reaches that port, and no other
+        f"curl -sS http://localhost:{page}/local",
+        f"curl -sS http://localhost:{other_port}/",
         # a tunnel to an allowed host whose TLS names another (the SNI is checked)
         f"python3 -c '{_FRONTED}' {page}",
     ]
@@ -160,13 +163,14 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     assert PAGE not in out[4] and "[exit code" in out[4], out[4]
     for direct in out[5], out[6]:
         assert "DIRECT" not in direct and "Error" in direct, direct
-    assert PAGE not in out[7] and "private or loopback address 127.0.0.1" in out[7], out[7]
-    assert "HANDSHAKE-FAILED" in out[8], out[8]
+    assert f"{PAGE} /local" in out[7], out[7]
+    assert f"refused localhost:{other_port} for agent fetcher" in out[8], out[8]
+    assert "HANDSHAKE-FAILED" in out[9], out[9]
     log = result.network_log
     assert f"refused 127.0.0.1:{page}: its TLS server name 'evil.test' is another host" in log
     assert f"reached 127.0.0.1:{page}" in log, log
     assert any(line.startswith(f"refused 127.0.0.1:{other_port}:") for line in log), log
-    assert any(line.startswith(f"refused localhost:{page}:") for line in log), log
+    assert f"reached localhost:{page}" in log, log
     # The run record keeps the log, and `agentcell runs show` prints it.
     from agentcell.orchestrator.cli._main import cli
     from click.testing import CliRunner
@@ -177,6 +181,33 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     shown = CliRunner().invoke(cli, ["runs", "show", run_id, "--workdir", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert f"network: refused 127.0.0.1:{other_port}" in shown.output, shown.output
+
+
+def test_localhost_reaches_its_port_alone_from_a_sub_agent_of_user_nobody(
+    tmp_path: Path, page: int, other: tuple[int, list[socket.socket]]
+) -> None:
+    """The test above runs as this process's user (root in CI); here the same wall is
+    built by a normal user, without a privilege (its namespaces are a user namespace's)."""
+    if (why := nobody_runtime.unavailable()) is not None:
+        pytest.skip(why)
+    other_port, accepted = other
+    runtime = nobody_runtime.runtime()
+    home = runtime.home()
+    script = str(runtime.folder / "tests" / "localhost_driver.py")
+    done = subprocess.run(
+        runtime.command(script, str(home), str(page), str(other_port)),
+        env={**runtime.env, "HOME": str(home)}, cwd="/", capture_output=True, text=True,
+        timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout)
+    assert report["uid"] == nobody_runtime.NOBODY and report["status"] == "completed", report
+    assert "bash network: the parent's proxy only" in report["sandbox"], report
+    fetched, refused = report["out"]
+    assert f"{PAGE} /local" in fetched, fetched
+    assert f"refused localhost:{other_port} for agent fetcher" in refused, refused
+    assert not accepted
+    assert f"reached localhost:{page}" in report["log"], report["log"]
 
 
 async def test_a_refusal_under_the_default_sandbox_points_at_network(
@@ -252,7 +283,7 @@ async def test_web_fetch_is_done_by_the_parent_and_checks_every_hop(
         f"{base}/doc",  # HTML, as markdown
         f"{base}/hop",  # a redirect to the same allowed host: followed
         f"{base}/redirect-to-127.0.0.1:{other_port}",  # to a host not in the list
-        f"{base}/redirect-to-localhost:{page}",  # in the list, but a loopback name
+        f"{base}/redirect-to-localhost:{page}",  # in the list: loopback by definition
         f"{base}/big",  # over the size cap
     ]
     calls = [("web_fetch", {"url": url, "prompt": "the title"}) for url in urls]
@@ -268,8 +299,7 @@ async def test_web_fetch_is_done_by_the_parent_and_checks_every_hop(
     assert "/doc (200)" in out[1]
     assert f"redirects to http://127.0.0.1:{other_port}/doc" in out[2], out[2]
     assert "not followed" in out[2] and not accepted
-    assert "private or loopback address 127.0.0.1" in out[3], out[3]
-    assert "The Title" not in out[3]
+    assert f"http://localhost:{page}/doc (200)" in out[3] and "# The Title" in out[3], out[3]
     assert "larger than 2048 KiB" in out[4], out[4]
 
 

@@ -374,6 +374,9 @@ def test_a_normal_user_gets_the_protected_paths_through_a_user_namespace(
         assert lines["echo x >> .git/config"].startswith("0")
         return
     assert run.stdout.startswith("DONE: protected paths read-only (user+mount"), run.stdout
+    # what the project lacks is held by an empty folder, and the report says why
+    absent = "agentcell.toml, .claude, .mcp.json absent here: held by an empty read-only folder"
+    assert absent in run.stdout.splitlines()[0], run.stdout
     assert "Read-only file system" in lines["echo x >> .git/config"]
     assert "Is a directory" in lines["echo x > .mcp.json"]
     assert "busy" in lines["mv .git .g"]
