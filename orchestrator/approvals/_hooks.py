@@ -303,7 +303,10 @@ class HookRunner:
             "stdin": asyncio.subprocess.PIPE,
             "stdout": asyncio.subprocess.PIPE,
             "stderr": asyncio.subprocess.PIPE,
-            "cwd": self.cwd,
+            # In the project folder, as a Claude Code session's hooks run: a worktree
+            # agent's hooks (``cwd`` in their input: its worktree) write their logs there,
+            # never into the agent's branch.
+            "cwd": self.project_dir,
             "env": {**os.environ, "CLAUDE_PROJECT_DIR": self.project_dir},
             "start_new_session": True,  # so a timeout can stop all it started
         }

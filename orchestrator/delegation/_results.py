@@ -69,6 +69,8 @@ class SubAgentResult(msgspec.Struct, kw_only=True, omit_defaults=True):
                 where += f" (commit {self.commit[:12]})"
             kept = f"\nIts changes are kept in the worktree {self.worktree} {where}:\n"
             kept += self.diff_stat
+        elif self.diff_stat:  # a worktree agent that changed nothing says so
+            kept = f"\n{self.diff_stat}"
         # On a line of its own, as Claude Code's agentId: what `task` takes as `resume`.
         ident = f"\nagent_id: {self.agent_id}" if for_model else ""
         if self.ok:

@@ -189,11 +189,15 @@ def with_cancel_reason(
     return result
 
 
+#: A worktree agent's result when it left nothing: its worktree and branch are gone.
+NO_CHANGES = "(no changes by the agent: its worktree and branch were removed)"
+
+
 async def settle_worktree(tree: Worktree, result: SubAgentResult, prompt: str) -> SubAgentResult:
     """Commit what the child changed in its worktree and name it in the result."""
     kept = await finish_worktree(tree, commit_message(result, prompt))
-    if kept is None:
-        return result
+    if kept is None:  # said: a branch is not kept for a hook's log or an empty run
+        return msgspec.structs.replace(result, diff_stat=NO_CHANGES)
     stat = kept.diff_stat
     if kept.commit_error:
         stat = f"(not committed, left staged: {kept.commit_error})\n{stat}"
