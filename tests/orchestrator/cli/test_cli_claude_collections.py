@@ -63,6 +63,12 @@ def collection(project: Path) -> Path:
     return project
 
 
+def _env(collection: Path, served: ModelServer) -> dict[str, str]:
+    """The CLI's environment, with an Anthropic key: the corpus's `model: haiku` agents
+    are reachable (one unreachable is said too: test_cli_unreachable.py)."""
+    return {**cli_env(collection, served), "ANTHROPIC_API_KEY": "sk-ant-not-used"}
+
+
 def _notices(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("agentcell: ")]
 
@@ -74,7 +80,7 @@ def test_run_says_only_what_changes_what_an_agent_may_do(
     collection: Path, model_server: ModelServer
 ) -> None:
     model_server.add(Reply(text="ok"))
-    done = invoke("run", "--model", "openai:gpt-test", "hi", cwd=collection, env=cli_env(
+    done = invoke("run", "--model", "openai:gpt-test", "hi", cwd=collection, env=_env(
         collection, model_server))  # fmt: skip
     assert done.returncode == 0 and done.stdout == "ok\n", done.stderr
     notices = _notices(done.stderr)
@@ -87,7 +93,7 @@ def test_run_says_only_what_changes_what_an_agent_may_do(
 def test_chat_on_a_terminal_shows_the_same_two_lines(
     collection: Path, model_server: ModelServer
 ) -> None:
-    term = Screen(["chat", "--model", "openai:gpt-test"], collection, cli_env(
+    term = Screen(["chat", "--model", "openai:gpt-test"], collection, _env(
         collection, model_server))  # fmt: skip
     try:
         screen = term.expect("you>")
