@@ -151,7 +151,7 @@ def plot(results: dict[str, Any], out: Path, plt: Any) -> list[str]:
         return []
     floor = (results.get("child_cost") or {}).get("bare_fork_life_cpu_ms")
     labels = [label for label, _ in found]
-    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.38 * len(found)))
+    fig, ax = plt.subplots(figsize=(9, 0.8 + 0.38 * len(found)))
     ax.barh(labels, [ms for _, ms in found], color="tab:blue")
     if floor:
         ax.axvline(
@@ -161,7 +161,7 @@ def plot(results: dict[str, Any], out: Path, plt: Any) -> list[str]:
     ax.invert_yaxis()
     ax.set(
         xlabel="CPU ms per child (mean)",
-        title=f"one io sub-agent process, by phase (bench.profile --phases, N={PHASES_N})",
+        title=f"one io sub-agent process: CPU by phase (io, N={PHASES_N})",
     )
     ax.title.set_fontsize(10)
     ax.grid(True, axis="x", alpha=0.3)

@@ -581,7 +581,7 @@ def markdown(results: dict[str, Any]) -> str:
         f"median of {config['repeats']} run(s) per cell"
         + (
             f" (the headline cells — io N=32 and 128, https-io and analysis N=32 — of "
-            f"{HEADLINE_RUNS} interleaved runs for agentcell and the peers near the fastest); "
+            f"{HEADLINE_RUNS} interleaved runs for agentcell and every peer); "
             if config["repeats"] < HEADLINE_RUNS
             else "; "
         )

@@ -155,42 +155,20 @@ def headline_rounds(
     out: Path,
 ) -> None:
     """The headline cells run HEADLINE_RUNS times in all: after the sweep, rounds of
-    agentcell and of every peer within ``NEAR_FASTEST`` of the fastest at a headline N
-    (the others cannot be the fastest peer's median), interleaved; each round's rows
-    join its system's result, whose by-N medians the headline reads."""
+    agentcell and of every peer that ran, interleaved (a peer run once could otherwise
+    be the "fastest" on one lucky run); each round's rows join its system's result,
+    whose by-N medians the headline reads."""
     ns = [n for n in workload.headline_ns if n in ran_ns]
     primary = {r["system"]: r for r in results if not r.get("variant") and not r.get("unavailable")}
-    if "agentcell" not in primary:
+    if "agentcell" not in primary or not ns:
         return
-    systems = ["agentcell", *report_peers_near_fastest(results, ns)]
+    systems = ["agentcell", *(p for p in PEERS if p in primary)]
     for round_ in range(1, HEADLINE_RUNS):
         for system in systems:
             extra = _one_runner(workload, system, "", {}, ns, 1, server, out, round_)
             for row in extra.get("rows", []):
                 row["rep"] = round_
                 primary[system]["rows"].append(row)
-
-
-#: A peer whose wall at a headline N is within this factor of the fastest peer's runs the
-#: headline rounds too: on a shared 2-core machine, single runs differ by ~10 %.
-NEAR_FASTEST = 1.15
-
-
-def report_peers_near_fastest(results: list[dict[str, Any]], ns: list[int]) -> list[str]:
-    walls: dict[str, dict[int, float]] = {}
-    for result in results:
-        if result["system"] in PEERS and not result.get("variant"):
-            for row in result.get("rows", []):
-                if row.get("ok") and row["n"] in ns:
-                    walls.setdefault(result["system"], {})[row["n"]] = row["wall_s"]
-    near = []
-    for peer, by_n in walls.items():
-        for n, wall in by_n.items():
-            fastest = min(w[n] for w in walls.values() if n in w)
-            if wall <= fastest * NEAR_FASTEST:
-                near.append(peer)
-                break
-    return near
 
 
 def fastest_peer_at(results: dict[str, Any], workload: str, n: int) -> str:
