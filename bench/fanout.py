@@ -34,9 +34,12 @@ def _rows(entry: dict[str, Any] | None, system: str) -> list[dict[str, Any]]:
 
 
 def peer_of(entry: dict[str, Any] | None) -> str:
-    """The peer that ran the wide fan-out in this run ("" if none)."""
-    systems = [r["system"] for r in (entry or {}).get("results", [])]
-    return next((s for s in systems if s != "agentcell"), "")
+    """The peer the ratio is to: the first that completed the wide fan-out in this run
+    (the fastest at io N=128, or the next one where that one failed); else the first
+    that ran it ("" if none did)."""
+    results = [r for r in (entry or {}).get("results", []) if r["system"] != "agentcell"]
+    done = [r for r in results if any(row.get("ok") for row in r.get("rows", []))]
+    return next((r["system"] for r in done or results), "")
 
 
 def figures(results: dict[str, Any]) -> dict[str, float | None]:

@@ -67,7 +67,7 @@ TARGETS = (
     Target("memory: child USS, MiB", "child_uss_mib", 8.0, 1),
     Target("mcp, N=32: wall with shared MCP servers ÷ without", "mcp_32_x_no_mcp", 1.5),
     Target(
-        "io, N=1,000: agentcell ÷ fastest peer (at io N=128)",
+        "io, N=1,000: agentcell ÷ fastest peer (at io N=128; completed)",
         "io_1000_x_fastest_peer",
         1.0,
         strict=True,

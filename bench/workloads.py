@@ -111,8 +111,9 @@ def _workloads(latency_ms: float, quick: bool) -> list[Workload]:
             what=(
                 f"The io workload at N={WIDE_N:,}: agentcell with max_workers = {WIDE_N:,} (its "
                 "soft open-file limit raised to fit), and the peer fastest at io N=128 in this "
-                "run. Every result delivered is counted; the parent's peak RSS and the dispatch "
-                "wait (the main reply's end → each sub-agent's first model request) are given."
+                "run (and the next fastest, should that one fail it). Every result delivered "
+                "is counted; the parent's peak RSS and the dispatch wait (the main reply's end "
+                "→ each sub-agent's first model request) are given."
             ),
             systems=["agentcell", FASTEST_PEER],
             spec=io,

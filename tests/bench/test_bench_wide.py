@@ -51,7 +51,10 @@ def test_the_wide_fan_out_figures() -> None:
     assert figures["io_1000_dispatch_p50_ms"] == pytest.approx(500, abs=1)
     assert figures["io_1000_dispatch_p99_ms"] == pytest.approx(990, abs=1)
     rows = {row[0]: row for row in targets.rows(figures)}
-    assert rows["io, N=1,000: agentcell ÷ fastest peer (at io N=128)"][2:] == ("< 1.00", "yes")
+    assert rows["io, N=1,000: agentcell ÷ fastest peer (at io N=128; completed)"][2:] == (
+        "< 1.00",
+        "yes",
+    )
     assert rows["io, N=1,000: parent's peak RSS, MiB"][1:] == ("120", "≤ 300.00", "yes")
     # The MCP row is there, unmeasured, until its workload exists.
     assert rows["mcp, N=32: wall with shared MCP servers ÷ without"][1] == "not measured"
@@ -91,6 +94,37 @@ def test_the_wide_workload_runs_agentcell_and_the_peer_fastest_at_io_128() -> No
     }
     assert run._with_fastest_peer(wide, results).systems == ["agentcell", "pydantic-ai"]
     assert run._with_fastest_peer(wide, {"workloads": []}).systems == ["agentcell"]
+
+
+def test_a_peer_failing_the_wide_fan_out_gives_way_to_the_next_fastest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    io = {
+        "name": "io",
+        "results": [
+            _result("deepagents", 128, wall_s=3.0),
+            _result("openai-agents", 128, wall_s=1.0),
+            _result("pydantic-ai", 128, wall_s=2.0),
+        ],
+    }
+    calls: list[str] = []
+
+    def fake_runner(workload: Any, system: str, *rest: Any) -> dict[str, Any]:
+        calls.append(system)
+        return _result(system, WIDE_N, wall_s=12.0)
+
+    monkeypatch.setattr(run, "_one_runner", fake_runner)
+    wide = [
+        _result("agentcell", WIDE_N, wall_s=9.0),
+        _result("openai-agents", WIDE_N, ok=False, wall_s=60.0, detail="timed out"),
+    ]
+    run.wide_fallback(None, [WIDE_N], {"workloads": [io]}, wide, None, Path())  # type: ignore[arg-type]
+    assert calls == ["pydantic-ai"]
+    entry = {"name": fanout.WORKLOAD, "results": wide}
+    assert fanout.peer_of(entry) == "pydantic-ai"
+    assert fanout.figures({"workloads": [entry]})["io_1000_x_fastest_peer"] == 0.75
+    run.wide_fallback(None, [WIDE_N], {"workloads": [io]}, wide, None, Path())  # type: ignore[arg-type]
+    assert calls == ["pydantic-ai"]  # a peer completed it: nothing more runs
 
 
 def test_strict_targets_are_missed_at_the_bound() -> None:
