@@ -103,6 +103,8 @@ async def profile_run(
         model="inherit",
     )
     settings = Settings(model="openai:bench", approval="allow", max_workers=n, max_turns=8)
+    if settings.budgets.max_subagents is not None:  # a wide --n: raised as a user would
+        settings.budgets.max_subagents = max(settings.budgets.max_subagents, n)
     workdir = tempfile.mkdtemp(prefix="agentcell-profile-")
     child_dir = out / "children"
     child_dir.mkdir()

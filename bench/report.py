@@ -7,8 +7,9 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import journal_cost, message_cost, targets
+from bench import child_cost, fanout, journal_cost, message_cost, targets
 from bench.measure import percentile
+from bench.workloads import HEADLINE_RUNS
 
 MiB = 2**20
 
@@ -353,6 +354,13 @@ HEADLINE_KEYS = (
     "message_delivery_p50_ms_8",
     "message_delivery_p50_ms_32",
     "journal_bytes_per_turn_io_128",
+    # Issue 43: the peers at N=128 and at 1,000 sub-agents, the child against a bare
+    # fork, what run records cost, and MCP fan-out (its workload comes later: null).
+    "io_128_x_fastest_peer",
+    *fanout.KEYS,
+    "child_cpu_x_limit_io_128",
+    "records_overhead_io_128",
+    "mcp_32_x_no_mcp",
 )
 
 
@@ -408,15 +416,16 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
         figures.update(_cpu_figures(ours, engine))
         if engine is not None:
             figures["io_128_x_inprocess"] = _ratio(ours["wall_s"], engine["wall_s"])
-    for key, workload in (
-        ("io_32_x_fastest_peer", "io"),
-        ("https_io_32_x_fastest_peer", "https-io"),
-        ("analysis_32_x_fastest_peer", "analysis"),
+    for key, workload, n in (
+        ("io_32_x_fastest_peer", "io", 32),
+        ("io_128_x_fastest_peer", "io", 128),
+        ("https_io_32_x_fastest_peer", "https-io", 32),
+        ("analysis_32_x_fastest_peer", "analysis", 32),
     ):
-        mine, peer = _agg(results, workload, "agentcell", 32), _fastest_peer(results, workload, 32)
+        mine, peer = _agg(results, workload, "agentcell", n), _fastest_peer(results, workload, n)
         if mine is not None and peer is not None:
             figures[key] = _ratio(mine["wall_s"], peer["wall_s"])
-        if peer is not None:
+        if peer is not None and n == 32:
             ideal = _ideal_s(results, workload, 32)
             figures[key.replace("_x_", "_ideal_x_")] = _ratio(ideal, peer["wall_s"])
     # With call_ahead = true (opt-in): the same ratios, reported beside, not as targets.
@@ -456,6 +465,11 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
     figures["ratelimit_429s_fewest_peer"] = _fewest_429s(results)
     figures.update(journal_cost.figures(results))
     figures.update(message_cost.figures(results))
+    figures.update(fanout.figures(results))
+    figures.update(child_cost.figures(results, figures["child_cpu_ms_io_128"]))
+    off = _agg(results, "io", "agentcell", 128, "records off")
+    if ours is not None and off is not None:
+        figures["records_overhead_io_128"] = _ratio(ours["wall_s"], off["wall_s"])
     return figures
 
 
@@ -564,8 +578,14 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         f"{machine['cpus']} cores, {machine['memory_gib']:.0f} GiB, Python {machine['python']}, "
         f"{machine['platform']}; model latency {config['latency_ms']:g} ms; "
-        f"median of {config['repeats']} run(s) per cell; "
-        f"crunch = {config['tool_cpu_s'] * 1e3:.0f} ms CPU; load server used "
+        f"median of {config['repeats']} run(s) per cell"
+        + (
+            f" (the headline cells — io N=32 and 128, https-io and analysis N=32 — of "
+            f"{HEADLINE_RUNS} interleaved runs for agentcell and every peer); "
+            if config["repeats"] < HEADLINE_RUNS
+            else "; "
+        )
+        + f"crunch = {config['tool_cpu_s'] * 1e3:.0f} ms CPU; load server used "
         f"{server['cpu_s']:.1f} s CPU in all ({server['requests']} requests, "
         f"peak {server['peak_in_flight']} in flight, loop {server['loop']}).",
         "",
@@ -604,6 +624,8 @@ def markdown(results: dict[str, Any]) -> str:
             parts.append(journal_cost.table(workload))
         elif name == "messages":
             parts.append(message_cost.table(workload))
+        elif name == fanout.WORKLOAD:
+            parts.append(fanout.table(workload))
         if name == "io":
             parts += [
                 "",
@@ -611,6 +633,9 @@ def markdown(results: dict[str, Any]) -> str:
                 "",
                 io_dispatch_table(workload),
             ]
+    if results.get("child_cost"):
+        ratio = (results.get("headline") or {}).get("child_cpu_x_limit_io_128")
+        parts += ["", child_cost.section(results, ratio)]
     return "\n".join(parts) + "\n"
 
 
@@ -691,4 +716,9 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
             fig.savefig(path, dpi=110)
             made.append(path.name)
         plt.close(fig)
+    made += fanout.plot(results, out, plt)
+    made += child_cost.plot(results, out, plt)
+    # The MCP fan-out picture (the lead's mcp workload: N=32 with and without shared MCP
+    # servers): drawn generically from whatever rows that workload has.
+    made += fanout.plot_mcp(results, out, plt)
     return made

@@ -59,7 +59,8 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         prestart=bool(job.get("prestart")),
         analysis=job["spec"].get("tool") == analysis.FILES,
         call_ahead=bool(job.get("call_ahead")),
-        record=bool(job.get("record")),
+        # As shipped: run records and the journal on, unless the job says otherwise.
+        record=bool(job.get("record", True)),
         journal=bool(job.get("journal", True)),
     )
     base = Spec(run="", **job["spec"])
@@ -118,6 +119,7 @@ async def _one(
             events=result.events,
             chars=result.chars,
             **result.extra,
+            **system.after_run(),
         )
         if snapshot is not None:
             # Taken long before the run ends, unless some sub-agent never asked the model.

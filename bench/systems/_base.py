@@ -23,7 +23,7 @@ class Options:
     prestart: bool = False  # ProcessPoolExecutor: start every worker before the clock
     analysis: bool = False  # the analysis workload: file tools over a source tree
     call_ahead: bool = False  # agentcell: first model requests sent while processes start
-    record: bool = False  # agentcell: run records (the journal workload)
+    record: bool = True  # agentcell: run records and journal, on as shipped
     journal: bool = True  # agentcell, with records: journal the run (off: its cost measured)
 
 
@@ -75,6 +75,10 @@ class System:
     async def run(self, spec: Spec) -> Outcome:
         """One main-agent run of ``spec`` (timed)."""
         raise NotImplementedError
+
+    def after_run(self) -> dict[str, Any]:
+        """More fields of the last run's row, read once its clock has stopped."""
+        return {}
 
     async def close(self) -> None:
         """Tear down what ``open`` set up (not timed)."""

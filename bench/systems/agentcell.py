@@ -38,6 +38,7 @@ class Agentcell(System):
         self.workdir = ""
         self.options = Options()
         self.journals: list[Path] = []
+        self.run_dir: Path | None = None  # the last run's records (record on)
         self.events = 0
         self.chars = 0
 
@@ -53,6 +54,11 @@ class Agentcell(System):
             # custom tools is told to do.
             preload=["bench.tools"],
         )
+        # A wide fan-out raises the run's sub-agent budget, as its user would in the
+        # configuration ([budgets] max_subagents, 256 by default).
+        budget = settings.budgets.max_subagents
+        if budget is not None and n > budget:
+            settings.budgets.max_subagents = n
         if options.warm is not None:
             settings.warm_spares = options.warm
         settings.call_ahead = options.call_ahead
@@ -118,10 +124,14 @@ class Agentcell(System):
         answers = [r.text if r.ok else f"{r.status.value}: {r.error}" for r in report.subagents]
         result = outcome(spec.n, answers, main_ok=report.ok, detail=report.error)
         result.events, result.chars = self.events, self.chars
-        if self.options.record and report.run_dir:
-            result.extra = journal_figures(Path(report.run_dir))
-            self.journals.append(journal_dir(Path(report.run_dir)))  # removed at close
+        self.run_dir = Path(report.run_dir) if self.options.record and report.run_dir else None
+        if self.run_dir is not None:
+            self.journals.append(journal_dir(self.run_dir))  # removed at close
         return result
+
+    def after_run(self) -> dict[str, Any]:
+        # Read after the clock: the journal's figures are the bench's, not the run's.
+        return journal_figures(self.run_dir) if self.run_dir is not None else {}
 
     async def close(self) -> None:
         if self.orch is not None:

@@ -11,6 +11,7 @@ _watchdog             the pool's watch: silent children, limits, orphans swept
 _workers              one child of the pool as the parent sees it, and its lease;
                       ``PoolTimings``
 _starters             the fork servers that start the pools' children
+_descriptors          the soft open-file limit raised for ``max_workers`` children
 _outcome              how a child process ended, one typed value per lease
 _environment          the environment a child gets (an allowlist, plus credentials);
                       _environment_cache: computed once per model

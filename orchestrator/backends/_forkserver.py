@@ -19,6 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+from agentcell.orchestrator.backends._descriptors import workers_that_fit
 from agentcell.orchestrator.backends._interface import PoolError
 from agentcell.orchestrator.backends._lease_queue import LeaseQueue
 from agentcell.orchestrator.backends._outcome import OutcomeKind
@@ -98,6 +99,10 @@ class WorkerPool:
         if self._closed:
             raise PoolError("this pool is closed; create a new one")
         self._loop = asyncio.get_running_loop()
+        # Before any child: the soft open-file limit raised for max_workers children (or
+        # fewer of them at once, with a warning, where the hard limit is too low).
+        self.max_workers = workers_that_fit(self.max_workers)
+        self.warm = min(self.warm, self.max_workers)
         await self.spawner.open()
         await self._spawns.open()
         await self._tasks.open()

@@ -50,6 +50,8 @@ async def test_io_workload_for_agentcell_end_to_end(
     assert stats["requests"] >= row["requests"]
     # The fork server's own CPU, read apart from the children's (within theirs).
     assert 0.0 <= row["direct_children_cpu_s"] <= row["children_cpu_s"]
+    # agentcell as shipped: run records and the journal on (read after the clock).
+    assert row["journal_turns"] == 2 * 1 and row["journal_bytes"] > 0
 
     # The report renders the io table from such a row.
     io = next(w for w in workloads(5, quick=True) if w.name == "io")
@@ -186,6 +188,15 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "message_delivery_p50_ms_8",
         "message_delivery_p50_ms_32",
         "journal_bytes_per_turn_io_128",
+        "io_128_x_fastest_peer",
+        "io_1000_x_fastest_peer",
+        "io_1000_results_delivered",
+        "io_1000_parent_peak_mib",
+        "io_1000_dispatch_p50_ms",
+        "io_1000_dispatch_p99_ms",
+        "child_cpu_x_limit_io_128",
+        "records_overhead_io_128",
+        "mcp_32_x_no_mcp",
     ]
     assert figures["io_128_x_ideal"] == 2.0
     assert figures["io_128_x_inprocess"] == 1.25
