@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from bench import child_cost, fanout, journal_cost, message_cost, targets
+from bench import child_cost, fanout, journal_cost, mcp_cost, message_cost, targets
 from bench.measure import percentile
 from bench.workloads import HEADLINE_RUNS
 
@@ -355,12 +355,13 @@ HEADLINE_KEYS = (
     "message_delivery_p50_ms_32",
     "journal_bytes_per_turn_io_128",
     # Issue 43: the peers at N=128 and at 1,000 sub-agents, the child against a bare
-    # fork, what run records cost, and MCP fan-out (its workload comes later: null).
+    # fork, what run records cost, and MCP fan-out (the mcp workload, mcp_cost.py).
     "io_128_x_fastest_peer",
     *fanout.KEYS,
     "child_cpu_x_limit_io_128",
     "records_overhead_io_128",
     "mcp_32_x_no_mcp",
+    "mcp_32_startup_s",
 )
 
 
@@ -464,6 +465,7 @@ def headline_figures(results: dict[str, Any]) -> dict[str, float | None]:
         figures["ratelimit_429s_fastest_peer"] = float(peer["rejected"])
     figures["ratelimit_429s_fewest_peer"] = _fewest_429s(results)
     figures.update(journal_cost.figures(results))
+    figures.update(mcp_cost.figures(results))
     figures.update(message_cost.figures(results))
     figures.update(fanout.figures(results))
     figures.update(child_cost.figures(results, figures["child_cpu_ms_io_128"]))
@@ -622,6 +624,8 @@ def markdown(results: dict[str, Any]) -> str:
             parts.append(ratelimit_table(workload))
         elif name == "journal":
             parts.append(journal_cost.table(workload))
+        elif name == "mcp":
+            parts.append(mcp_cost.table(workload))
         elif name == "messages":
             parts.append(message_cost.table(workload))
         elif name == fanout.WORKLOAD:

@@ -62,6 +62,7 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
         # As shipped: run records and the journal on, unless the job says otherwise.
         record=bool(job.get("record", True)),
         journal=bool(job.get("journal", True)),
+        mcp=int(job.get("mcp", 0)),
     )
     base = Spec(run="", **job["spec"])
     prefix = job["run_prefix"]

@@ -120,10 +120,29 @@ def respond(body: dict[str, Any]) -> Reply:
         call_id = f"call_{spec.run}_{spec.i}_{turn}"
         if spec.tool == analysis.FILES:  # the analysis workload: file tools over a tree
             name, args = analysis.arguments(spec.i, turn, messages)
+        elif spec.tool == MCP:  # the mcp workload: the shared servers' echo, in turn
+            name, args = _mcp_call(body, spec, turn)
         else:
             name, args = spec.tool, json.dumps({TOOL_ARG: f"{spec.run}/{spec.i}/{turn}"})
         return Reply([], [(call_id, name, args)], str(spec.i), turn, spec)
     return Reply(_answer(spec.answer, spec.i), [], str(spec.i), turn, spec)
+
+
+#: The mcp workload's tool: each MCP server's ``echo`` the sub-agent is offered, one after
+#: the other; where it is offered none (the workload without servers), ``probe``.
+MCP = "mcp"
+
+
+def _mcp_call(body: dict[str, Any], spec: Spec, turn: int) -> tuple[str, str]:
+    offered = sorted(
+        name
+        for tool in body.get("tools") or []
+        if (name := (tool.get("function") or {}).get("name", "")).startswith("mcp__")
+    )
+    text = f"{spec.run}/{spec.i}/{turn}"
+    if not offered:
+        return "probe", json.dumps({TOOL_ARG: text})
+    return offered[turn % len(offered)], json.dumps({"text": text})
 
 
 #: What a message of the messages workload says (the envelope around it is agentcell's).

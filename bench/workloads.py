@@ -237,6 +237,24 @@ def _workloads(latency_ms: float, quick: bool) -> list[Workload]:
             pairs=5,
         ),
         Workload(
+            name="mcp",
+            title="mcp: a fan-out whose sub-agents use MCP servers",
+            what=(
+                "The io workload at N=32 whose two tool calls go to two MCP servers (the "
+                "project's own stdio test server, each started with a 1 s delay, as npx- and "
+                "uvx-launched servers take), shared: started once when the orchestrator "
+                "opens, called through the parent. Against the same run with the bench's "
+                "own tool and no server, 3 interleaved pairs: the wall of each and the median "
+                "of their ratio (the servers' start counts in the start-up, as the spares')."
+            ),
+            systems=["agentcell"],
+            spec={"turns": 3, "tool": "mcp", "lat": lat},
+            variants=(("no MCP", {"mcp": 0}), ("shared MCP", {"mcp": 2})),
+            quick_ns=(32,),
+            full_ns=(32,),
+            pairs=3,
+        ),
+        Workload(
             name="messages",
             title="messages: how soon a message reaches a busy sub-agent",
             what=(

@@ -25,6 +25,7 @@ class Options:
     call_ahead: bool = False  # agentcell: first model requests sent while processes start
     record: bool = True  # agentcell: run records and journal, on as shipped
     journal: bool = True  # agentcell, with records: journal the run (off: its cost measured)
+    mcp: int = 0  # agentcell: shared MCP servers its sub-agents call (the mcp workload)
 
 
 @dataclasses.dataclass(slots=True)

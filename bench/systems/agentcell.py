@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from agentcell.orchestrator import AgentActivity, AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.backends._forkserver import WorkerPool
+from agentcell.orchestrator.config._mcp import McpServerConfig
 from agentcell.orchestrator.config._settings import ProviderLimits
 from agentcell.orchestrator.journal._file import encode_record, read_journal
 from agentcell.orchestrator.journal._place import JOURNAL_FILE, journal_dir
@@ -74,12 +76,15 @@ class Agentcell(System):
         if options.analysis:  # its built-in file tools, over the tree in its workdir
             analysis.corpus_into(self.workdir)
             tools = list(analysis.TOOL_NAMES)
+        servers = mcp_servers(options.mcp)
+        settings.mcp_servers = servers
         worker = AgentDefinition(
             name="worker",
             description=WORKER_DESCRIPTION,
             system_prompt=worker_prompt(options),
-            tools=tools,
+            tools=[*tools, *(f"mcp__{name}__echo" for name in servers)],
             model="inherit",
+            mcp_servers=list(servers),
         )
         self.pool = None
         self.orch = Orchestrator(
@@ -104,6 +109,8 @@ class Agentcell(System):
         # server has forked before (its first fork costs ~0.1 s more than later ones, and
         # without spares the run would pay it).
         await self.orch.pool.warmed()
+        # And its shared MCP servers, started when it opened, are up (as its spares are).
+        await self.orch.runner.shared_mcp.started()
         if settings.warm_spares == 0:
             lease = await self.orch.pool.acquire()
             await lease.release()
@@ -170,4 +177,18 @@ def journal_figures(run_dir: Path) -> dict[str, Any]:
         "journal_ask_bytes_by_turn": [
             sum(sizes) / len(sizes) for _, sizes in sorted(by_turn.items())
         ],
+    }
+
+
+#: The project's own stdio test server: ``--start-delay`` makes it as slow to start as a
+#: real one launched by npx or uvx (a second), so that a start per sub-agent would show.
+MCP_SERVER = Path(__file__).resolve().parents[2] / "tests" / "support" / "mcp_server.py"
+MCP_START_DELAY_S = 1.0
+
+
+def mcp_servers(count: int) -> dict[str, McpServerConfig]:
+    """``count`` shared servers for the mcp workload (``slow1``, ``slow2``, …)."""
+    args = [str(MCP_SERVER), "--start-delay", str(MCP_START_DELAY_S)]
+    return {
+        f"slow{k}": McpServerConfig(command=sys.executable, args=args) for k in range(1, count + 1)
     }

@@ -6,6 +6,7 @@ measurements and the report; only the result's structure is checked, never timin
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -197,6 +198,7 @@ def test_the_headline_has_exactly_the_keys_asked_for() -> None:
         "child_cpu_x_limit_io_128",
         "records_overhead_io_128",
         "mcp_32_x_no_mcp",
+        "mcp_32_startup_s",
     ]
     assert figures["io_128_x_ideal"] == 2.0
     assert figures["io_128_x_inprocess"] == 1.25
@@ -268,3 +270,32 @@ async def test_the_journal_workload_measures_a_journaled_run_against_records_alo
         results["workloads"][0]
     )
     assert figures["journal_bytes_per_turn_io_128"] == 1000
+
+
+def test_the_mcp_workload_calls_each_offered_servers_tool_and_pairs_its_runs() -> None:
+    from bench import mcp_cost
+    from bench.script import Spec, respond
+
+    spec = Spec(run="r", n=1, turns=3, tool="mcp", i=0)
+    offered = [{"type": "function", "function": {"name": n}} for n in ("mcp__slow2__echo",
+               "probe", "mcp__slow1__echo")]  # fmt: skip
+    asked = [{"role": "user", "content": spec.prompt("bench-job")}]
+    calls = []
+    for turn in range(2):
+        body = {"messages": asked + [{"role": "tool", "content": "x"}] * turn, "tools": offered}
+        calls += [(name, json.loads(args)) for _, name, args in respond(body).calls]
+    assert calls == [
+        ("mcp__slow1__echo", {"text": "r/0/0"}),
+        ("mcp__slow2__echo", {"text": "r/0/1"}),
+    ]
+    without = {"messages": asked, "tools": offered[1:2]}
+    assert [name for _, name, _ in respond(without).calls] == ["probe"]
+
+    def run(variant: str, wall: float) -> dict[str, object]:
+        row = {"n": 32, "ok": True, "wall_s": wall, "startup_s": 2.0}
+        return {"system": "agentcell", "variant": variant, "rows": [row]}
+
+    pairs = [run("no MCP", 1.0), run("shared MCP", 1.2), run("no MCP", 1.0), run("shared MCP", 1.5)]
+    pairs += [run("no MCP", 2.0), run("shared MCP", 2.2)]
+    found = mcp_cost.figures({"workloads": [{"name": "mcp", "results": pairs}]})
+    assert found["mcp_32_x_no_mcp"] == 1.2 and found["mcp_32_startup_s"] == 2.0
