@@ -22,8 +22,11 @@ from agentcell.orchestrator._text import visible
 from prompt_toolkit import PromptSession
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
+from prompt_toolkit.filters import Condition, is_done, renderer_height_is_known
 from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+from prompt_toolkit.layout import ConditionalContainer, Window, walk
 from prompt_toolkit.patch_stdout import patch_stdout
+from prompt_toolkit.renderer import CPR_Support
 from prompt_toolkit.utils import is_dumb_terminal
 
 
@@ -181,6 +184,7 @@ class PromptInput:
             bottom_toolbar=self._toolbar,
             refresh_interval=0.5,
         )
+        _status_bar_without_cursor_reports(self.session)
         self._patch = patch_stdout(raw=True)
 
     def __enter__(self) -> PromptInput:
@@ -244,6 +248,29 @@ class PromptInput:
         app = self.session.app
         if app.is_running:
             app.invalidate()
+
+
+def _status_bar_without_cursor_reports(session: PromptSession[str]) -> None:
+    """Draw the status bar on a terminal that never answers a cursor position request
+    (some CI and editor terminals, ``PROMPT_TOOLKIT_NO_CPR=1``) too. prompt_toolkit draws
+    its bottom toolbar only once it knows the rows below the cursor, which such a terminal
+    never says: the answer in progress (shown there) stayed unseen until the turn ended.
+    Under the prompt is as good a place for it as the bottom of the screen. The library's
+    warning about such a terminal goes: nothing is missing on it now."""
+    app = session.app
+    no_reports = Condition(lambda: app.renderer.cpr_support == CPR_Support.NOT_SUPPORTED)
+    for container in walk(session.layout.container):
+        if (
+            isinstance(container, ConditionalContainer)
+            and isinstance(container.content, Window)
+            and container.content.style == "class:bottom-toolbar"
+        ):
+            container.filter = (
+                Condition(lambda: session.bottom_toolbar is not None)
+                & ~is_done
+                & (renderer_height_is_known | no_reports)
+            )
+    app.renderer.cpr_not_supported_callback = app.invalidate
 
 
 class _AnswersLeftOut(History):

@@ -32,8 +32,17 @@ def read_pty(fd: int, left: float) -> bytes | None:
 
 class Screen:
     def __init__(
-        self, args: list[str], cwd: Path, env: dict[str, str], *, rows: int = 50, cols: int = 140
+        self,
+        args: list[str],
+        cwd: Path,
+        env: dict[str, str],
+        *,
+        rows: int = 50,
+        cols: int = 140,
+        answers: bool = True,
     ) -> None:
+        """``answers=False``: a terminal that never answers the program's questions (no
+        cursor position report), as some CI and editor terminals."""
         env = {**env, "TERM": "xterm"}
         pid, fd = pty.fork()
         if pid == 0:  # the child: become agentcell
@@ -42,7 +51,7 @@ class Screen:
         self.pid, self.fd = pid, fd
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.screen = _AnsweringScreen(cols, rows, history=2000)
-        self.screen.fd = fd
+        self.screen.fd = fd if answers else -1
         self.stream = pyte.ByteStream(self.screen)
         self.exit_code: int | None = None
         self.ended = False
@@ -135,4 +144,5 @@ class _AnsweringScreen(pyte.HistoryScreen):
     fd = -1
 
     def write_process_input(self, data: str) -> None:
-        os.write(self.fd, data.encode())
+        if self.fd >= 0:  # -1: a terminal that answers nothing
+            os.write(self.fd, data.encode())

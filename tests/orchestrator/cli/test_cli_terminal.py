@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -354,4 +355,40 @@ def test_a_prompt_read_from_the_terminal_says_how_to_end_it(project: Path) -> No
         term.expect("hello from the keyboard", timeout=60)
         assert term.close() == 0
     finally:
+        term.kill()
+
+
+@pytest.mark.parametrize("terminal", ["answering", "silent", "PROMPT_TOOLKIT_NO_CPR"])
+def test_chat_streams_the_answer_on_a_terminal_without_cursor_reports(
+    project: Path, model_server: ModelServer, terminal: str
+) -> None:
+    """Issue 44: on a terminal that never answers a cursor position request (some CI and
+    editor terminals) the answer in progress stayed unseen until the turn ended, and
+    prompt_toolkit put a WARNING line in the conversation."""
+    release = threading.Event()
+    model_server.responder = lambda body, api: Reply(
+        text="the first line\nStreaming-head of a line that goes on",
+        chunk_size=4,
+        pause_after=12,
+        release=release,
+    )
+    env = cli_env(project, model_server)
+    if terminal == "PROMPT_TOOLKIT_NO_CPR":
+        env["PROMPT_TOOLKIT_NO_CPR"] = "1"
+    args = ["chat", "--model", "openai:gpt-test"]
+    term = Screen(args, project, env, answers=terminal == "answering")
+    try:
+        term.expect("you>")
+        term.send("hello\r")
+        # Held mid-line: the finished line above the prompt, the line in progress under it.
+        screen = term.wait(lambda text: "Streaming-head" in text, "the line in progress")
+        assert "agent> the first line" in screen
+        release.set()
+        term.expect("Streaming-head of a line that goes on\n")
+        term.send("/quit\r")
+        term.expect("bye")
+        assert term.close() == 0
+        assert "WARNING" not in term.text()
+    finally:
+        release.set()
         term.kill()
