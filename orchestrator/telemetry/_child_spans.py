@@ -6,12 +6,16 @@ The child makes its spans (``invoke_agent`` and what runs under it) under the sp
 the backend's frame queue drops one without the run's signature) and go to the parent's
 one exporter. A child that dies leaves its agent span open: ``settle`` ends it with an
 error status and the cause the parent saw (a signal, a deadline, a protocol violation).
+One that ends before its run began (it died starting, its walls or its model failed to
+load) never opened its agent span: ``settle`` makes it then, so that every sub-agent that
+got a process has its ``invoke_agent`` span in the trace, each time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -34,6 +38,8 @@ class ChildSpans:
             self.own_span = self.task_span = tracing.start_task_span(agent_type)
         self.trace_context: dict[str, str] = tracing.child_context(self.task_span)
         self.trace_id: bytes = tracing.trace_id_of(self.trace_context)
+        self.began_ns = time.time_ns()  # when the child was given its Start
+        self.heard = False  # a span of this trace came (its agent span is always first)
         self.open: dict[bytes, SpanRecord] = {}
         self.room = MAX_CHILD_SPANS
         self.dropped = 0
@@ -48,6 +54,7 @@ class ChildSpans:
         not remembered and its end is dropped like any finished span over the limit."""
         finished, closing = [], []
         for record in frame.spans:
+            self.heard = self.heard or record.trace_id == self.trace_id
             if record.end_ns <= 0:
                 if (
                     record.span_id not in self.open
@@ -73,6 +80,20 @@ class ChildSpans:
         for record in self.open.values():
             self.tracing.end_open(record, result.error or f"the sub-agent ended: {status}", status)
         self.open.clear()
+        if not self.heard and result.pid:
+            self.tracing.make_unopened(
+                self.task_span,
+                f"invoke_agent {result.agent_type}",
+                self.began_ns,
+                {
+                    "gen_ai.operation.name": "invoke_agent",
+                    "gen_ai.agent.id": result.agent_id,
+                    "gen_ai.agent.name": result.agent_type,
+                    "agentcell.pid": result.pid,
+                    "agentcell.status": status,
+                },
+                "" if result.ok else (result.error or f"the sub-agent ended: {status}"),
+            )
         if self.dropped:
             log.warning(
                 "sub-agent %s sent %d spans over the limit: dropped", result.agent_id, self.dropped

@@ -107,6 +107,16 @@ class _DoubleBase:
     async def aclose(self) -> None:
         return None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # A copy (a child's) starts with no calls of its own: carried over, the earlier
+        # runs' calls came back in its record and were counted again, the record growing
+        # with every run until its Start was too large to send.
+        state = self.__dict__.copy()
+        state["calls"] = []
+        if "unexpected" in state:
+            state["unexpected"] = []
+        return state
+
     def export_record(self) -> dict[str, Any]:
         """What this copy saw (sent back from a child process)."""
         return {"calls": msgspec.to_builtins(self.calls)}

@@ -204,6 +204,26 @@ class Tracing:
         )
         self.processor.on_end(self._readable(ended, Redactor.from_env()))
 
+    def make_unopened(
+        self, parent: Any, name: str, start_ns: int, attributes: dict[str, Any], error: str
+    ) -> None:
+        """The agent span of a child that never opened its own (it ended before its run
+        began), under ``parent`` (its ``task`` span), from ``start_ns`` until now;
+        ``error``: its cause, when the child did not complete."""
+        from opentelemetry import trace
+        from opentelemetry.trace import Status, StatusCode
+
+        span = self.tracer.start_span(
+            name,
+            context=trace.set_span_in_context(parent),
+            start_time=start_ns,
+            attributes={**attributes, "agentcell.opened_by_parent": True},
+        )
+        if error:
+            span.set_attribute("error.type", str(attributes.get("agentcell.status", "error")))
+            span.set_status(Status(StatusCode.ERROR, error[:MAX_VALUE_CHARS]))
+        span.end()
+
     def ingest(self, records: Iterable[SpanRecord], trace_id: bytes) -> int:
         """End a child's spans into our processor; returns how many were taken. Spans of
         another trace, or without a parent, are not the child's to send and are dropped."""

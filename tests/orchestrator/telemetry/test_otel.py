@@ -271,6 +271,56 @@ async def test_the_otel_variables_send_every_processs_spans_to_an_otlp_http_coll
     assert pid == sub.pid != os.getpid()
 
 
+async def test_twenty_identical_runs_export_every_span_each_time(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    settings: Settings,
+    collector: _Collector,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 44: a sub-agent's ``invoke_agent`` span was missing from the export at random
+    (one of four, in two of three identical runs). Through the OTLP exporter the
+    variables make, as a person runs it: every span, every time, each under its parent."""
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    (tmp_path / "notes.txt").write_text("the notes\n")
+    worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
+    calls = [tool_call("task", subagent_type="reader", prompt=f"read {k}") for k in range(4)]
+    expected = {
+        "invoke_agent main": 1,
+        "chat main": 2,
+        "execute_tool task": 4,
+        "invoke_agent reader": 4,
+        "chat worker": 8,
+        "execute_tool read_file": 4,
+    }
+    for run in range(20):
+        before = len(collector.spans)
+        report = await run_traced(
+            spawned,
+            tmp_path,
+            settings,
+            None,  # from the environment
+            model=delegating_main(*calls),
+            agents=[agent("reader", ["read_file"], model="function:worker")],
+            models={"function:worker": worker},
+            record=False,
+        )
+        assert report.status is RunStatus.COMPLETED, report.error
+        spans = collector.spans[before:]
+        counts = {name: sum(1 for s in spans if s.name == name) for name in expected}
+        assert counts == expected, f"run {run + 1}: {counts}"
+        # The one test double took back each child's calls once: a child's copy sent the
+        # earlier runs' calls back too, until by run 7 its Start was too large to send.
+        assert len(worker.calls) == 8 * (run + 1)
+        ids = {bytes(s.span_id) for s in spans}
+        (root,) = [s for s in spans if bytes(s.parent_span_id) not in ids]
+        assert root.name == "invoke_agent main", f"run {run + 1}: an orphan {root.name}"
+
+
 def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:
     """Off by default at no cost: a delegating run without OTEL_* imports no OpenTelemetry
     (the API included), the engines have no tracer and no Start carries a trace context."""
@@ -445,3 +495,42 @@ async def test_a_direct_delegation_gets_a_task_span_of_its_own_under_traceparent
     assert task.attributes["agentcell.pid"] == result.pid
     (child,) = by_name(spans, "invoke_agent reader")
     assert parent_of(child) == task.context.span_id
+
+
+class _DiesOnArrival(FunctionModel):
+    """A model whose unpickling in the child ends that process: it dies before its run
+    (and its agent span) begins, as one killed while starting does."""
+
+    def __reduce__(self) -> Any:
+        return (os._exit, (3,))
+
+
+async def test_a_child_that_dies_before_its_run_begins_still_has_its_agent_span(
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings
+) -> None:
+    exporter = InMemorySpanExporter()
+    doomed = _DiesOnArrival(otel_models.read_notes_then_answer, name="function:doomed")
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter),
+        model=delegating_main(tool_call("task", subagent_type="doomed", prompt="read")),
+        agents=[agent("doomed", ["read_file"], model="function:doomed")],
+        models={"function:doomed": doomed},
+    )
+    (sub,) = report.subagents
+    assert sub.status is RunStatus.CRASHED and sub.pid, sub.error
+    spans = list(exporter.get_finished_spans())
+    (task,) = by_name(spans, "execute_tool task")
+    # It never opened its agent span: the parent made it, under the task span, with the
+    # cause the parent saw.
+    (child,) = by_name(spans, "invoke_agent doomed")
+    assert parent_of(child) == task.context.span_id
+    assert child.attributes["agentcell.opened_by_parent"] is True
+    assert child.attributes["agentcell.pid"] == sub.pid
+    assert child.attributes["gen_ai.agent.id"] == sub.agent_id
+    assert child.attributes["agentcell.status"] == "crashed"
+    assert child.status.status_code is StatusCode.ERROR
+    assert "exited with code 3" in (child.status.description or "")
+    assert task.start_time <= child.start_time <= child.end_time <= task.end_time
