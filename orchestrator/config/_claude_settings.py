@@ -319,7 +319,8 @@ def _permissions(
                     f"{origin}: permissions.{kind}: {rule!r} left out: agentcell has no such tool"
                 )
                 continue
-            ours += translated
+            # Read covers grep and glob too: "Grep" and "Read" in one list name grep twice.
+            ours += [name for name in translated if name not in ours]
             if translated and applied is not None:
                 applied.append(rule)
         if ours:

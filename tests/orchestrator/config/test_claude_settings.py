@@ -267,6 +267,11 @@ def test_agents_show_says_where_each_rule_and_hook_came_from(tmp_path: Path) -> 
     (folder.project / "agentcell.toml").write_text(
         'deny_rules = ["bash(sudo *)"]\n[[hooks.Stop]]\ncommand = "./done.sh"\n'
     )
+    # Read covers grep and glob: with Grep beside it, grep was listed twice (issue 44).
+    user_file = folder.home / ".claude" / "settings.json"
+    user = json.loads(user_file.read_text())
+    user.setdefault("permissions", {})["allow"] = ["Grep", "Read"]
+    user_file.write_text(json.dumps(user))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTCELL_", "XDG_"))}
     env.update(HOME=str(folder.home), NO_COLOR="1", COLUMNS="250", **folder.env)
     done = subprocess.run(
@@ -284,6 +289,14 @@ def test_agents_show_says_where_each_rule_and_hook_came_from(tmp_path: Path) -> 
     assert "allow bash(git status)  (from .claude/settings.json)" in configured
     assert "deny bash(sudo *)  (from agentcell.toml)" in configured
     assert "hook Stop ./done.sh  (from agentcell.toml)" in configured
+    allowed = [line.split("  ")[0] for line in configured if line.startswith("allow ")]
+    assert sorted(allowed) == [
+        "allow bash(git status *)",
+        "allow bash(git status)",
+        "allow glob",
+        "allow grep",
+        "allow read_file",
+    ]
     [guard] = [line for line in configured if line.startswith("hook PreToolUse[Bash]")]
     assert guard.endswith("(from .claude/settings.json)")
 
