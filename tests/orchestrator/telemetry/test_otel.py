@@ -54,6 +54,32 @@ async def run_traced(
         return await asyncio.wait_for(orch.run("go"), 120)
 
 
+async def one_sub_agent_traced(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    settings: Settings,
+    model: FunctionModel,
+    prompt: str,
+    tools: tuple[Any, ...] | list[Any] = (),
+) -> tuple[Any, list[Any]]:
+    """One sub-agent on ``model`` (named as its agent), ``tools`` its own besides
+    read_file: its result and every span exported."""
+    name = model.name.split(":")[1]
+    exporter = InMemorySpanExporter()
+    report = await run_traced(
+        spawned,
+        tmp_path,
+        settings,
+        Tracing.to_exporter(exporter),
+        model=delegating_main(tool_call("task", subagent_type=name, prompt=prompt)),
+        agents=[agent(name, ["read_file", *(t.name for t in tools)], model=model.name)],
+        models={model.name: model},
+        tools=list(tools),
+    )
+    (sub,) = report.subagents
+    return sub, list(exporter.get_finished_spans())
+
+
 async def test_a_sub_agents_spans_are_made_in_its_process_and_nest_under_the_task_span(
     spawned: SpawnRecorder, tmp_path: Path, settings: Settings
 ) -> None:
@@ -108,21 +134,11 @@ async def test_a_sub_agents_spans_are_made_in_its_process_and_nest_under_the_tas
 async def test_a_killed_childs_agent_span_is_ended_by_the_parent_with_the_cause(
     spawned: SpawnRecorder, tmp_path: Path, settings: Settings
 ) -> None:
-    exporter = InMemorySpanExporter()
     crasher = FunctionModel(child_models.call_tool_named_in_prompt, name="function:crasher")
-    report = await run_traced(
-        spawned,
-        tmp_path,
-        settings,
-        Tracing.to_exporter(exporter),
-        model=delegating_main(tool_call("task", subagent_type="crasher", prompt="sigkill")),
-        agents=[agent("crasher", ["sigkill"], model="function:crasher")],
-        models={"function:crasher": crasher},
-        tools=[child_models.sigkill],
+    sub, spans = await one_sub_agent_traced(
+        spawned, tmp_path, settings, crasher, "sigkill", tools=[child_models.sigkill]
     )
-    (sub,) = report.subagents
     assert sub.status is RunStatus.CRASHED
-    spans = list(exporter.get_finished_spans())
     (task,) = by_name(spans, "execute_tool task")
     (child,) = by_name(spans, "invoke_agent crasher")
     assert parent_of(child) == task.context.span_id
@@ -508,20 +524,9 @@ class _DiesOnArrival(FunctionModel):
 async def test_a_child_that_dies_before_its_run_begins_still_has_its_agent_span(
     spawned: SpawnRecorder, tmp_path: Path, settings: Settings
 ) -> None:
-    exporter = InMemorySpanExporter()
     doomed = _DiesOnArrival(otel_models.read_notes_then_answer, name="function:doomed")
-    report = await run_traced(
-        spawned,
-        tmp_path,
-        settings,
-        Tracing.to_exporter(exporter),
-        model=delegating_main(tool_call("task", subagent_type="doomed", prompt="read")),
-        agents=[agent("doomed", ["read_file"], model="function:doomed")],
-        models={"function:doomed": doomed},
-    )
-    (sub,) = report.subagents
+    sub, spans = await one_sub_agent_traced(spawned, tmp_path, settings, doomed, "read")
     assert sub.status is RunStatus.CRASHED and sub.pid, sub.error
-    spans = list(exporter.get_finished_spans())
     (task,) = by_name(spans, "execute_tool task")
     # It never opened its agent span: the parent made it, under the task span, with the
     # cause the parent saw.
