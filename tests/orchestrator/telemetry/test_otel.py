@@ -238,8 +238,14 @@ class _Collector:
 
 
 @pytest.fixture
-def collector() -> Any:
+def collector(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The collector, and the ``OTEL_*`` variables of this process naming it alone."""
     server = _Collector()
+    for name in list(os.environ):
+        if name.startswith("OTEL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", server.url)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     yield server
     server.close()
 
@@ -251,12 +257,7 @@ async def test_the_otel_variables_send_every_processs_spans_to_an_otlp_http_coll
     collector: _Collector,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
     monkeypatch.setenv("TRACEPARENT", TRACEPARENT)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     (tmp_path / "notes.txt").write_text("the notes\n")
     worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
     report = await run_traced(
@@ -297,11 +298,6 @@ async def test_twenty_identical_runs_export_every_span_each_time(
     """Issue 44: a sub-agent's ``invoke_agent`` span was missing from the export at random
     (one of four, in two of three identical runs). Through the OTLP exporter the
     variables make, as a person runs it: every span, every time, each under its parent."""
-    for name in list(os.environ):
-        if name.startswith("OTEL_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.url)
-    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     (tmp_path / "notes.txt").write_text("the notes\n")
     worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
     calls = [tool_call("task", subagent_type="reader", prompt=f"read {k}") for k in range(4)]
