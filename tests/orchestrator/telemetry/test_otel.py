@@ -289,11 +289,7 @@ async def test_the_otel_variables_send_every_processs_spans_to_an_otlp_http_coll
 
 
 async def test_twenty_identical_runs_export_every_span_each_time(
-    spawned: SpawnRecorder,
-    tmp_path: Path,
-    settings: Settings,
-    collector: _Collector,
-    monkeypatch: pytest.MonkeyPatch,
+    spawned: SpawnRecorder, tmp_path: Path, settings: Settings, collector: _Collector
 ) -> None:
     """Issue 44: a sub-agent's ``invoke_agent`` span was missing from the export at random
     (one of four, in two of three identical runs). Through the OTLP exporter the
