@@ -217,6 +217,7 @@ class McpServers:
         self._stopping = asyncio.Event()
         self._servers = TaskNursery("MCP servers")  # one task per server, holding its client
         self._tasks: list[asyncio.Task[Any]] = []
+        self._ready: dict[asyncio.Task[Any], asyncio.Future[Any]] = {}  # each one's listing
         self._status_dir = ""
 
     async def start(self) -> None:
@@ -228,6 +229,11 @@ class McpServers:
         await self._servers.open()
         try:
             outcomes = await gather_owned(*(self._start_one(server) for server in self.servers))
+        except BaseException:
+            # A start given up (its run ended first): its servers end with it, no task
+            # of theirs left for the loop to find at its end.
+            await self.stop()
+            raise
         finally:
             shutil.rmtree(self._status_dir, ignore_errors=True)
         for server, (tools, problem) in zip(self.servers, outcomes, strict=True):
@@ -250,6 +256,7 @@ class McpServers:
         ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
         task = self._servers.start(self._serve(server, ready), name=f"mcp:{server.name}")
         self._tasks.append(task)
+        self._ready[task] = ready
         try:
             client, listed = await asyncio.wait_for(
                 asyncio.shield(ready), timeout=server.start_timeout_s
@@ -336,6 +343,10 @@ class McpServers:
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc if isinstance(exc, Exception) else ConnectionError())
+                # Heard by ``_start_one`` if it still waits; a start given up (the run
+                # ended while the server was starting) has nobody to hear it, and asyncio
+                # would print the loss on the person's terminal.
+                ready.exception()
             if not isinstance(exc, Exception):
                 raise
 
@@ -377,6 +388,9 @@ class McpServers:
     async def stop(self) -> None:
         """Close every connection (a stdio server's process is ended by the SDK)."""
         self._stopping.set()
+        for task, ready in self._ready.items():
+            if not ready.done():  # still starting: nothing to close gracefully, end it now
+                task.cancel()
         if self._tasks:
             _, pending = await asyncio.wait(self._tasks, timeout=STOP_TIMEOUT_S)
             for task in pending:
