@@ -30,6 +30,8 @@ from agentcell.worker.models import Model, ModelError, resolve_model
 
 #: Providers whose models need a key on their official API (the others run locally).
 _KEYED = ("openai", "anthropic")
+#: Agents a model's line names before "and N more".
+NAMED_AGENTS = 6
 
 
 class UnreachableModel(ModelError):
@@ -45,10 +47,12 @@ class Reach:
     models: dict[str, str] = dataclasses.field(default_factory=dict)
     left_out: dict[str, str] = dataclasses.field(default_factory=dict)
     asked: list[str] = dataclasses.field(default_factory=list)
+    by_model: dict[str, str] = dataclasses.field(default_factory=dict)  # its one line
 
     def lines(self) -> list[str]:
-        """One line per unreachable model, naming every agent left out for it."""
-        return list(dict.fromkeys(self.left_out.values()))
+        """One line per unreachable model, naming the agents left out for it (the first
+        few: a collection may have a hundred on one alias)."""
+        return list(self.by_model.values())
 
     def failures(self, subagents: Iterable[SubAgentResult]) -> list[str]:
         """Why the run failed for want of a model: each left-out agent asked for, each
@@ -103,10 +107,13 @@ async def survey(
         if name in fixes:
             by_model.setdefault(name, []).append(definition.name)
     for name, agents in by_model.items():
-        line = f"left out of this run (model {name} cannot be reached): {', '.join(agents)}; "
-        line += fixes[name]
-        for agent in agents:
-            reach.left_out[agent] = line
+        said = f"left out of this run (model {name} cannot be reached): "
+        named = ", ".join(agents[:NAMED_AGENTS])
+        if len(agents) > NAMED_AGENTS:
+            named += f" and {len(agents) - NAMED_AGENTS} more"
+        reach.by_model[name] = f"{said}{named}; {fixes[name]}"
+        for agent in agents:  # what a call naming it is told: of itself alone
+            reach.left_out[agent] = f"{said}{agent}; {fixes[name]}"
     return reach.lines()
 
 

@@ -11,7 +11,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentcell.orchestrator._reach import Reach
+import pytest
+from agentcell.orchestrator import AgentDefinition, Settings
+from agentcell.orchestrator._reach import Reach, survey
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.protocol import RunStatus
 from cli_runner import agentcell, cli_env, project
@@ -68,6 +70,7 @@ def test_an_agent_whose_model_has_no_key_is_left_out_named_once_and_exits_3(
     done = agentcell("run", "--model", "openai:gpt-test", "verify it", cwd=project, env=env)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stderr.count(LINE) == 2, done.stderr  # before the run, and as its failure
+    assert f"agentcell: warning: {LINE}" in done.stderr  # as the command's own lines say it
     assert "Traceback" not in done.stderr
     first = model_server.requests[0].body
     assert "verifier" not in _listed(first) and "Explore" in _listed(first)
@@ -98,3 +101,25 @@ def test_a_sub_agent_that_failed_on_an_unreachable_model_is_the_runs_failure() -
         "sub-agent a1 (general-purpose) failed: ANTHROPIC_API_KEY is not set"
     ]
     assert Reach().failures([failed]) == []
+
+
+async def test_a_hundred_agents_on_one_unreachable_model_make_one_short_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A collection puts a hundred agents on ``sonnet``: the line before the run named all
+    (3,900 characters, every run), and a call naming one was told every other name too."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    definitions = [
+        AgentDefinition(name=f"agent-{i}", description="d", model="sonnet") for i in range(100)
+    ]
+    reach = Reach()
+    (line,) = await survey(reach, definitions, Settings(), main_model=None, model_objects={})
+    assert line.startswith(
+        "left out of this run (model sonnet cannot be reached): "
+        "agent-0, agent-1, agent-2, agent-3, agent-4, agent-5 and 94 more; sonnet is "
+    )
+    assert len(line) < 300
+    assert len(reach.left_out) == 100
+    assert reach.left_out["agent-42"].startswith(
+        "left out of this run (model sonnet cannot be reached): agent-42; sonnet is "
+    )
