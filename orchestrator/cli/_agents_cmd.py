@@ -12,6 +12,7 @@ from typing import Any
 import click
 from agentcell.orchestrator._text import literal, one_line, visible
 from agentcell.orchestrator.cli._display import output_console
+from agentcell.orchestrator.config._claude_settings import BLOCK_WRITES_HONOURED
 from agentcell.orchestrator.config._hooks import parse_hooks
 from agentcell.orchestrator.config._load import load_settings
 from agentcell.orchestrator.config._sandbox_policy import untrusted_project_file
@@ -220,6 +221,22 @@ def hook_diagnostics(registry: AgentRegistry, workdir: Path) -> list[Diagnostic]
     return found
 
 
+def settings_diagnostics(settings: Settings) -> list[Diagnostic]:
+    """What the settings every agent here runs under hold that a run takes without a
+    word: a hook's ``onFailure: "block"`` on an event that cannot block (a warning),
+    ``blockWritesOutsideWorkingDirectories`` and how it is honoured (a note)."""
+    notes: list[str] = []
+    with contextlib.suppress(ValueError):  # a bad shape failed the settings' load already
+        parse_hooks(settings.hooks, "settings", notes=notes)
+    found = []
+    for note in notes:  # "FILE: hooks.EVENT: ...", the file it came from first
+        source, _, message = note.partition(": ")
+        found.append(Diagnostic("warning", source, message))
+    if settings.block_writes_outside:
+        found.append(Diagnostic("info", "settings", BLOCK_WRITES_HONOURED))
+    return found
+
+
 def _skill_line(name: str, workdir: Path) -> str:
     """A skill as `agents show` lists it: where it is found, or that it is not."""
     skill = find_skill(name, workdir)
@@ -425,6 +442,7 @@ def validate_agents(
     registry.diagnostics.extend(hook_diagnostics(registry, workdir))
     registry.diagnostics.extend(mode_diagnostics(registry, here.settings, workdir))
     registry.diagnostics.extend(web_search_diagnostics(here))
+    registry.diagnostics.extend(settings_diagnostics(here.settings))
     broken = {d.path for d in registry.diagnostics if d.level == "error"}
     checked = len({d.source for d in registry.loaded} | broken)
     notes = [d for d in registry.diagnostics if d.level == "info"]

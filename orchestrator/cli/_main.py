@@ -209,10 +209,18 @@ def _parse_aliases(given: tuple[str, ...]) -> dict[str, str]:
 
 
 def _setup_logging(debug: bool) -> None:
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="agentcell: %(levelname)s: %(message)s",
-    )
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LowerCaseLevels("agentcell: %(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
+
+
+class _LowerCaseLevels(logging.Formatter):
+    """``agentcell: warning: …``, as the lines the command prints itself say it (an
+    agent file's ``path: warning: …``), not ``WARNING``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        record = logging.makeLogRecord({**record.__dict__, "levelname": record.levelname.lower()})
+        return super().format(record)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -182,6 +182,12 @@ def claude_settings_layers(
 #: The keys of an untrusted project's settings file that are read: rules that only narrow.
 _NARROWING_RULES = ("deny", "ask")
 BLOCK_WRITES = "blockWritesOutsideWorkingDirectories"
+#: How it is honoured (a note of ``agents validate``: a run takes it without a word).
+BLOCK_WRITES_HONOURED = (
+    f"permissions.{BLOCK_WRITES}: the main agent's write_file, edit_file and bash"
+    " redirections stay in the workdir and additionalDirectories; sub-agents are walled"
+    " there by the sandbox already"
+)
 
 
 def _narrowing_part(doc: dict[str, Any]) -> dict[str, Any]:
@@ -334,13 +340,8 @@ def _permissions(
             notes.append(f"{origin}: permissions.defaultMode {mode!r} left out: no such mode here")
         if approximated:
             notes.append(f"{origin}: permissions.defaultMode {mode!r}: {approximated}")
-    if permissions.get(BLOCK_WRITES) is True:
+    if permissions.get(BLOCK_WRITES) is True:  # honoured: only `agents validate -v` says how
         table["block_writes_outside"] = True
-        notes.append(
-            f"{origin}: permissions.{BLOCK_WRITES}: the main agent's write_file, edit_file"
-            " and bash redirections stay in the workdir and additionalDirectories;"
-            " sub-agents are walled there by the sandbox already"
-        )
     folders = permissions.get("additionalDirectories")
     if isinstance(folders, list):
         # Read-only to sub-agents (Claude Code also lets it edit there: narrower, on purpose).

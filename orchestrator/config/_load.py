@@ -32,6 +32,7 @@ from typing import Any, get_args, get_origin
 from urllib.parse import urlsplit
 
 from agentcell.orchestrator.config._claude_settings import claude_settings_layers
+from agentcell.orchestrator.config._hooks import name_once
 from agentcell.orchestrator.config._mcp import McpServerConfig, config_problems, read_mcp_json
 from agentcell.orchestrator.config._settings import Settings, means_no_limit
 from agentcell.orchestrator.config._trust import is_trusted, untrusted_layer
@@ -117,7 +118,7 @@ def load_settings(
         layers.append((str(user), user_table))
     mcp_layer, mcp_notes = _mcp_json_layer(workdir, trusted=trusted, env=env)
     for line in [*mcp_notes, *claude_notes]:
-        log.warning("%s", line)
+        name_once(line)  # once a process, however often the settings are read
     if notices is not None:
         notices.extend([*mcp_notes, *claude_notes])
     if mcp_layer is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from agentcell.orchestrator.approvals._hooks import HookRunner
 from agentcell.orchestrator.config._hooks import parse_hooks
+from cli_runner import agentcell, cli_env, invoke
 
 FAILURES = {
     "cannot start": {"command": "/nonexistent/guard", "args": []},
@@ -71,3 +72,36 @@ def test_block_where_nothing_can_block_is_named_and_a_bad_value_refused() -> Non
     bad = {"Stop": [{"hooks": [{"type": "command", "command": "x", "onFailure": "stop"}]}]}
     with pytest.raises(ValueError, match='onFailure must be "continue" or "block"'):
         parse_hooks(bad, "settings")
+
+
+def test_agents_validate_names_a_settings_block_that_cannot_block(tmp_path: Path) -> None:
+    """The settings every agent runs under are judged too: ``"block"`` on PostToolUse is a
+    warning (it was said only at run time); blockWritesOutsideWorkingDirectories, honoured
+    without a word at run time, is a note of ``-v``."""
+    home, project = tmp_path / "home", tmp_path / "project"
+    (project / ".claude" / "agents").mkdir(parents=True)
+    home.mkdir()
+    (project / ".claude" / "agents" / "a.md").write_text("---\nname: a\ndescription: d\n---\nhi\n")
+    block = {"type": "command", "command": "true", "onFailure": "block"}
+    settings = {
+        "hooks": {"PostToolUse": [{"matcher": "", "hooks": [block]}]},
+        "permissions": {"blockWritesOutsideWorkingDirectories": True},
+    }
+    (project / ".claude" / "settings.json").write_text(json.dumps(settings, indent=2))
+    env = cli_env(project)
+    assert invoke("trust", cwd=project, env=env).returncode == 0
+    done = invoke("agents", "validate", cwd=project, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert said.count("onFailure") == 1, said
+    assert '.claude/settings.json: warning: hooks.PostToolUse: onFailure "block" has no ' in said
+    assert "blockWrites" not in said and "1 note(s) not shown" in said
+    verbose = invoke("agents", "validate", "-v", cwd=project, env=env).stdout
+    assert "settings: info: permissions.blockWritesOutsideWorkingDirectories: the main " in verbose
+    # A run says the hook once, in the case the command's own lines use; the honoured
+    # key not at all.
+    run = agentcell("run", "--model", "scripted:echo", "hi", cwd=project, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.count("onFailure") == 1, run.stderr
+    assert f"agentcell: warning: {project}/.claude/settings.json: hooks.PostToolUse: " in run.stderr
+    assert "blockWrites" not in run.stderr

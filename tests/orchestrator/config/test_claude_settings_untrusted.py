@@ -18,6 +18,7 @@ from typing import Any
 from agentcell.orchestrator import AgentDefinition, Orchestrator
 from agentcell.orchestrator.config._load import load_settings
 from agentcell.protocol import RunStatus
+from cli_runner import agentcell, cli_env
 from conftest import SpawnRecorder
 from model_servers import ModelServer
 from settings_calls import SEP, calls_then_report
@@ -158,3 +159,14 @@ def test_an_untrusted_projects_settings_files_are_read_beneath_it(tmp_path: Path
     settings, _ = load_settings(workdir=project, home=home, env=env, notices=notices)
     assert sum("it is a symlink, not followed" in n for n in notices) == 2
     assert not any("linked-rule" in r or "secrets" in r for r in settings.deny_rules)
+
+
+def test_agents_show_says_each_ignored_file_once(tmp_path: Path) -> None:
+    """`agents show` reads the settings more than once: each read logged the ignored
+    files again (the same lines twice on stderr)."""
+    _, project, env = untrusted_project(tmp_path)
+    env = {**cli_env(project), **env}
+    done = agentcell("agents", "show", "Explore", cwd=project, env=env)
+    assert done.returncode == 0, done.stderr
+    ignored = [line for line in done.stderr.splitlines() if "hooks and allow rules ignored" in line]
+    assert len(ignored) == 2, done.stderr  # settings.json and settings.local.json, once each
