@@ -11,10 +11,11 @@ connects to the address it checked (no second lookup for a rebinding DNS server 
 differently). A name that resolves to a private,
 loopback, link-local or otherwise special address is refused unless the entry names that
 address itself (``127.0.0.1:8080``) or is ``localhost``, loopback by definition (RFC 6761):
-``localhost:8080`` reaches ``127.0.0.1:8080`` (or ``[::1]:8080``), no other port, and the
-name is never resolved. A refusal is a ``403`` whose status line and body name
-the host, the agent and the setting that would allow it (a request the proxy forwards to
-no host, a malformed or chunked one, gets a ``400`` or ``411``).
+``localhost:8080`` reaches ``127.0.0.1:8080`` (or ``[::1]:8080``), no other port, named
+``localhost``, ``127.0.0.1`` or ``[::1]`` (the same sockets), and the name is never
+resolved. A refusal is a ``403`` whose status line and body name the host, the agent
+and the setting that would allow it (a request the proxy forwards to no host, a
+malformed or chunked one, gets a ``400`` or ``411``).
 
 A plain HTTP connection carries one request (its head, then ``Content-Length`` bytes of
 body; a chunked body is refused): what the client sends after it is dropped, so a second,

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 DEFAULT_PORTS = (80, 443)
 LOCALHOST = "localhost"  # names loopback (RFC 6761): the proxy connects there unresolved
+#: What a ``localhost`` entry reaches by any of its names: the same sockets.
+_LOOPBACK = frozenset({LOCALHOST, "127.0.0.1", "::1"})
 _NAME = re.compile(
     r"^(\*\.)?([a-z0-9_]([a-z0-9_-]*[a-z0-9_])?\.)*[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?$"
 )
@@ -34,6 +36,8 @@ class HostRule:
             return False
         if self.host.startswith("*."):
             return host.endswith(self.host[1:]) and len(host) > len(self.host) - 1
+        if self.host == LOCALHOST:  # `curl 127.0.0.1:PORT` for a server "on localhost:PORT"
+            return host.strip("[]") in _LOOPBACK
         return host == self.host
 
     def __str__(self) -> str:

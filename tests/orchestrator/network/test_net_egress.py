@@ -20,6 +20,7 @@ import pytest
 from agentcell.orchestrator import AgentDefinition, Orchestrator, Settings
 from agentcell.orchestrator.config._load import load_settings, user_config_path
 from agentcell.orchestrator.config._trust import narrow_network, trust
+from agentcell.orchestrator.network._egress import EgressProxy, Refused
 from agentcell.protocol import RunStatus
 from agentcell.worker import probe_sandbox
 from conftest import SpawnRecorder
@@ -181,6 +182,20 @@ async def test_bash_reaches_the_hosts_of_its_list_and_nothing_else(
     shown = CliRunner().invoke(cli, ["runs", "show", run_id, "--workdir", str(tmp_path)])
     assert shown.exit_code == 0, shown.output
     assert f"network: refused 127.0.0.1:{other_port}" in shown.output, shown.output
+
+
+async def test_a_localhost_entry_reaches_loopback_at_its_port_by_any_of_its_names() -> None:
+    """``localhost:8080`` names loopback at that port (issue 44, item 6): ``curl
+    127.0.0.1:8080`` for a server the user knows as localhost:8080 was refused."""
+    proxy = EgressProxy(["localhost:8080"], agent_id="a1", agent_type="fetcher")
+    assert await proxy.check("localhost", 8080) == "127.0.0.1"
+    assert await proxy.check("127.0.0.1", 8080) == "127.0.0.1"
+    assert await proxy.check("[::1]", 8080) == "::1"
+    elsewhere = [("127.0.0.1", 8081), ("localhost", 80), ("127.0.0.2", 8080), ("0.0.0.0", 8080)]
+    elsewhere += [("localhost.evil.test", 8080), ("10.0.0.1", 8080)]
+    for host, port in elsewhere:
+        with pytest.raises(Refused):
+            await proxy.check(host, port)
 
 
 def test_localhost_reaches_its_port_alone_from_a_sub_agent_of_user_nobody(
