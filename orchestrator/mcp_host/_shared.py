@@ -154,7 +154,7 @@ class SharedServer:
         if servers is self._servers:  # the first call to see it
             self._servers = None
             await servers.stop()
-            where = f" (its log: {self.log_path})" if self.log_path else ""
+            where = f" (its log: {self.log_path})" if _has_words(self.log_path) else ""
             if self.starts >= MAX_STARTS:
                 self.gave_up = (
                     f"MCP server {self.name!r} stopped twice ({reason}) and is not started "
@@ -177,6 +177,14 @@ class SharedServer:
         servers, self._servers = self._servers, None
         if servers is not None:
             await servers.stop()
+
+
+def _has_words(log: str) -> bool:
+    """Whether a log is worth naming: an empty one is removed when its server stops."""
+    try:
+        return bool(log) and os.path.getsize(log) > 0
+    except OSError:
+        return False
 
 
 class SharedMcp:

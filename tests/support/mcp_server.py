@@ -87,7 +87,9 @@ def write_here(name: str, text: str) -> str:
 
 @server.tool()
 def crash() -> str:
-    """Exit at once, answering nothing (a server that crashes mid-call)."""
+    """Exit at once, answering nothing (a server that crashes mid-call), with its last
+    words on stderr, as a crashing server has."""
+    print("crash: exiting on purpose", file=sys.stderr, flush=True)
     os._exit(1)
 
 

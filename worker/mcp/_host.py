@@ -4,14 +4,14 @@ server the parent starts once and shares (``orchestrator/mcp_host/_shared.py``).
 A sub-agent's own servers start in its process tree after it locked its capabilities,
 under its seccomp filter, in its cgroup and with its private temp folder. A shared
 server has no sub-agent around it, so it gets the same walls from a launcher of its own:
-the parent runs ``python -P -m agentcell.worker.mcp._host CGROUP TMPDIR -- WARDEN-ARGS``
-as the server's command; the launcher joins the process cap the parent made for it
-(``CGROUP``, ``-`` where none can be had), enters a user namespace of its own where the
-kernel allows one, drops every capability for good (root's
-included: ``_capabilities.drop``), points ``TMPDIR`` at the private folder, and becomes
-the warden (``_warden.py``), which installs the seccomp filter in the server and ends the
-server's whole tree with it. ``-P``: the launcher runs in the project folder, whose
-entries must never shadow a module it imports.
+the parent runs ``python -P -c "…main(…)" CGROUP TMPDIR -- WARDEN-ARGS`` (``main`` of
+this module) as the server's command; the launcher joins the process cap the parent made
+for it (``CGROUP``, ``-`` where none can be had), enters a user namespace of its own
+where the kernel allows one, drops every capability for good (root's included:
+``_capabilities.drop``), points ``TMPDIR`` at the private folder, and becomes the warden
+(``_warden.py``), which installs the seccomp filter in the server and ends the server's
+whole tree with it. ``-P``: the launcher runs in the project folder, whose entries must
+never shadow a module it imports.
 
 Parent side (``walled_host``): the cgroup and the temp folder made, the launcher's argv
 prefix, and the walls that could not be had here, in words; ``release`` removes both.
@@ -30,6 +30,9 @@ from pathlib import Path
 from agentcell.worker.sandbox import _capabilities, _cgroup, _mountns, _seccomp
 from agentcell.worker.sandbox._apply import DEFAULT_MAX_PROCESSES
 
+#: The launcher's program. Not ``-m`` this module: the package imports it first, and
+#: Python's warning about a module run that way opened every shared server's log.
+_LAUNCH = f"import sys; from {__name__} import main; sys.exit(main(sys.argv[1:]))"
 #: Shared hosts' cgroups: ``mcp-<orchestrator pid>-<n>``, beside the sub-agents' (by pid).
 CGROUP_PREFIX = "mcp-"
 _numbers = itertools.count(1)
@@ -59,7 +62,7 @@ def walled_host(max_processes: int | None = None) -> WalledHost:
     elif (process_filter := _seccomp.process_filter()) is not None:
         seccomp = process_filter.launcher_arg()
     tmpdir = Path(tempfile.mkdtemp(prefix="agentcell-mcp-host-"))
-    launcher = ["-P", "-m", __name__, str(cgroup or "-"), str(tmpdir), "--"]
+    launcher = ["-P", "-c", _LAUNCH, str(cgroup or "-"), str(tmpdir), "--"]
     return WalledHost(launcher, seccomp, tmpdir, cgroup, missing)
 
 
@@ -100,7 +103,3 @@ def main(argv: list[str]) -> int:
         return 126
     os.execv(sys.executable, [sys.executable, *warden])  # noqa: S606 (our own warden)
     return 1  # not reached
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
