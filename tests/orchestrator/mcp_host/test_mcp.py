@@ -165,7 +165,7 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
     assert [n for n in offered(served.requests[0]) if n.startswith("mcp__")] == [
         f"mcp__good__{tool}"
         for tool in ("echo", "add", "fail", "picture", "read_outside", "write_here", "crash")
-        + ("whoami",)
+        + ("whoami", "hold")
     ]
 
 
