@@ -22,6 +22,7 @@ from agentcell.orchestrator.journal._place import journal_dir
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from git_util import git, git_repo
+from mcp_http import serve_mcp_http
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 
@@ -276,3 +277,59 @@ async def test_a_sub_agent_killed_mid_call_leaves_the_server_serving_the_next_ag
     assert not any("held call" in json.dumps(r.body) for r in openai_served.requests)
     for gone in (server_pid, warden):
         assert not psutil.pid_exists(gone) or psutil.Process(gone).status() == "zombie"
+
+
+async def test_an_http_server_is_shared_through_the_parent_within_each_agents_grant(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    openai_served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A configured ``type = "http"`` server is shared as a stdio one is: one client, the
+    parent's, serves two sub-agents at once; neither child may connect to it; a frame
+    for its tool outside the grant (or for another server) is refused, never sent."""
+    server_cwd, secret = tmp_path / "server-cwd", tmp_path / "secret"
+    server_cwd.mkdir()
+    monkeypatch.chdir(server_cwd)  # where the in-process server's write_here would write
+    tool = attack_tools.forge_mcp
+    openai_served.responder = script([("mcp__local__echo", {"text": "shared"}), (tool.name, {})])
+    helper = AgentDefinition(
+        name="helper", description="h", tools=[tool.name, "mcp__local__echo"], mcp_servers=["local"]
+    )
+    caplog.set_level(logging.WARNING, "agentcell")
+    with serve_mcp_http() as web:
+        servers = {"local": {"type": "http", "url": web.url}, "secret": server(secret)}
+        orch = orchestrator(
+            tmp_path, [helper], tools=[tool], mcp_servers=servers, main_mcp_servers=[]
+        )
+        async with orch:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(orch.delegate("helper", "go") for _ in range(2))), 60
+            )
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2, results
+    assert [r.text.split(SEP)[0] for r in results] == ["echo from MCP: shared"] * 2
+    offered = {
+        name
+        for request in openai_served.requests
+        for name in (t["function"]["name"] for t in request.body["tools"])
+        if name.startswith("mcp__")
+    }
+    assert offered == {"mcp__local__echo"}
+    # One client, the parent's, discovered the server and listed its tools for both
+    # agents; only the granted tool was ever sent to it.
+    assert sorted(web.asked) == [
+        "server/discover",
+        "tools/call echo",
+        "tools/call echo",
+        "tools/list",
+    ], web.asked
+    # The children hold no connection to it: their walls open no port of their own
+    # (an agent's own http server's would be: test_mcp.py's http tests).
+    sandboxes = [r.sandbox for r in results]
+    assert all(s.startswith("workspace") and "own tcp" not in s for s in sandboxes), sandboxes
+    refused = [r for r in caplog.records if "refused a sub-agent's MCP call" in r.message]
+    named = sorted(r.getMessage().rsplit(" ", 1)[1] for r in refused)  # "... not granted T"
+    assert named == sorted(["mcp__local__write_here", "mcp__secret__whoami"] * 2), named
+    assert not (server_cwd / attack_tools.MCP_FORGED_FILE).exists()
+    assert not secret.exists()  # the server no definition names never started
