@@ -8,7 +8,8 @@ it sleeps that long before it answers (a slow server, for the bench); ``--starts
 appends its pid to that file at each start. Tools: ``echo`` (text),
 ``add`` (structured), ``fail`` (a tool error), ``picture`` (an image block),
 ``read_outside`` (a file read with the server's rights), ``whoami`` (its pid),
-``write_here`` (a file in its working folder), ``crash`` (it exits without answering). With
+``write_here`` (a file in its working folder), ``crash`` (it exits without answering),
+``hold`` (a call held mid-answer until the test lets it go). With
 ``MCP_TEST_LINGER`` set it stays alive after its stdin closes, as a badly behaved one.
 """
 
@@ -97,6 +98,24 @@ def crash() -> str:
 def whoami() -> str:
     """The server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+async def hold(marker: str) -> str:
+    """Write MARKER, then answer once MARKER.open exists: a call the server is in the
+    middle of. One its client cancels meanwhile writes MARKER.cancelled (never answered)."""
+    import anyio
+
+    with open(marker, "w"):
+        pass
+    try:
+        while not os.path.exists(f"{marker}.open"):  # noqa: ASYNC110 - a file the test makes
+            await anyio.sleep(0.02)
+    except anyio.get_cancelled_exc_class():
+        with open(f"{marker}.cancelled", "w"):
+            pass
+        raise
+    return f"held call {os.path.basename(marker)} answered"
 
 
 if __name__ == "__main__":

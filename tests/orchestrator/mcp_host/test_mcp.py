@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import sys
 import tempfile
 import uuid
@@ -26,6 +25,7 @@ from agentcell.orchestrator.mcp_host._servers import agent_mcp_servers
 from agentcell.protocol import McpServer, RunStatus
 from agentcell.worker.mcp._client import tool_granted
 from conftest import SpawnRecorder
+from mcp_http import serve_mcp_http
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 
@@ -165,7 +165,7 @@ async def test_a_server_that_fails_to_start_is_one_line_and_the_agent_runs_on(
     assert [n for n in offered(served.requests[0]) if n.startswith("mcp__")] == [
         f"mcp__good__{tool}"
         for tool in ("echo", "add", "fail", "picture", "read_outside", "write_here", "crash")
-        + ("whoami",)
+        + ("whoami", "hold")
     ]
 
 
@@ -351,30 +351,9 @@ def test_project_servers_are_used_only_in_a_trusted_folder(
 
 @pytest.fixture
 def http_mcp() -> Iterator[str]:
-    """The test server over streamable HTTP on 127.0.0.1, in a thread of this process.
-    The socket is bound and listening before the server starts, so no wait is needed:
-    a client's connection waits in the backlog until uvicorn accepts it."""
-    import threading
-
-    import uvicorn
-
-    sys.path.insert(0, str(Path(SERVER).parent))
-    try:
-        import mcp_server
-    finally:
-        sys.path.pop(0)
-    sock = socket.create_server(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    app = mcp_server.server.streamable_http_app(host="127.0.0.1")
-    web = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=lambda: asyncio.run(web.serve(sockets=[sock])), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        web.should_exit = True
-        thread.join(timeout=30)
-        sock.close()
+    """The test server over streamable HTTP on 127.0.0.1 (``mcp_http``): its URL."""
+    with serve_mcp_http() as served:
+        yield served.url
 
 
 async def test_a_sub_agent_reaches_an_http_server_through_its_sandbox(

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from agentcell.orchestrator.journal._place import journal_dir
 from agentcell.protocol import RunStatus
 from conftest import SpawnRecorder
 from git_util import git, git_repo
+from mcp_http import serve_mcp_http
 from model_servers import Call, ModelServer, Reply
 from places import SUPPORT
 
@@ -215,3 +217,121 @@ async def test_a_hook_on_a_shared_tool_sees_the_agent_and_can_block_the_call(
     assert payload["tool_name"] == "mcp__local__write_here"
     assert (payload["agent_id"], payload["agent_type"]) == (result.agent_id, "helper")
     assert payload["tool_input"] == {"name": "h.txt", "text": "x"}
+
+
+def _by_prompt(calls: dict[str, list[tuple[str, dict[str, Any]]]]) -> Any:
+    """``script``, with the calls its task names (the sub-agent's prompt, a key of ``calls``)."""
+
+    def respond(body: dict[str, Any], api: str) -> Reply:
+        prompt = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        task = next(key for key in calls if key in str(prompt))
+        return script(calls[task])(body, api)
+
+    return respond
+
+
+async def _until(happened: Any, what: str) -> None:
+    """Until ``happened()`` (polled: a file another process writes), at most 30 s."""
+    for _ in range(1500):
+        if happened():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"not within 30 s: {what}")
+
+
+async def test_a_sub_agent_killed_mid_call_leaves_the_server_serving_the_next_agent(
+    spawned: SpawnRecorder, tmp_path: Path, openai_served: ModelServer
+) -> None:
+    """SIGKILLed while the shared server is in the middle of its call: the run is
+    ``crashed``, said why; the call is dropped (the server is told, and never answers
+    it), the server is the same process, not restarted, and answers the next agent."""
+    starts, held = tmp_path / "starts", tmp_path / "held"
+    openai_served.responder = _by_prompt(
+        {
+            "hold": [("mcp__local__hold", {"marker": str(held)})],
+            "whoami": [("mcp__local__whoami", {})],
+        }
+    )
+    helper = AgentDefinition(
+        name="helper", description="h", tools=["mcp__local__*"], mcp_servers=["local"]
+    )
+    orch = orchestrator(
+        tmp_path, [helper], mcp_servers={"local": server(starts)}, main_mcp_servers=[]
+    )
+    async with orch:
+        holding = asyncio.create_task(orch.delegate("helper", "hold"))
+        await _until(lambda: held.exists() or holding.done(), "the server holds the call")
+        assert not holding.done(), holding.result()
+        (pid,) = spawned.pids
+        os.kill(pid, signal.SIGKILL)
+        killed = await asyncio.wait_for(holding, 60)
+        await _until(Path(f"{held}.cancelled").exists, "the server is told the call is off")
+        Path(f"{held}.open").touch()  # a call still open would be answered now
+        after = await asyncio.wait_for(orch.delegate("helper", "whoami"), 60)
+        shared = orch.runner.shared_mcp.servers["local"]
+        assert (shared.starts, shared.gave_up) == (1, "")
+        (server_pid,) = _starts(starts)
+        warden = psutil.Process(server_pid).ppid()
+    assert killed.status is RunStatus.CRASHED and killed.pid == pid, killed
+    assert "killed by signal SIGKILL" in (killed.error or ""), killed.error
+    assert after.status is RunStatus.COMPLETED and after.text == str(server_pid), after
+    # The dropped call's answer reached no model: no agent's conversation holds it.
+    assert not any("held call" in json.dumps(r.body) for r in openai_served.requests)
+    for gone in (server_pid, warden):
+        assert not psutil.pid_exists(gone) or psutil.Process(gone).status() == "zombie"
+
+
+async def test_an_http_server_is_shared_through_the_parent_within_each_agents_grant(
+    spawned: SpawnRecorder,
+    tmp_path: Path,
+    openai_served: ModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A configured ``type = "http"`` server is shared as a stdio one is: one client, the
+    parent's, serves two sub-agents at once; neither child may connect to it; a frame
+    for its tool outside the grant (or for another server) is refused, never sent."""
+    server_cwd, secret = tmp_path / "server-cwd", tmp_path / "secret"
+    server_cwd.mkdir()
+    monkeypatch.chdir(server_cwd)  # where the in-process server's write_here would write
+    tool = attack_tools.forge_mcp
+    openai_served.responder = script([("mcp__local__echo", {"text": "shared"}), (tool.name, {})])
+    helper = AgentDefinition(
+        name="helper", description="h", tools=[tool.name, "mcp__local__echo"], mcp_servers=["local"]
+    )
+    caplog.set_level(logging.WARNING, "agentcell")
+    with serve_mcp_http() as web:
+        servers = {"local": {"type": "http", "url": web.url}, "secret": server(secret)}
+        orch = orchestrator(
+            tmp_path, [helper], tools=[tool], mcp_servers=servers, main_mcp_servers=[]
+        )
+        async with orch:
+            results = await asyncio.wait_for(
+                asyncio.gather(*(orch.delegate("helper", "go") for _ in range(2))), 60
+            )
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * 2, results
+    assert [r.text.split(SEP)[0] for r in results] == ["echo from MCP: shared"] * 2
+    offered = {
+        name
+        for request in openai_served.requests
+        for name in (t["function"]["name"] for t in request.body["tools"])
+        if name.startswith("mcp__")
+    }
+    assert offered == {"mcp__local__echo"}
+    # One client, the parent's, discovered the server and listed its tools for both
+    # agents; only the granted tool was ever sent to it.
+    assert sorted(web.asked) == [
+        "server/discover",
+        "tools/call echo",
+        "tools/call echo",
+        "tools/list",
+    ], web.asked
+    # The children hold no connection to it: their walls open no port of their own
+    # (an agent's own http server's would be: test_mcp.py's http tests).
+    sandboxes = [r.sandbox for r in results]
+    assert all(s.startswith("workspace") and "own tcp" not in s for s in sandboxes), sandboxes
+    refused = [r for r in caplog.records if "refused a sub-agent's MCP call" in r.message]
+    named = sorted(r.getMessage().rsplit(" ", 1)[1] for r in refused)  # "... not granted T"
+    assert named == sorted(["mcp__local__write_here", "mcp__secret__whoami"] * 2), named
+    assert not (server_cwd / attack_tools.MCP_FORGED_FILE).exists()
+    assert not secret.exists()  # the server no definition names never started
