@@ -73,6 +73,10 @@ MAX_RUNNING_HOOKS = 16
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
 
 
+#: What a runner enters around each run of its hooks (``HookRunner.watch``).
+HookWatch = Callable[[], contextlib.AbstractAsyncContextManager[None]]
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class HookOutcome:
     """What the hooks of one event decided, all of them together."""
@@ -126,6 +130,7 @@ class HookRunner:
         project_dir: str = "",
         permission_mode: str = "default",
         transcript_path: str = "",
+        watch: HookWatch | None = None,
     ) -> None:
         self.commands = list(commands)
         self.cwd = cwd
@@ -133,22 +138,36 @@ class HookRunner:
         self.project_dir = project_dir or cwd
         self.permission_mode = permission_mode
         self.transcript_path = transcript_path
+        #: Around each run of these hooks: a worktree agent's tells what they write there
+        #: (``workspace._hook_writes``) from what the agent does.
+        self.watch = watch
         self._slots = slots or asyncio.Semaphore(MAX_RUNNING_HOOKS)
 
-    def _with(self, commands: Sequence[HookCommand], **fields: str) -> HookRunner:
+    def _with(self, commands: Sequence[HookCommand], **fields: Any) -> HookRunner:
         kept = {
             "cwd": self.cwd,
             "session_id": self.session_id,
             "project_dir": self.project_dir,
             "permission_mode": self.permission_mode,
             "transcript_path": self.transcript_path,
+            "watch": self.watch,
         }
         return HookRunner(commands, slots=self._slots, **{**kept, **fields})
 
-    def for_agent(self, cwd: str, permission_mode: str, transcript_path: str) -> HookRunner:
-        """These hooks, with the common fields of one agent's documents."""
+    def for_agent(
+        self,
+        cwd: str,
+        permission_mode: str,
+        transcript_path: str,
+        watch: HookWatch | None = None,
+    ) -> HookRunner:
+        """These hooks, with the common fields of one agent's documents (and its watch)."""
         return self._with(
-            self.commands, cwd=cwd, permission_mode=permission_mode, transcript_path=transcript_path
+            self.commands,
+            cwd=cwd,
+            permission_mode=permission_mode,
+            transcript_path=transcript_path,
+            watch=watch,
         )
 
     @classmethod
@@ -256,7 +275,8 @@ class HookRunner:
             **payload,
         }
         data = json.dumps(document).encode()
-        outcomes = await gather_owned(*(self._one(c, data) for c in commands))
+        async with self.watch() if self.watch is not None else contextlib.nullcontext():
+            outcomes = await gather_owned(*(self._one(c, data) for c in commands))
         return _combined(outcomes)
 
     async def _one(self, hook: HookCommand, data: bytes) -> HookOutcome:

@@ -81,11 +81,8 @@ from agentcell.orchestrator.model_relay._relay import call_ahead
 from agentcell.orchestrator.network._egress import EgressProxy, network_value, open_proxy
 from agentcell.orchestrator.telemetry._child_spans import ChildSpans, child_spans
 from agentcell.orchestrator.telemetry._usage import BudgetExceeded, UsageLedger
-from agentcell.orchestrator.workspace._worktree import (
-    Worktree,
-    WorktreeError,
-    finish_worktree,
-)
+from agentcell.orchestrator.workspace._hook_writes import HookWrites
+from agentcell.orchestrator.workspace._worktree import Worktree, WorktreeError
 from agentcell.protocol import MAX_FRAME_BYTES, ChannelClosed, Message, RunStatus, Start
 from agentcell.worker import OutsideRoot, first_request_body, predictable, release_sandbox
 
@@ -109,6 +106,7 @@ class _Admitted:
     run_dir: str
     background: bool
     tree: Worktree | None = None
+    hook_writes: HookWrites | None = None  # with a tree: what its hooks change there
     hooks: HookRunner | None = None
     stop_hooks: SubagentStopHooks | None = None
     spans: ChildSpans | None = None  # its trace, when the parent traces
@@ -420,6 +418,7 @@ class Runner:
         except (WorktreeError, OSError) as exc:
             return self._refused(admitted.base, RunStatus.ERROR, str(exc))
         journal_worktree(scope, agent_id, admitted.tree)
+        admitted.hook_writes = HookWrites(admitted.tree)
         self.prepare.in_worktree(
             admitted.prepared.spec, admitted.definition, str(admitted.tree.workdir)
         )
@@ -431,8 +430,12 @@ class Runner:
         """Hooks wired, ``SubagentStart`` run, the start published; the ``Start`` to send,
         or the result refusing one too large to send."""
         definition, spec, request = admitted.definition, admitted.prepared.spec, admitted.request
+        watched = admitted.hook_writes
         hooks = admitted.hooks = self.hooks.for_definition(definition).for_agent(
-            spec.workdir, spec.permission_mode, agent_transcript(spec)
+            spec.workdir,
+            spec.permission_mode,
+            agent_transcript(spec),
+            watch=watched.during if watched is not None else None,
         )
         own_tree = admitted.tree is not None  # its servers start in its worktree
         problems = await self.shared_mcp.offer(spec, definition, own_tree=own_tree)
@@ -440,8 +443,8 @@ class Runner:
         try:
             self.prepare.complete(spec, definition, request, hooks, admitted.history)
         except OutsideRoot as exc:  # a project's link out (its memory folder): refused
-            if admitted.tree is not None:
-                await finish_worktree(admitted.tree)
+            if watched is not None:
+                await watched.finish()
             return self._refused(admitted.base, RunStatus.DENIED, str(exc))
         stop_hooks = admitted.stop_hooks = SubagentStopHooks(
             hooks,
@@ -481,8 +484,8 @@ class Runner:
         if refusal:
             if admitted.egress is not None:
                 await admitted.egress.close()
-            if admitted.tree is not None:
-                await finish_worktree(admitted.tree)
+            if watched is not None:
+                await watched.finish()
             return self._refused(admitted.base, RunStatus.ERROR, refusal)
         return start
 
@@ -628,15 +631,15 @@ class Runner:
             result = msgspec.structs.replace(result, node=ended.node)
         if admitted.egress is not None and admitted.egress.log:
             result = msgspec.structs.replace(result, network_log=list(admitted.egress.log))
-        if admitted.tree is not None:  # what it changed is kept, however it ended
+        assert admitted.stop_hooks is not None
+        if admitted.hook_writes is not None:  # what it changed is kept, however it ended
             prompt = admitted.request.prompt
-            settling = settle_worktree(admitted.tree, result, prompt)
+            settling = _settled_tree(admitted.hook_writes, admitted.stop_hooks, result, prompt)
             result = await self.finishing.shielded(settling, f"{base['agent_id']}: its worktree")
         handle.result = result
         self.recorded.ended(base["agent_id"])
         # Once per run: unless the child's last stop was already put to the hooks (it
         # crashed, timed out, ran out of turns after a block), they hear of the end now.
-        assert admitted.stop_hooks is not None
         await admitted.stop_hooks.ended(result.text)
         if admitted.spans is not None:
             admitted.spans.settle(result, queued_ms=ended.progress.queued_ms)
@@ -651,6 +654,15 @@ class Runner:
         result = SubAgentResult(**base, status=status, error=error)
         self.bus.publish(SubAgentEnded(agent_id=result.agent_id, result=result))
         return result
+
+
+async def _settled_tree(
+    watched: HookWrites, stop_hooks: SubagentStopHooks, result: SubAgentResult, prompt: str
+) -> SubAgentResult:
+    """A worktree agent's end: its SubagentStop hooks hear of it first (unless its last
+    stop was asked), so what they write in its worktree is theirs too; then its commit."""
+    await stop_hooks.ended(result.text)
+    return await settle_worktree(watched, result, prompt)
 
 
 def _owner(scope: Scope) -> str:

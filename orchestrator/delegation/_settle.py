@@ -18,7 +18,7 @@ from agentcell.orchestrator.backends._outcome import ChildOutcome, OutcomeKind
 from agentcell.orchestrator.delegation._relay import Progress
 from agentcell.orchestrator.delegation._results import SubAgentResult
 from agentcell.orchestrator.telemetry._usage import UsageLedger
-from agentcell.orchestrator.workspace._worktree import Worktree, finish_worktree
+from agentcell.orchestrator.workspace._hook_writes import HookWrites
 from agentcell.protocol import Limits, RunStatus
 from agentcell.worker import MAX_ANSWER_BYTES, cut_answer
 
@@ -193,9 +193,12 @@ def with_cancel_reason(
 NO_CHANGES = "(no changes by the agent: its worktree and branch were removed)"
 
 
-async def settle_worktree(tree: Worktree, result: SubAgentResult, prompt: str) -> SubAgentResult:
-    """Commit what the child changed in its worktree and name it in the result."""
-    kept = await finish_worktree(tree, commit_message(result, prompt))
+async def settle_worktree(
+    watched: HookWrites, result: SubAgentResult, prompt: str
+) -> SubAgentResult:
+    """Commit what the child changed in its worktree (what its hooks wrote there left
+    out) and name it in the result."""
+    kept = await watched.finish(commit_message(result, prompt))
     if kept is None:  # said: a branch is not kept for a hook's log or an empty run
         return msgspec.structs.replace(result, diff_stat=NO_CHANGES)
     stat = kept.diff_stat

@@ -31,6 +31,7 @@ import secrets
 import shutil
 import stat
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,7 @@ def _identity_of(path: Path) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _replaced(tree: Worktree, when: str = "during the run") -> str:
+def replaced(tree: Worktree, when: str = "during the run") -> str:
     """Which trusted folder is no longer the one recorded ("" if none): git is then not
     run there at all."""
     places = {"common": tree.home.common_dir, "admin": tree.admin, "worktree": tree.path}
@@ -207,7 +208,7 @@ def adopt_worktree(journaled: dict[str, Any]) -> Worktree:
         raise WorktreeError(f"its journaled worktree does not read ({exc!r})") from None
     if not tree.workdir.is_relative_to(tree.path):
         raise WorktreeError(f"its journaled workdir {tree.workdir} is not in {tree.path}")
-    refused = _replaced(tree, "since the killed run")
+    refused = replaced(tree, "since the killed run")
     if refused:
         raise WorktreeError(refused)
     try:
@@ -218,20 +219,24 @@ def adopt_worktree(journaled: dict[str, Any]) -> Worktree:
 
 
 async def finish_worktree(
-    tree: Worktree, message: str = "agentcell: sub-agent changes"
+    tree: Worktree,
+    message: str = "agentcell: sub-agent changes",
+    hooks_wrote: Sequence[str] = (),
 ) -> KeptWorktree | None:
     """Remove the worktree if nothing changed; otherwise commit what the agent left on its
-    branch (with ``message``), keep both, and describe the changes since the base."""
+    branch (with ``message``), keep both, and describe the changes since the base.
+    ``hooks_wrote``: paths its hooks changed (``_hook_writes``), never committed."""
     remove_protection_placeholders(tree.path)  # never committed: they stand for "absent"
-    refused = _replaced(tree)
+    refused = replaced(tree)
     if refused:
         return _untouched(tree, refused)
     with tempfile.TemporaryDirectory(prefix="agentcell-git-") as private:
         try:
-            git = await SafeGit.open(_private_view(tree, Path(private)))
+            git = await SafeGit.open(private_view(tree, Path(private)))
         except GitError as exc:
             return _untouched(tree, str(exc))
         repositories = await _stage(git, tree.branch)
+        await _unstage(git, tree.branch, hooks_wrote)
         held = await _unfiltered(git, tree.branch)
         changed, _ = await git.run("diff", "--cached", "--quiet", tree.branch)
         _, ahead = await git.run("rev-list", "--count", f"{tree.base}..{tree.branch}")
@@ -254,14 +259,23 @@ async def finish_worktree(
     return KeptWorktree(
         path=str(tree.path),
         branch=tree.branch,
-        diff_stat=_notes(repaired, repositories, held) + stat_text,
+        diff_stat=_notes(repaired, repositories, held, hooks_wrote) + stat_text,
         commit=head.strip(),
         commit_error=commit_error,
     )
 
 
-def _notes(repaired: list[str], repositories: list[str], held: list[str]) -> str:
+def _notes(
+    repaired: list[str], repositories: list[str], held: list[str], hooks_wrote: Sequence[str]
+) -> str:
     notes = ""
+    if hooks_wrote:
+        named = ", ".join(hooks_wrote[:_NAMED])
+        more = f" and {len(hooks_wrote) - _NAMED} more" if len(hooks_wrote) > _NAMED else ""
+        notes += (
+            f"(not committed: {named}{more}: a hook wrote them while it ran, not the "
+            "sub-agent; left in the worktree as they are)\n"
+        )
     if repaired:
         notes += f"(agentcell put back what the sub-agent changed in: {', '.join(repaired)})\n"
     if repositories:
@@ -296,6 +310,16 @@ async def _stage(git: SafeGit, branch: str) -> list[str]:
     return links
 
 
+#: How many of the hooks' paths a result names.
+_NAMED = 5
+
+
+async def _unstage(git: SafeGit, branch: str, paths: Sequence[str]) -> None:
+    """Put ``paths`` back as the branch has them in the index (a new file: not in it)."""
+    for start in range(0, len(paths), 1000):  # a command line has a length limit
+        await git.run("reset", "-q", branch, "--", *paths[start : start + 1000])
+
+
 async def _unfiltered(git: SafeGit, branch: str) -> list[str]:
     """Unstage the changed files whose filter the runner did not run (one only your
     repository's config defines, git-crypt's say): committed, they would go in as the
@@ -327,7 +351,7 @@ def _untouched(tree: Worktree, why: str) -> KeptWorktree:
     )
 
 
-def _private_view(tree: Worktree, private: Path) -> GitPlace:
+def private_view(tree: Worktree, private: Path) -> GitPlace:
     """A git folder of the parent's own for this worktree: ``HEAD`` names the agent's
     branch, ``commondir`` the repository (git's ref store reads that file, not
     ``GIT_COMMON_DIR``), and no ``config.worktree``, index or per-worktree ref of the
