@@ -52,9 +52,10 @@ def before_the_walls() -> None:
         ending = [t.native_id for t in getattr(old, "_threads", ())]
         old.shutdown(wait=True)  # idle by now: their look-ups were awaited
         wait_for_threads_gone(ending)
-    others = len(os.listdir("/proc/self/task")) - 1
+    others = _others_once_ended()
     if others > 0:
         names = sorted(t.name for t in threading.enumerate() if t is not threading.main_thread())
+        names = names or _kernel_names()
         raise OSError(
             errno.EBUSY,
             f"{others} other thread(s) already run in this process "
@@ -63,6 +64,35 @@ def before_the_walls() -> None:
             "later (a native library's pool, as OpenBLAS's: leave OPENBLAS_NUM_THREADS and "
             "OMP_NUM_THREADS at 1, or add the module to preload)",
         )
+
+
+def _others_once_ended() -> int:
+    """The other threads of this process, once those whose Python side has ended (or that
+    Python never knew, and that end by themselves) have left the kernel's list: a thread
+    a library started and joined (OpenTelemetry's resource detectors run in a pool) may
+    still be listed a moment after its join, longer on a loaded machine. A thread Python
+    runs is never waited for: it is refused at once."""
+    deadline = time.monotonic() + THREAD_EXIT_WAIT_S
+    while True:
+        others = len(os.listdir("/proc/self/task")) - 1
+        alive = [t for t in threading.enumerate() if t is not threading.main_thread()]
+        if others <= 0 or alive or time.monotonic() > deadline:
+            return others
+        time.sleep(0.001)
+
+
+def _kernel_names() -> list[str]:
+    """The other threads as the kernel names them (``comm``): a native thread, or one
+    whose Python side has ended, is named nowhere else."""
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        if int(tid) != threading.get_native_id():
+            try:
+                with open(f"/proc/self/task/{tid}/comm") as comm:
+                    names.append(f"{comm.read().strip()} (thread {tid})")
+            except OSError:
+                continue  # gone meanwhile
+    return sorted(names)
 
 
 #: The longest wait for an ended thread to leave the kernel's list of this process's.

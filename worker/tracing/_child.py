@@ -24,6 +24,7 @@ from agentcell.worker.tracing._spans import (
     AgentTracer,
     context_from_headers,
 )
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
 #: Spans per frame: a frame stays far below the frame size limit.
@@ -100,7 +101,10 @@ def child_tracer(start: Start, send: Callable[[SpanBatch], None]) -> AgentTracer
     if spec is None or parent is None:
         return None
     processor = FrameSpanProcessor(send, start.frame_key)
-    provider = TracerProvider(shutdown_on_exit=False)
+    # No resource of its own: the parent exports a child's spans under its own, and the
+    # default one runs the SDK's detectors in a thread pool, a thread the sandbox, next,
+    # could find still listed (the run refused, at random, on a loaded machine).
+    provider = TracerProvider(resource=Resource.get_empty(), shutdown_on_exit=False)
     provider.add_span_processor(processor)
     return AgentTracer(
         provider.get_tracer("agentcell"),

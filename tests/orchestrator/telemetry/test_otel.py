@@ -293,7 +293,10 @@ async def test_twenty_identical_runs_export_every_span_each_time(
 ) -> None:
     """Issue 44: a sub-agent's ``invoke_agent`` span was missing from the export at random
     (one of four, in two of three identical runs). Through the OTLP exporter the
-    variables make, as a person runs it: every span, every time, each under its parent."""
+    variables make, as a person runs it: every span, every time, each under its parent.
+    On a loaded machine this found the cause: a sub-agent refused at its walls for a
+    thread of the SDK's, joined but still listed (test_walls_kernel.py), before its span
+    opened."""
     (tmp_path / "notes.txt").write_text("the notes\n")
     worker = FunctionModel(otel_models.read_notes_then_answer, name="function:worker")
     calls = [tool_call("task", subagent_type="reader", prompt=f"read {k}") for k in range(4)]
@@ -320,7 +323,8 @@ async def test_twenty_identical_runs_export_every_span_each_time(
         assert report.status is RunStatus.COMPLETED, report.error
         spans = collector.spans[before:]
         counts = {name: sum(1 for s in spans if s.name == name) for name in expected}
-        assert counts == expected, f"run {run + 1}: {counts}"
+        failed = [r.error for r in report.subagents if not r.ok]
+        assert counts == expected and not failed, f"run {run + 1}: {counts} {failed}"
         # The one test double took back each child's calls once: a child's copy sent the
         # earlier runs' calls back too, until by run 7 its Start was too large to send.
         assert len(worker.calls) == 8 * (run + 1)

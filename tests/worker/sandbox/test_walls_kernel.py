@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import pty
+import re
 import select
 import signal
 import socket
@@ -488,15 +489,29 @@ def test_where_seccomp_is_missing_it_is_said_and_required_refuses(
 
 
 _THREADS_SCRIPT = """
-import asyncio, sys, threading
+import asyncio, ctypes, sys, threading
 from agentcell.worker.sandbox import _one_thread
+
+def native_thread(microseconds):
+    # A thread Python never knew (a library's, or one whose Python side has ended):
+    # it sleeps, then ends by itself.
+    libc = ctypes.CDLL(None)
+    tid = ctypes.c_ulong()
+    sleep = ctypes.cast(libc.usleep, ctypes.c_void_p)
+    assert libc.pthread_create(ctypes.byref(tid), None, sleep, ctypes.c_void_p(microseconds)) == 0
 
 async def main(case):
     loop = asyncio.get_running_loop()
+    gate = threading.Event()
     if case == "executor":
         await loop.run_in_executor(None, lambda: None)  # a pool thread, idle now
-    else:
-        gate = threading.Event()
+    elif case == "native-ending":
+        native_thread(300_000)
+    elif case == "native-staying":
+        _one_thread.THREAD_EXIT_WAIT_S = 0.3
+        native_thread(60_000_000)
+    else:  # a thread Python runs is refused at once, never waited for
+        _one_thread.THREAD_EXIT_WAIT_S = 600
         threading.Thread(target=gate.wait, name="lingering", daemon=True).start()
     try:
         _one_thread.before_the_walls()
@@ -516,6 +531,10 @@ asyncio.run(main(sys.argv[1]))
     [
         ("executor", "ok 2 asyncio-walled_0"),  # the old pool ended; a new one's thread
         ("other", "refused: [Errno 16] 1 other thread(s) already run in this process"),
+        # Waited for until it has left (OpenTelemetry's detectors' pool, joined but still
+        # listed a moment, refused a sub-agent at random on a loaded machine).
+        ("native-ending", "ok 2 asyncio_0"),
+        ("native-staying", "refused: [Errno 16] 1 other thread(s) already run in this process"),
     ],
 )
 def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
@@ -531,6 +550,8 @@ def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
     assert out.startswith(said), out
     if case == "other":
         assert "(lingering)" in out and "must start it later" in out, out
+    if case == "native-staying":  # named as the kernel names it
+        assert re.search(r"\(\S+ \(thread \d+\)\)", out), out
 
 
 _EXECUTOR_LOOP = """

@@ -79,3 +79,34 @@ async def test_open_and_end_pairs_count_against_a_childs_span_limit(
     assert agent.status.status_code is not StatusCode.ERROR
     assert agent.attributes is not None and agent.attributes["agentcell.pid"] == sub.pid
     assert any("spans over the limit: dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_a_childs_tracer_starts_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It is made before the walls go up, which refuse a process with a thread beside its
+    own: the SDK's default resource ran its detectors in a thread pool, joined, but still
+    listed by the kernel a moment later, and a sub-agent was refused at random (issue 44:
+    its ``invoke_agent`` span "lost" in one of four on a loaded machine)."""
+    import threading
+
+    from agentcell.protocol import PROTOCOL_VERSION, AgentSpec, Start
+    from agentcell.worker.tracing._child import child_tracer
+
+    started: list[str] = []
+    real_start = threading.Thread.start
+
+    def recorded(thread: threading.Thread) -> None:
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", recorded)
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    start = Start(
+        protocol_version=PROTOCOL_VERSION,
+        run_id="r1",
+        handler="agentcell.worker.child:run_agent",
+        spec=AgentSpec(agent_id="a1", agent_type="reader", prompt="go"),
+        trace_context={"traceparent": traceparent},
+    )
+    tracer = child_tracer(start, lambda frame: None)
+    assert tracer is not None
+    assert started == []
