@@ -68,7 +68,6 @@ class SharedServer:
         self.place = place
         self.listing: list[RemoteTool] | None = None  # its tools (server's own names)
         self.starts = 0
-        self.log_path = ""
         self.gave_up = ""  # why it is not started again ("" while it may be)
         self._servers: McpServers | None = None
         self._starting: asyncio.Task[str | None] | None = None
@@ -133,7 +132,6 @@ class SharedServer:
             max_processes=place.max_processes,
         )
         await servers.start()
-        self.log_path = servers.logs.get(self.name, self.log_path)
         if servers.problems:
             await servers.stop()
             self.gave_up = servers.problems[0]
@@ -154,7 +152,8 @@ class SharedServer:
         if servers is self._servers:  # the first call to see it
             self._servers = None
             await servers.stop()
-            where = f" (its log: {self.log_path})" if _has_words(self.log_path) else ""
+            log_path = servers.logs.get(self.name)  # an empty one is gone with its server
+            where = f" (its log: {log_path})" if log_path else ""
             if self.starts >= MAX_STARTS:
                 self.gave_up = (
                     f"MCP server {self.name!r} stopped twice ({reason}) and is not started "
@@ -177,14 +176,6 @@ class SharedServer:
         servers, self._servers = self._servers, None
         if servers is not None:
             await servers.stop()
-
-
-def _has_words(log: str) -> bool:
-    """Whether a log is worth naming: an empty one is removed when its server stops."""
-    try:
-        return bool(log) and os.path.getsize(log) > 0
-    except OSError:
-        return False
 
 
 class SharedMcp:

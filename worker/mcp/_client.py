@@ -402,10 +402,11 @@ class McpServers:
         for host in self._hosts.values():  # its cap and temp folder, once it is gone
             release_host(host)
         self._hosts.clear()
-        for path in self.logs.values():  # a log with nothing in it tells nobody anything
+        for name, path in list(self.logs.items()):  # an empty log tells nobody anything
             with contextlib.suppress(OSError):
-                if os.stat(path).st_size == 0:
+                if _empty(path):
                     os.unlink(path)
+                    del self.logs[name]  # named nowhere from here on
 
     def report(self) -> str:
         """One line for the result: which servers run, and what went wrong."""
