@@ -216,8 +216,8 @@ class McpServers:
         self.started: list[str] = []
         self._stopping = asyncio.Event()
         self._servers = TaskNursery("MCP servers")  # one task per server, holding its client
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._ready: dict[asyncio.Task[Any], asyncio.Future[Any]] = {}  # each one's listing
+        # Each server's task, and the future its listing comes in.
+        self._tasks: dict[asyncio.Task[Any], asyncio.Future[Any]] = {}
         self._status_dir = ""
 
     async def start(self) -> None:
@@ -255,8 +255,7 @@ class McpServers:
     async def _start_one(self, server: McpServer) -> tuple[list[Tool], str]:
         ready: asyncio.Future[tuple[Any, list[Any]]] = asyncio.get_running_loop().create_future()
         task = self._servers.start(self._serve(server, ready), name=f"mcp:{server.name}")
-        self._tasks.append(task)
-        self._ready[task] = ready
+        self._tasks[task] = ready
         try:
             client, listed = await asyncio.wait_for(
                 asyncio.shield(ready), timeout=server.start_timeout_s
@@ -388,7 +387,7 @@ class McpServers:
     async def stop(self) -> None:
         """Close every connection (a stdio server's process is ended by the SDK)."""
         self._stopping.set()
-        for task, ready in self._ready.items():
+        for task, ready in self._tasks.items():
             if not ready.done():  # still starting: nothing to close gracefully, end it now
                 task.cancel()
         if self._tasks:
