@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import nobody_runtime
 import pytest
 import thread_attack_tools
 from agentcell.orchestrator import Orchestrator, Settings
@@ -537,15 +538,18 @@ asyncio.run(main(sys.argv[1]))
         ("native-staying", "refused: [Errno 16] 1 other thread(s) already run in this process"),
     ],
 )
+@pytest.mark.parametrize("user", ["this user", "nobody"])
 def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
-    case: str, said: str
+    case: str, said: str, user: str
 ) -> None:
+    command, env = [sys.executable, "-c", _THREADS_SCRIPT, case], None
+    if user == "nobody":  # a normal user's sub-agent counts its threads the same way
+        if (why := nobody_runtime.unavailable()) is not None:
+            pytest.skip(why)
+        runtime = nobody_runtime.runtime()
+        command, env = runtime.command("-c", _THREADS_SCRIPT, case), runtime.env
     out = subprocess.run(
-        [sys.executable, "-c", _THREADS_SCRIPT, case],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        command, env=env, cwd="/", capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert out.startswith(said), out
     if case == "other":
