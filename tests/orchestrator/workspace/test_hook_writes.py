@@ -125,3 +125,36 @@ async def test_a_link_in_the_way_is_never_followed(watched: HookWrites, tmp_path
     assert watched.still_theirs() == []
     kept = await watched.finish()
     assert kept is not None and _committed(watched) == ["logs", "logs2/a.json"]
+
+
+@pytest.mark.parametrize("planted", ["admin config.worktree", "own .git"])
+async def test_the_status_around_a_hook_runs_nothing_the_agent_planted(
+    tmp_path: Path, planted: str
+) -> None:
+    """The two ``git status`` of each hook window are git run by the parent in a tree the
+    agent writes: an fsmonitor or a filter driver it names (in the admin folder's
+    ``config.worktree``, or a ``.git`` of its own) never runs."""
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    repo = git_repo(tmp_path / "repo")
+    git(repo, "config", "extensions.worktreeConfig", "true")  # as sparse checkouts set it
+    watched = HookWrites(await create_worktree(repo, tmp_path / "run", "a1", "agentcell/r/a1"))
+    tree = watched.tree.path
+    traps = {
+        "core.fsmonitor": f"touch {markers}/fsmonitor; false",
+        "filter.x.clean": f"touch {markers}/clean; cat",
+    }
+    if planted == "own .git":
+        (tree / ".git").unlink()
+        git(tree, "init", "-q", ".")
+        for key, command in traps.items():
+            git(tree, "config", key, command)
+    else:
+        for key, command in traps.items():
+            git(tree, "config", "--worktree", key, command)
+    (tree / ".gitattributes").write_text("* filter=x\n")
+    (tree / "made.txt").write_text("by the agent\n")
+    async with watched.during():
+        (tree / "hook.log").write_text("{}\n")
+    await watched.finish()
+    assert sorted(os.listdir(markers)) == []
