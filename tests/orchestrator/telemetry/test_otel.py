@@ -308,29 +308,33 @@ async def test_twenty_identical_runs_export_every_span_each_time(
         "chat worker": 8,
         "execute_tool read_file": 4,
     }
-    for run in range(20):
-        before = len(collector.spans)
-        report = await run_traced(
-            spawned,
-            tmp_path,
-            settings,
-            None,  # from the environment
-            model=delegating_main(*calls),
-            agents=[agent("reader", ["read_file"], model="function:worker")],
-            models={"function:worker": worker},
-            record=False,
-        )
-        assert report.status is RunStatus.COMPLETED, report.error
-        spans = collector.spans[before:]
-        counts = {name: sum(1 for s in spans if s.name == name) for name in expected}
-        failed = [r.error for r in report.subagents if not r.ok]
-        assert counts == expected and not failed, f"run {run + 1}: {counts} {failed}"
-        # The one test double took back each child's calls once: a child's copy sent the
-        # earlier runs' calls back too, until by run 7 its Start was too large to send.
-        assert len(worker.calls) == 8 * (run + 1)
-        ids = {bytes(s.span_id) for s in spans}
-        (root,) = [s for s in spans if bytes(s.parent_span_id) not in ids]
-        assert root.name == "invoke_agent main", f"run {run + 1}: an orphan {root.name}"
+    orch = Orchestrator(
+        settings=settings,
+        load_agent_files=False,
+        workdir=tmp_path,
+        tracing=None,  # from the environment
+        model=delegating_main(*calls),
+        agents=[agent("reader", ["read_file"], model="function:worker")],
+        models={"function:worker": worker},
+        record=False,
+    )
+    async with orch:  # one long-lived orchestrator (as chat's), its exporter flushed each run
+        assert orch.tracing is not None
+        for run in range(20):
+            before = len(collector.spans)
+            report = await asyncio.wait_for(orch.run("go"), 120)
+            orch.tracing.flush()
+            assert report.status is RunStatus.COMPLETED, report.error
+            spans = collector.spans[before:]
+            counts = {name: sum(1 for s in spans if s.name == name) for name in expected}
+            failed = [r.error for r in report.subagents if not r.ok]
+            assert counts == expected and not failed, f"run {run + 1}: {counts} {failed}"
+            # The one test double took back each child's calls once: a child's copy sent
+            # the earlier runs' calls back too, until by run 7 its Start was too large.
+            assert len(worker.calls) == 8 * (run + 1)
+            ids = {bytes(s.span_id) for s in spans}
+            (root,) = [s for s in spans if bytes(s.parent_span_id) not in ids]
+            assert root.name == "invoke_agent main", f"run {run + 1}: an orphan {root.name}"
 
 
 def test_without_otel_variables_nothing_of_opentelemetry_is_imported(tmp_path: Path) -> None:

@@ -527,23 +527,28 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
+_REFUSED = "refused: [Errno 16] 1 other thread(s) already run in this process"
+
+
 @pytest.mark.parametrize(
-    ("case", "said"),
+    ("user", "case", "said"),
     [
-        ("executor", "ok 2 asyncio-walled_0"),  # the old pool ended; a new one's thread
-        ("other", "refused: [Errno 16] 1 other thread(s) already run in this process"),
+        ("this user", "executor", "ok 2 asyncio-walled_0"),  # the old pool ended; a new one
+        ("this user", "other", _REFUSED),
         # Waited for until it has left (OpenTelemetry's detectors' pool, joined but still
         # listed a moment, refused a sub-agent at random on a loaded machine).
-        ("native-ending", "ok 2 asyncio_0"),
-        ("native-staying", "refused: [Errno 16] 1 other thread(s) already run in this process"),
+        ("this user", "native-ending", "ok 2 asyncio_0"),
+        ("this user", "native-staying", _REFUSED),
+        # A normal user's sub-agent counts its threads the same way.
+        ("nobody", "other", _REFUSED),
+        ("nobody", "native-ending", "ok 2 asyncio_0"),
     ],
 )
-@pytest.mark.parametrize("user", ["this user", "nobody"])
 def test_before_the_walls_the_executor_is_replaced_and_any_other_thread_refuses(
-    case: str, said: str, user: str
+    user: str, case: str, said: str
 ) -> None:
     command, env = [sys.executable, "-c", _THREADS_SCRIPT, case], None
-    if user == "nobody":  # a normal user's sub-agent counts its threads the same way
+    if user == "nobody":
         if (why := nobody_runtime.unavailable()) is not None:
             pytest.skip(why)
         runtime = nobody_runtime.runtime()
