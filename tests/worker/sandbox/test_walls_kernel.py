@@ -527,20 +527,20 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-_REFUSED = "refused: [Errno 16] 1 other thread(s) already run in this process"
+_THREAD_REFUSED = "refused: [Errno 16] 1 other thread(s) already run in this process"
 
 
 @pytest.mark.parametrize(
     ("user", "case", "said"),
     [
         ("this user", "executor", "ok 2 asyncio-walled_0"),  # the old pool ended; a new one
-        ("this user", "other", _REFUSED),
+        ("this user", "other", _THREAD_REFUSED),
         # Waited for until it has left (OpenTelemetry's detectors' pool, joined but still
         # listed a moment, refused a sub-agent at random on a loaded machine).
         ("this user", "native-ending", "ok 2 asyncio_0"),
-        ("this user", "native-staying", _REFUSED),
+        ("this user", "native-staying", _THREAD_REFUSED),
         # A normal user's sub-agent counts its threads the same way.
-        ("nobody", "other", _REFUSED),
+        ("nobody", "other", _THREAD_REFUSED),
         ("nobody", "native-ending", "ok 2 asyncio_0"),
     ],
 )
